@@ -1,0 +1,27 @@
+"""Helper package of the course *Transformers from scratch in PyTorch*.
+
+Each chapter of the course builds one idea and keeps the result here, so that later
+chapters can import it instead of typing it again.  The modules are small and flat
+(in the spirit of nanoGPT's ``model.py``); import from them directly, e.g.::
+
+    from transformer_course.attention import MultiHeadAttention
+    from transformer_course.masking import causal_mask, padding_mask
+
+Where each idea lives:
+
+==========================  =====================================================  =======
+module                      what it holds                                          chapter
+==========================  =====================================================  =======
+``utils``                   ``set_seed``, ``get_device``                           all
+``plotting``                attention heatmaps with token labels                   all
+``why_attention``           data generators and models of the two experiments      01
+``pretrained``              ``load_minilm`` (offline BERT, checksum-verified)      02, 05, 12
+``positional``              sinusoidal ``PositionalEncoding``                      03
+``attention``               ``scaled_dot_product_attention``, ``MultiHeadAttention`` 04, 05
+``layers``                  ``LayerNorm``, ``PositionwiseFeedForward``             06
+``transformer``             encoder/decoder layers and stacks, ``Transformer``     07
+``masking``                 ``padding_mask``, ``causal_mask``, ``combine_masks``   08
+==========================  =====================================================  =======
+"""
+
+__version__ = "0.1.0"

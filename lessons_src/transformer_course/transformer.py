@@ -1,0 +1,255 @@
+"""Encoder and decoder layers, their stacks, and the full encoder-decoder Transformer (chapter 07).
+
+Each sub-layer (attention or feed-forward) is wrapped in a residual connection and a
+layer norm, with dropout on the sub-layer's output:
+
+* post-norm (the 2017 paper, BERT; ``norm_first=False``): ``x = norm(x + dropout(sublayer(x)))``
+* pre-norm (GPT-2 and most models since; ``norm_first=True``): ``x = x + dropout(sublayer(norm(x)))``
+
+Masks follow the course convention (boolean, ``True`` = may attend; see ``masking``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .attention import KVCache, MultiHeadAttention
+from .layers import LayerNorm, PositionwiseFeedForward
+from .positional import PositionalEncoding
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each with residual + norm.
+
+    Its attention weights from the last call are kept in ``self.attn_weights``
+    (``(batch, heads, L, L)``, detached) for plotting.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+        use_sdpa: bool = False,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, use_sdpa=use_sdpa)
+        self.ff = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.norm1 = LayerNorm(d_model, eps=eps)
+        self.norm2 = LayerNorm(d_model, eps=eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.norm_first = norm_first
+        self.attn_weights: torch.Tensor | None = None
+
+    def _sa(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None) -> torch.Tensor:
+        out, w = self.self_attn(x, mask=mask, need_weights=not self.self_attn.use_sdpa, cache=cache)
+        self.attn_weights = None if w is None else w.detach()
+        return self.dropout1(out)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None
+    ) -> torch.Tensor:
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), mask, cache)
+            return x + self.dropout2(self.ff(self.norm2(x)))
+        x = self.norm1(x + self._sa(x, mask, cache))
+        return self.norm2(x + self.dropout2(self.ff(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder output, feed-forward.
+
+    Keeps the last weights in ``self.self_attn_weights`` and ``self.cross_attn_weights``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        activation: str = "relu",
+        norm_first: bool = False,
+        eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ff = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.norm1 = LayerNorm(d_model, eps=eps)
+        self.norm2 = LayerNorm(d_model, eps=eps)
+        self.norm3 = LayerNorm(d_model, eps=eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+        self.norm_first = norm_first
+        self.self_attn_weights: torch.Tensor | None = None
+        self.cross_attn_weights: torch.Tensor | None = None
+
+    def _sa(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        out, w = self.self_attn(x, mask=mask)
+        self.self_attn_weights = None if w is None else w.detach()
+        return self.dropout1(out)
+
+    def _ca(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        out, w = self.cross_attn(x, memory, memory, mask=mask)
+        self.cross_attn_weights = None if w is None else w.detach()
+        return self.dropout2(out)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), tgt_mask)
+            x = x + self._ca(self.norm2(x), memory, memory_mask)
+            return x + self.dropout3(self.ff(self.norm3(x)))
+        x = self.norm1(x + self._sa(x, tgt_mask))
+        x = self.norm2(x + self._ca(x, memory, memory_mask))
+        return self.norm3(x + self.dropout3(self.ff(x)))
+
+
+class _Embed(nn.Module):
+    """Token embedding scaled by sqrt(d_model), plus sinusoidal positions, then dropout."""
+
+    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = PositionalEncoding(d_model, max_len=max_len, dropout=dropout)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        if tokens.dim() != 2:
+            raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
+        return self.pos(self.tok(tokens) * self.scale)
+
+
+class Encoder(nn.Module):
+    """Token embedding + positional encoding, then ``num_layers`` encoder layers."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_layers: int,
+        num_heads: int,
+        d_ff: int,
+        max_len: int = 512,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.embed = _Embed(vocab_size, d_model, max_len, dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_layers)
+        )
+        # Pre-norm stacks leave the residual stream un-normalised, so they end with one more norm.
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.embed(src)
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    """Token embedding + positional encoding, then ``num_layers`` decoder layers."""
+
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_layers: int,
+        num_heads: int,
+        d_ff: int,
+        max_len: int = 512,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.embed = _Embed(vocab_size, d_model, max_len, dropout)
+        self.layers = nn.ModuleList(
+            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_layers)
+        )
+        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+    def forward(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = self.embed(tgt_in)
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.norm(x)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+    ``encode(src, src_mask)`` runs once per source; ``decode(tgt_in, memory, tgt_mask,
+    memory_mask)`` returns next-token logits ``(batch, L_tgt, tgt_vocab_size)`` and is called
+    once per training step (teacher forcing) or once per generated token (greedy decoding).
+    """
+
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 512,
+        num_heads: int = 8,
+        num_encoder_layers: int = 6,
+        num_decoder_layers: int = 6,
+        d_ff: int = 2048,
+        dropout: float = 0.1,
+        max_len: int = 512,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.encoder = Encoder(
+            src_vocab_size, d_model, num_encoder_layers, num_heads, d_ff, max_len, dropout, norm_first
+        )
+        self.decoder = Decoder(
+            tgt_vocab_size, d_model, num_decoder_layers, num_heads, d_ff, max_len, dropout, norm_first
+        )
+        self.out = nn.Linear(d_model, tgt_vocab_size)
+        for p in self.parameters():  # Glorot initialisation of every matrix, as in the reference code
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.encoder(src, src_mask)
+
+    def decode(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.out(self.decoder(tgt_in, memory, tgt_mask, memory_mask))
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt_in, memory, tgt_mask, src_mask if memory_mask is None else memory_mask)

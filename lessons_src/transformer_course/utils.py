@@ -1,0 +1,93 @@
+"""Reproducibility and device helpers used by every chapter."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import torch
+
+DEFAULT_NUM_THREADS = 2
+
+
+def set_seed(seed: int = 0, num_threads: int | None = DEFAULT_NUM_THREADS) -> torch.Generator:
+    """Seed Python, NumPy and PyTorch, and fix PyTorch's CPU thread count.
+
+    Floating-point sums can come out differently when they are split over a different
+    number of threads, so a fixed thread count is part of getting the same printed
+    numbers run after run.  Pass ``num_threads=None`` to leave the thread count alone.
+
+    Returns a ``torch.Generator`` seeded with ``seed`` for code that wants its own
+    stream of random numbers (``DataLoader(generator=...)``, ``torch.randn(generator=...)``).
+    """
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    if num_threads is not None:
+        if num_threads < 1:
+            raise ValueError(f"num_threads must be at least 1, got {num_threads}")
+        torch.set_num_threads(num_threads)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    os.environ.setdefault("PYTHONHASHSEED", str(seed))
+    return torch.Generator().manual_seed(seed)
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """The device to train on: ``prefer`` if given, else CUDA, then Apple's MPS, then the CPU.
+
+    The environment variable ``TRANSFORMER_COURSE_DEVICE`` (e.g. ``cpu``) overrides the
+    automatic choice, which is how CI keeps every run on the CPU.
+    """
+    choice = prefer or os.environ.get("TRANSFORMER_COURSE_DEVICE")
+    if choice:
+        device = torch.device(choice)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device {choice!r} was asked for, but CUDA is not available here")
+        return device
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def count_parameters(module: torch.nn.Module, trainable_only: bool = True) -> int:
+    """Number of (trainable) parameters in ``module``; shared tensors are counted once."""
+    seen: set[int] = set()
+    total = 0
+    for p in module.parameters():
+        if id(p) in seen or (trainable_only and not p.requires_grad):
+            continue
+        seen.add(id(p))
+        total += p.numel()
+    return total
+
+
+def show_source(obj: object):  # -> IPython.display.Code
+    """Display the source code of a package function or class in a notebook.
+
+    Chapters use this to show the implementation that lives in the package, so the page and
+    the package never hold two copies of the same code.
+    """
+    import inspect
+
+    from IPython.display import Code
+
+    return Code(inspect.getsource(obj), language="python")
+
+
+def progress(iterable=None, **kwargs):  # -> tqdm
+    """A progress bar: a widget in Jupyter/Colab where ipywidgets is there, text elsewhere."""
+    import warnings
+
+    from tqdm import TqdmExperimentalWarning, TqdmWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TqdmWarning)
+        warnings.simplefilter("ignore", TqdmExperimentalWarning)
+        from tqdm.auto import tqdm
+
+        kwargs.setdefault("mininterval", 1.0)
+        return tqdm(iterable, **kwargs)

@@ -1,0 +1,69 @@
+"""book/ must be what `make notebooks` makes of lessons_src/: same cells, executed, nothing private."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import sys
+from pathlib import Path
+
+import jupytext
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import build_notebooks  # noqa: E402
+
+SOURCES = sorted((ROOT / "lessons_src" / "chapters").glob("[0-9][0-9]_*.py"))
+NOTEBOOKS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _cells(nb):
+    return [(c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def test_every_source_has_a_notebook_and_back():
+    assert SOURCES, "no lesson sources found"
+    assert {p.stem for p in SOURCES} == {p.stem for p in NOTEBOOKS}, (
+        "lessons_src/chapters and book/ hold different chapters: run `make notebooks`"
+    )
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_notebook_cells_match_source(src):
+    nb_path = ROOT / "book" / f"{src.stem}.ipynb"
+    if not nb_path.exists():
+        pytest.fail(f"book/{nb_path.name} is missing: run `make notebooks CHAPTERS={src.stem[:2]}`")
+    expected = build_notebooks.source_notebook(src)
+    actual = jupytext.read(nb_path)
+    assert _cells(actual) == _cells(expected), (
+        f"book/{nb_path.name} differs from {src.relative_to(ROOT)}: run `make notebooks CHAPTERS={src.stem[:2]}`"
+    )
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_executed_and_shows_nothing_private(nb_path):
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    first = nb["cells"][0]
+    assert build_notebooks.INSTALL_TAG in first["metadata"].get("tags", []), "the install cell must come first"
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or i == 0:
+            continue
+        assert cell["execution_count"] is not None, f"{nb_path.name} cell {i} was not executed"
+        assert not any(o.get("output_type") == "error" for o in cell["outputs"]), f"{nb_path.name} cell {i} failed"
+    text = json.dumps([c.get("outputs", []) for c in nb["cells"]])
+    private = re.compile(r"(/root/|/home/[\w.-]+|/Users/[\w.-]+|(?:[0-9a-f]{2}:){5}[0-9a-f]{2})", re.I)
+    assert not private.search(text), f"{nb_path.name} prints a local path or a MAC address: {private.search(text)}"
+    host = socket.gethostname()
+    assert not host or len(host) < 4 or host not in text, f"{nb_path.name} prints this machine's host name"
+
+
+def test_install_cell_installs_from_the_configured_repository():
+    import course_config
+
+    url, _, _ = course_config.repository()
+    src = build_notebooks.install_cell_source()
+    assert f"git+{url}.git@{course_config.branch()}" in src
+    assert "TRANSFORMER_COURSE_PIP_SPEC" in src
+    assert 'find_spec("transformer_course") is None' in src

@@ -1,0 +1,55 @@
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from transformer_course.utils import count_parameters, get_device, set_seed, show_source
+
+
+def test_set_seed_repeats_every_generator():
+    set_seed(123)
+    a = (random.random(), np.random.rand(), torch.rand(3))
+    set_seed(123)
+    b = (random.random(), np.random.rand(), torch.rand(3))
+    assert a[0] == b[0] and a[1] == b[1] and torch.equal(a[2], b[2])
+
+
+def test_set_seed_fixes_threads_and_returns_generator():
+    old = torch.get_num_threads()
+    try:
+        g = set_seed(5, num_threads=1)
+        assert torch.get_num_threads() == 1
+        assert torch.equal(torch.rand(2, generator=g), torch.rand(2, generator=torch.Generator().manual_seed(5)))
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_set_seed_rejects_bad_input():
+    with pytest.raises(TypeError, match="seed must be an int"):
+        set_seed(1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_threads"):
+        set_seed(1, num_threads=0)
+
+
+def test_get_device_honours_preference(monkeypatch):
+    assert get_device("cpu") == torch.device("cpu")
+    monkeypatch.setenv("TRANSFORMER_COURSE_DEVICE", "cpu")
+    assert get_device() == torch.device("cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA is not available"):
+            get_device("cuda")
+
+
+def test_count_parameters_counts_shared_once():
+    lin = torch.nn.Linear(3, 4)
+    model = torch.nn.ModuleList([lin, lin])
+    assert count_parameters(model) == 3 * 4 + 4
+    lin.bias.requires_grad_(False)
+    assert count_parameters(model) == 12
+    assert count_parameters(model, trainable_only=False) == 16
+
+
+def test_show_source_shows_the_package_code():
+    code = show_source(set_seed)
+    assert "def set_seed" in code.data

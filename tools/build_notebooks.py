@@ -1,0 +1,120 @@
+"""Execute the lesson sources into the notebooks the site shows and Colab opens.
+
+    python tools/build_notebooks.py                      # every lessons_src/chapters/*.py
+    python tools/build_notebooks.py 03 lessons_src/chapters/04_scaled_dot_product_attention.py
+
+Each ``lessons_src/chapters/NN_slug.py`` (jupytext py:percent) becomes ``book/NN_slug.ipynb``:
+the install cell (from ``_config.yml``) is put first, every cell is executed top to bottom in
+a fresh kernel of this Python with the course's fixed environment (CPU, offline), and the
+notebook is written with its outputs.  Cell ids are stable, timing metadata is dropped, so
+re-running an unchanged source gives the same notebook up to what nbval's sanitizer ignores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import jupytext
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import course_config  # noqa: E402
+
+ROOT = course_config.ROOT
+SOURCES = ROOT / "lessons_src" / "chapters"
+BOOK = ROOT / "book"
+INSTALL_TAG = "colab-install"
+
+COURSE_ENV = course_config.COURSE_ENV
+
+
+def install_cell_source() -> str:
+    """The first code cell of every notebook: install the helper package where it is missing."""
+    return (
+        "# Installs the course's helper package where it is missing (in Colab, say); does nothing elsewhere.\n"
+        "import importlib, importlib.util, os, subprocess, sys\n"
+        'if importlib.util.find_spec("transformer_course") is None:\n'
+        f'    spec = os.environ.get("TRANSFORMER_COURSE_PIP_SPEC", "{course_config.pip_spec()}")\n'
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "-q", spec], check=True)\n'
+        "    importlib.invalidate_caches()"
+    )
+
+
+def source_notebook(src: Path) -> nbformat.NotebookNode:
+    """The notebook a source turns into, before execution: install cell + the source's cells."""
+    nb = jupytext.read(src)
+    cell = nbformat.v4.new_code_cell(install_cell_source(), metadata={"tags": ["remove-cell", INSTALL_TAG]})
+    nb.cells.insert(0, cell)
+    nb.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python"},
+        "colab": {"provenance": []},
+    }
+    for i, c in enumerate(nb.cells):
+        c["id"] = f"c{i:03d}-{src.stem[:2]}"
+        c.metadata.pop("lines_to_next_cell", None)
+        if c.cell_type == "code":
+            c.outputs = []
+            c.execution_count = None
+    return nb
+
+
+def execute(src: Path, timeout: int = 1200) -> float:
+    nb = source_notebook(src)
+    os.environ.update(COURSE_ENV)
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", record_timing=False,
+        resources={"metadata": {"path": str(BOOK)}},
+    )
+    t0 = time.perf_counter()
+    try:
+        client.execute()
+    except CellExecutionError as err:
+        raise SystemExit(f"{src.name}: a cell failed\n{err}") from None
+    seconds = time.perf_counter() - t0
+    for c in nb.cells:
+        c.metadata.pop("execution", None)
+    out = BOOK / f"{src.stem}.ipynb"
+    nbformat.validate(nb)
+    out.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    return seconds
+
+
+def pick(args: list[str]) -> list[Path]:
+    every = sorted(SOURCES.glob("[0-9][0-9]_*.py"))
+    if not args:
+        return every
+    chosen = []
+    for a in args:
+        p = Path(a)
+        hits = [p.resolve()] if p.suffix == ".py" and p.exists() else [s for s in every if s.name.startswith(a)]
+        if not hits:
+            raise SystemExit(f"no lesson source matches {a!r} in {SOURCES.relative_to(ROOT)}")
+        chosen += hits
+    return chosen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("chapters", nargs="*", help="chapter numbers (e.g. 03) or source paths; default: all")
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds allowed per cell")
+    args = parser.parse_args()
+    BOOK.mkdir(exist_ok=True)
+    total = 0.0
+    for src in pick(args.chapters):
+        print(f"executing {src.relative_to(ROOT)} ...", flush=True)
+        s = execute(src, args.timeout)
+        total += s
+        print(f"  wrote book/{src.stem}.ipynb in {s:.1f} s", flush=True)
+    print(f"done in {total:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

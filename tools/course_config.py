@@ -1,0 +1,51 @@
+"""Read the course settings that live in ``_config.yml`` (the repository URL, its branch)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load() -> dict:
+    return yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+
+
+def repository() -> tuple[str, str, str]:
+    """``(url, owner, name)`` of the GitHub repository named in ``_config.yml``."""
+    url = load()["repository"]["url"].rstrip("/")
+    m = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+)", url)
+    if not m:
+        raise ValueError(f"_config.yml repository.url must be https://github.com/OWNER/REPO, got {url!r}")
+    return url, m.group(1), m.group(2)
+
+
+def branch() -> str:
+    return load()["repository"].get("branch", "main")
+
+
+def pip_spec() -> str:
+    """What the notebooks' install cell installs by default: the package from the repository."""
+    url, _, _ = repository()
+    return f"transformer_course @ git+{url}.git@{branch()}"
+
+
+def colab_url(notebook: str) -> str:
+    """The "Open in Colab" address of ``book/<notebook>``."""
+    _, owner, name = repository()
+    return f"https://colab.research.google.com/github/{owner}/{name}/blob/{branch()}/book/{notebook}"
+
+
+# The environment every notebook is executed in: by `make notebooks`, by nbval and by the Colab check.
+COURSE_ENV = {
+    "TRANSFORMER_COURSE_OFFLINE": "1",  # never reach for the Hugging Face Hub
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "TOKENIZERS_PARALLELISM": "false",
+    "TRANSFORMER_COURSE_DEVICE": "cpu",  # the stored outputs are the CPU ones
+    "PYTHONHASHSEED": "0",
+    "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+}
