@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 
@@ -29,8 +28,12 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
 class PositionalEncoding(nn.Module):
     """Adds the sinusoidal table to a batch of embeddings ``(batch, length, d_model)``.
 
-    The table is a buffer, not a parameter: it moves with ``.to(device)`` and is saved in
-    the ``state_dict``, but it is not trained.  Dropout, as in the paper, follows the sum.
+    The table is a buffer, not a parameter: it moves with ``.to(device)`` but is not
+    trained, and it is not saved in the ``state_dict`` either (``persistent=False``): it is
+    rebuilt from ``d_model`` and ``max_len``.  Dropout, as in the paper, follows the sum.
+
+    Errors: an odd ``d_model`` (``sinusoidal_table``), an input that is not
+    ``(batch, length, d_model)``, and a sequence (plus ``offset``) longer than ``max_len``.
     """
 
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
@@ -45,6 +48,8 @@ class PositionalEncoding(nn.Module):
         if x.dim() != 3 or x.size(-1) != self.d_model:
             raise ValueError(f"expected input of shape (batch, length, {self.d_model}), got {tuple(x.shape)}")
         n = x.size(1)
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
         if offset + n > self.max_len:
             raise ValueError(
                 f"sequence of length {offset + n} is longer than max_len={self.max_len} of this "
