@@ -35,14 +35,19 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
     Combining must keep the convention: with ``True`` = may attend, a key is visible only if
     *every* mask allows it, which is AND.  (Taking a ``max`` of masks written in opposite
-    conventions, as one of the course's source notebooks did, lets padding through.)
+    conventions, as one of the course's source notebooks did, gives a mask that shows each
+    position only the future when read as "1 = blocked", and lets padding through when read as
+    "1 = may attend"; chapter 08 runs it.)
     """
     present = [m for m in masks if m is not None]
     if not present:
         return None
     for m in present:
         if m.dtype != torch.bool:
-            raise TypeError(f"masks must be boolean (True = may attend), got dtype {m.dtype}")
+            raise TypeError(
+                f"masks must be boolean (True = may attend), got dtype {m.dtype} for the mask of shape "
+                f"{tuple(m.shape)}; convert it explicitly: m.bool() if 1 means may attend, m == 0 if 1 means blocked"
+            )
     try:
         torch.broadcast_shapes(*(m.shape for m in present))
     except RuntimeError as err:

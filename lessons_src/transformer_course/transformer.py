@@ -7,6 +7,8 @@ layer norm, with dropout on the sub-layer's output:
 * pre-norm (GPT-2 and most models since; ``norm_first=True``): ``x = x + dropout(sublayer(norm(x)))``
 
 Masks follow the course convention (boolean, ``True`` = may attend; see ``masking``).
+``copy_weights_to_torch`` copies a layer's weights into PyTorch's ``nn.TransformerEncoderLayer`` /
+``nn.TransformerDecoderLayer``, for the parity checks of chapter 07 and ``tests/test_transformer.py``.
 """
 
 from __future__ import annotations
@@ -253,3 +255,52 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         memory = self.encode(src, src_mask)
         return self.decode(tgt_in, memory, tgt_mask, src_mask if memory_mask is None else memory_mask)
+
+
+def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
+    """Our four projections into PyTorch's ``in_proj`` (W_q, W_k, W_v stacked) and ``out_proj``."""
+    theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
+    theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+    theirs.out_proj.weight.copy_(ours.W_o.weight)
+    theirs.out_proj.bias.copy_(ours.W_o.bias)
+
+
+@torch.no_grad()
+def copy_weights_to_torch(
+    ours: EncoderLayer | DecoderLayer,
+    theirs: nn.TransformerEncoderLayer | nn.TransformerDecoderLayer,
+) -> nn.Module:
+    """Copy our layer's weights into PyTorch's equivalent layer and return it.
+
+    ``EncoderLayer`` -> ``nn.TransformerEncoderLayer``, ``DecoderLayer`` ->
+    ``nn.TransformerDecoderLayer``.  Both must be built alike (``d_model``, heads, ``d_ff``,
+    ``norm_first``, activation); a difference is reported before anything is copied.
+    """
+    expected = {EncoderLayer: nn.TransformerEncoderLayer, DecoderLayer: nn.TransformerDecoderLayer}
+    if not isinstance(theirs, expected.get(type(ours), ())):
+        raise TypeError(
+            "copy EncoderLayer -> nn.TransformerEncoderLayer or DecoderLayer -> "
+            f"nn.TransformerDecoderLayer, got {type(ours).__name__} -> {type(theirs).__name__}"
+        )
+    their_act = getattr(theirs.activation, "__name__", ours.ff.activation)  # a function's name: relu / gelu
+    settings = {
+        "d_model": (ours.self_attn.d_model, theirs.self_attn.embed_dim),
+        "num_heads": (ours.self_attn.num_heads, theirs.self_attn.num_heads),
+        "d_ff": (ours.ff.linear1.out_features, theirs.linear1.out_features),
+        "norm_first": (ours.norm_first, theirs.norm_first),
+        "activation": (ours.ff.activation, their_act),
+        "eps": (ours.norm1.eps, theirs.norm1.eps),
+    }
+    for name, (mine, its) in settings.items():
+        if mine != its:
+            raise ValueError(f"the layers differ in {name}: ours {mine!r}, PyTorch's {its!r}")
+    _copy_attention(ours.self_attn, theirs.self_attn)
+    if isinstance(ours, DecoderLayer):
+        _copy_attention(ours.cross_attn, theirs.multihead_attn)
+    same = {"ff.linear1": "linear1", "ff.linear2": "linear2", "norm1": "norm1", "norm2": "norm2"}
+    if isinstance(ours, DecoderLayer):
+        same["norm3"] = "norm3"
+    for mine, its in same.items():
+        theirs.get_submodule(its).weight.copy_(ours.get_submodule(mine).weight)
+        theirs.get_submodule(its).bias.copy_(ours.get_submodule(mine).bias)
+    return theirs
