@@ -236,7 +236,7 @@ assert abs(rms(pe) - math.sqrt(0.5)) < 0.01  # sin^2 and cos^2 average 1/2
 assert 0.8 < rms(small_rows * math.sqrt(d_model)) < 1.2
 
 # %%
-show_source(transformer_module._Embed)
+show_source(transformer_module.TokenAndPositionEmbedding)
 
 # %% [markdown]
 # ## The encoder and decoder stacks
@@ -305,7 +305,7 @@ def record(name):
             trace.append((name, tuple(output.shape), ""))
     return hook
 
-watched = (transformer_module._Embed, EncoderLayer, DecoderLayer, MultiHeadAttention, PositionwiseFeedForward)
+watched = (transformer_module.TokenAndPositionEmbedding, EncoderLayer, DecoderLayer, MultiHeadAttention, PositionwiseFeedForward)
 handles = [m.register_forward_hook(record(n)) for n, m in model.named_modules()
            if isinstance(m, watched) or n == "out"]
 logits = model(src, tgt_in, src_mask, tgt_mask, memory_mask)

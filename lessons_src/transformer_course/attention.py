@@ -22,7 +22,7 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> torch.Tensor:
     if mask.dtype != torch.bool:
         raise TypeError(
             f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
-            "convert it explicitly, e.g. mask.bool() for a 1/0 mask"
+            "convert it explicitly: mask.bool() if 1 means may attend, mask == 0 if 1 means blocked"
         )
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)

@@ -122,7 +122,7 @@ class DecoderLayer(nn.Module):
         return self.norm3(x + self.dropout3(self.ff(x)))
 
 
-class _Embed(nn.Module):
+class TokenAndPositionEmbedding(nn.Module):
     """Token embedding scaled by sqrt(d_model), plus sinusoidal positions, then dropout."""
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float) -> None:
@@ -152,7 +152,7 @@ class Encoder(nn.Module):
         norm_first: bool = False,
     ) -> None:
         super().__init__()
-        self.embed = _Embed(vocab_size, d_model, max_len, dropout)
+        self.embed = TokenAndPositionEmbedding(vocab_size, d_model, max_len, dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_layers)
         )
@@ -181,7 +181,7 @@ class Decoder(nn.Module):
         norm_first: bool = False,
     ) -> None:
         super().__init__()
-        self.embed = _Embed(vocab_size, d_model, max_len, dropout)
+        self.embed = TokenAndPositionEmbedding(vocab_size, d_model, max_len, dropout)
         self.layers = nn.ModuleList(
             DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_layers)
         )
