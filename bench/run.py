@@ -156,7 +156,7 @@ def bench_gpt_vs_hf(device: torch.device, steps: int = 60) -> dict | None:
     """Train the course GPT and GPT2LMHeadModel with the same config, data, init and steps."""
     try:
         from transformer_course import gpt as G
-        from transformer_course.hf_gpt2 import to_hf_gpt2
+        from transformer_course.hf_gpt2 import to_hf
     except ImportError as err:
         print(f"  (skipped GPT vs GPT-2: {err})")
         return None
@@ -167,7 +167,7 @@ def bench_gpt_vs_hf(device: torch.device, steps: int = 60) -> dict | None:
     val = torch.tensor(tok.encode(val_text[:60_000]))
     cfg = G.GPTConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=4, n_head=4, d_model=128)
     ours = G.GPT(cfg).to(device)
-    hf = to_hf_gpt2(ours).to(device)  # the same initial weights
+    hf = to_hf(ours).to(device)  # the same initial weights
     results = {"config": f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.d_model}, block {cfg.block_size}",
                "steps": steps, "batch": 32}
     for name, model, loss_of in (

@@ -21,6 +21,12 @@ module                      what it holds                                       
 ``layers``                  ``LayerNorm``, ``PositionwiseFeedForward``             06
 ``transformer``             encoder/decoder layers and stacks, ``Transformer``     07
 ``masking``                 ``padding_mask``, ``causal_mask``, ``combine_masks``   08
+``seq2seq``                 date-normalisation data, training loop, greedy decode  09
+``gpt``                     ``GPT``, character tokeniser, sampling, KV cache       10, 11
+``train_gpt``               the script that trains the shipped GPT checkpoint      10
+``hf_gpt2``                 our GPT as ``GPT2LMHeadModel``, BPE, ``load_gpt2``     11
+``bert``                    our encoder running BERT weights, semantic search      12
+``sentiment``               review data set, fine-tuning, bag-of-words baseline    12
 ==========================  =====================================================  =======
 """
 

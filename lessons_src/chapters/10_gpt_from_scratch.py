@@ -1,0 +1,507 @@
+# %% [markdown]
+# # 10 — GPT from scratch
+#
+# A GPT is the simplest member of the transformer family: **one** stack of blocks, each block a
+# *causal* self-attention (a position may only look at itself and the positions before it)
+# followed by a feed-forward network. It is trained on a single task, *predict the next token*,
+# over and over on raw text, and once trained it writes by feeding its own predictions back in.
+#
+# This chapter builds GPT-2's design out of the pieces of the earlier chapters, trains a small
+# one on text that every Python installation ships, and then generates with it: greedy decoding,
+# temperature, top-k and top-p sampling, and a KV cache that makes generation fast.
+#
+# ```{note}
+# The course's source notebook calls GPT "the decoder part of the transformer". It is a
+# decoder *without cross-attention*, since there is no encoder to attend to. Such a block is
+# exactly an encoder layer (chapter 07) run with a causal mask (chapter 08), and that is how
+# the package builds it. The source notebook's decoder layer is also post-norm (the 2017
+# paper), while GPT-2 normalises *before* each sub-layer.
+# ```
+
+# %%
+import math
+import time
+
+import matplotlib.pyplot as plt
+import torch
+
+from transformer_course.attention import KVCache
+from transformer_course.gpt import (
+    CHARS, GPT, CharTokenizer, GPTConfig, corpus_fingerprint, evaluate, generate, get_batch,
+    lm_loss, load_checkpoint, load_python_docs, next_token_probs, normalize_text, top_k_filter,
+    top_p_filter, train_val_split,
+)
+from transformer_course.masking import causal_mask
+from transformer_course.train_gpt import learning_rate, train
+from transformer_course.transformer import EncoderLayer
+from transformer_course.utils import count_parameters, set_seed, show_source
+
+g = set_seed(0)
+
+# %% [markdown]
+# ## The data: Python's own documentation
+#
+# Every Python comes with the text of its language reference, for the `help()` command:
+# `pydoc_data.topics` holds one entry per statement, operator and built-in type. Joined
+# together it is about half a million characters of English prose and code examples: enough
+# to learn from, and already on every machine and in every Colab session, so nothing is
+# downloaded.
+#
+# We read it **character by character**. The alphabet is fixed: newline and the 95 printable
+# ASCII characters. The few typographic characters in the text (curly quotes, dashes) are
+# mapped to ASCII first, so the vocabulary does not depend on which Python wrote the text.
+
+# %%
+text = load_python_docs()
+tok = CharTokenizer()
+print(f"{len(text):,} characters, vocabulary of {tok.vocab_size}")
+print(text[:400])
+assert set(text) <= set(CHARS) and tok.vocab_size == 96
+
+# %%
+print(normalize_text("\u201cfoo\u201d \u2014 it\u2019s caf\u00e9"))
+ids = tok.encode("def f(x):")
+print(ids)
+assert tok.decode(ids) == "def f(x):"
+
+# %% [markdown]
+# The first 90% of the text is for training, the last 10% for validation. Since the topics are
+# in alphabetical order, a split by position leaves the last topics (the end of `typesmapping`,
+# then `typesmethods` ... `while`, `with`, `yield`) for validation only.
+
+# %%
+train_text, val_text = train_val_split(text, val_fraction=0.1)
+train_ids = torch.tensor(tok.encode(train_text))
+val_ids = torch.tensor(tok.encode(val_text))
+print(f"train {len(train_ids):,} characters, validation {len(val_ids):,} characters")
+print("validation starts with:", repr(val_text[:70]))
+yield_heading = 'The "yield" statement\n*****'
+assert yield_heading in val_text and yield_heading not in train_text
+
+# %% [markdown]
+# A training example is a window of the text; the target at each position is the *next*
+# character. One window of 64 characters therefore holds 64 prediction problems, each with a
+# different amount of context.
+
+# %%
+x, y = get_batch(train_ids, batch_size=2, block_size=24, generator=g)
+for t in range(4):
+    print(f"context {tok.decode(x[0, :t + 1])!r:28} -> next {tok.decode(y[0, t:t + 1])!r}")
+assert torch.equal(x[:, 1:], y[:, :-1])
+
+# %% [markdown]
+# ## The model
+#
+# GPT-2's design, from the bottom up:
+#
+# 1. **token embedding + learned position embedding**: GPT-2 learns one vector per position
+#    (up to `block_size`) instead of the sinusoids of chapter 03;
+# 2. **`n_layer` pre-norm blocks**: `x = x + attn(norm1(x))`, then `x = x + mlp(norm2(x))`,
+#    with causal multi-head self-attention and a feed-forward network with a GELU;
+# 3. a **final LayerNorm**, because a pre-norm stack leaves the residual stream unnormalised;
+# 4. an **output head that reuses the token embedding matrix** (tied weights): the same
+#    vectors that read tokens in score them on the way out.
+#
+# The block is one we already have. Chapter 07's `EncoderLayer` with `norm_first=True` and
+# `activation="gelu"` is a GPT-2 block as soon as it gets a causal mask. On a small example,
+# changing the *last* input position must leave every earlier output unchanged:
+
+# %%
+block = EncoderLayer(d_model=16, num_heads=2, d_ff=64, dropout=0.0, activation="gelu", norm_first=True).eval()
+h = torch.randn(1, 5, 16, generator=g)
+h2 = h.clone()
+h2[0, 4] = torch.randn(16, generator=g)  # a different last token
+mask = causal_mask(5)
+print(mask[0, 0].int())
+same = torch.allclose(block(h, mask)[:, :4], block(h2, mask)[:, :4])
+leaks = not torch.allclose(block(h)[:, :4], block(h2)[:, :4])  # no mask: the future leaks in
+print("causal: earlier outputs unchanged:", same, "| without the mask they change:", leaks)
+assert same and leaks
+
+# %% [markdown]
+# The package's `GPT` puts the pieces together. Its `forward` also takes a `cache`, which we
+# use at the end of the chapter.
+
+# %%
+show_source(GPTConfig)
+
+# %%
+show_source(GPT)
+
+# %% [markdown]
+# The model we train here is small: 4 blocks, 4 heads, a 128-wide residual stream and a context
+# of 64 characters.
+
+# %%
+config = GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=4, n_head=4, d_model=128)
+model = GPT(config)
+parts = {
+    "token embedding (= output head)": model.tok_emb.weight.numel(),
+    "position embedding": model.pos_emb.weight.numel(),
+    "4 blocks": sum(p.numel() for p in model.blocks.parameters()),
+    "final LayerNorm": sum(p.numel() for p in model.norm.parameters()),
+}
+for name, n in parts.items():
+    print(f"{name:32} {n:>9,}")
+print(f"{'total':32} {count_parameters(model):>9,}")
+assert model.lm_head.weight is model.tok_emb.weight
+assert sum(parts.values()) == count_parameters(model)
+# each block: 4 attention projections d*d + d, two MLP matrices d*4d (+ biases), two LayerNorms
+d = config.d_model
+assert parts["4 blocks"] == 4 * (4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d)
+
+# %% [markdown]
+# Before training, the model should have no preference among the 96 characters, so its loss
+# (cross-entropy in nats per character) should be close to $\ln 96 \approx 4.56$. The small
+# initial weights (standard deviation 0.02, as in GPT-2) make sure it is.
+
+# %%
+with torch.no_grad():
+    xb, yb = get_batch(train_ids, 16, config.block_size, generator=g)
+    loss0 = lm_loss(model(xb), yb).item()
+print(f"loss at initialisation {loss0:.2f}, ln(96) = {math.log(96):.2f}")
+assert abs(loss0 - math.log(96)) < 0.1
+
+# %% [markdown]
+# And the whole model is causal: changing the characters after position 40 leaves the logits
+# of positions 0..40 exactly as they were.
+
+# %%
+model.eval()
+with torch.no_grad():
+    a = xb[:1].clone()
+    b = a.clone()
+    b[0, 41:] = torch.randint(0, 96, (config.block_size - 41,), generator=g)
+    diff_past = (model(a)[0, :41] - model(b)[0, :41]).abs().max().item()
+    diff_future = (model(a)[0, 41:] - model(b)[0, 41:]).abs().max().item()
+print(f"largest change of a past logit {diff_past:.1e}, of a later logit {diff_future:.1e}")
+assert diff_past < 1e-6 < diff_future
+
+# %% [markdown]
+# ## Training
+#
+# Text from an untrained model is noise:
+
+# %%
+prompt = "The return statement"
+start = torch.tensor([tok.encode(prompt)])
+untrained = generate(model, start, 60, do_sample=True, generator=torch.Generator().manual_seed(1))
+print(repr(tok.decode(untrained[0])))
+
+# %% [markdown]
+# The training loop is the one of chapter 09 with GPT-2's recipe: AdamW with weight decay on
+# the matrices only, a learning rate that warms up linearly and then decays along a cosine,
+# and gradient clipping. Every `eval_every` steps it measures the loss on the first windows of
+# the training and of the validation text, the same way for both, so the two curves can be
+# compared.
+
+# %%
+show_source(train)
+
+# %%
+steps = [0, 50, 500, 999, 1000]
+lrs = [learning_rate(s, 1000, 3e-3, 50, 3e-4) for s in steps]
+print("learning rate at steps", steps, "->", [f"{v:.1e}" for v in lrs])
+assert lrs[1] == max(lrs) and lrs[-1] == 3e-4
+
+# %% [markdown]
+# 1000 steps of 16 windows of 64 characters: about a million characters, two and a half
+# passes over the training text. On two CPU cores this takes a minute or two (the progress
+# bar shows it).
+
+# %%
+print(f"{1000 * 16 * 64:,} characters = {1000 * 16 * 64 / len(train_ids):.2f} passes over the training text")
+
+# %% tags=["nbval-ignore-output"]
+set_seed(0)
+model = GPT(config)
+wall0, cpu0 = time.perf_counter(), time.process_time()
+history = train(model, train_ids, val_ids, steps=1000, batch_size=16, lr=3e-3, warmup=50,
+                eval_every=100, eval_windows=32, generator=torch.Generator().manual_seed(0))
+train_seconds = time.perf_counter() - wall0
+val_loss = evaluate(model, val_ids)
+print(f"trained in {train_seconds:.0f} s ({1000 / train_seconds:.1f} steps/s, "
+      f"CPU time {time.process_time() - cpu0:.0f} s)")
+print(f"validation loss {val_loss:.3f} nats/char (perplexity {math.exp(val_loss):.2f})")
+assert val_loss <= 1.7
+
+# %% [markdown]
+# The validation loss above is measured on the *whole* validation text, cut into windows of 64
+# characters (`evaluate`). Its exponential, the **perplexity**, says the model is on average as
+# unsure as if it chose uniformly among that many characters, instead of 96.
+#
+# The curves: a fast first drop to about 2.5 nats, where the model knows how frequent each
+# character is and which pairs are common; then slow progress for a while, until the model
+# learns to use the context further back and the loss falls again. The
+# validation curve lies above the training curve: its windows are text the model has never
+# been trained on.
+
+# %%
+fig, ax = plt.subplots(figsize=(6.5, 3.5))
+ax.plot(history["step"], history["train_loss"], "o-", label="training text")
+ax.plot(history["step"], history["val_loss"], "s-", label="validation text")
+ax.axhline(math.log(96), color="gray", ls=":", lw=1)
+ax.text(1000, math.log(96) - 0.08, "uniform over 96 characters", ha="right", va="top", fontsize=8, color="gray")
+ax.set_xlabel("step")
+ax.set_ylabel("loss (nats per character)")
+ax.set_title("Training the small GPT on Python's documentation")
+ax.legend(loc="center right")
+fig.tight_layout()
+plt.show()
+v = history["val_loss"]
+assert v[0] - v[1] > 4 * (v[1] - v[2])  # the first 100 steps gain far more than the next 100
+assert v[1] > 2.2 and v[-1] < 1.9
+assert history["val_loss"][-1] > history["train_loss"][-1]
+
+# %% tags=["nbval-ignore-output"]
+trained = generate(model, start, 200, do_sample=True, temperature=0.8, generator=torch.Generator().manual_seed(1))
+sample = tok.decode(trained[0])
+print(sample)
+assert sample.startswith(prompt) and len(sample) == len(prompt) + 200
+
+# %% [markdown]
+# After a couple of minutes the model has learned the *look* of the documentation: words,
+# quoting of keywords, indentation, headings underlined with `*`. The sense is missing, and
+# with 64 characters of context it cannot stay on one topic.
+#
+# ## A longer-trained model
+#
+# For generation we load a larger model trained for longer by the package's script
+# (`python -m transformer_course.train_gpt --help` lists its options; it uses a GPU when there
+# is one). It has 4 blocks of width 192 with 6 heads and a context of 128 characters. The
+# checkpoint (safetensors weights, a JSON with the config and a record of the run) ships
+# with the package.
+
+# %%
+big, big_tok, record = load_checkpoint()
+print(f"{count_parameters(big):,} parameters, config {big.config}")
+print(f"recorded: validation loss {record['val_loss']} nats/char after {record['steps']} steps, "
+      f"trained {record['train_seconds'] / 60:.0f} min on {record['device']}")
+assert record["val_loss"] <= 1.25 and big_tok.chars == tok.chars
+
+# %% [markdown]
+# Our own measurement on the validation text agrees with the record. (The documentation
+# changes a little from one Python version to the next; the record holds a fingerprint of the
+# text it was measured on, so we know whether to expect the very same number.)
+
+# %%
+big_val = evaluate(big, val_ids)
+print(f"validation loss {big_val:.3f} nats/char, perplexity {math.exp(big_val):.2f}")
+if record["corpus_sha256"] == corpus_fingerprint(text):
+    assert abs(big_val - record["val_loss"]) < 2e-3
+else:
+    print(f"(this Python's documentation differs from the one of the record, Python {record['python']})")
+    assert abs(big_val - record["val_loss"]) < 0.2
+
+# %% [markdown]
+# ## Generation
+#
+# The model gives a distribution over the next character. Every way of generating is a rule
+# for choosing from it, then appending the choice and asking again. By hand, one greedy step:
+
+# %%
+prompt = 'The "for" statement is used to iterate over '
+ids = torch.tensor([big_tok.encode(prompt)])
+with torch.no_grad():
+    logits = big(ids)[0, -1]
+probs = logits.softmax(-1)
+top = probs.topk(5)
+for p, i in zip(top.values, top.indices):
+    print(f"{big_tok.decode([int(i)])!r:6} {p.item():.3f}")
+print("greedy decoding picks", repr(big_tok.decode([int(logits.argmax())])))
+assert generate(big, ids, 1)[0, -1].item() == int(logits.argmax())
+
+# %% [markdown]
+# Four rules:
+#
+# * **greedy**: always the most likely token. Deterministic, and it tends to fall into loops.
+# * **temperature** $T$: sample from $\operatorname{softmax}(z / T)$. $T<1$ sharpens the
+#   distribution towards greedy, $T>1$ flattens it towards uniform.
+# * **top-k**: sample only among the $k$ most likely tokens (renormalised).
+# * **top-p (nucleus)**: sample only among the smallest set of most likely tokens whose
+#   probabilities add up to at least $p$. The set adapts: small where the model is sure, large
+#   where it is not.
+
+# %%
+show_source(top_k_filter)
+
+# %%
+show_source(top_p_filter)
+
+# %%
+show_source(next_token_probs)
+
+# %% [markdown]
+# How temperature reshapes the next-character distribution after `The "for" statement is used
+# to iterate over `, and how many characters top-k and top-p keep:
+
+# %%
+fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
+order = probs.argsort(descending=True)[:12]
+labels = [repr(big_tok.decode([int(i)])) for i in order]
+for ax, t in zip(axes, (0.5, 1.0, 2.0)):
+    pt = next_token_probs(logits, temperature=t)
+    ax.bar(range(12), pt[order].numpy(), color="tab:blue")
+    ax.set_xticks(range(12))
+    ax.set_xticklabels(labels, fontsize=8)
+    entropy = -(pt * pt.clamp_min(1e-12).log()).sum().item()
+    ax.set_title(f"T = {t}: entropy {entropy:.2f} nats", fontsize=10)
+axes[0].set_ylabel("probability")
+fig.suptitle("Temperature reshapes the next-character distribution (the 12 most likely shown)")
+fig.tight_layout()
+plt.show()
+entropies = []
+for t in (0.5, 1.0, 2.0):
+    pt = next_token_probs(logits, temperature=t)
+    entropies.append(-(pt * pt.clamp_min(1e-12).log()).sum().item())
+assert entropies[0] < entropies[1] < entropies[2]
+
+# %%
+for k in (1, 5, 20):
+    print(f"top-k, k = {k:2}: keeps {int(torch.isfinite(top_k_filter(logits, k)).sum()):2} characters")
+for p in (0.5, 0.9, 0.99):
+    kept = torch.isfinite(top_p_filter(logits, p))
+    print(f"top-p, p = {p}: keeps {int(kept.sum()):2} characters, "
+          f"holding {probs[kept].sum().item():.3f} of the probability")
+    assert probs[kept].sum() >= p
+
+# %% [markdown]
+# The four strategies side by side, on the same prompt, each sampler with the same seed:
+
+# %%
+strategies = {
+    "greedy": dict(do_sample=False),
+    "temperature 0.8": dict(do_sample=True, temperature=0.8),
+    "top-k, k = 5": dict(do_sample=True, top_k=5),
+    "top-p, p = 0.9": dict(do_sample=True, top_p=0.9),
+}
+outputs = {}
+for name, kwargs in strategies.items():
+    out = generate(big, ids, 160, generator=torch.Generator().manual_seed(0), **kwargs)
+    outputs[name] = big_tok.decode(out[0])
+    print(f"--- {name} ---\n{outputs[name]}\n")
+assert all(o.startswith(prompt) and len(o) == len(prompt) + 160 for o in outputs.values())
+assert set(outputs["greedy"][-60:]) == {" "}  # greedy: stuck in a run of spaces
+
+# %% [markdown]
+# Greedy decoding soon gets stuck, here in a run of spaces that it never leaves (the last
+# assert above checks it): deterministic choices from a context that keeps repeating itself
+# repeat themselves. The samplers keep going, with the misspellings and non-sequiturs of a
+# small model. Top-k and top-p cut off the unlikely tail of the distribution, where many of
+# the odd choices come from; a common setting for open-ended text is top-p around 0.9, often
+# with a temperature a little below 1.
+#
+# `generate` itself is short:
+
+# %%
+show_source(generate)
+
+# %% [markdown]
+# ## A KV cache
+#
+# Without a cache, every new token runs the model over the *whole* text so far, although only
+# the last position's output is used, and the keys and values of all earlier positions are
+# recomputed each time although they never change (the causal mask guarantees that a
+# position's keys and values depend only on what came before it). A **KV cache** keeps each
+# layer's keys and values; each step then feeds only the newest token, computes its query,
+# key and value, appends the key and value to the cache and attends over all of them.
+#
+# The mask for the new queries is the last rows of the full causal mask: new position $i$
+# (absolute position `past + i`) may see keys $0..\text{past}+i$. For one new token, that row
+# is all `True`.
+
+# %%
+show_source(KVCache)
+
+# %%
+past, new = 5, 3
+print(causal_mask(past + new)[:, :, past:, :][0, 0].int())
+
+# %% [markdown]
+# The cache must not change the result. Greedy decoding and seeded sampling give the same
+# tokens with and without it:
+
+# %%
+for kwargs in (dict(do_sample=False), dict(do_sample=True, temperature=0.8, top_p=0.9)):
+    a = generate(big, ids, 100, use_cache=False, generator=torch.Generator().manual_seed(3), **kwargs)
+    b = generate(big, ids, 100, use_cache=True, generator=torch.Generator().manual_seed(3), **kwargs)
+    print(kwargs, "same tokens:", torch.equal(a, b))
+    assert torch.equal(a, b)
+
+# %% [markdown]
+# And it is faster, increasingly so for longer texts: without the cache step $t$ costs work
+# proportional to $t$ (the whole prefix goes through every layer), with it a constant amount
+# plus attention over $t$ cached keys. Timings depend on the machine (and on what else it is
+# running); the tokens must be identical in every row.
+
+# %% tags=["nbval-ignore-output"]
+def timed(fn, repeats=3):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+one = torch.tensor([big_tok.encode("\n")])
+print(f"{'new tokens':>10} {'no cache':>10} {'KV cache':>10} {'speed-up':>9}")
+for n in (32, 64, 127):  # a 1-character prompt + 127 new ones fill the 128 positions
+    t_plain, a = timed(lambda: generate(big, one, n, use_cache=False))
+    t_cache, b = timed(lambda: generate(big, one, n, use_cache=True))
+    assert torch.equal(a, b)
+    print(f"{n:>10} {t_plain:>9.2f}s {t_cache:>9.2f}s {t_plain / t_cache:>8.1f}x")
+
+# %% [markdown]
+# Once a text is longer than the context (`block_size`), a model with learned positions cannot
+# simply keep appending: the window slides and the positions of every cached token change.
+# `generate` then falls back to re-reading the last `block_size` tokens at each step, exactly
+# like the uncached path, so the two still agree (the package's tests check this).
+#
+# ## Exercises
+#
+# **1. Min-p sampling.** A newer filter keeps the tokens whose probability is at least a
+# fraction `m` of the most likely token's probability. Write `min_p_filter(logits, m)` in the
+# style of `top_k_filter` and check that it always keeps the most likely token and keeps more
+# tokens when the model is unsure.
+
+# %% tags=["hide-input"]
+def min_p_filter(logits: torch.Tensor, m: float) -> torch.Tensor:
+    p = logits.softmax(-1)
+    keep = p >= m * p.max(dim=-1, keepdim=True).values
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+sure = torch.tensor([5.0, 1.0, 0.5, 0.0])
+unsure = torch.tensor([1.0, 0.9, 0.8, 0.0])
+n_sure = int(torch.isfinite(min_p_filter(sure, 0.1)).sum())
+n_unsure = int(torch.isfinite(min_p_filter(unsure, 0.1)).sum())
+print("kept when sure:", n_sure, "| kept when unsure:", n_unsure)
+assert torch.isfinite(min_p_filter(logits, 0.5))[logits.argmax()]
+assert n_sure < n_unsure
+
+# %% [markdown]
+# **2. What tying the weights saves.** Build the same `GPTConfig` as the in-notebook model but
+# give the output head its own matrix (`model.lm_head.weight = torch.nn.Parameter(...)`), and
+# count the parameters again. How many more are there, and where do they come from?
+
+# %% tags=["hide-input"]
+untied = GPT(config)
+untied.lm_head.weight = torch.nn.Parameter(untied.tok_emb.weight.detach().clone())
+extra = count_parameters(untied) - count_parameters(GPT(config))
+print(f"{extra:,} more parameters = vocab_size x d_model = {config.vocab_size} x {config.d_model}")
+assert extra == config.vocab_size * config.d_model
+
+# %% [markdown]
+# **3. The two ends of temperature.** Show that sampling at a very low temperature
+# (`temperature=0.01`) reproduces greedy decoding on the big model, and that at a very high
+# temperature the next-character distribution approaches the uniform one (entropy close to
+# $\ln 96$).
+
+# %% tags=["hide-input"]
+cold = generate(big, ids, 40, do_sample=True, temperature=0.01, generator=torch.Generator().manual_seed(0))
+assert torch.equal(cold, generate(big, ids, 40))
+hot = next_token_probs(logits, temperature=1000.0)
+hot_entropy = -(hot * hot.log()).sum().item()
+print(f"T = 0.01 gives the greedy text; entropy at T = 1000: {hot_entropy:.3f} nats, ln 96 = {math.log(96):.3f}")
+assert abs(hot_entropy - math.log(96)) < 0.01

@@ -1,0 +1,174 @@
+"""Tests of transformer_course.bert: the course encoder running BERT (MiniLM) weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_course.bert import (
+    BertConfig,
+    BertEncoder,
+    bert_from_hf,
+    cosine_similarity,
+    hf_to_course_state_dict,
+    load_bert_weights,
+    semantic_search,
+)
+from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool
+
+PAIR_A = ["The cat sat on the mat.", "A much longer first sentence, with commas, and many more words in it."]
+PAIR_B = ["It was asleep.", "Short."]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    torch.manual_seed(0)
+    tokenizer, model = load_minilm(attn_implementation="eager")
+    return tokenizer, model
+
+
+@pytest.fixture(scope="module")
+def ours(minilm):
+    return bert_from_hf(minilm[1])
+
+
+def tiny_config() -> BertConfig:
+    return BertConfig(vocab_size=50, d_model=16, num_layers=2, num_heads=4, d_ff=32, max_len=12, dropout=0.0)
+
+
+def test_config_from_hf(minilm):
+    cfg = BertConfig.from_hf(minilm[1].config)
+    assert (cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.d_ff, cfg.eps) == (384, 6, 12, 1536, 1e-12)
+    assert cfg.vocab_size == minilm[0].vocab_size
+
+
+def test_parity_with_bertmodel_on_padded_pair_batch(minilm, ours):
+    tokenizer, hf = minilm
+    batch = tokenizer(PAIR_A, PAIR_B, padding=True, return_tensors="pt")
+    assert (batch["attention_mask"] == 0).any(), "the batch must contain padding"
+    assert (batch["token_type_ids"] == 1).any(), "the batch must contain a sentence B"
+    with torch.no_grad():
+        ref = hf(**batch, output_hidden_states=True, output_attentions=True)
+        out = ours(**batch)
+    assert len(out.hidden_states) == len(ref.hidden_states) == 7
+    assert (out.last_hidden_state - ref.last_hidden_state).abs().max().item() <= 1e-4
+    for a, b in zip(out.hidden_states, ref.hidden_states):
+        assert (a - b).abs().max().item() <= 1e-4
+    for a, b in zip(out.attentions, ref.attentions):
+        assert (a - b).abs().max().item() <= 1e-5
+    # padding keys receive exactly zero attention
+    pad_keys = (batch["attention_mask"] == 0)[:, None, None, :]  # (batch, 1, 1, keys)
+    for a in out.attentions:
+        assert (a * pad_keys).abs().max().item() == 0.0
+
+
+def test_token_types_matter(ours, minilm):
+    tokenizer, _ = minilm
+    batch = tokenizer(PAIR_A[:1], PAIR_B[:1], return_tensors="pt")
+    with torch.no_grad():
+        a = ours(**batch).last_hidden_state
+        b = ours(batch["input_ids"], batch["attention_mask"]).last_hidden_state  # all type 0
+    assert (a - b).abs().max() > 1e-2
+
+
+def test_padding_does_not_change_sentence_embedding(minilm, ours):
+    tokenizer, hf = minilm
+    short = "Padding must not change me."
+    alone = tokenizer([short], return_tensors="pt")
+    padded = tokenizer([short, PAIR_A[1]], padding=True, return_tensors="pt")
+    assert padded["input_ids"].size(1) > alone["input_ids"].size(1) + 5
+    for model in (ours, hf):
+        with torch.no_grad():
+            e_alone = mean_pool(model(**alone).last_hidden_state, alone["attention_mask"])[0]
+            e_padded = mean_pool(model(**padded).last_hidden_state, padded["attention_mask"])[0]
+        assert (e_alone - e_padded).abs().max().item() < 1e-5
+    # ... whereas averaging over every position, padding included, does change it
+    with torch.no_grad():
+        naive = ours(**padded).last_hidden_state[0].mean(dim=0)
+    assert (naive - e_alone).abs().max().item() > 1e-2
+
+
+def test_embed_sentences_works_with_course_encoder(minilm, ours):
+    tokenizer, hf = minilm
+    sentences = ["A dog runs in the park.", "A puppy plays outside.", "Stock markets fell sharply today."]
+    ours_emb = embed_sentences(sentences, tokenizer, ours)
+    hf_emb = embed_sentences(sentences, tokenizer, hf)
+    assert (ours_emb - hf_emb).abs().max().item() < 1e-5
+    sim = cosine_similarity(ours_emb, ours_emb)
+    assert sim[0, 1] > sim[0, 2] + 0.2
+
+
+def test_state_dict_mapping_roundtrip():
+    torch.manual_seed(0)
+    from transformers import BertConfig as HFConfig
+    from transformers import BertModel
+
+    hf = BertModel(
+        HFConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+                 max_position_embeddings=12, attn_implementation="eager")
+    ).eval()
+    model = bert_from_hf(hf)
+    ids = torch.randint(1, 50, (3, 7))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 5:] = 1
+    with torch.no_grad():
+        diff = model(ids, mask, types).last_hidden_state - hf(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+    assert diff.abs().max().item() < 1e-5
+    # every course parameter is covered exactly once
+    assert set(hf_to_course_state_dict(hf.state_dict())) == set(model.state_dict())
+
+
+def test_task_model_prefix_and_unknown_keys():
+    model = BertEncoder(tiny_config())
+    from transformers import BertConfig as HFConfig
+    from transformers import BertForSequenceClassification
+
+    hf = BertForSequenceClassification(
+        HFConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
+                 max_position_embeddings=12, num_labels=2)
+    )
+    load_bert_weights(model, hf.state_dict())  # "bert." prefix and classifier are handled
+    assert torch.equal(model.embeddings.word.weight, hf.bert.embeddings.word_embeddings.weight)
+    with pytest.raises(KeyError, match="not BERT encoder weights"):
+        hf_to_course_state_dict({"decoder.layer.0.weight": torch.zeros(1)})
+    wrong = BertEncoder(BertConfig(vocab_size=50, d_model=16, num_layers=3, num_heads=4, d_ff=32, max_len=12))
+    with pytest.raises(KeyError, match="missing"):
+        load_bert_weights(wrong, hf.state_dict())
+    wide = BertEncoder(BertConfig(vocab_size=60, d_model=16, num_layers=2, num_heads=4, d_ff=32, max_len=12))
+    with pytest.raises(ValueError, match="shape"):
+        load_bert_weights(wide, hf.state_dict())
+
+
+def test_bad_inputs_are_named():
+    model = BertEncoder(tiny_config()).eval()
+    ids = torch.randint(0, 50, (2, 5))
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(ids, torch.ones(2, 4))
+    with pytest.raises(ValueError, match="token_type_ids"):
+        model(ids, None, torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="longer than the 12 learned positions"):
+        model(torch.zeros(1, 13, dtype=torch.long))
+    with pytest.raises(ValueError, match="input_ids"):
+        model(torch.zeros(2, 5))
+    with pytest.raises(TypeError, match="BERT"):
+        bert_from_hf(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="gelu"):
+        from transformers import BertConfig as HFConfig
+
+        BertConfig.from_hf(HFConfig(hidden_act="relu"))
+
+
+def test_cosine_and_search():
+    a = torch.tensor([[1.0, 0.0], [0.0, 2.0], [-3.0, 0.0]])
+    sim = cosine_similarity(a, a)
+    assert torch.allclose(sim, torch.tensor([[1.0, 0.0, -1.0], [0.0, 1.0, 0.0], [-1.0, 0.0, 1.0]]))
+    assert torch.allclose(cosine_similarity(a[0], a), sim[:1])
+    hits = semantic_search(torch.tensor([0.9, 0.1]), a, top_k=2)
+    assert [i for i, _ in hits[0]] == [0, 1]
+    assert hits[0][0][1] == pytest.approx(0.9 / (0.82**0.5), abs=1e-6)
+    with pytest.raises(ValueError, match="top_k"):
+        semantic_search(a, a, top_k=4)
+    with pytest.raises(ValueError, match="same d"):
+        cosine_similarity(a, torch.zeros(2, 3))

@@ -1,0 +1,175 @@
+"""Tests of transformer_course.sentiment: the review data set, the baseline, the fine-tuning loop."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+import torch
+
+from transformer_course import sentiment as S
+
+
+def normalise(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
+
+
+@pytest.fixture(scope="module")
+def data():
+    return S.load_sentiment_reviews()
+
+
+# ----------------------------------------------------------------------------- the data set
+
+
+def test_data_set_is_large_and_balanced(data):
+    train, test = data
+    assert len(train) + len(test) >= 400
+    for split in (train, test):
+        counts = Counter(split.labels)
+        assert set(counts) == {0, 1}
+        assert counts[0] == counts[1], f"unbalanced split: {counts}"
+    assert len(test) >= 100
+
+
+def test_no_sentence_in_both_splits_and_no_duplicates(data):
+    train, test = data
+    tr = [normalise(t) for t in train.texts]
+    te = [normalise(t) for t in test.texts]
+    assert not set(tr) & set(te), f"in both splits: {sorted(set(tr) & set(te))[:3]}"
+    assert len(set(tr)) == len(tr) and len(set(te)) == len(te), "duplicate reviews"
+
+
+def test_reviews_are_short_and_varied(data):
+    train, test = data
+    texts = train.texts + test.texts
+    lengths = [len(S.words(t)) for t in texts]
+    assert max(lengths) <= 30 and min(lengths) >= 2
+    first_words = Counter(" ".join(S.words(t)[:2]) for t in texts)
+    assert first_words.most_common(1)[0][1] < 0.1 * len(texts), "too many reviews start the same way"
+
+
+def test_split_is_fixed_in_the_file(data):
+    again = S.load_sentiment_reviews()
+    assert again[0].texts == data[0].texts and again[1].labels == data[1].labels
+
+
+def test_loader_names_bad_rows(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label,split\nGreat,positive,train\nAwful,awful,test\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="line 3: label"):
+        S.load_sentiment_reviews(bad)
+    bad.write_text("text,label,split\nGreat,positive,valid\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="split"):
+        S.load_sentiment_reviews(bad)
+    bad.write_text("text,label\nGreat,positive\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="columns"):
+        S.load_sentiment_reviews(bad)
+    with pytest.raises(ValueError, match="labels"):
+        S.ReviewSplit(["a", "b"], [1])
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def test_accuracy_and_confusion_matrix():
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 3, (50,), generator=g)
+    p = torch.randint(0, 3, (50,), generator=g)
+    cm = S.confusion_matrix(y, p, num_classes=3)
+    for i in range(3):
+        for j in range(3):
+            assert cm[i, j] == sum(1 for a, b in zip(y.tolist(), p.tolist()) if a == i and b == j)
+    assert cm.sum() == 50
+    assert S.accuracy(p, y) == pytest.approx(cm.diag().sum().item() / 50)
+    assert S.accuracy([1, 0, 1, 1], [1, 1, 1, 0]) == 0.5
+    with pytest.raises(ValueError):
+        S.accuracy([1, 0], [1])
+    with pytest.raises(ValueError, match="class ids"):
+        S.confusion_matrix([0, 2], [0, 1], num_classes=2)
+
+
+# ----------------------------------------------------------------------------- baseline
+
+
+def test_words_keeps_contractions():
+    assert S.words("I didn't LOVE it, sadly!") == ["i", "didn't", "love", "it", "sadly"]
+
+
+def test_bag_of_words_learns_and_is_deterministic():
+    texts = ["good food", "really good", "good value", "bad food", "really bad", "bad value"]
+    labels = [1, 1, 1, 0, 0, 0]
+    clf = S.fit_bag_of_words(texts, labels, weight_decay=1e-3, steps=200)
+    assert S.accuracy(clf.predict(texts), labels) == 1.0
+    pos, neg = clf.top_words(1)
+    assert pos == ["good"] and neg == ["bad"]
+    probs = clf.predict_proba(["good", "bad", "unseen words only"])
+    assert torch.allclose(probs.sum(dim=1), torch.ones(3))
+    assert probs[0, 1] > 0.5 > probs[1, 1]
+    again = S.fit_bag_of_words(texts, labels, weight_decay=1e-3, steps=200)
+    assert torch.equal(clf.weight, again.weight)
+    with pytest.raises(ValueError, match="labels"):
+        S.fit_bag_of_words(texts, labels[:-1])
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformer_course.pretrained import load_minilm
+
+    return load_minilm()[0]
+
+
+def tiny_classifier(vocab_size: int):
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = BertConfig(
+        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64, num_labels=2,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    return BertForSequenceClassification(cfg)
+
+
+def test_fine_tune_learns_a_toy_task(tokenizer):
+    texts = ["wonderful", "great fun", "lovely day", "superb", "terrible", "awful mess", "dreadful day", "horrid"]
+    labels = [1, 1, 1, 1, 0, 0, 0, 0]
+    model = tiny_classifier(tokenizer.vocab_size)
+    frozen = model.bert.embeddings.position_embeddings.weight
+    frozen.requires_grad_(False)
+    before = frozen.clone()
+    losses = S.fine_tune(model, tokenizer, texts, labels, epochs=25, batch_size=4, lr=5e-3,
+                         generator=torch.Generator().manual_seed(0))
+    assert len(losses) == 25 * 2
+    assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:4]) / 4
+    assert not model.training
+    assert torch.equal(frozen, before), "a frozen parameter changed"
+    probs = S.predict_proba(model, tokenizer, texts)
+    assert probs.shape == (8, 2) and torch.allclose(probs.sum(dim=1), torch.ones(8))
+    assert S.accuracy(probs.argmax(dim=1), labels) == 1.0
+    label, p = S.classify_sentiment("wonderful", model, tokenizer)
+    assert label == "positive" and 0.5 < p <= 1.0
+    with pytest.raises(TypeError):
+        S.classify_sentiment(["wonderful"], model, tokenizer)
+    with pytest.raises(TypeError):
+        S.predict_proba(model, tokenizer, "wonderful")
+    with pytest.raises(ValueError, match="labels"):
+        S.fine_tune(model, tokenizer, texts, labels[:3])
+
+
+def test_no_near_duplicates_across_splits(data):
+    train, test = data
+    stop = {"the", "a", "an", "and", "i", "it", "was", "is", "of", "to", "in", "on", "my", "we", "our", "but", "for"}
+
+    def content(t: str) -> set[str]:
+        return set(S.words(t)) - stop
+
+    train_sets = [content(t) for t in train.texts]
+    for t in test.texts:
+        c = content(t)
+        best = max(len(c & o) / len(c | o) for o in train_sets)
+        assert best < 0.6, f"a near-copy of {t!r} is in the training split"
