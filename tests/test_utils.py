@@ -53,18 +53,3 @@ def test_count_parameters_counts_shared_once():
 def test_show_source_shows_the_package_code():
     code = show_source(set_seed)
     assert "def set_seed" in code.data
-
-
-def test_record_metric_writes_only_under_bench(tmp_path, monkeypatch):
-    import json
-
-    from transformer_course.utils import record_metric
-
-    monkeypatch.delenv("TRANSFORMER_COURSE_BENCH_DIR", raising=False)
-    record_metric("accuracy", 0.5)
-    assert not list(tmp_path.iterdir())
-    monkeypatch.setenv("TRANSFORMER_COURSE_BENCH_DIR", str(tmp_path))
-    record_metric("accuracy", 0.99, seconds=12.5)
-    record_metric("loss", 1.2)
-    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert lines == [{"name": "accuracy", "value": 0.99, "seconds": 12.5}, {"name": "loss", "value": 1.2, "seconds": None}]

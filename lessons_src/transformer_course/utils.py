@@ -91,20 +91,3 @@ def progress(iterable=None, **kwargs):  # -> tqdm
 
         kwargs.setdefault("mininterval", 1.0)
         return tqdm(iterable, **kwargs)
-
-
-def record_metric(name: str, value: float, seconds: float | None = None) -> None:
-    """Note a chapter's headline figure for ``make bench``; does nothing anywhere else.
-
-    ``make bench`` executes each notebook with ``TRANSFORMER_COURSE_BENCH_DIR`` set and reads
-    back what the chapter recorded (e.g. its held-out accuracy and the seconds training took).
-    """
-    import json
-    from pathlib import Path
-
-    folder = os.environ.get("TRANSFORMER_COURSE_BENCH_DIR")
-    if not folder:
-        return
-    entry = {"name": name, "value": float(value), "seconds": None if seconds is None else float(seconds)}
-    with open(Path(folder) / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry) + "\n")
