@@ -403,7 +403,7 @@ def render(results: dict) -> str:
                       "| chapter | metric | value | training seconds |", "|---|---|---:|---:|"]
             for nb, x in metric_rows:
                 sec = "" if x["seconds"] is None else f"{x['seconds']:.0f}"
-                lines.append(f"| {nb} | {x['name']} | {x['value']:.4g} | {sec} |")
+                lines.append(f"| {nb} | {x['name']} | {x['value']:.3f} | {sec} |")
             lines.append("")
     side = []
     for dev, r in results.get("mha", {}).items():

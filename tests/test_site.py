@@ -52,3 +52,16 @@ def test_config_keeps_stored_outputs_and_requirejs():
     assert cfg["only_build_toc_files"] is True
     assert any("require" in js for js in cfg["sphinx"]["config"]["html_js_files"])
     assert cfg["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+
+
+def test_site_check_tells_offline_echoes_from_real_javascript_errors():
+    import check_site
+
+    base = "http://127.0.0.1:8000"
+    require_blocked = ("https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.4/require.min.js - "
+                       "Failed to load resource: net::ERR_NAME_NOT_RESOLVED")
+    echo = f"{base}/book/05_multi_head_attention.html 1013:0 Uncaught ReferenceError: require is not defined"
+    own = f"{base}/book/05_multi_head_attention.html 20:3 Uncaught TypeError: x is undefined"
+    assert check_site.javascript_errors([require_blocked, echo], base) == []
+    assert check_site.javascript_errors([echo], base) == [echo]  # require.js was not blocked: a real error
+    assert check_site.javascript_errors([require_blocked, own], base) == [own]

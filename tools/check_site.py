@@ -87,6 +87,18 @@ def is_blocked_outside_request(message: str, base: str) -> bool:
     return base not in message.split(" ")[0] and any(s in message for s in offline_signs)
 
 
+def javascript_errors(messages: list[str], base: str) -> list[str]:
+    """The console errors that are the page's own fault.
+
+    Requests to other hosts that fail offline are not; nor is ``require is not defined`` when
+    the page's request for require.js itself was one of them (the error is that failure's echo).
+    """
+    blocked = [m for m in messages if is_blocked_outside_request(m, base)]
+    requirejs_blocked = any("require" in m.split(" ")[0] for m in blocked)
+    return [m for m in messages if m not in blocked
+            and not (requirejs_blocked and "require is not defined" in m)]
+
+
 PAGE_PROBE = """
 const imgs = Array.from(document.images);
 const colab = Array.from(document.querySelectorAll('a[href^="https://colab.research.google.com/"]')).map(a => a.href);
@@ -128,7 +140,7 @@ def main() -> None:
             info = driver.execute_script(PAGE_PROBE)
             src = (ROOT / f"{page}.ipynb")
             errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-            js_errors = [m for m in errors if not is_blocked_outside_request(m, base)]
+            js_errors = javascript_errors(errors, base)
             driver.save_screenshot(str(SHOTS / f"{name}.png"))
             where = f"{page}.html"
             if not info["title"].strip() or not info["h1"].strip():
