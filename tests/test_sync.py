@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import socket
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 import jupytext
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,6 +59,27 @@ def test_notebook_is_executed_and_shows_nothing_private(nb_path):
     assert not private.search(text), f"{nb_path.name} prints a local path or a MAC address: {private.search(text)}"
     host = socket.gethostname()
     assert not host or len(host) < 4 or host not in text, f"{nb_path.name} prints this machine's host name"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_streams_are_settled(nb_path):
+    """Progress bars show as their last state on the page, not as a hundred redraws."""
+    nb = nbformat.read(nb_path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert build_notebooks.settle_streams(copy.deepcopy(cell.outputs)) == cell.outputs, (
+                f"{nb_path.name} cell {i} stores unsettled stream output: run `make notebooks CHAPTERS={nb_path.stem[:2]}`"
+            )
+
+
+def test_settle_streams_keeps_what_a_terminal_shows():
+    out = [nbformat.v4.new_output("stream", name="stderr", text="\rtraining:   0%"),
+           nbformat.v4.new_output("stream", name="stderr", text="\rtraining: 100%\n"),
+           nbformat.v4.new_output("stream", name="stdout", text="done\r\n")]
+    assert build_notebooks.settle_streams(out) == [
+        nbformat.v4.new_output("stream", name="stderr", text="training: 100%\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="done\n"),
+    ]
 
 
 def test_install_cell_installs_from_the_configured_repository():

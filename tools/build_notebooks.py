@@ -66,6 +66,27 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def settle_streams(outputs: list) -> list:
+    """The outputs as a terminal would leave them: consecutive writes to the same stream joined
+    into one output, and each line only what follows its last carriage return.
+
+    A text progress bar (tqdm without widgets) redraws itself with ``\r`` a hundred times;
+    stored as it comes, the page would show a hundred bars.  Settled, it shows the last one.
+    """
+    settled: list = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and settled and settled[-1].get("output_type") == "stream"
+                and settled[-1]["name"] == out["name"]):
+            settled[-1]["text"] += out["text"]
+        else:
+            settled.append(out)
+    for out in settled:
+        if out.get("output_type") == "stream" and "\r" in out["text"]:
+            lines = out["text"].replace("\r\n", "\n").split("\n")
+            out["text"] = "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines)
+    return settled
+
+
 def execute(src: Path, timeout: int = 1200) -> float:
     nb = source_notebook(src)
     os.environ.update(COURSE_ENV)
@@ -81,6 +102,8 @@ def execute(src: Path, timeout: int = 1200) -> float:
     seconds = time.perf_counter() - t0
     for c in nb.cells:
         c.metadata.pop("execution", None)
+        if c.cell_type == "code":
+            c.outputs = settle_streams(c.outputs)
     out = BOOK / f"{src.stem}.ipynb"
     nbformat.validate(nb)
     out.write_text(json.dumps(nb, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")

@@ -8,7 +8,8 @@ What it does:
 1. builds a wheel of ``transformer_course`` from the working tree;
 2. makes one fresh virtual environment (``_build/colab/venv``) holding only what Colab already
    has — torch, transformers, matplotlib, numpy, tqdm, at the versions pinned in
-   ``requirements.txt`` — plus the Jupyter kernel machinery;
+   ``requirements.txt`` — plus the Jupyter kernel machinery; anything else a notebook imports must
+   arrive as a declared dependency of the package (``tests/test_dependencies.py`` checks the list);
 3. for every notebook: uninstalls ``transformer_course``, copies the notebook **alone** into an
    empty directory and executes it there with nbclient.  Its first cell must install the package
    by itself; here ``TRANSFORMER_COURSE_PIP_SPEC`` points that cell at the wheel (in Colab it

@@ -398,12 +398,10 @@ def train_reversal(norm_first: bool, steps: int = 100, lr: float = 3e-3, warmup:
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
     gen = torch.Generator().manual_seed(0)
     losses, similarity = [], {}
-    for step in progress(range(steps + 1), desc="pre-norm" if norm_first else "post-norm"):
+    for step in progress(range(steps), desc="pre-norm" if norm_first else "post-norm"):
         if step % 5 == 0 or step < 5:
             with torch.no_grad():
                 similarity[step] = mean_cosine_similarity(model.encode(probe))
-        if step == steps:
-            break
         tokens, target = reversal_batch(gen)
         loss = F.cross_entropy(model(tokens).reshape(-1, VOCAB), target.reshape(-1))
         opt.zero_grad()
@@ -411,6 +409,8 @@ def train_reversal(norm_first: bool, steps: int = 100, lr: float = 3e-3, warmup:
         opt.step()
         schedule.step()
         losses.append(loss.item())
+    with torch.no_grad():
+        similarity[steps] = mean_cosine_similarity(model.encode(probe))  # after the last step
     return losses, similarity
 
 
