@@ -11,7 +11,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NBVAL  := -p tests.nbval_plugin --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup book test test-package test-notebooks test-workflows test-site check-site check-colab notebooks bench clean
+ASSETS := tools/site_assets
+.PHONY: setup setup-browser book test test-package test-notebooks test-workflows test-site check-site check-colab notebooks bench clean
 
 setup: $(STAMP)
 
@@ -42,8 +43,23 @@ test-workflows: setup
 test-site: setup
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
 
-# Every page in headless Chromium (Debian's chromium, installed when missing); screenshots in _build/screenshots.
-check-site: test-site
+# Debian's chromium and chromium-driver (apt-get, as root, when missing), and local copies of the
+# scripts the pages load from CDNs (MathJax, require.js, d3, jQuery; npm, versions pinned in
+# $(ASSETS)/package-lock.json) for the browser check.
+setup-browser: $(ASSETS)/node_modules/.installed
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  echo "installing Debian's chromium and chromium-driver ..."; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	fi
+
+$(ASSETS)/node_modules/.installed: $(ASSETS)/package.json $(ASSETS)/package-lock.json
+	cd $(ASSETS) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $@
+
+# Every page in headless Chromium at 1280 px and 390 px, as an online reader sees it (outside
+# scripts served from the local copies); fails on untypeset math, empty bertviz views, JS errors,
+# broken images or links, sideways scrolling on a phone. Screenshots in _build/screenshots.
+check-site: test-site setup-browser
 	$(BIN)/python tools/check_site.py
 
 # Every notebook alone, in a fresh venv with only Colab's packages, installing the package itself.
