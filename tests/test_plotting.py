@@ -36,3 +36,64 @@ def test_plot_attention_grid_shape():
     fig = plot_attention_grid(att, ["a", "b", "c"], layers=[0, 2], heads=[0, 1])
     assert len(fig.axes) == 4
     plt.close("all")
+
+
+# --- Figures readable at the page's width ---------------------------------------------------------
+
+def _drawn(fig):
+    fig.canvas.draw()
+    return fig
+
+
+def test_importing_the_package_applies_the_course_figure_defaults():
+    import matplotlib
+
+    import transformer_course  # noqa: F401
+    from transformer_course import plotting
+
+    assert matplotlib.rcParams["font.size"] == plotting.COURSE_STYLE["font.size"]
+    assert "transformer_course.plotting:watch_readability" in matplotlib.rcParams["figure.hooks"]
+
+
+def test_a_default_figure_is_readable_and_a_wide_small_one_is_not():
+    from transformer_course import plotting
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("loss")
+    size, _ = plotting.smallest_text_pt(_drawn(fig))
+    assert size >= plotting.MIN_TEXT_PT
+    wide, ax = plt.subplots(figsize=(14, 3))
+    ax.plot([0, 1], [0, 1])
+    ax.tick_params(labelsize=7)
+    size, text = plotting.smallest_text_pt(_drawn(wide))
+    assert size < plotting.MIN_TEXT_PT  # 7 pt shrunk by 688 / ~1400 px
+    plt.close("all")
+
+
+def test_drawing_an_unreadable_figure_is_recorded():
+    from transformer_course import plotting
+
+    before = len(plotting.UNREADABLE)
+    fig, ax = plt.subplots(figsize=(16, 2))
+    ax.set_xticks(range(10))
+    ax.set_xticklabels([f"token {i}" for i in range(10)], fontsize=6)
+    fig.canvas.draw()
+    assert len(plotting.UNREADABLE) == before + 1
+    _, size, _ = plotting.UNREADABLE[-1]
+    assert size < plotting.MIN_TEXT_PT
+    del plotting.UNREADABLE[before:]
+    plt.close("all")
+
+
+@pytest.mark.parametrize("heads", [1, 4, 12])
+def test_the_package_figures_are_readable(heads):
+    from transformer_course import plotting
+
+    tokens = [f"tok{i}" for i in range(12)]
+    att = [torch.rand(1, heads, 12, 12).softmax(-1) for _ in range(2)]
+    grid = plotting.plot_attention_grid(att, tokens, layers=[0, 1], heads=list(range(heads)))
+    assert plotting.smallest_text_pt(_drawn(grid))[0] >= plotting.MIN_TEXT_PT
+    ax = plotting.plot_attention(att[0][0, 0], tokens, annotate=True)
+    assert plotting.smallest_text_pt(_drawn(ax.figure))[0] >= plotting.MIN_TEXT_PT
+    plt.close("all")

@@ -90,3 +90,78 @@ def test_install_cell_installs_from_the_configured_repository():
     assert f"git+{url}.git@{course_config.branch()}" in src
     assert "TRANSFORMER_COURSE_PIP_SPEC" in src
     assert 'find_spec("transformer_course") is None' in src
+
+
+# --- What a reader sees in the stored outputs --------------------------------------------------
+
+ADDRESS_REPR = re.compile(r"<[^<>\n]* at 0x[0-9a-fA-F]+>")
+PROGRESS_BAR = re.compile(r"\d+%\|")
+
+
+def _output_texts(output) -> list[str]:
+    texts = [output.get("text", "")]
+    for mime in ("text/plain", "text/html", "text/markdown"):
+        value = output.get("data", {}).get(mime, "")
+        texts.append("".join(value) if isinstance(value, list) else value)
+    return ["".join(t) if isinstance(t, list) else t for t in texts]
+
+
+def test_the_address_pattern_catches_an_object_repr():
+    assert ADDRESS_REPR.search("<torch._C.Generator at 0x7fd7398a39d0>")
+    assert ADDRESS_REPR.search("<Figure size 640x480 with 1 Axes> <function f at 0x10ab>")
+    assert not ADDRESS_REPR.search("tensor([1, 2]) and 0x1F as a number")
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_output_is_an_object_repr_with_a_memory_address(nb_path):
+    """A value like ``<torch._C.Generator at 0x7f...>`` is noise to a reader (and differs run to run)."""
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            for text in _output_texts(out):
+                m = ADDRESS_REPR.search(text)
+                assert not m, (f"{nb_path.name} cell {i} shows {m.group(0)!r}: don't end a cell with an expression "
+                               "whose value is an object (assign it, or end the line with ';')")
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_empty_streams_and_no_progress_bars_on_stderr(nb_path):
+    """The theme draws stderr like an error: progress bars belong on stdout; empty boxes nowhere."""
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") != "stream":
+                continue
+            text = "".join(out["text"]) if isinstance(out["text"], list) else out["text"]
+            assert text.strip(), f"{nb_path.name} cell {i} stores an empty {out['name']} block"
+            if out["name"] == "stderr":
+                assert not PROGRESS_BAR.search(text), (
+                    f"{nb_path.name} cell {i} shows a progress bar on stderr: use transformer_course.utils.progress")
+
+
+def _exercise_code_cells(nb):
+    heading = next((i for i, c in enumerate(nb.cells)
+                    if c.cell_type == "markdown" and re.search(r"^## Exercises", c.source, re.M)), None)
+    return heading, [c for c in nb.cells[(heading or 0):] if c.cell_type == "code"] if heading else []
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_exercise_solutions_are_folded(src):
+    """Each solution, code and output, is folded behind a toggle that says it is the solution."""
+    nb = build_notebooks.source_notebook(src)
+    heading, cells = _exercise_code_cells(nb)
+    assert heading is not None, f"{src.name} has no '## Exercises' section"
+    assert cells, f"{src.name}: the exercises have no solutions"
+    for c in cells:
+        tags = c.metadata.get("tags", [])
+        assert build_notebooks.SOLUTION_TAG in tags, (
+            f"{src.name}: a code cell of the exercises is not tagged 'solution': {c.source[:60]!r}")
+        assert "hide-cell" in tags and "hide-input" not in tags
+        assert c.metadata["mystnb"] == build_notebooks.SOLUTION_METADATA
+
+
+def test_settle_streams_drops_empty_blocks():
+    out = [nbformat.v4.new_output("stream", name="stderr", text="\n"),
+           nbformat.v4.new_output("stream", name="stdout", text=""),
+           nbformat.v4.new_output("stream", name="stdout", text="\n")]
+    assert build_notebooks.settle_streams(out) == [nbformat.v4.new_output("stream", name="stdout", text="\n")]

@@ -31,8 +31,12 @@ ROOT = course_config.ROOT
 SOURCES = ROOT / "lessons_src" / "chapters"
 BOOK = ROOT / "book"
 INSTALL_TAG = "colab-install"
+SOLUTION_TAG = "solution"
+# An exercise's solution, code and output together, is folded behind a toggle that says what it is.
+SOLUTION_METADATA = {"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 
 COURSE_ENV = course_config.COURSE_ENV
+MIN_TEXT_PT = 8  # transformer_course.plotting.MIN_TEXT_PT
 
 
 def install_cell_source() -> str:
@@ -60,6 +64,10 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
     for i, c in enumerate(nb.cells):
         c["id"] = f"c{i:03d}-{src.stem[:2]}"
         c.metadata.pop("lines_to_next_cell", None)
+        tags = c.metadata.get("tags", [])
+        if SOLUTION_TAG in tags:
+            c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
+            c.metadata["mystnb"] = dict(SOLUTION_METADATA)
         if c.cell_type == "code":
             c.outputs = []
             c.execution_count = None
@@ -72,6 +80,7 @@ def settle_streams(outputs: list) -> list:
 
     A text progress bar (tqdm without widgets) redraws itself with ``\r`` a hundred times;
     stored as it comes, the page would show a hundred bars.  Settled, it shows the last one.
+    Streams left empty (or stderr left blank) are dropped: the page would show an empty box.
     """
     settled: list = []
     for out in outputs:
@@ -84,11 +93,27 @@ def settle_streams(outputs: list) -> list:
         if out.get("output_type") == "stream" and "\r" in out["text"]:
             lines = out["text"].replace("\r\n", "\n").split("\n")
             out["text"] = "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines)
-    return settled
+    return [out for out in settled if out.get("output_type") != "stream"
+            or (out["text"].strip() if out["name"] == "stderr" else out["text"])]
+
+
+# Run after a chapter's last cell: the figures whose text would appear too small on the page
+# (recorded by the course's figure defaults, transformer_course.plotting).
+READABILITY_PROBE = "import json as _j\nfrom transformer_course import plotting as _p\nprint(_j.dumps(_p.UNREADABLE))"
+
+
+def unreadable_figures(nb: nbformat.NotebookNode, probe: nbformat.NotebookNode) -> list[str]:
+    text = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
+    found = json.loads(text.strip().splitlines()[-1]) if text.strip() else []
+    where = {c.execution_count: i for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    return [f"cell {where.get(n, '?')} ({nb.cells[where[n]].source.splitlines()[0][:50] if n in where else ''}...): "
+            f"text {t!r} appears {size} pt tall" for n, size, t in found]
 
 
 def execute(src: Path, timeout: int = 1200) -> float:
     nb = source_notebook(src)
+    probe = nbformat.v4.new_code_cell(READABILITY_PROBE)
+    nb.cells.append(probe)
     os.environ.update(COURSE_ENV)
     client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", record_timing=False,
@@ -100,6 +125,13 @@ def execute(src: Path, timeout: int = 1200) -> float:
     except CellExecutionError as err:
         raise SystemExit(f"{src.name}: a cell failed\n{err}") from None
     seconds = time.perf_counter() - t0
+    nb.cells.pop()
+    small = unreadable_figures(nb, probe)
+    if small:
+        raise SystemExit(
+            f"{src.name}: figure text too small to read at the page's width (under "
+            f"{MIN_TEXT_PT:g} pt as shown):\n  " + "\n  ".join(small) + "\nMake the figure narrower "
+            "(the column shows 6.9 in at 100 dpi unshrunk) or its text larger.")
     for c in nb.cells:
         c.metadata.pop("execution", None)
         if c.cell_type == "code":

@@ -50,7 +50,7 @@ from transformer_course.why_attention import (
 
 # One CPU thread: these models are so small that a second thread only adds waiting (a fixed
 # thread count also keeps the printed numbers the same run after run).
-set_seed(0, num_threads=1)
+g = set_seed(0, num_threads=1)  # also returns a generator, for code that wants its own stream
 
 # %% [markdown]
 # ## Experiment 1: remember the first token
@@ -468,7 +468,7 @@ assert torch.allclose(s_flip, -s_orig)
 # **1. Longer sequences.** Train the attention model (not the GRU, which is slow on long
 # sequences) on sequences of 100 and of 200 tokens. How many steps does it need to reach 95 %?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 for seq_len in (100, 200):
     _, curve = train_first_token("attention", seq_len, steps=200)
     print(f"length {seq_len}: held-out accuracy {curve[-1][1]:.3f} after 200 steps, "
@@ -483,7 +483,7 @@ for seq_len in (100, 200):
 # informative token at a random place in each sentence. Train the attention model on that. Does
 # it still work, and where does it look?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 torch.manual_seed(0)
 anywhere = AttendThenLinear(DIM, index=1, d_k=4)
 acc_anywhere = train_sentences(anywhere, informative=None)[-1][1]
@@ -504,7 +504,7 @@ assert acc_anywhere >= 0.95 and max(hit.values()) > 0.9
 # **3. Remove the positions.** Build `AttentionClassifier(VOCAB, SEQ_LEN, use_positions=False)` and
 # train it on experiment 1. What accuracy does it reach, and what could it be doing?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 test = first_token_data(1000, SEQ_LEN, VOCAB, generator=torch.Generator().manual_seed(1))
 torch.manual_seed(0)
 blind = AttentionClassifier(VOCAB, SEQ_LEN, use_positions=False)
@@ -526,7 +526,7 @@ assert curve[-1][1] < 0.4 and abs(curve[-1][1] - mode_acc) < 0.1
 # the largest softmax weight over 20 keys, with and without the division. What would the
 # unscaled version do to a model at the start of training?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 g = torch.Generator().manual_seed(0)
 print(f"{'d_k':>5}{'score std':>11}{'scaled std':>12}{'max weight':>12}{'scaled max':>12}")
 max_weight = {}

@@ -439,7 +439,7 @@ assert sent_cos[0, 1] == sent_cos.masked_fill(torch.eye(len(sentences), dtype=to
 # `word` (the word itself included), and try it on a few words of your choice. Which
 # neighbours does "king" have?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 unit_table = F.normalize(table, dim=-1)  # (30522, 384)
 
 
@@ -459,7 +459,7 @@ assert neighbours("king")[0] == "king" and "queen" in neighbours("king")
 # (loss: `1 - cosine`). Check that the similarity went up and that the rows of the three
 # other words did not change at all.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 set_seed(0)
 toy = nn.Embedding(len(vocab), 3)
 start = toy.weight.detach().clone()
@@ -487,7 +487,7 @@ assert torch.equal(toy.weight.detach()[untouched], start[untouched])
 # returns the sentence whose embedding is most similar to the query's. Which sentence does
 # "Will I need an umbrella?" find? And "My pet is asleep."?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def search(query: str) -> str:
     """The sentence of `sentences` whose embedding is closest (cosine) to the query's."""
     q = embed_sentences([query], tokenizer, model)[0]

@@ -407,7 +407,7 @@ else:
 # `max_len * d_model` trainable parameters and that a gradient reaches only the rows of the
 # positions used.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 class LearnedPositionalEmbedding(nn.Module):
     """x + P[:length], with P a trainable (max_len, d_model) table, as in BERT and GPT."""
 
@@ -443,7 +443,7 @@ except ValueError as err:
 # does the dot-product-versus-distance curve change? Compare the mean dot product at
 # distances 50–100 for both bases.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def table_with_base(max_len: int, d_model: int, base: float) -> torch.Tensor:
     """Sinusoidal table with `base` in place of 10000."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]
@@ -478,7 +478,7 @@ assert abs(far_mean[100]) < abs(far_mean[10000]) and slowest[100] < 1000
 # `PositionalEncoding` added and show that the mean-pooled attention outputs of all six
 # orderings of "dog bites man" are different from each other (no two within 1e-3).
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 from itertools import permutations
 
 pooled = {}

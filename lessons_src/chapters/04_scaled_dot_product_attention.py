@@ -417,7 +417,7 @@ assert 4 * 131_072**2 / 2**30 == 64.0
 # of $\sqrt{d_k}$. What happens to the weights of word 2 as $\tau \to 0$ and as $\tau \to \infty$?
 # Compute them for $\tau \in \{0.01, 1, 100\}$.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 for tau in (0.01, 1.0, 100.0):
     w_tau = torch.softmax(scores / tau, dim=-1)[1]
     print(f"tau = {tau:6}: word 2's weights [{w_tau[0]:.4f}, {w_tau[1]:.4f}]")
@@ -430,7 +430,7 @@ assert torch.allclose(torch.softmax(scores / 100.0, dim=-1)[1], torch.tensor([0.
 # Convert the causal mask above to that convention, implement the function, and check that it gives
 # the same weights as the package function with the course's boolean mask.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def attention_additive(q, k, v, blocked_mask):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + blocked_mask * -1e9
     w = torch.softmax(s, dim=-1)
@@ -448,7 +448,7 @@ assert torch.allclose(w_add, w_causal, atol=1e-6)
 # that (a) the output has shape `(3, d_v)`, (b) the padded keys get weight 0, (c) the output equals
 # attention over the first three keys alone.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 qc = torch.randn(3, 16, generator=g)
 kc, vc = torch.randn(5, 16, generator=g), torch.randn(5, 4, generator=g)
 real = torch.tensor([[True, True, True, False, False]])  # (1, 5): the same for every query

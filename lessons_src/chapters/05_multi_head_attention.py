@@ -340,7 +340,7 @@ for word in ("cat", "the"):
 # an output projection. Copy the weights over from `mha` (which rows of `W_q.weight` belong to head
 # $i$?) and check that you get the same output.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 class SeparateHeads(nn.Module):
     def __init__(self, d_model: int, num_heads: int) -> None:
         super().__init__()
@@ -370,7 +370,7 @@ assert torch.allclose(sep(x), mha(x)[0], atol=1e-6)
 # **2. Pick your own sentence.** Run MiniLM on a sentence of your choice and find the head with the
 # strongest previous-token pattern. Is it still layer 0, head 2?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 other = tokenizer("Attention is all you need, but a little recurrence never hurt anyone.", return_tensors="pt")
 with torch.no_grad():
     att2 = torch.stack(model(**other).attentions)[:, 0]
@@ -388,7 +388,7 @@ assert (layer2, head2) == (0, 2) and prev2[0, 2] > 0.9
 # weight on a padding token, and that the short sentence's real tokens get the same attention as
 # when it is run alone.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 pair = tokenizer(["The cat sat.", sentence], return_tensors="pt", padding=True)
 with torch.no_grad():
     att_pair = model(**pair).attentions

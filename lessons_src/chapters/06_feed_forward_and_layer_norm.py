@@ -479,7 +479,7 @@ plt.show()
 # and compare with `torch.nn.RMSNorm` on a random batch. When does it give the same result as
 # `LayerNorm`?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
@@ -500,7 +500,7 @@ assert torch.allclose(rms_norm(centred, torch.ones(16), eps=1e-5), LayerNorm(16)
 # 2, 5, 10 and 20 and print the gradient norm of the first block. By roughly what factor does it
 # shrink per block?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 first_grads = {}
 for n_blocks in (2, 5, 10, 20):
     torch.manual_seed(0)
@@ -518,7 +518,7 @@ assert factor < 0.5
 # now reached by a linear warmup over the first 50 steps, for 150 steps. Does it learn the
 # reversal? Are its final token vectors still all alike?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 warm, warm_sim = train_reversal(norm_first=False, steps=150, warmup=50)
 print(f"post-norm with warmup: mean loss of the last 10 steps {sum(warm[-10:]) / 10:.3f}, "
       f"token similarity at the end {abs(warm_sim[150]):.2f}")

@@ -569,7 +569,7 @@ assert not torch.allclose(before[:, 4:], after[:, 4:], atol=1e-3)
 # `transformer_params(V, d, d_ff, N, tied)` from the formulas above (the output layer's bias
 # stays), and compute the count with and without tying. How close is the tied count to 65 M?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def transformer_params(V, d, d_ff, N, tied):
     layers = N * encoder_layer_params(d, d_ff) + N * decoder_layer_params(d, d_ff)
     embeddings = V * d if tied else 3 * V * d   # encoder, decoder, output layer
@@ -590,7 +590,7 @@ assert abs(tied - 65e6) / 65e6 < 0.05
 # still agrees with PyTorch to $10^{-5}$. Then build PyTorch's layer with `norm_first=False` but
 # ours with `norm_first=True`: what does `copy_weights_to_torch` say?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 ours = DecoderLayer(d_model, num_heads, d_ff, dropout=0.0, activation="gelu", norm_first=True).eval()
 theirs = copy_weights_to_torch(ours, nn.TransformerDecoderLayer(
     d_model, num_heads, d_ff, dropout=0.0, activation="gelu", norm_first=True, batch_first=True).eval())
@@ -614,7 +614,7 @@ except ValueError as err:
 # with `norm_first=False` and once with `norm_first=True`. Which one grows with depth, and why does
 # a pre-norm stack therefore end with a final `LayerNorm`?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 set_seed(0)
 x0 = torch.randn(2, 6, d_model)
 growth = {}

@@ -578,7 +578,7 @@ for bad in [(padding_mask(tgt_in, PAD), causal_mask(n).float()),
 # the query rows with no allowed key. Run the `model`'s decoder on the left-padded input: are all
 # logits finite? Do the real positions still see every real word before them?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 rows = [[word_id[w] for w in ["<bos>"] + s.split()] for s in sentences]
 width = max(len(r) for r in rows)
 left = torch.tensor([[PAD] * (width - len(r)) + r for r in rows])
@@ -601,7 +601,7 @@ for b in range(3):  # the last real position sees every real token of its senten
 # ahead does position $i$ see through the model's two decoder layers? Why would a model trained
 # with this mask reach a very low training loss and then fail at generation?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def future_sensitivity_with(causal: torch.Tensor, b: int = 0) -> torch.Tensor:
     grid = torch.zeros(n - 1, n)
     x = tgt_in[b : b + 1]
@@ -635,7 +635,7 @@ assert torch.equal(grid > 0, reach)
 # and that the seed-style attention (`softmax(scores + mask * -1e9)`) then gives the same weights
 # as ours for every row that has an allowed key.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 repaired_padding = (tgt_in == PAD).float()[:, None, None, :]             # 1 = blocked
 repaired_future = torch.triu(torch.ones(n, n), diagonal=1)[None, None]   # 1 = blocked (the future)
 repaired = torch.max(repaired_padding, repaired_future)

@@ -465,7 +465,7 @@ for n in (32, 64, 127):  # a 1-character prompt + 127 new ones fill the 128 posi
 # style of `top_k_filter` and check that it always keeps the most likely token and keeps more
 # tokens when the model is unsure.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def min_p_filter(logits: torch.Tensor, m: float) -> torch.Tensor:
     p = logits.softmax(-1)
     keep = p >= m * p.max(dim=-1, keepdim=True).values
@@ -485,7 +485,7 @@ assert n_sure < n_unsure
 # give the output head its own matrix (`model.lm_head.weight = torch.nn.Parameter(...)`), and
 # count the parameters again. How many more are there, and where do they come from?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 untied = GPT(config)
 untied.lm_head.weight = torch.nn.Parameter(untied.tok_emb.weight.detach().clone())
 extra = count_parameters(untied) - count_parameters(GPT(config))
@@ -498,7 +498,7 @@ assert extra == config.vocab_size * config.d_model
 # temperature the next-character distribution approaches the uniform one (entropy close to
 # $\ln 96$).
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 cold = generate(big, ids, 40, do_sample=True, temperature=0.01, generator=torch.Generator().manual_seed(0))
 assert torch.equal(cold, generate(big, ids, 40))
 hot = next_token_probs(logits, temperature=1000.0)

@@ -432,7 +432,7 @@ print(f"\nthe prompt is {enc2['input_ids'].shape[1]} tokens for this tokenizer")
 # Which is higher? (Beam search maximises this sum approximately, greedy decoding only step
 # by step.)
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def continuation_logprob(m, seq: torch.Tensor, n_prompt: int) -> float:
     with torch.no_grad():
         logp = m(seq).log_softmax(-1)  # our GPT returns the logits directly
@@ -450,7 +450,7 @@ assert lp_beam >= lp_greedy - 1e-3
 # 4000 tokens and measure the characters per token on the validation text. How does the
 # compression grow?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 ratios = {}
 for size in (500, 1000, 4000):
     t = train_bpe(train_text, vocab_size=size)
@@ -464,7 +464,7 @@ assert ratios[500] < ratios[1000] < ratios[4000]
 # model. (With it, the real GPT-2's weights load into our own code; its logits then differ
 # slightly, because GPT-2 uses the tanh approximation of GELU.)
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 from transformer_course.gpt import GPT, GPTConfig
 
 

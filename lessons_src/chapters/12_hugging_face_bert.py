@@ -714,7 +714,7 @@ del base
 # weight, and does it also prefer "trophy" when sentence B is "It was too small." (where "it" is
 # the suitcase)?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def it_weights(sentence_b: str) -> tuple[torch.Tensor, torch.Tensor]:
     enc = tokenizer("The trophy didn't fit in the suitcase.", sentence_b, return_tensors="pt")
     toks = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
@@ -738,7 +738,7 @@ assert small_trophy[layer, head] > small_suitcase[layer, head]  # again the same
 # with `top_k=1`). How does this compare with the bag of words and with fine-tuning? Then try a
 # majority vote of the 5 nearest neighbours.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 train_emb = embed_sentences(train.texts, tokenizer, ours)
 test_emb = embed_sentences(test.texts, tokenizer, ours)
 knn = {}
@@ -763,7 +763,7 @@ print(f"e.g. {test.texts[0]!r} ({LABELS[test.labels[0]]})\n  -> nearest: {train.
 # longer sentence, padded on the left, and compare with the sentence alone. Does the masked mean
 # still agree? Why not? (Hint: which *positions* do the real tokens get?)
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 tokenizer.padding_side = "left"
 try:
     left = tokenizer(["Padding must not change me.", "A much longer neighbour forces several padding tokens into the batch."],

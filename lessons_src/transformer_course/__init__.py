@@ -13,7 +13,7 @@ Where each idea lives:
 module                      what it holds                                          chapter
 ==========================  =====================================================  =======
 ``utils``                   ``set_seed``, ``get_device``                           all
-``plotting``                attention heatmaps with token labels                   all
+``plotting``                figure defaults, attention heatmaps with token labels  all
 ``why_attention``           data generators and models of the two experiments      01
 ``pretrained``              ``load_minilm`` (offline BERT, checksum-verified)      02, 05, 12
 ``positional``              sinusoidal ``PositionalEncoding``                      03
@@ -31,3 +31,7 @@ module                      what it holds                                       
 """
 
 __version__ = "0.1.0"
+
+from transformer_course.plotting import use_course_style as _use_course_style  # noqa: E402
+
+_use_course_style()  # figures sized and lettered for the page's content column

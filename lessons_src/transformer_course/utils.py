@@ -79,7 +79,12 @@ def show_source(obj: object):  # -> IPython.display.Code
 
 
 def progress(iterable=None, **kwargs):  # -> tqdm
-    """A progress bar: a widget in Jupyter/Colab where ipywidgets is there, text elsewhere."""
+    """A progress bar: a widget in Jupyter/Colab where ipywidgets is there, text elsewhere.
+
+    The text bar writes to stdout (tqdm's default is stderr, which a notebook page shows like an
+    error): a finished training cell shows its last bar as ordinary output.
+    """
+    import sys
     import warnings
 
     from tqdm import TqdmExperimentalWarning, TqdmWarning
@@ -90,4 +95,5 @@ def progress(iterable=None, **kwargs):  # -> tqdm
         from tqdm.auto import tqdm
 
         kwargs.setdefault("mininterval", 1.0)
+        kwargs.setdefault("file", sys.stdout)
         return tqdm(iterable, **kwargs)
