@@ -340,9 +340,13 @@ def plot(results: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from transformer_course.plotting import MIN_TEXT_PT, smallest_text_pt, use_course_style
+
+    use_course_style()
     rows = results["scaling"]["rows"]
     n = [r["n"] for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    # One panel above the other, each the column's full width; the lengths (powers of 2) label the axis.
+    fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4), sharex=True)
     for ax, key, label in ((axes[0], "ms", "time (ms)"), (axes[1], "peak_mib", "peak extra memory (MiB)")):
         if any(r[key] is None for r in rows):
             continue
@@ -352,15 +356,22 @@ def plot(results: dict) -> None:
         ax.loglog(n, ref, "--", color="gray", label="slope 2: O(n²)")
         if key == "peak_mib":
             ax.loglog(n, [r["score_matrix_mib"] for r in rows], ":", color="C3", label="one n×n float32 matrix")
-        ax.set_xlabel("sequence length n")
         ax.set_ylabel(label)
         ax.legend()
-        ax.grid(True, which="both", alpha=0.3)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_xticks(n, [str(v) for v in n])
+    axes[1].xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axes[1].set_xlabel("sequence length n")
     axes[0].set_title("attention time vs length")
     axes[1].set_title("attention memory vs length")
     fig.tight_layout()
+    fig.canvas.draw()
+    size, text = smallest_text_pt(fig)
+    if size < MIN_TEXT_PT:
+        raise SystemExit(f"the scaling figure's text {text!r} would appear {size:.1f} pt tall on the page")
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(FIGURE, dpi=110)
+    fig.savefig(FIGURE, bbox_inches="tight")
 
 
 def render(results: dict) -> str:
