@@ -1,7 +1,8 @@
 # The course's commands.  Each one sets up .venv first (Python 3.11, requirements.txt, the package).
 #   make book       build the site into _build/html
-#   make test       every check CI runs: package tests, strict nbval, sync, workflow lint, site build with -W,
-#                   the site opened in headless Chromium, every notebook run alone in a Colab-like environment
+#   make test       every check CI runs: package tests (sync included), every notebook run once, alone, in a
+#                   Colab-like clean environment under strict nbval, workflow lint, site build with -W, the
+#                   site opened in headless Chromium
 #   make notebooks  re-execute lessons_src/chapters/*.py into book/ (CHAPTERS="03 04" for some)
 #   make bench      measure the course's speed and budgets (writes bench/results.json and book/performance.md)
 
@@ -12,7 +13,7 @@ STAMP  := $(VENV)/.installed
 NBVAL  := -p tests.nbval_plugin --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 ASSETS := tools/site_assets
-.PHONY: setup setup-browser book test test-package test-notebooks test-workflows test-site check-site check-colab notebooks bench clean
+.PHONY: setup setup-browser book test test-package test-notebooks test-notebooks-here test-workflows test-site check-site check-colab notebooks bench clean
 
 setup: $(STAMP)
 
@@ -27,13 +28,19 @@ book: setup
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
 	@echo "The site is built: open $(CURDIR)/_build/html/index.html"
 
-test: test-package test-notebooks test-workflows test-site check-site check-colab
+test: test-package test-notebooks test-workflows test-site check-site
 	@echo "make test: all checks passed"
 
 test-package: setup
 	$(BIN)/python -m pytest tests
 
+# Every notebook executed once, two at a time: alone in a clean Colab-like environment that its
+# first cell installs the package into, every output compared strictly with the page (nbval).
 test-notebooks: setup
+	$(BIN)/python tools/check_colab.py
+
+# Strict nbval in the course's own .venv (quicker while writing a chapter; no clean environment).
+test-notebooks-here: setup
 	$(BIN)/python -m pytest $(NBVAL) book
 
 test-workflows: setup
@@ -62,9 +69,7 @@ $(ASSETS)/node_modules/.installed: $(ASSETS)/package.json $(ASSETS)/package-lock
 check-site: test-site setup-browser
 	$(BIN)/python tools/check_site.py
 
-# Every notebook alone, in a fresh venv with only Colab's packages, installing the package itself.
-check-colab: setup
-	$(BIN)/python tools/check_colab.py
+check-colab: test-notebooks
 
 notebooks: setup
 	$(BIN)/python tools/build_notebooks.py $(CHAPTERS)

