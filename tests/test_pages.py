@@ -121,3 +121,11 @@ def test_detector_catches(text):
 )
 def test_detector_allows(text):
     assert not offending(text)
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_output_shows_a_memory_address(nb_path):
+    """A cell that ends in a call returning an object prints its repr, e.g. ``<torch._C.Generator at 0x7f...>``."""
+    outputs = [(where, text) for where, text in page_texts(nb_path) if where.endswith("output")]
+    hits = [f"{where}: {m.group(0)}" for where, text in outputs for m in re.finditer(r"<[^<>]* at 0x[0-9a-fA-F]+>", text)]
+    assert not hits, f"{nb_path.name} prints a memory address (end the cell with an assignment):\n" + "\n".join(hits)
