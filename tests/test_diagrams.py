@@ -15,6 +15,7 @@ ALL = {
     "multi_head": diagrams.multi_head,
     "norm_placement": diagrams.norm_placement,
     "encoder_decoder": diagrams.encoder_decoder,
+    "model_families": diagrams.model_families,
 }
 
 
@@ -67,6 +68,13 @@ def test_encoder_decoder_shows_the_layer_count():
     assert labels.count("× 2") == 2
 
 
+def test_model_families_shows_both_stacks():
+    fig = diagrams.model_families(num_layers=3)
+    labels = [t.get_text() for t in texts(fig)]
+    plt.close(fig)
+    assert labels.count("× 3") == 2 and "encoder-only (BERT)" in labels and "decoder-only (GPT)" in labels
+
+
 @pytest.mark.parametrize(
     "call, match",
     [
@@ -74,6 +82,7 @@ def test_encoder_decoder_shows_the_layer_count():
         (lambda: diagrams.multi_head(num_heads=0), "num_heads must be positive"),
         (lambda: diagrams.soft_lookup([1.0]), "2 to 6 slots"),
         (lambda: diagrams.encoder_decoder(num_layers=0), "num_layers must be positive"),
+        (lambda: diagrams.model_families(num_layers=-1), "num_layers must be positive"),
     ],
 )
 def test_bad_input_names_the_problem(call, match):

@@ -177,41 +177,59 @@ def norm_placement() -> Figure:
     return fig
 
 
+def _stack(ax: plt.Axes, x: float, w: float, bottom: str, blocks: list[tuple[str, str]], top: str,
+           num_layers: int) -> list[float]:
+    """One stack drawn bottom-up: input, embedding, the repeated blocks (dashed frame, × N), the top.
+
+    Returns the y of every box, bottom to top.
+    """
+    ys = [0.45, 1.5] + [2.95 + 1.15 * i for i in range(len(blocks))]
+    frame_top = ys[-1] + 0.55
+    ys.append(frame_top + 1.0)
+    hs = [0.6, 0.75] + [0.75] * len(blocks) + [0.75 if "\n" in top else 0.6]
+    _box(ax, x, ys[0], w, hs[0], bottom, COLORS["io"])
+    _box(ax, x, ys[1], w, hs[1], "embedding\n+ position", COLORS["linear"])
+    ax.add_patch(FancyBboxPatch((x - w / 2 - 0.12, 2.3), w + 0.24, frame_top - 2.3, boxstyle="round,pad=0.02",
+                                facecolor="none", edgecolor="#333333", linestyle="--"))
+    for y, (text, kind) in zip(ys[2:-1], blocks):
+        _box(ax, x, y, w - 0.2, 0.75, text, COLORS[kind], weight="bold" if kind == "query" else "normal")
+    _text(ax, x + w / 2 + 0.1, frame_top + 0.05, f"× {num_layers}", ha="right", va="bottom", fontweight="bold")
+    is_memory = top == "memory"
+    _box(ax, x, ys[-1], w, hs[-1], top, COLORS["value" if is_memory else "io"], weight="bold" if is_memory else "normal")
+    for (a, ha), (b, hb) in zip(zip(ys, hs), zip(ys[1:], hs[1:])):
+        _arrow(ax, (x, a + ha / 2), (x, b - hb / 2))
+    return ys
+
+
 def encoder_decoder(num_layers: int = 6) -> Figure:
     """The encoder–decoder Transformer: the encoder's output is the keys and values of every
     decoder layer's cross-attention."""
     if num_layers <= 0:
         raise ValueError(f"num_layers must be positive, got {num_layers}")
-    fig, ax = _canvas(MAX_WIDTH_IN, 8.6)
+    fig, ax = _canvas(MAX_WIDTH_IN, 7.9)
     ex, dx, w = 1.35, 4.45, 2.3
-    _text(ax, ex, 8.5, "encoder", ha="center", va="top", size=MIN_FONT_PT + 2, fontweight="bold")
-    _text(ax, dx, 8.5, "decoder", ha="center", va="top", size=MIN_FONT_PT + 2, fontweight="bold")
-    # encoder column
-    _box(ax, ex, 0.45, w, 0.6, "source tokens", COLORS["io"])
-    _box(ax, ex, 1.5, w, 0.75, "embedding\n+ position", COLORS["linear"])
-    ax.add_patch(FancyBboxPatch((ex - w / 2 - 0.12, 2.3), w + 0.24, 2.35, boxstyle="round,pad=0.02",
-                                facecolor="none", edgecolor="#333333", linestyle="--"))
-    _box(ax, ex, 2.95, w - 0.2, 0.75, "self-\nattention", COLORS["attn"])
-    _box(ax, ex, 4.05, w - 0.2, 0.75, "feed-forward", COLORS["ffn"])
-    _text(ax, ex, 4.75, f"× {num_layers}", ha="center", va="bottom", fontweight="bold")
-    _box(ax, ex, 5.75, w, 0.6, "memory", COLORS["value"], weight="bold")
-    for a, b in ((0.75, 1.12), (1.88, 2.57), (3.33, 3.67), (4.43, 5.45)):
-        _arrow(ax, (ex, a), (ex, b))
-    # decoder column
-    _box(ax, dx, 0.45, w, 0.6, "target so far", COLORS["io"])
-    _box(ax, dx, 1.5, w, 0.75, "embedding\n+ position", COLORS["linear"])
-    ax.add_patch(FancyBboxPatch((dx - w / 2 - 0.12, 2.3), w + 0.24, 3.65, boxstyle="round,pad=0.02",
-                                facecolor="none", edgecolor="#333333", linestyle="--"))
-    _box(ax, dx, 2.95, w - 0.2, 0.75, "masked self-\nattention", COLORS["attn"])
-    _box(ax, dx, 4.1, w - 0.2, 0.75, "cross-\nattention", COLORS["query"], weight="bold")
-    _box(ax, dx, 5.35, w - 0.2, 0.75, "feed-forward", COLORS["ffn"])
-    _text(ax, dx, 6.05, f"× {num_layers}", ha="center", va="bottom", fontweight="bold")
-    _box(ax, dx, 7.1, w, 0.75, "linear + softmax\nnext token", COLORS["io"])
-    for a, b in ((0.75, 1.12), (1.88, 2.57), (3.33, 3.72), (4.48, 4.97), (5.73, 6.72)):
-        _arrow(ax, (dx, a), (dx, b))
+    enc = _stack(ax, ex, w, "source tokens", [("self-\nattention", "attn"), ("feed-forward", "ffn")], "memory",
+                 num_layers)
+    dec = _stack(ax, dx, w, "target so far",
+                 [("masked self-\nattention", "attn"), ("cross-\nattention", "query"), ("feed-forward", "ffn")],
+                 "linear + softmax\nnext token", num_layers)
+    _text(ax, ex, 7.85, "encoder", ha="center", va="top", size=MIN_FONT_PT + 2, fontweight="bold")
+    _text(ax, dx, 7.85, "decoder", ha="center", va="top", size=MIN_FONT_PT + 2, fontweight="bold")
     # memory -> every decoder layer's cross-attention, as keys and values
-    _arrow(ax, (ex + w / 2, 5.75), (dx - (w - 0.2) / 2, 4.1), color="#c1121f", width=2.2,
+    _arrow(ax, (ex + w / 2, enc[-1]), (dx - (w - 0.2) / 2, dec[3]), color="#c1121f", width=2.2,
            connection="arc3,rad=-0.25")
-    _text(ax, 3.0, 5.45, "K, V", ha="center", va="bottom", color="#c1121f", fontweight="bold")
-    _text(ax, dx - 0.1, 3.55, "Q", ha="right", va="center", color="#c1121f", fontweight="bold")
+    _text(ax, 3.0, enc[-1] + 0.1, "K, V", ha="center", va="bottom", color="#c1121f", fontweight="bold")
+    _text(ax, dx - 0.1, dec[3] - 0.57, "Q", ha="right", va="center", color="#c1121f", fontweight="bold")
+    return fig
+
+
+def model_families(num_layers: int = 12) -> Figure:
+    """Encoder-only (BERT) and decoder-only (GPT) stacks side by side: the same blocks, other masks."""
+    if num_layers <= 0:
+        raise ValueError(f"num_layers must be positive, got {num_layers}")
+    fig, ax = _canvas(MAX_WIDTH_IN, 6.8)
+    for x, title, attention, top in ((1.5, "encoder-only (BERT)", "self-attention\n(padding mask)", "a vector\nper token"),
+                                     (4.5, "decoder-only (GPT)", "masked self-\nattention", "next-token\nscores")):
+        _stack(ax, x, 2.6, "tokens", [(attention, "attn"), ("feed-forward", "ffn")], top, num_layers)
+        _text(ax, x, 6.75, title, ha="center", va="top", size=MIN_FONT_PT + 1, fontweight="bold")
     return fig
