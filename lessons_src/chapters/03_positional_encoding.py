@@ -12,8 +12,8 @@
 #
 # 1. by experiment, that attention without positions ignores order;
 # 2. the sinusoidal encoding of the original Transformer, computed by hand for one position
-#    and checked against the course's `PositionalEncoding` module, and a wrong exponent
-#    found in the course's source notebook;
+#    and checked against the course's `PositionalEncoding` module, and a common pitfall: a
+#    loop with the exponent doubled;
 # 3. what the encoding looks like (heatmap, curves) and why it suits attention: the dot
 #    product of two positions depends only on their distance;
 # 4. learned position embeddings, as in BERT and GPT;
@@ -128,15 +128,15 @@ show_source(sinusoidal_table)
 # %% [markdown]
 # ### A wrong exponent, and what it does
 #
-# The course's source notebook computes the same example with a loop that steps over the
-# *dimensions*, `for i in range(0, d_model, 2)`, and keeps the exponent `2 * i / d_model`.
-# There `i` is already the even dimension $2i$ of the formula, so the exponent is doubled:
-# it computes $10000^{4i/d_{model}}$. (That notebook's module is right; its loop and its
-# module disagree, which nobody notices unless they are compared.)
+# A common pitfall when the formula is turned into a loop: the loop steps over the
+# *dimensions*, `for i in range(0, d_model, 2)`, but keeps the exponent `2 * i / d_model` of
+# the formula. There `i` is already the even dimension $2i$, so the exponent is doubled: it
+# computes $10000^{4i/d_{model}}$. Nothing crashes and the result looks like a positional
+# encoding; only a comparison with a trusted implementation shows the difference.
 
 # %%
-def seed_loop_row(pos: int, d_model: int) -> torch.Tensor:
-    """The source notebook's loop: i runs over even dimensions, yet the exponent is 2*i/d_model."""
+def doubled_loop_row(pos: int, d_model: int) -> torch.Tensor:
+    """The pitfall: i runs over even dimensions, yet the exponent is 2*i/d_model."""
     row = torch.zeros(d_model)
     for i in range(0, d_model, 2):
         row[i] = math.sin(pos / (10000 ** (2 * i / d_model)))      # wrong: i is already 2i
@@ -153,9 +153,9 @@ def correct_loop_row(pos: int, d_model: int) -> torch.Tensor:
     return row
 
 
-wrong = seed_loop_row(pos, d_small)
-print("source loop:", wrong)
-print("module:     ", module_row)
+wrong = doubled_loop_row(pos, d_small)
+print("doubled exponent:", wrong)
+print("module:          ", module_row)
 print(f"largest difference: {(wrong - module_row).abs().max():.4f}")
 assert torch.equal(correct_loop_row(pos, d_small), module_row)
 assert not torch.allclose(wrong, module_row, atol=1e-2)
@@ -165,7 +165,7 @@ assert not torch.allclose(wrong, module_row, atol=1e-2)
 # the doubled exponent they fall twice as fast (in log scale), so half of the pairs get
 # wavelengths far beyond $2\pi \cdot 10000$. Over any realistic sentence length such a pair
 # hardly moves, $\sin \approx 0$ and $\cos \approx 1$ at every position: those dimensions carry
-# no position information at all. We count, for the source notebook's $d_{model} = 300$,
+# no position information at all. We count, for $d_{model} = 300$,
 # the pairs whose angle stays below 0.1 radian over the first 512 positions.
 
 # %%
@@ -173,14 +173,14 @@ d_big, n_pos = 300, 512
 pair = torch.arange(d_big // 2, dtype=torch.float64)
 wavelength = {
     "correct: 10000^(2i/d)": 2 * math.pi * 10000 ** (2 * pair / d_big),
-    "source loop: 10000^(4i/d)": 2 * math.pi * 10000 ** (4 * pair / d_big),
+    "doubled: 10000^(4i/d)": 2 * math.pi * 10000 ** (4 * pair / d_big),
 }
 for name, wl in wavelength.items():
     frozen = int(((n_pos - 1) * 2 * math.pi / wl < 0.1).sum())
     print(f"{name:>26}: longest wavelength {wl.max().item():.3g} positions; "
           f"{frozen} of {d_big // 2} pairs nearly constant over {n_pos} positions")
 frozen_right = int(((n_pos - 1) * 2 * math.pi / wavelength["correct: 10000^(2i/d)"] < 0.1).sum())
-frozen_wrong = int(((n_pos - 1) * 2 * math.pi / wavelength["source loop: 10000^(4i/d)"] < 0.1).sum())
+frozen_wrong = int(((n_pos - 1) * 2 * math.pi / wavelength["doubled: 10000^(4i/d)"] < 0.1).sum())
 assert frozen_wrong > 2 * frozen_right
 
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -308,6 +308,54 @@ for j, w in enumerate(omega.tolist()):
 err = (table512[:-k] @ M.T - table512[k:]).abs().max().item()
 print(f"PE_(pos+{k}) == M_{k} PE_pos for all {len(table512) - k} positions (to 1e-6): {err < 1e-6}")
 assert err < 1e-6
+
+# %% [markdown]
+# ### Rotary position embeddings: rotate instead of add
+#
+# Most recent language models (GPT-NeoX, LLaMA, Mistral) use the rotation $M_k$ itself.
+# **Rotary position embeddings** (RoPE; Su et al., 2021) add nothing to the token vectors.
+# Inside attention, the query of position $p$ is rotated by $M_p$ and the key of position $r$ by
+# $M_r$, pair by pair, with the same angles $p\,\omega_i$ as the sinusoids. A rotation's transpose
+# is the rotation backwards, $M_p^\top M_r = M_{r-p}$, so
+#
+# $$(M_p\, q) \cdot (M_r\, k) = q^\top M_p^\top M_r\, k = q^\top M_{r-p}\, k :$$
+#
+# the score depends on the contents $q$, $k$ and on the **relative** position $r - p$ only. The
+# cell builds $M_p$ exactly as $M_k$ above and checks this on random vectors.
+
+# %%
+def rotation(shift: int) -> torch.Tensor:
+    """The block-diagonal matrix that rotates pair i by the angle shift * omega_i (M_k above)."""
+    R = torch.zeros(d_model, d_model, dtype=torch.float64)
+    for j, w in enumerate(omega.tolist()):
+        c, s = math.cos(shift * w), math.sin(shift * w)
+        R[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+    return R
+
+
+def rope_score(q: torch.Tensor, p: int, k: torch.Tensor, r: int) -> float:
+    return ((rotation(p) @ q) @ (rotation(r) @ k)).item()  # rotate the query by p, the key by r
+
+
+assert torch.allclose(rotation(k), M, atol=1e-7)  # the same matrix as M_3 above
+q_vec, k_vec = torch.randn(2, d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+for p, r in ((0, 5), (10, 15), (300, 305), (5, 0), (305, 300)):
+    print(f"query at {p:3d}, key at {r:3d} (offset {r - p:+d}): score {rope_score(q_vec, p, k_vec, r):8.4f}")
+plus5 = [rope_score(q_vec, p, k_vec, p + 5) for p in range(0, 500, 7)]
+minus5 = [rope_score(q_vec, p + 5, k_vec, p) for p in range(0, 500, 7)]
+assert max(plus5) - min(plus5) < 1e-9 and max(minus5) - min(minus5) < 1e-9  # only the offset matters
+assert abs(plus5[0] - minus5[0]) > 0.1  # and its sign: +5 and -5 differ
+added = [((q_vec + table512[p]) @ (k_vec + table512[p + 5])).item() for p in (0, 10, 300)]
+print("the same vectors with the encoding *added* instead, offset +5:", [f"{v:.2f}" for v in added])
+assert max(added) - min(added) > 1.0  # additive: the score also depends on where the pair sits
+
+# %% [markdown]
+# Offset $+5$ gives one score wherever the pair sits (0 and 5, 10 and 15, 300 and 305), offset
+# $-5$ another: unlike the plain dot product of two encodings above, RoPE tells *before* from
+# *after*. With the encoding added to the vectors instead, the same offset gives different scores
+# at different places, because terms like $q \cdot PE_r$ depend on the absolute position. Real
+# implementations never build the $d \times d$ matrix: they multiply each pair by the cosine and
+# sine directly, which is the same rotation in $O(d)$ work.
 
 # %% [markdown]
 # ## Learned position embeddings

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from transformer_course.attention import scaled_dot_product_attention
+from transformer_course.diagrams import soft_lookup
 from transformer_course.plotting import plot_attention
 from transformer_course.utils import set_seed, show_source
 
@@ -32,10 +33,19 @@ g = set_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
 
 # %% [markdown]
+# A Python dictionary does a *hard* lookup: the query must equal one key exactly, and you get that
+# key's value and nothing else. Attention does a *soft* one. The query is compared with every key
+# (a dot product: large when they point the same way), the comparisons become weights that are
+# positive and sum to one, and the answer is a blend of all values, dominated by the best match:
+
+# %%
+soft_lookup([0.5, 2.5, 1.2, -0.5])  # the scores q·k_i/sqrt(d_k) of four keys; the weights are their softmax
+plt.show()
+
+# %% [markdown]
 # ## A two-word example by hand
 #
-# Two words, each with a 3-dimensional query and key and a 2-dimensional value (the numbers of the
-# course's source notebook). In a real model $Q$, $K$ and $V$ come out of learned linear layers
+# Two words, each with a 3-dimensional query and key and a 2-dimensional value. In a real model $Q$, $K$ and $V$ come out of learned linear layers
 # (chapter 05); here we simply write them down.
 
 # %%
@@ -90,7 +100,9 @@ assert ((V.min(0).values <= output) & (output <= V.max(0).values)).all()  # neve
 # %% [markdown]
 # Because the weights of a row are positive and sum to one, every output lies *between* the
 # values: attention can only average what the values already hold, never invent beyond them.
-# That is why real models follow attention with a feed-forward network (chapter 06).
+# Attention *moves* information between positions; it does not transform it non-linearly. That
+# job goes to the feed-forward network that follows attention in every Transformer block: a
+# small non-linear network applied to each position on its own (chapter 06).
 #
 # ## Softmax from scratch
 #
@@ -134,8 +146,9 @@ assert softmax_naive(big).isnan().all() and torch.allclose(softmax(big), torch.s
 # is a sum of $d_k$ independent terms of variance 1, so its **variance is $d_k$** and its typical
 # size $\sqrt{d_k}$. With $d_k = 64$ (the original Transformer's head size) scores are typically
 # $\pm 8$, and the softmax of such numbers is nearly one-hot: it *saturates*. A saturated softmax
-# has almost zero gradient, so the model can barely learn which key to prefer. Dividing by
-# $\sqrt{d_k}$ brings the variance back to 1, whatever $d_k$ is.
+# passes back a smaller gradient (how much smaller, the table below measures), so the model learns
+# more slowly which key to prefer. Dividing by $\sqrt{d_k}$ brings the variance back to 1,
+# whatever $d_k$ is.
 #
 # Let us check both claims with random vectors: the variance of the raw and scaled dot products,
 # the average largest weight of a softmax over 16 keys, and the size of the gradient that flows
@@ -169,7 +182,9 @@ for d in dims:
 for d in dims:  # the variance of q.k is d_k (to sampling noise); scaled it is 1
     assert abs(stats[d]["var_raw"] / d - 1) < 0.1 and abs(stats[d]["var_scaled"] - 1) < 0.1
 assert stats[1024]["max_w_raw"] > 0.95 and stats[1024]["max_w_scaled"] < 0.35  # saturation, and its cure
-assert stats[1024]["grad_raw"] < stats[1024]["grad_scaled"] / 5  # saturated softmax: tiny gradient
+grad_ratio = {d: stats[d]["grad_scaled"] / stats[d]["grad_raw"] for d in (64, 1024)}
+print(f"gradient with scaling / without: {grad_ratio[64]:.1f}x at d_k = 64, {grad_ratio[1024]:.1f}x at d_k = 1024")
+assert 1.5 < grad_ratio[64] < 3 and 4 < grad_ratio[1024] < 10  # the numbers the text below quotes
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
 col = {"raw": "tab:red", "scaled": "tab:blue"}
@@ -192,23 +207,48 @@ plt.show()
 
 # %% [markdown]
 # Without scaling, the variance grows in step with $d_k$ (left, on the dotted line), the softmax
-# puts almost all its weight on one key (middle) and the gradient through it shrinks (right).
-# With scaling all three stay flat. The scale does not change *which* key wins, only how sharply;
+# puts most of its weight on one key (middle: 0.85 on average at $d_k = 64$, 0.96 at 1024) and the
+# gradient through it shrinks (right): to about half at $d_k = 64$ and about a sixth at
+# $d_k = 1024$. Smaller, not zero: an unscaled model still learns, only more slowly, and the
+# effect grows with $d_k$. With scaling all three stay flat. The scale does not change *which* key wins, only how sharply;
 # a trained model can still learn sharp attention by making its queries and keys larger.
 #
-# ## The package function
+# ## The whole idea in five lines
 #
-# The course's implementation lives in `transformer_course.attention`. It works on any number of
-# leading dimensions (batch, heads), takes an optional boolean mask, and returns both the output and
-# the weights, because we will want to look at the weights.
+# Here are the four steps as one function. `k.transpose(-2, -1)` swaps the last two dimensions
+# only, so the same lines work for a single sequence `(L, d_k)` and for a batch of heads
+# `(batch, heads, L, d_k)`:
 
 # %%
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., L_q, L_k)
+    weights = torch.softmax(scores, dim=-1)  # each row sums to 1
+    return weights @ v, weights  # (..., L_q, d_v), (..., L_q, L_k)
+
+
+out, w = attention(Q, K, V)
+print("output:", tuple(out.shape), " weights:", tuple(w.shape))
+assert torch.allclose(w, weights) and torch.allclose(out, output)  # the hand computation above
+
+# %% [markdown]
+# The course's package keeps the same computation as `scaled_dot_product_attention` in
+# `transformer_course.attention`, the function every later chapter imports. It adds what a library
+# needs around those lines: an optional boolean mask (next section), dropout on the weights, and
+# checks that turn a shape mistake into a clear error. On the same inputs it gives the same numbers
+# (its full source is folded below):
+
+# %%
+qb, kb, vb = (torch.randn(2, 4, 5, 8, generator=g) for _ in range(3))  # (batch, heads, length, d_k)
+gap = (attention(qb, kb, vb)[0] - scaled_dot_product_attention(qb, kb, vb)[0]).abs().max().item()
+print("max |minimal - package| on a (2, 4, 5, 8) batch:", "below 1e-6" if gap < 1e-6 else gap)
+assert gap < 1e-6
+
+# %% tags=["hide-input"]
 show_source(scaled_dot_product_attention)
 
-# %%
+# %% tags=["remove-input"]
 out, w = scaled_dot_product_attention(Q, K, V)
-assert torch.equal(w, weights) and torch.equal(out, output)  # the hand computation above
-print("output:", tuple(out.shape), " weights:", tuple(w.shape))
+assert torch.equal(w, weights) and torch.equal(out, output)
 
 # %% [markdown]
 # PyTorch ships the same operation as `torch.nn.functional.scaled_dot_product_attention` (a fused
@@ -242,9 +282,11 @@ assert err < 1e-6 and err_masked < 1e-6
 # > means "may attend"**.
 #
 # This is also the convention of `F.scaled_dot_product_attention`'s boolean `attn_mask`. Beware:
-# `torch.nn.MultiheadAttention` uses the opposite one (`True` = blocked; chapter 05), and the
-# course's source notebook added `mask * -1e9`, so there a 1 meant "blocked". Mixing the two
-# silently attends to exactly the wrong keys, which is why the package refuses anything but a
+# `torch.nn.MultiheadAttention` uses the opposite one (`True` = blocked; chapter 05), and many
+# implementations use float masks in which 1 means "blocked" and add `mask * -1e9` to the scores
+# (TensorFlow's well-known Transformer tutorial does: its `create_padding_mask` puts a 1 on every
+# padding token). Mixing the two conventions is a common pitfall: it silently attends to exactly
+# the wrong keys, which is why the package refuses anything but a
 # boolean mask. Blocked scores are replaced by a huge negative number before the softmax, so
 # their weight is exactly 0 and the rest of the row renormalises. A causal mask on four tokens:
 
@@ -332,9 +374,8 @@ assert torch.equal(w_sent[0], w_sent[4])  # identical words ask identical questi
 # matrix, per head and per layer: twice the text, four times the work and four times the memory.
 # The cell below builds the score matrix of one head ($d_k = 64$) for growing $n$, times the whole
 # attention step and reads off the memory the score matrix actually occupies. The times depend on
-# the machine (this cell's printed output is not checked; we keep the fastest of five runs, on one
-# thread, which other programs on the machine disturb least); the memory is exact: $4n^2$ bytes in
-# 32-bit floats.
+# the machine and vary from run to run (we keep the fastest of five runs, on one thread, which
+# other programs on the machine disturb least); the memory is exact: $4n^2$ bytes in 32-bit floats.
 
 # %% tags=["nbval-ignore-output"]
 def time_attention(n: int, d: int = 64, repeats: int = 5) -> tuple[float, int]:
@@ -426,7 +467,8 @@ assert torch.allclose(torch.softmax(scores / 100.0, dim=-1)[1], torch.tensor([0.
 
 # %% [markdown]
 # **2. A mask written the other way round.** Someone hands you an attention function that expects
-# `1.0` for *blocked* keys and adds `mask * -1e9` to the scores (the source notebook's version).
+# `1.0` for *blocked* keys and adds `mask * -1e9` to the scores (the convention of TensorFlow's
+# Transformer tutorial).
 # Convert the causal mask above to that convention, implement the function, and check that it gives
 # the same weights as the package function with the course's boolean mask.
 

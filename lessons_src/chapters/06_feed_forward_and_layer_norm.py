@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from transformer_course.attention import MultiHeadAttention
+from transformer_course.diagrams import norm_placement
 from transformer_course.layers import LayerNorm, PositionwiseFeedForward
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters, progress, set_seed, show_source
@@ -36,8 +37,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 #
 # Two linear maps with a ReLU in between: the first widens the vector from $d_\text{model}$ to
 # $d_\text{ff}$ numbers (4 times wider in the paper: 512 → 2048), the second brings it back. Take
-# one 4-dimensional word vector and a hidden layer of width 2 (the numbers of the course's source
-# notebook):
+# one 4-dimensional word vector and, to keep the arithmetic small, a hidden layer of width 2:
 
 # %%
 x = torch.tensor([0.5, -0.2, 0.1, 0.8])
@@ -66,9 +66,10 @@ assert torch.allclose(ffn_out, torch.tensor([0.38, -0.097, 0.204, 0.128]), atol=
 #
 # The package's `PositionwiseFeedForward` is the same computation with `nn.Linear` layers. One
 # detail trips up everyone once: `nn.Linear(d_in, d_out)` stores its weight as a `(d_out, d_in)`
-# matrix and computes `x @ weight.T + bias`, so our $W_1$ goes in transposed.
+# matrix and computes `x @ weight.T + bias`, so our $W_1$ goes in transposed. (Its source, with
+# the optional GELU, dropout and input checks, is folded here.)
 
-# %%
+# %% tags=["hide-input"]
 show_source(PositionwiseFeedForward)
 
 # %%
@@ -97,9 +98,9 @@ assert torch.allclose(out[:, 2], ffn(seq[:, 2]), atol=1e-7)      # one position 
 assert torch.allclose(ffn(seq[:, perm]), out[:, perm], atol=1e-7)  # shuffle in = shuffle out
 
 # %% [markdown]
-# Most of a Transformer's parameters live here. In the paper's base model ($d_\text{model} = 512$,
-# $d_\text{ff} = 2048$, 8 heads) the feed-forward network of one layer has twice as many parameters
-# as its attention:
+# Within a Transformer layer, most parameters live here. In the paper's base model
+# ($d_\text{model} = 512$, $d_\text{ff} = 2048$, 8 heads) the feed-forward network of one layer has
+# twice as many parameters as its attention:
 
 # %%
 n_attn = count_parameters(MultiHeadAttention(512, 8))
@@ -107,6 +108,19 @@ n_ffn = count_parameters(PositionwiseFeedForward(512, 2048))
 print(f"attention {n_attn:,}   feed-forward {n_ffn:,}   share of the FFN {n_ffn / (n_attn + n_ffn):.1%}")
 assert n_attn == 4 * 512 * 512 + 4 * 512 and n_ffn == 2 * 512 * 2048 + 2048 + 512
 assert 0.66 < n_ffn / (n_attn + n_ffn) < 0.67
+
+# %% [markdown]
+# A whole model also has its embedding table, and for a small model that is large. GPT-2 small
+# (12 layers, $d_\text{model} = 768$, $d_\text{ff} = 3072$, 50,257 tokens, 1,024 positions), counted
+# from the same formulas (its layer norms add a few thousand more):
+
+# %%
+L, dm, vocab, ctx = 12, 768, 50_257, 1024
+parts = {"feed-forward": L * (2 * dm * 4 * dm + 4 * dm + dm), "attention": L * (4 * dm * dm + 4 * dm),
+         "embeddings": vocab * dm + ctx * dm}
+total = sum(parts.values())
+print(", ".join(f"{k} {v / 1e6:.1f} M ({v / total:.0%})" for k, v in parts.items()), f"of {total / 1e6:.1f} M")
+assert 0.45 < parts["feed-forward"] / total < 0.5 and 0.3 < parts["embeddings"] / total < 0.35
 
 # %% [markdown]
 # BERT and GPT replace the ReLU with the GELU, $x\,\Phi(x)$ where $\Phi$ is the standard normal
@@ -139,7 +153,7 @@ assert -0.18 < gelu_min < -0.16 and torch.allclose(F.gelu(xs[-1:]), xs[-1:], ato
 #
 # Two details matter if the numbers are to match PyTorch (and every pretrained model): $\sigma^2$
 # is the **biased** variance (divide by $d$, not $d-1$), and $\varepsilon$ sits **inside** the
-# square root. By hand on the source notebook's vector $[2, -1, 3, 0]$: the mean is 1, the squared
+# square root. By hand on the vector $[2, -1, 3, 0]$: the mean is 1, the squared
 # deviations are $1, 4, 4, 1$, so $\sigma^2 = 10/4 = 2.5$:
 
 # %%
@@ -158,23 +172,24 @@ assert (ours - torch_ln(v)).abs().max() < 1e-6
 assert (LayerNorm(4, eps=eps)(v) - torch_ln(v)).abs().max() < 1e-6
 
 # %% [markdown]
-# The source notebook writes the same formula but its code computes something else:
-# `(x - mean) / (x.std() + eps)`. `torch.Tensor.std` is the **unbiased** standard deviation
-# (divide by $d - 1$), and $\varepsilon$ is added to the standard deviation instead of the variance.
-# Its output for our vector:
+# **A common pitfall.** A widely copied way to write layer normalisation is
+# `(x - mean) / (x.std() + eps)`; the Annotated Transformer (Harvard NLP) writes its `LayerNorm`
+# this way, for instance. It looks like the formula but is a different function:
+# `torch.Tensor.std` is the **unbiased** standard deviation (divide by $d - 1$), and $\varepsilon$ is
+# added to the standard deviation instead of the variance. Its output for our vector:
 
 # %%
-def layer_norm_seed_version(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """The source notebook's variant (not what PyTorch computes): unbiased std, eps added to it."""
+def layer_norm_std_eps(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """The pitfall (not what PyTorch computes): unbiased std, eps added to it."""
     return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps)
 
 
-seed_out = layer_norm_seed_version(v)
-diff = (seed_out - torch_ln(v)).abs().max().item()
-print("seed version:      ", seed_out)
-print(f"max |seed - torch| = {diff:.4f};  ratio of the two = {(torch_ln(v) / seed_out)[0].item():.4f}"
+std_out = layer_norm_std_eps(v)
+diff = (std_out - torch_ln(v)).abs().max().item()
+print("(x - mean) / (std + eps):", std_out)
+print(f"max |that - torch| = {diff:.4f};  ratio of the two = {(torch_ln(v) / std_out)[0].item():.4f}"
       f" = sqrt(4/3) = {math.sqrt(4 / 3):.4f}")
-assert diff > 0.16 and math.isclose((torch_ln(v) / seed_out)[0].item(), math.sqrt(4 / 3), rel_tol=1e-4)
+assert diff > 0.16 and math.isclose((torch_ln(v) / std_out)[0].item(), math.sqrt(4 / 3), rel_tol=1e-4)
 
 # %% [markdown]
 # The unbiased standard deviation is larger by $\sqrt{d/(d-1)}$, so every output shrinks by that
@@ -188,21 +203,22 @@ assert diff > 0.16 and math.isclose((torch_ln(v) / seed_out)[0].item(), math.sqr
 rows = []
 for name, t in (("[2, -1, 3, 0]", v), ("[2, -1, 3, 0] / 1000", v / 1000), ("random, d=384", torch.randn(384, generator=g))):
     ln_t = nn.LayerNorm(t.numel(), eps=eps)
-    rows.append((name, (layer_norm_seed_version(t) - ln_t(t)).abs().max().item(), (LayerNorm(t.numel())(t) - ln_t(t)).abs().max().item()))
-print(f"{'input':22s} {'max |seed - torch|':>18s} {'max |package - torch|':>22s}")
-for name, d_seed, d_pkg in rows:
-    print(f"{name:22s} {d_seed:18.4f} {'below 1e-6' if d_pkg < 1e-6 else d_pkg:>22}")
-print("tiny vector, torch:", nn.LayerNorm(4, eps=eps)(v / 1000).detach())
-print("tiny vector, seed: ", layer_norm_seed_version(v / 1000))
+    rows.append((name, (layer_norm_std_eps(t) - ln_t(t)).abs().max().item(), (LayerNorm(t.numel())(t) - ln_t(t)).abs().max().item()))
+print(f"{'input':22s} {'max |std+eps - torch|':>21s} {'max |package - torch|':>22s}")
+for name, d_std, d_pkg in rows:
+    print(f"{name:22s} {d_std:21.4f} {'below 1e-6' if d_pkg < 1e-6 else d_pkg:>22}")
+print("tiny vector, torch:   ", nn.LayerNorm(4, eps=eps)(v / 1000).detach())
+print("tiny vector, std+eps: ", layer_norm_std_eps(v / 1000))
 assert all(d_pkg < 1e-6 for _, _, d_pkg in rows)
 assert rows[1][1] > 0.5 and rows[2][1] > 1e-4
 
 # %% [markdown]
-# The package's `LayerNorm` is the formula above, with $\gamma$ and $\beta$ called `weight` and
-# `bias` like PyTorch's, so state dicts load across. With random $\gamma$, $\beta$ and a batch of
-# sequences it matches `torch.nn.LayerNorm`:
+# The package's `LayerNorm` is the by-hand formula above (two lines: the mean, the biased
+# variance) plus the learned $\gamma$ and $\beta$, called `weight` and `bias` like PyTorch's so
+# that state dicts load across; its source is folded here. With random $\gamma$, $\beta$ and a batch
+# of sequences it matches `torch.nn.LayerNorm`:
 
-# %%
+# %% tags=["hide-input"]
 show_source(LayerNorm)
 
 # %%
@@ -284,9 +300,71 @@ assert torch.allclose(h1, out_plain) and change < 1e-6  # float rounding, nothin
 
 # %% [markdown]
 # Without residual connections the gradient at the first block is more than ten orders of magnitude
-# smaller than at the last: the first blocks would never learn. The plain stack's output does not
-# even depend on its input any more. With residual connections every block gets a gradient of the
-# same size.
+# smaller than at the last, and the plain stack's output no longer depends on its input. With
+# residual connections every block gets a gradient of the same size.
+#
+# **How much of this is the initialisation?** A fair question, because PyTorch's default
+# initialisation of `nn.Linear` draws weights with variance $1/(3\,\text{fan\_in})$. A
+# Linear–ReLU–Linear block then scales the variance of its input by $\tfrac13 \cdot \tfrac12 \cdot
+# \tfrac13 = \tfrac1{18}$ (the ReLU zeroes half), its size by $\sqrt{1/18} \approx 0.24$: thirty such
+# blocks shrink a signal by $0.24^{30} \approx 10^{-19}$, forwards and backwards. (Exercise 2
+# measures about 0.20 per block.) The control: the same plain stack with **He initialisation**,
+# variance $2/\text{fan\_in}$ for the layer before the ReLU (to make up for the half it zeroes) and
+# $1/\text{fan\_in}$ for the one after, zero biases, so that a block keeps the size of its input.
+# We also feed each stack two unrelated inputs and measure how alike its two outputs are (mean
+# cosine similarity over the 32 rows; for the two inputs themselves it is about 0).
+
+# %%
+def he_init_(block: PositionwiseFeedForward) -> PositionwiseFeedForward:
+    nn.init.kaiming_normal_(block.linear1.weight, nonlinearity="relu")  # variance 2 / fan_in
+    nn.init.kaiming_normal_(block.linear2.weight, nonlinearity="linear")  # variance 1 / fan_in
+    nn.init.zeros_(block.linear1.bias)
+    nn.init.zeros_(block.linear2.bias)
+    return block
+
+
+def stack_report(residual: bool, he: bool) -> tuple[list[float], float]:
+    """Gradient norms of each block's W1 after one backward pass, and the cosine similarity of the
+    outputs for two unrelated inputs."""
+    torch.manual_seed(0)
+    blocks = [PositionwiseFeedForward(d, 4 * d) for _ in range(depth)]
+    blocks = [he_init_(b) for b in blocks] if he else blocks
+    h, other = inputs, other_inputs
+    for block in blocks:
+        h, other = (h + block(h), other + block(other)) if residual else (block(h), block(other))
+    h.pow(2).mean().backward()
+    return [b.linear1.weight.grad.norm().item() for b in blocks], F.cosine_similarity(h, other, dim=-1).mean().item()
+
+
+other_inputs = torch.randn(32, d, generator=g)
+print(f"two inputs: cosine similarity {F.cosine_similarity(inputs, other_inputs, dim=-1).mean().item():.2f}")
+print(f"{'stack':34s} {'grad block 1':>13s} {'grad block 30':>14s} {'outputs alike':>14s}")
+report = {}
+for name, residual, he in (("plain, PyTorch default init", False, False), ("plain, He init", False, True),
+                           ("residual, PyTorch default init", True, False)):
+    report[name] = stack_report(residual, he)
+    grads, cos = report[name]
+    print(f"{name:34s} {grads[0]:13.1e} {grads[-1]:14.1e} {cos:14.2f}")
+
+# %% tags=["remove-input"]
+assert report["plain, PyTorch default init"][0][0] < 1e-10 and report["plain, PyTorch default init"][1] > 0.99
+he_grads, he_cos = report["plain, He init"]
+assert he_grads[0] > 0.1 and max(he_grads) / min(he_grads) < 100  # He init: the gradient survives 30 blocks
+assert he_cos > 0.9  # ... but the two outputs are nearly parallel
+assert report["residual, PyTorch default init"][1] < 0.7
+
+# %% [markdown]
+# So the vanishing gradient of the plain stack is mostly the initialisation's doing: with He
+# initialisation block 1 receives a gradient as large as block 30's. What He initialisation does
+# not fix is the second symptom: two unrelated inputs come out of thirty plain ReLU blocks almost
+# parallel (similarity above 0.9), so the stack passes on little of what distinguished them. The
+# residual stack, with the *default* initialisation, keeps both the gradient and the difference
+# between the inputs, because each block only adds a change to a stream that still carries its
+# input. That is the case for residual connections: they make a deep stack trainable without
+# depending on a finely tuned initialisation, and they keep the input visible to every later layer.
+# (He initialisation on the *residual* stack would make the stream grow by a factor of about
+# $\sqrt2$ per block; deep residual models scale their branches down instead, GPT-2 for instance by
+# $1/\sqrt{\text{number of layers}}$.)
 #
 # ## Where does the normalisation go? Post-norm and pre-norm
 #
@@ -298,11 +376,39 @@ assert torch.allclose(h1, out_plain) and change < 1e-6  # float rounding, nothin
 # * **pre-norm** (GPT-2 and nearly every large model since): $x \leftarrow x + f(\operatorname{LN}(x))$,
 #   the norm on the branch, and one final LN after the last layer.
 #
+# Side by side, for one sub-layer $f$ (attention or feed-forward), with the residual stream drawn
+# as the thick grey line:
+
+# %%
+norm_placement()
+plt.show()
+
+# %% [markdown]
 # The package's encoder layer (chapter 07 assembles it) has both; its `forward` is exactly these
 # two lines:
 
 # %%
 show_source(EncoderLayer.forward)
+
+# %% [markdown]
+# ### Where dropout sits
+#
+# Both variants regularise with **dropout on the sub-layer's output, before it is added to the
+# stream**: `x + dropout(f(LN(x)))` in pre-norm, `LN(x + dropout(f(x)))` in post-norm. (Inside the
+# sub-layers there is more: on the attention weights and on the feed-forward network's hidden
+# layer.) The stream itself is never dropped. An extreme test shows it: with dropout probability 1
+# every branch's output is zeroed in training mode, and a pre-norm layer must return its input
+# unchanged, while in evaluation mode dropout is off and the layer changes its input.
+
+# %%
+torch.manual_seed(0)
+drop_all = EncoderLayer(16, 2, 64, dropout=1.0, norm_first=True)
+xd = torch.randn(2, 5, 16, generator=g)
+train_out = drop_all.train()(xd)
+eval_out = drop_all.eval()(xd)
+print("training mode, dropout 1.0: output == input:", torch.equal(train_out, xd))
+print(f"evaluation mode: largest change {(eval_out - xd).abs().max().item():.2f}")
+assert torch.equal(train_out, xd) and (eval_out - xd).abs().max() > 0.1
 
 # %% [markdown]
 # What changes? In pre-norm the residual stream $x$ is never normalised: each layer *adds* its
@@ -462,11 +568,14 @@ plt.show()
 # ## Summary
 #
 # * The feed-forward network transforms each position on its own: widen, ReLU/GELU, narrow. It
-#   holds about two thirds of a layer's parameters.
+#   holds about two thirds of a layer's parameters (in GPT-2 small, 46 % of the whole model; the
+#   embeddings hold 32 %).
 # * Layer normalisation uses the biased variance and puts $\varepsilon$ inside the square root; the
 #   unbiased-std variant is a different function and does not reproduce PyTorch's numbers.
-# * Residual connections give the gradient an identity path; without them a deep stack's first
-#   layers get no gradient at all.
+# * Residual connections give the gradient an identity path. A plain 30-block stack with PyTorch's
+#   default initialisation loses its gradient (4e-21 at block 1); He initialisation restores the
+#   gradient but not the distinction between inputs; the residual stack keeps both.
+# * Dropout acts on each sub-layer's output before it joins the residual stream, never on the stream.
 # * Post-norm renormalises the stream after every sub-layer and usually needs a warmup; pre-norm
 #   normalises only the branch input, keeps an identity path to the output and trains more easily.
 #

@@ -37,11 +37,11 @@ import math
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-from matplotlib.patches import FancyBboxPatch
 from torch import nn
 
 from transformer_course import transformer as transformer_module
 from transformer_course.attention import MultiHeadAttention
+from transformer_course.diagrams import encoder_decoder, model_families
 from transformer_course.layers import PositionwiseFeedForward
 from transformer_course.masking import causal_mask, make_seq2seq_masks
 from transformer_course.positional import PositionalEncoding
@@ -56,6 +56,17 @@ from transformer_course.transformer import (
 from transformer_course.utils import count_parameters, set_seed, show_source
 
 g = set_seed(0)
+
+# %% [markdown]
+# The whole model in one picture, with the paper's six layers per stack. The encoder reads the
+# source once and turns it into the **memory**, one vector per source token. The decoder reads the
+# target written so far; in every one of its layers, **cross-attention** takes its queries from
+# the decoder and its keys and values from that same memory. (Residual connections and layer norms,
+# chapter 06, wrap every box inside the dashed frames and are left out of the picture.)
+
+# %%
+encoder_decoder(num_layers=6)
+plt.show()
 
 # %% [markdown]
 # ## A small batch to follow
@@ -153,11 +164,11 @@ assert torch.equal(y, enc_layer(x, src_mask))
 print("by hand == EncoderLayer(x, src_mask):", torch.equal(y, enc_layer(x, src_mask)))
 
 # %% [markdown]
-# The package's `EncoderLayer` is these four lines, for both norm placements. Dropout sits on
+# The package's `EncoderLayer` (source folded below) is these four lines, for both norm placements. Dropout sits on
 # each sub-layer's output, before the residual addition, as in the paper; the attention weights
 # of the last call are kept in `attn_weights` for plotting.
 
-# %%
+# %% tags=["hide-input"]
 show_source(EncoderLayer)
 
 # %% [markdown]
@@ -210,7 +221,7 @@ print("cross-attention weights on source pads (sentence 1):", ca_w[1, :, :, 3:].
 assert torch.equal(sa_w[0, :, 0, 1:], torch.zeros(num_heads, 4))
 assert torch.all(ca_w[1, :, :, 3:] == 0)
 
-# %%
+# %% tags=["hide-input"]
 show_source(DecoderLayer)
 
 # %% [markdown]
@@ -235,7 +246,7 @@ print(f"  ... times sqrt(d_model)    RMS per entry {rms(small_rows * math.sqrt(d
 assert abs(rms(pe) - math.sqrt(0.5)) < 0.01  # sin^2 and cos^2 average 1/2
 assert 0.8 < rms(small_rows * math.sqrt(d_model)) < 1.2
 
-# %%
+# %% tags=["hide-input"]
 show_source(transformer_module.TokenAndPositionEmbedding)
 
 # %% [markdown]
@@ -285,7 +296,7 @@ assert torch.equal(decoder(tgt_in, memory, tgt_mask, memory_mask), h)
 # All weight matrices start from Glorot (Xavier) uniform initialisation, as in the reference
 # implementation of the paper.
 
-# %%
+# %% tags=["hide-input"]
 show_source(Transformer)
 
 # %% [markdown]
@@ -369,6 +380,8 @@ table.loc[len(table)] = ["total", "", table["by formula"].sum(), count_parameter
 table["share"] = (table["counted"] / count_parameters(model)).map("{:.1%}".format)
 print(table.to_string(index=False))
 assert (table["by formula"] == table["counted"]).all()
+embedding_share = (src_vocab * d_model + tgt_vocab * d_model) / count_parameters(model)
+assert embedding_share < 0.05  # toy vocabularies: the layers hold almost everything
 
 # %% [markdown]
 # PyTorch's layers hold exactly the same number of parameters (they differ only in how the
@@ -381,9 +394,12 @@ for ours, theirs in [(EncoderLayer(d_model, num_heads, d_ff), nn.TransformerEnco
     assert count_parameters(ours) == count_parameters(theirs)
 
 # %% [markdown]
-# In our toy model the embeddings are a large share. At the size of the paper's base model
-# ($d=512$, $d_\text{ff}=2048$, 6 + 6 layers) the layers dominate. Instantiating one layer of that
-# size confirms the formula there too:
+# In our toy model the vocabularies have only 20 and 18 words, so the two embedding tables hold
+# under 3 % of the parameters and the layers nearly all of them. At the size of the paper's base
+# model ($d=512$, $d_\text{ff}=2048$, 6 + 6 layers) the layers hold 44 M parameters, and its
+# vocabulary of about 37,000 word pieces adds one shared $37{,}000 \times 512$ table, 19 M more
+# (exercise 1 counts the whole model). Instantiating one layer of that size confirms the formula
+# there too:
 
 # %%
 d, dff = 512, 2048
@@ -404,7 +420,7 @@ del big_enc, big_dec
 # layers built differently (another `d_ff`, norm placement or activation) instead of copying
 # something meaningless.
 
-# %%
+# %% tags=["hide-input"]
 show_source(copy_weights_to_torch)
 
 # %% [markdown]
@@ -452,8 +468,8 @@ print(f"encoder layer: max |ours - PyTorch| < 1e-5: {encoder_diff < 1e-5}")
 assert encoder_diff < 1e-5
 
 # %% [markdown]
-# The exact differences (float32 rounding; they can vary in the last digit from one CPU to
-# another, so this cell is not compared by the tests):
+# The exact differences (float32 rounding: different order of the same additions; they can vary in
+# the last digit from one CPU to another):
 
 # %% tags=["nbval-ignore-output"]
 print(f"decoder layer {decoder_diff:.1e}, encoder layer {encoder_diff:.1e}")
@@ -474,61 +490,14 @@ assert max(decoder_diff, encoder_diff) < 1e-5
 # They differ in wiring and masks, not in building blocks. A decoder-only block is a decoder
 # layer with its cross-attention removed, which leaves exactly our `EncoderLayer` used with a
 # causal mask (GPT-2 also puts the norm first). Chapter 10 builds GPT that way; chapter 08 tests
-# the causal property properly. The figure shows the three wirings (residual connections and
-# norms are left out). How positions enter differs: the 2017 model adds sinusoids to embeddings
+# the causal property properly. The figure shows the two one-stack wirings next to each other
+# (the encoder–decoder is the picture at the top of this chapter; residual connections and norms
+# are left out). How positions enter differs: the 2017 model adds sinusoids to embeddings
 # scaled by $\sqrt{d_\text{model}}$, BERT and GPT-2 learn a position embedding, T5 adds a learned
 # relative-position bias to the attention scores.
 
-# %% tags=["hide-input"]
-COLORS = {"attn": "#f4a261", "ff": "#8ecae6", "emb": "#d9d9d9", "head": "#95d5b2", "io": "white"}
-
-
-def box(ax, x, y, text, kind, w=2.6, h=0.62):
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.04",
-                                fc=COLORS[kind], ec="black", lw=0.8))
-    ax.text(x, y, text, ha="center", va="center", fontsize=8)
-
-
-def arrow(ax, x0, y0, x1, y1):
-    ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", lw=0.9))
-
-
-def column(ax, x, blocks, top_label, bottom_label):
-    """Draw a stack bottom-up: input, embedding, the repeated blocks (framed, x N), the top."""
-    ys = [0.0, 1.0] + [2.1 + i for i in range(len(blocks))] + [2.2 + len(blocks)]
-    box(ax, x, ys[0], bottom_label, "io")
-    box(ax, x, ys[1], "token embedding + positions", "emb")
-    for y, (text, kind) in zip(ys[2:-1], blocks):
-        box(ax, x, y, text, kind)
-    box(ax, x, ys[-1], top_label, "head" if top_label != "memory" else "io")
-    for a, b in zip(ys[:-1], ys[1:]):
-        arrow(ax, x, a + 0.31, x, b - 0.31)
-    ax.add_patch(plt.Rectangle((x - 1.5, ys[2] - 0.5), 3.0, len(blocks) - 0.05, fill=False, ls="--", lw=0.8))
-    ax.text(x + 1.55, ys[2] - 0.45, "× N", fontsize=8, va="bottom")
-    return ys
-
-
-fig, axes = plt.subplots(1, 3, figsize=(13, 5.2), gridspec_kw={"width_ratios": [1, 1, 2]})
-column(axes[0], 0, [("self-attention\n(padding mask)", "attn"), ("feed-forward", "ff")],
-       "a vector per token →\nclassifier / masked-word head", "tokens")
-axes[0].set_title("encoder-only (BERT)")
-column(axes[1], 0, [("masked self-attention\n(causal + padding)", "attn"), ("feed-forward", "ff")],
-       "next-token logits", "tokens")
-axes[1].set_title("decoder-only (GPT)")
-enc_ys = column(axes[2], -1.7, [("self-attention\n(padding mask)", "attn"), ("feed-forward", "ff")],
-                "memory", "source tokens")
-dec_ys = column(axes[2], 1.7, [("masked self-attention\n(causal + padding)", "attn"),
-                               ("cross-attention\nqueries: decoder\nkeys, values: memory", "attn"),
-                               ("feed-forward", "ff")],
-                "next-token logits", "target tokens\n(shifted right)")
-axes[2].annotate("", xy=(1.7 - 1.3, dec_ys[3]), xytext=(-1.7 + 1.3, enc_ys[-1]),
-                 arrowprops=dict(arrowstyle="->", lw=1.2, color="#c0392b", connectionstyle="arc3,rad=0.2"))
-axes[2].set_title("encoder–decoder (the 2017 Transformer, T5)")
-for ax, half_width in zip(axes, (1.8, 1.8, 3.6)):
-    ax.set_xlim(-half_width, half_width)
-    ax.set_ylim(-0.5, 6.0)
-    ax.axis("off")
-fig.tight_layout()
+# %%
+model_families(num_layers=12)  # BERT-base and GPT-2 small both have 12 layers
 plt.show()
 
 # %% [markdown]

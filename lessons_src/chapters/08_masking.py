@@ -23,8 +23,7 @@
 # A **mask** says, for every (query, key) pair, whether the query may attend to that key. This
 # chapter fixes one convention for the whole course, builds the helpers that make masks, draws
 # them, and then *proves by experiment* that they do what they promise. It ends with the mistakes
-# learners (and one of the course's source notebooks) make with masks, and the errors the package
-# raises to catch them.
+# commonly made with masks, and the errors the package raises to catch them.
 
 # %%
 import math
@@ -360,7 +359,8 @@ print("with the causal mask, logits at positions <= t never change:", bool((with
 # What should such a query get? Compare three ways of applying the mask to one left-padded row:
 #
 # * fill blocked scores with $-\infty$: the softmax computes $0/0$ and returns **NaN**;
-# * add $-10^9$ to blocked scores (the source notebook's way): every score is equally very
+# * add $-10^9$ to blocked scores (a common way, e.g. in TensorFlow's Transformer tutorial): every
+#   score is equally very
 #   negative, so the softmax returns **uniform weights over the blocked keys**: the query attends
 #   to padding after all;
 # * the course's way: the most negative finite float, then the weights of a row with no allowed
@@ -375,15 +375,15 @@ q4, k4, v4 = (torch.randn(1, 1, 4, 8, generator=g) for _ in range(3))
 scores = q4 @ k4.transpose(-2, -1) / math.sqrt(8)
 
 w_inf = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-w_seed = torch.softmax(scores + (~mask).float() * -1e9, dim=-1)
+w_add = torch.softmax(scores + (~mask).float() * -1e9, dim=-1)
 out_course, w_course = scaled_dot_product_attention(q4, k4, v4, mask)
 torch.set_printoptions(precision=3)
 print("row 0 with -inf:      ", w_inf[0, 0, 0])
-print("row 0 with -1e9 added:", w_seed[0, 0, 0])
+print("row 0 with -1e9 added:", w_add[0, 0, 0])
 print("row 0, course:        ", w_course[0, 0, 0], " output row 0:", out_course[0, 0, 0, :3], "...")
 torch.set_printoptions(profile="default")
 assert torch.isnan(w_inf[0, 0, 0]).all()
-assert torch.allclose(w_seed[0, 0, 0], torch.full((4,), 0.25))
+assert torch.allclose(w_add[0, 0, 0], torch.full((4,), 0.25))
 assert torch.all(w_course[0, 0, 0] == 0) and torch.all(out_course[0, 0, 0] == 0)
 assert torch.isfinite(out_course).all()
 
@@ -434,17 +434,20 @@ assert all(torch.isfinite(t.grad).all() for t in (qg, kg, vg))
 # ```{admonition} Common pitfalls
 # :class: warning
 #
-# 1. **Mixing conventions, then combining with `max`.** One of the course's source notebooks
-#    builds its padding mask as `(seq == 0).float()`, **1 at padding** ("blocked"), and its
-#    look-ahead mask as `triu(ones, 1) == 0`, **True where allowed**, then merges them with
-#    `torch.max`. Each mask alone is plausible; together they mean nothing. Read the way its
-#    attention reads masks (adding `mask * -1e9`, so 1 = blocked), the result lets each position
+# 1. **Mixing conventions, then combining with `max`.** Both conventions are published and widely
+#    copied. TensorFlow's Transformer tutorial builds its padding mask as `(seq == 0)`, **1 at
+#    padding** ("blocked"), adds `mask * -1e9` to the scores and merges its masks with
+#    `tf.maximum`, correctly, since all its masks mean "blocked". The Annotated Transformer's
+#    look-ahead mask is `triu(ones, 1) == 0`, **True where allowed**. Take the padding mask from the
+#    first and the look-ahead mask from the second, merge them with `torch.max`, and each mask alone
+#    is plausible while together they mean nothing. Read as 1 = blocked (adding
+#    `mask * -1e9`), the result lets each position
 #    see **only the future**, never itself (and the last real positions nothing at all); read
 #    the other way, it lets padding through. The
 #    fix is one convention everywhere, and the combination that matches it: AND for "may attend"
 #    masks (`combine_masks`), OR (`max`) only for masks that are *all* "blocked".
-# 2. **A mask for one tensor, used with another.** The same notebook builds its masks from the
-#    full target `tgt` and then feeds the model `tgt[:, :-1]`. The mask is one position too long:
+# 2. **A mask for one tensor, used with another.** Building the masks from the full target `tgt`
+#    and then feeding the model `tgt[:, :-1]`. The mask is one position too long:
 #    here that is a shape error, with a message naming both shapes. The tempting "fix", feeding
 #    the unshifted target so that shapes agree, is worse: position $t$ is then asked to predict
 #    the token it is allowed to see, the model learns to copy, and nothing complains. Build the
@@ -455,19 +458,19 @@ assert all(torch.isfinite(t.grad).all() for t in (qg, kg, vg))
 #    position (experiment 3).
 # ```
 #
-# Pitfall 1, run. The seed's three lines, in our variable names (do **not** use this). In the
+# Pitfall 1, run. The three mixed-up lines, in our variable names (do **not** use this). In the
 # figure, dark cells are the pairs a mask lets through.
 
 # %%
-seed_padding = (tgt_in == PAD).float()[:, None, None, :]         # 1 = padding (blocked)
-seed_look_ahead = torch.triu(torch.ones(n, n), diagonal=1) == 0  # True = allowed
-seed_combined = torch.max(seed_padding, seed_look_ahead[None])   # float, (batch, 1, n, n)
-print("the seed's combined mask for “dogs bark”:")
-print(seed_combined[1, 0].int())
+mixed_padding = (tgt_in == PAD).float()[:, None, None, :]         # 1 = padding (blocked)
+mixed_look_ahead = torch.triu(torch.ones(n, n), diagonal=1) == 0  # True = allowed
+mixed_combined = torch.max(mixed_padding, mixed_look_ahead[None])   # float, (batch, 1, n, n)
+print("the mixed combined mask for “dogs bark”:")
+print(mixed_combined[1, 0].int())
 
-seed_lets_through = seed_combined == 0  # its attention adds mask * -1e9: 0 = may attend
+mixed_lets_through = mixed_combined == 0  # attention that adds mask * -1e9: 0 = may attend
 future = ~causal_mask(n)[0, 0]
-allowed = seed_lets_through[1, 0]
+allowed = mixed_lets_through[1, 0]
 print("pairs it lets through:", int(allowed.sum()), "| of which in the future:", int((allowed & future).sum()),
       "| a position attending to itself:", bool(allowed.diagonal().any()))
 assert torch.equal(allowed & ~future, torch.zeros(n, n, dtype=torch.bool))  # never the past or itself
@@ -475,8 +478,8 @@ assert (allowed & future).any()
 
 fig, axes = plt.subplots(1, 3, figsize=(13, 4.3))
 for ax, m, title in [
-    (axes[0], seed_lets_through[1, 0], "seed, read as 1 = blocked:\nonly the future"),
-    (axes[1], seed_combined[1, 0].bool(), "seed, read as 1 = may attend:\npast and padding"),
+    (axes[0], mixed_lets_through[1, 0], "mixed, read as 1 = blocked:\nonly the future"),
+    (axes[1], mixed_combined[1, 0].bool(), "mixed, read as 1 = may attend:\npast and padding"),
     (axes[2], tgt_mask[1, 0], "combine_masks (AND):\npast, no padding"),
 ]:
     plot_attention(m.float(), words(tgt_in[1]), ax=ax, cmap="Blues", colorbar=False, vmax=1.0, title=title)
@@ -525,24 +528,24 @@ assert not (tgt_mask[:, 0].diagonal(offset=1, dim1=-2, dim2=-1)).any()
 # The package checks every mask before using it. A mask whose shape cannot broadcast to the
 # scores is reported with both shapes (above: `(3, 1, 8, 8)` against `(3, 4, 7, 7)`), and a mask
 # that is not boolean is rejected rather than guessed at, because a 0/1 tensor does not say which
-# of the two conventions it follows. The seed's float padding mask, for instance:
+# of the two conventions it follows. The float padding mask of pitfall 1, for instance:
 
 # %%
 mha = MultiHeadAttention(32, 4)
 x = torch.randn(3, n, 32, generator=g)
 try:
-    mha(x, mask=seed_padding)
+    mha(x, mask=mixed_padding)
 except TypeError as err:
     print("TypeError:", err)
 
 # %% [markdown]
 # The message's `mask.bool()` is right for a 0/1 mask with **1 = may attend** (a Hugging Face
-# `attention_mask`, say). The seed's mask has 1 = padding, so its course equivalent is
-# `seed_padding == 0`: converting needs knowing the convention, which is why it is left to you.
+# `attention_mask`, say). This mask has 1 = padding, so its course equivalent is
+# `mixed_padding == 0`: converting needs knowing the convention, which is why it is left to you.
 
 # %%
-converted = seed_padding == 0
-print("seed_padding == 0 equals padding_mask(tgt_in):", torch.equal(converted, padding_mask(tgt_in, PAD)))
+converted = mixed_padding == 0
+print("mixed_padding == 0 equals padding_mask(tgt_in):", torch.equal(converted, padding_mask(tgt_in, PAD)))
 assert torch.equal(converted, padding_mask(tgt_in, PAD))
 out, _ = mha(x, mask=converted)
 assert torch.isfinite(out).all()
@@ -629,10 +632,10 @@ print(f"with {depth} layers, position i depends on tokens up to i + {depth}:", t
 assert torch.equal(grid > 0, reach)
 
 # %% [markdown]
-# **3. The seed's masks, repaired in its own convention.** Keep the source notebook's "1 =
-# blocked" convention and its `torch.max`, but make *both* masks follow it: padding is 1, and the
+# **3. The mixed masks, repaired in the "blocked" convention.** Keep the "1 = blocked" convention
+# of the padding mask and the `torch.max`, but make *both* masks follow it: padding is 1, and the
 # future is 1. Check that your combined mask is exactly `~tgt_mask` (as floats: `1 - tgt_mask`),
-# and that the seed-style attention (`softmax(scores + mask * -1e9)`) then gives the same weights
+# and that the additive attention (`softmax(scores + mask * -1e9)`) then gives the same weights
 # as ours for every row that has an allowed key.
 
 # %% tags=["solution"]
@@ -643,7 +646,7 @@ print("repaired == 1 - tgt_mask:", torch.equal(repaired, 1 - tgt_mask.float()))
 assert torch.equal(repaired, 1 - tgt_mask.float())
 
 scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
-w_seed_style = torch.softmax(scores + repaired * -1e9, dim=-1)
+w_additive = torch.softmax(scores + repaired * -1e9, dim=-1)
 _, w_course = scaled_dot_product_attention(q, k, v, tgt_mask)
-print("same weights as the course's attention:", torch.allclose(w_seed_style, w_course, atol=1e-6))
-assert torch.allclose(w_seed_style, w_course, atol=1e-6)
+print("same weights as the course's attention:", torch.allclose(w_additive, w_course, atol=1e-6))
+assert torch.allclose(w_additive, w_course, atol=1e-6)

@@ -35,7 +35,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
 
     Combining must keep the convention: with ``True`` = may attend, a key is visible only if
     *every* mask allows it, which is AND.  (Taking a ``max`` of masks written in opposite
-    conventions, as one of the course's source notebooks did, gives a mask that shows each
+    conventions, a common pitfall, gives a mask that shows each
     position only the future when read as "1 = blocked", and lets padding through when read as
     "1 = may attend"; chapter 08 runs it.)
     """

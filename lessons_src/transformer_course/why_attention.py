@@ -182,7 +182,7 @@ class AttendThenLinear(nn.Module):
 
     The token's query ``q = W_q x_index + b_q`` is compared with a key ``k_j = W_k x_j`` of every
     token; the softmax of the scaled scores weights the tokens themselves (the values are the raw
-    tokens, as in the seed notebook), and the weighted sum replaces ``x_index``.  The weights of
+    tokens), and the weighted sum replaces ``x_index``.  The weights of
     the last call are kept in ``attn_weights``, shape ``(batch, num_tokens)``.
     """
 

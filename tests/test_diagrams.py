@@ -1,0 +1,90 @@
+"""The diagrams: readable sizes, numbers computed from the arguments, clear errors."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from transformer_course import diagrams  # noqa: E402
+
+ALL = {
+    "soft_lookup": diagrams.soft_lookup,
+    "multi_head": diagrams.multi_head,
+    "norm_placement": diagrams.norm_placement,
+    "encoder_decoder": diagrams.encoder_decoder,
+    "model_families": diagrams.model_families,
+}
+
+
+def texts(fig):
+    return [t for t in fig.findobj(matplotlib.text.Text) if t.get_text().strip()]
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_readable_on_page_and_phone(name):
+    fig = ALL[name]()
+    try:
+        width, height = fig.get_size_inches()
+        assert width <= diagrams.MAX_WIDTH_IN and height <= 9
+        sizes = [t.get_fontsize() for t in texts(fig)]
+        assert sizes and min(sizes) >= diagrams.MIN_FONT_PT
+        # on a 390 px phone (about 360 px of content) the smallest text stays at 6.5 pt or more
+        shown_px = width * fig.dpi
+        assert min(sizes) * min(1.0, 360 / shown_px) >= 6.5
+        # nothing is drawn outside the canvas
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for t in texts(fig):
+            box = t.get_window_extent(renderer)
+            assert box.x0 >= -1 and box.x1 <= width * fig.dpi + 1, t.get_text()
+            assert box.y0 >= -1 and box.y1 <= height * fig.dpi + 1, t.get_text()
+    finally:
+        plt.close(fig)
+
+
+def test_soft_lookup_draws_the_softmax_of_the_scores():
+    scores = [1.0, 3.0, 0.0]
+    fig = diagrams.soft_lookup(scores)
+    shown = [float(t.get_text()) for t in texts(fig) if t.get_text().replace(".", "").isdigit()]
+    plt.close(fig)
+    expected = torch.softmax(torch.tensor(scores), 0).tolist()
+    assert shown == pytest.approx(expected, abs=0.006)
+
+
+def test_multi_head_shapes_follow_the_arguments():
+    fig = diagrams.multi_head(batch=3, length=7, d_model=96, num_heads=4)
+    labels = {t.get_text() for t in texts(fig)}
+    plt.close(fig)
+    assert {"(3, 7, 96)", "(3, 4, 7, 24)", "d_k = 96/4 = 24", "4 × 24 = 96"} <= labels
+
+
+def test_encoder_decoder_shows_the_layer_count():
+    fig = diagrams.encoder_decoder(num_layers=2)
+    labels = [t.get_text() for t in texts(fig)]
+    plt.close(fig)
+    assert labels.count("× 2") == 2
+
+
+def test_model_families_shows_both_stacks():
+    fig = diagrams.model_families(num_layers=3)
+    labels = [t.get_text() for t in texts(fig)]
+    plt.close(fig)
+    assert labels.count("× 3") == 2 and "encoder-only (BERT)" in labels and "decoder-only (GPT)" in labels
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: diagrams.multi_head(d_model=100, num_heads=8), "not divisible"),
+        (lambda: diagrams.multi_head(num_heads=0), "num_heads must be positive"),
+        (lambda: diagrams.soft_lookup([1.0]), "2 to 6 slots"),
+        (lambda: diagrams.encoder_decoder(num_layers=0), "num_layers must be positive"),
+        (lambda: diagrams.model_families(num_layers=-1), "num_layers must be positive"),
+    ],
+)
+def test_bad_input_names_the_problem(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
