@@ -270,3 +270,19 @@ def test_embed_sentences_rejects_a_bare_string(minilm):
         P.embed_sentences("one sentence", tokenizer, model)
     with pytest.raises(ValueError, match="empty"):
         P.embed_sentences([], tokenizer, model)
+
+
+@pytest.mark.parametrize("words", [1, 12, 120, 300, 700])
+def test_sentence_embeddings_equal_sentence_transformers_at_every_length(minilm, words):
+    """embed_sentences reproduces sentence-transformers' encode(normalize_embeddings=True) for
+    texts shorter than, near, and beyond the 256-token limit (where both truncate)."""
+    st = pytest.importorskip("sentence_transformers")
+    tokenizer, model = minilm
+    reference = st.SentenceTransformer(str(P.minilm_path(probe=_never)), device="cpu")
+    vocab = "attention lets every token read every other token in one step".split()
+    text = " ".join(vocab[i % len(vocab)] for i in range(words))
+    ours = P.embed_sentences([text, "A short one."], tokenizer, model)
+    theirs = torch.from_numpy(reference.encode([text, "A short one."], normalize_embeddings=True))
+    assert (ours - theirs).abs().max().item() < 1e-5
+    if words >= 300:
+        assert len(tokenizer(text)["input_ids"]) > P.MINILM_MAX_TOKENS  # the case where truncation matters

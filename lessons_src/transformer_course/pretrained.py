@@ -50,6 +50,10 @@ MINILM_FILES = (
     "vocab.txt",
 )
 """The files ``load_minilm`` needs (the sentence-transformers extras are not used)."""
+MINILM_MAX_TOKENS = 256
+"""Longest input, in tokens, that a sentence embedding reads: sentence-transformers' ``max_seq_length``
+for this model (its ``sentence_bert_config.json``); longer texts are truncated.  The tokenizer's own
+limit is 512, which would embed long texts differently from the published model."""
 
 OFFLINE_ENV_VARS = ("TRANSFORMER_COURSE_OFFLINE", "HF_HUB_OFFLINE")
 """Environment variables that, set to a true value (1, true, yes, on), forbid any network use."""
@@ -256,6 +260,7 @@ def load_minilm(
 
     path = minilm_path(probe)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tokenizer.model_max_length = MINILM_MAX_TOKENS  # truncate as sentence-transformers does
     bar_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no "Loading weights" bar in every notebook that loads it
     try:
