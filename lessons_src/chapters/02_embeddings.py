@@ -239,7 +239,7 @@ print(f"the nearest other word is in the same group for {agree:.0%} of the words
 assert agree >= 0.8
 
 # %%
-fig, ax = plt.subplots(figsize=(7.5, 6.2))
+fig, ax = plt.subplots(figsize=(6.4, 5.6))
 shown = cos.clone().fill_diagonal_(float("nan"))  # the diagonal (always 1) left blank, for contrast
 im = ax.imshow(shown, cmap="viridis", vmin=-0.1, vmax=0.6)
 ax.set_xticks(range(len(words)), words, rotation=90)
@@ -305,11 +305,11 @@ for g, name in enumerate(groups):
     pts = xy[group_of == g]
     ax.scatter(pts[:, 0], pts[:, 1], color=colours(g), label=name, s=40)
 for (x, y), w in zip(xy.tolist(), words):
-    ax.annotate(w, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=8)
+    ax.annotate(w, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=9)
 ax.set_xlabel(f"first principal component ({explained[0]:.0%} of variance)")
 ax.set_ylabel(f"second principal component ({explained[1]:.0%} of variance)")
 ax.set_title("Twenty rows of MiniLM's embedding table, projected to 2-D")
-ax.legend(loc="best", fontsize=8)
+ax.legend(loc="best", fontsize=9)
 fig.tight_layout()
 plt.show()
 
@@ -386,13 +386,13 @@ sentences = [
 sent_emb = embed_sentences(sentences, tokenizer, model)  # (8, 384), unit length
 sent_cos = sent_emb @ sent_emb.T
 
-fig, ax = plt.subplots(figsize=(7.5, 6))
+fig, ax = plt.subplots(figsize=(4.6, 4.2))
 im = ax.imshow(sent_cos, cmap="viridis", vmin=-0.1, vmax=1)
 ax.set_xticks(range(len(sentences)), [f"S{k}" for k in range(len(sentences))])
 ax.set_yticks(range(len(sentences)), [f"S{k}: {s}" for k, s in enumerate(sentences)])
 for r in range(len(sentences)):
     for c in range(len(sentences)):
-        ax.text(c, r, f"{sent_cos[r, c]:.2f}", ha="center", va="center", fontsize=7,
+        ax.text(c, r, f"{sent_cos[r, c]:.2f}", ha="center", va="center", fontsize=9,
                 color="black" if sent_cos[r, c] > 0.6 else "white")
 fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="cosine similarity")
 ax.set_title("Sentence embeddings (mean-pooled MiniLM)")

@@ -224,7 +224,7 @@ assert sum(p.numel() for p in pe.parameters()) == 0
 
 # %%
 table = pe.pe[:100]  # positions 0..99
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1.1, 1]})
+fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.4, 7.6), gridspec_kw={"height_ratios": [1.2, 1]})
 im = ax1.imshow(table, cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
 ax1.set_xlabel("dimension")
 ax1.set_ylabel("position")
@@ -236,7 +236,7 @@ for dim in [0, 20, 40, 60]:
 ax2.set_xlabel("position")
 ax2.set_ylabel("value")
 ax2.set_title("A few sine dimensions as curves")
-ax2.legend(fontsize=8, loc="lower left")
+ax2.legend(fontsize=9, loc="lower left", ncols=2)
 fig.tight_layout()
 plt.show()
 
@@ -391,13 +391,14 @@ def cosine_matrix(t: torch.Tensor) -> torch.Tensor:
 n = 128
 sin_cos = cosine_matrix(sinusoidal_table(n, 384))
 learned_cos = cosine_matrix(learned[:n])
-fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.5))
 for ax, mat, title in zip(axes, [sin_cos, learned_cos], ["sinusoidal (fixed)", "MiniLM (learned)"]):
     im = ax.imshow(mat, cmap="viridis", vmin=-0.2, vmax=1)
-    ax.set_title(f"cosine similarity of positions, {title}")
+    ax.set_title(title)
     ax.set_xlabel("position")
     ax.set_ylabel("position")
 fig.colorbar(im, ax=axes, fraction=0.025, pad=0.03)
+fig.suptitle("cosine similarity of positions")
 plt.show()
 
 for name, mat in [("sinusoidal", sin_cos), ("learned", learned_cos)]:

@@ -186,7 +186,7 @@ grad_ratio = {d: stats[d]["grad_scaled"] / stats[d]["grad_raw"] for d in (64, 10
 print(f"gradient with scaling / without: {grad_ratio[64]:.1f}x at d_k = 64, {grad_ratio[1024]:.1f}x at d_k = 1024")
 assert 1.5 < grad_ratio[64] < 3 and 4 < grad_ratio[1024] < 10  # the numbers the text below quotes
 
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+fig, axes = plt.subplots(3, 1, figsize=(6.4, 8.4), sharex=True)
 col = {"raw": "tab:red", "scaled": "tab:blue"}
 axes[0].loglog(dims, [stats[d]["var_raw"] for d in dims], "o-", color=col["raw"], label=r"$q\cdot k$")
 axes[0].loglog(dims, [stats[d]["var_scaled"] for d in dims], "o-", color=col["scaled"], label=r"$q\cdot k/\sqrt{d_k}$")
@@ -199,9 +199,9 @@ for ax, key, title in ((axes[1], "max_w", "mean largest softmax weight (16 keys)
                     label="unscaled" if name == "raw" else r"scaled by $1/\sqrt{d_k}$")
     ax.set_title(title)
 axes[1].axhline(1 / 16, color="gray", ls=":", label="uniform (1/16)")
+axes[-1].set_xlabel("$d_k$")
 for ax in axes:
-    ax.set_xlabel("$d_k$")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
 fig.tight_layout()
 plt.show()
 
@@ -350,7 +350,7 @@ _, w_sent = scaled_dot_product_attention(X, X, X)
 mask6 = torch.ones(6, 6, dtype=torch.bool).tril()
 _, w_sent_causal = scaled_dot_product_attention(X, X, X, mask6)
 
-fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
+fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.4))
 plot_attention(w_sent, tokens, ax=axes[0], annotate=True, title="self-attention, Q = K = V = X")
 plot_attention(w_sent_causal, tokens, ax=axes[1], annotate=True, title="with a causal mask")
 fig.tight_layout()
@@ -402,7 +402,7 @@ for n in lengths:
 assert all(cost[n][1] == 4 * n * n for n in lengths)  # exactly n^2 float32 numbers
 assert cost[4096][0] > 4 * cost[1024][0]  # 16x the entries: far more than 4x the time
 
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+fig, axes = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
 ns = torch.tensor(lengths, dtype=torch.float64)
 axes[0].loglog(lengths, [1000 * cost[n][0] for n in lengths], "o-", label="measured")
 axes[0].loglog(lengths, (1000 * cost[1024][0] * (ns / 1024) ** 2).tolist(), "k:", label=r"$\propto n^2$")
@@ -416,8 +416,8 @@ for ax in axes:
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.minorticks_off()
-    ax.set_xlabel("sequence length $n$")
     ax.legend()
+axes[-1].set_xlabel("sequence length $n$")
 fig.tight_layout()
 plt.show()
 

@@ -109,7 +109,7 @@ assert torch.allclose(head1_w, weights[:, 1], atol=1e-6)
 # (both heatmaps use one colour scale, 0 to 1, so equal colours mean equal weights):
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(8, 3.4))
+fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.0))
 toks = ["tok 0", "tok 1", "tok 2", "tok 3"]
 for h in range(num_heads):
     plot_attention(weights[0, h].detach(), toks, ax=axes[h], annotate=True, title=f"head {h}", vmin=0.0, vmax=1.0)

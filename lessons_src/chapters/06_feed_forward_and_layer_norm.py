@@ -534,7 +534,7 @@ assert final["post-norm"] > 2.0  # post-norm is still near guessing (ln 12 = 2.4
 assert post_sim[0] < 0.6 and min(v for s, v in post_sim.items() if s >= 5) > 0.99  # collapsed after a few steps, for good
 assert pre_sim[100] < 0.2  # pre-norm's tokens are distinct again
 
-fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4), sharex=True)
 for name, (l, sim) in runs.items():
     axes[0].plot(range(1, len(l) + 1), l, label=name)
     axes[1].plot(list(sim), list(sim.values()), "o-", ms=3, label=name)
@@ -543,8 +543,8 @@ axes[0].set_ylabel("cross-entropy")
 axes[0].set_title("12-layer encoder, Adam 3e-3, no warmup")
 axes[1].set_ylabel("mean cosine similarity")
 axes[1].set_title("how alike the final token vectors are")
+axes[1].set_xlabel("training step")
 for ax in axes:
-    ax.set_xlabel("training step")
     ax.legend()
 fig.tight_layout()
 plt.show()

@@ -179,17 +179,17 @@ assert torch.equal(tgt_mask, dec_self) and torch.equal(memory_mask, padding_mask
 # the (query, key) pairs that may attend.
 
 # %%
-fig, axes = plt.subplots(2, 3, figsize=(12, 7.6))
-for r, b in enumerate([1, 2]):
+fig, axes = plt.subplots(3, 2, figsize=(6.6, 10))
+for col, b in enumerate([1, 2]):
     labels_b = words(tgt_in[b])
     panels = [
         ("padding mask", padding_mask(tgt_in, PAD)[b, 0].expand(n, n)),
         ("look-ahead mask", causal_mask(n)[0, 0]),
         ("combined (AND)", tgt_mask[b, 0]),
     ]
-    for c, (title, m) in enumerate(panels):
-        plot_attention(m.float(), labels_b, ax=axes[r, c], cmap="Blues", colorbar=False, vmax=1.0,
-                       title=f"{title}: “{sentences[b]}”")
+    for row, (title, m) in enumerate(panels):
+        plot_attention(m.float(), labels_b, ax=axes[row, col], cmap="Blues", colorbar=False, vmax=1.0,
+                       title=f"{title}:\n“{sentences[b]}”")
 fig.tight_layout()
 plt.show()
 
@@ -333,7 +333,7 @@ def future_sensitivity(causal: bool, b: int = 0) -> torch.Tensor:
 
 
 with_causal, without_causal = future_sensitivity(True), future_sensitivity(False)
-fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.4))
 for ax, grid, title in [(axes[0], with_causal, "with the causal mask"), (axes[1], without_causal, "padding mask only")]:
     plot_attention(grid, keys=[f"{i}" for i in range(n)], queries=[f"after {t}" for t in range(n - 1)],
                    ax=ax, cmap="magma", title=title, vmax=float(without_causal.max()))
@@ -476,13 +476,16 @@ print("pairs it lets through:", int(allowed.sum()), "| of which in the future:",
 assert torch.equal(allowed & ~future, torch.zeros(n, n, dtype=torch.bool))  # never the past or itself
 assert (allowed & future).any()
 
-fig, axes = plt.subplots(1, 3, figsize=(13, 4.3))
+fig, axes = plt.subplots(1, 3, figsize=(6.8, 3.6))
 for ax, m, title in [
     (axes[0], mixed_lets_through[1, 0], "mixed, read as 1 = blocked:\nonly the future"),
     (axes[1], mixed_combined[1, 0].bool(), "mixed, read as 1 = may attend:\npast and padding"),
     (axes[2], tgt_mask[1, 0], "combine_masks (AND):\npast, no padding"),
 ]:
-    plot_attention(m.float(), words(tgt_in[1]), ax=ax, cmap="Blues", colorbar=False, vmax=1.0, title=title)
+    plot_attention(m.float(), words(tgt_in[1]), ax=ax, cmap="Blues", colorbar=False, vmax=1.0)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("")
+    ax.set_ylabel("")
 fig.tight_layout()
 plt.show()
 
