@@ -193,11 +193,11 @@ with torch.no_grad():
     attn_model(test_tokens)
 last_query = attn_model.attn_weights[:, -1]  # (1000, SEQ_LEN): weights of the last position's query
 
-fig, ax = plt.subplots(figsize=(9, 4))
+fig, ax = plt.subplots(figsize=(6.2, 4.4))
 plot_attention(
     last_query[:12], keys=[str(p) for p in range(SEQ_LEN)],
-    queries=[f"sequence {i} (label {int(test_labels[i])})" for i in range(12)], ax=ax,
-    title="Trained self-attention: weights of the last position's query", vmax=1.0,
+    queries=[f"seq. {i} (label {int(test_labels[i])})" for i in range(12)], ax=ax,
+    title="Trained self-attention:\nweights of the last position's query", vmax=1.0,
 )
 ax.set_xlabel("position attended to")
 ax.set_ylabel("")
@@ -226,7 +226,7 @@ for seq_len in (10, 40):
 for kind in ("gru", "attention"):
     runs[kind, 20] = runs[kind]
 
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.4), sharey=True)
 for ax, (kind, name) in zip(axes, (("gru", "GRU"), ("attention", "one self-attention layer"))):
     for seq_len in LENGTHS:
         steps, accs = zip(*runs[kind, seq_len][1])
@@ -453,7 +453,7 @@ with torch.no_grad():
 w = attend.attn_weights  # (2000, NUM_TOKENS)
 token_names = [f"token {j}" for j in range(NUM_TOKENS)]
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+fig, axes = plt.subplots(2, 1, figsize=(6.2, 8))
 for ax, label in zip(axes, (1, 0)):
     rows = w[sent_y == label][:10]
     plot_attention(rows, keys=token_names, queries=[f"sentence {i}" for i in range(10)], ax=ax, vmax=1.0,
