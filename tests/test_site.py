@@ -13,12 +13,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import course_config  # noqa: E402
 
 
-def _toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [c["file"] for c in part.get("chapters", [])]
-    return files
+_toc_files = course_config.toc_files
 
 
 def test_every_toc_entry_exists():
@@ -54,14 +49,28 @@ def test_config_keeps_stored_outputs_and_requirejs():
     assert cfg["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
 
 
-def test_site_check_tells_offline_echoes_from_real_javascript_errors():
+def test_site_check_serves_every_outside_script_from_a_local_copy():
+    import check_site
+    import pytest
+
+    if not (check_site.ASSETS / "mathjax").is_dir():
+        pytest.skip("the outside scripts are not installed (make setup-browser)")
+    for url in check_site.OUTSIDE:
+        probe = url + "es5/tex-mml-chtml.js" if url.endswith("/") else url
+        path = check_site.local_copy(probe)
+        assert path is not None and path.is_file(), f"no local copy of {probe}"
+    assert check_site.local_copy("https://cdnjs.cloudflare.com/ajax/libs/d3/7.0.0/d3.min.js") is None  # not mapped
+    assert check_site.local_copy("https://cdn.jsdelivr.net/npm/mathjax@3/../../package.json") is None  # stays inside
+
+
+def test_site_check_finds_broken_links(tmp_path):
     import check_site
 
-    base = "http://127.0.0.1:8000"
-    require_blocked = ("https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.4/require.min.js - "
-                       "Failed to load resource: net::ERR_NAME_NOT_RESOLVED")
-    echo = f"{base}/book/05_multi_head_attention.html 1013:0 Uncaught ReferenceError: require is not defined"
-    own = f"{base}/book/05_multi_head_attention.html 20:3 Uncaught TypeError: x is undefined"
-    assert check_site.javascript_errors([require_blocked, echo], base) == []
-    assert check_site.javascript_errors([echo], base) == [echo]  # require.js was not blocked: a real error
-    assert check_site.javascript_errors([require_blocked, own], base) == [own]
+    (tmp_path / "book").mkdir()
+    page = tmp_path / "book" / "a.html"
+    page.write_text("<h1 id='top'>A</h1><p id='here'>x</p>")
+    (tmp_path / "index.html").write_text("<p>index</p>")
+    links = ["#here", "a.html#top", "../index.html", "https://example.org/x", "mailto:x@y",
+             "#missing", "b.html", "a.html#nowhere"]
+    assert check_site.broken_links(links, page, tmp_path) == sorted(
+        ["#missing (no such anchor)", "a.html#nowhere (no such anchor)", "b.html"])

@@ -45,8 +45,6 @@ import time
 import urllib.parse
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import course_config  # noqa: E402
 
@@ -470,12 +468,7 @@ def self_test(driver) -> list[str]:
 # The course's pages
 # ---------------------------------------------------------------------------------------------
 
-def pages() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [c["file"] for c in part.get("chapters", [])]
-    return files
+pages = course_config.toc_files
 
 
 def expected_bertviz(notebook: Path) -> dict[str, dict]:

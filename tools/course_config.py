@@ -33,6 +33,15 @@ def pip_spec() -> str:
     return f"transformer_course @ git+{url}.git@{branch()}"
 
 
+def toc_files() -> list[str]:
+    """Every page of ``_toc.yml``, in order, as paths without their extension."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [c["file"] for c in part.get("chapters", [])]
+    return files
+
+
 def colab_url(notebook: str) -> str:
     """The "Open in Colab" address of ``book/<notebook>``."""
     _, owner, name = repository()
