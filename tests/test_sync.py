@@ -165,3 +165,19 @@ def test_settle_streams_drops_empty_blocks():
            nbformat.v4.new_output("stream", name="stdout", text=""),
            nbformat.v4.new_output("stream", name="stdout", text="\n")]
     assert build_notebooks.settle_streams(out) == [nbformat.v4.new_output("stream", name="stdout", text="\n")]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_package_listings_are_folded(src):
+    """A cell that only lists the package's code is folded behind "Show the package's code"."""
+    nb = build_notebooks.source_notebook(src)
+    for c in nb.cells:
+        if build_notebooks.only_lists_source(c):
+            assert "hide-cell" in c.metadata["tags"] and c.metadata["mystnb"] == build_notebooks.SOURCE_METADATA
+
+
+def test_only_lists_source():
+    code = nbformat.v4.new_code_cell
+    assert build_notebooks.only_lists_source(code("# the package's version\nshow_source(GPT)\nshow_source(KVCache)"))
+    assert not build_notebooks.only_lists_source(code("from x import f\n\nshow_source(f)"))
+    assert not build_notebooks.only_lists_source(nbformat.v4.new_markdown_cell("show_source(f)"))

@@ -34,6 +34,14 @@ INSTALL_TAG = "colab-install"
 SOLUTION_TAG = "solution"
 # An exercise's solution, code and output together, is folded behind a toggle that says what it is.
 SOLUTION_METADATA = {"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
+# A cell that only lists the package's code (show_source) is folded too: the chapter shows the idea
+# in a few lines, the package's full version (validation, options) is there for who wants it.
+SOURCE_METADATA = {"code_prompt_show": "Show the package's code", "code_prompt_hide": "Hide the package's code"}
+
+
+def only_lists_source(cell: nbformat.NotebookNode) -> bool:
+    lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+    return cell.cell_type == "code" and bool(lines) and all(ln.startswith("show_source(") for ln in lines)
 
 COURSE_ENV = course_config.COURSE_ENV
 MIN_TEXT_PT = 8  # transformer_course.plotting.MIN_TEXT_PT
@@ -68,6 +76,9 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
         if SOLUTION_TAG in tags:
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
             c.metadata["mystnb"] = dict(SOLUTION_METADATA)
+        elif only_lists_source(c):
+            c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
+            c.metadata["mystnb"] = dict(SOURCE_METADATA)
         if c.cell_type == "code":
             c.outputs = []
             c.execution_count = None
@@ -143,6 +154,24 @@ def execute(src: Path, timeout: int = 1200) -> float:
     return seconds
 
 
+def refresh_metadata(src: Path) -> bool:
+    """Give the stored notebook the cell tags and metadata its source now makes, without executing it.
+
+    Only when every cell's type and source are unchanged (tags decide how a cell is folded on
+    the page, not what it prints); returns False, changing nothing, otherwise.
+    """
+    out = BOOK / f"{src.stem}.ipynb"
+    if not out.exists():
+        return False
+    fresh, stored = source_notebook(src), nbformat.read(out, as_version=4)
+    if [(c.cell_type, c.source) for c in fresh.cells] != [(c.cell_type, c.source) for c in stored.cells]:
+        return False
+    for new, old in zip(fresh.cells, stored.cells):
+        old.metadata = new.metadata
+    out.write_text(json.dumps(stored, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
+    return True
+
+
 def pick(args: list[str]) -> list[Path]:
     every = sorted(SOURCES.glob("[0-9][0-9]_*.py"))
     if not args:
@@ -161,8 +190,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*", help="chapter numbers (e.g. 03) or source paths; default: all")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds allowed per cell")
+    parser.add_argument("--metadata-only", action="store_true",
+                        help="only refresh cell tags/metadata of notebooks whose cells are otherwise unchanged")
     args = parser.parse_args()
     BOOK.mkdir(exist_ok=True)
+    if args.metadata_only:
+        for src in pick(args.chapters):
+            done = refresh_metadata(src)
+            print(f"  book/{src.stem}.ipynb: {'metadata refreshed' if done else 'cells changed: execute it instead'}")
+        return
     total = 0.0
     for src in pick(args.chapters):
         print(f"executing {src.relative_to(ROOT)} ...", flush=True)
