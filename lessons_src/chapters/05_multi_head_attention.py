@@ -349,6 +349,42 @@ head_view(for_viz, tokens, layer=0, heads=[2])
 model_view(for_viz, tokens, display_mode="light")
 
 # %% [markdown]
+# ### Attention as flow: the head view without scripts
+#
+# The head view draws the sentence twice, the attending tokens (queries) on the left and the
+# tokens attended to (keys) on the right, with one line per pair whose thickness is the weight.
+# That picture needs no interaction, so `plot_attention_flow` draws it as an ordinary figure,
+# which every reader sees, also on a phone, in the PDF or on paper. To keep it readable it draws
+# only each token's three strongest links and none below 0.05. Here are the heads that the next
+# sections measure; the first is the one the head view above opens with (layer 0, head 2).
+
+# %%
+from transformer_course.interpret import plot_attention_flow
+
+flow_heads = {"previous token": (0, 2), "next token": (1, 8), "same word": (2, 9), "[CLS]": (4, 5)}
+fig, axes = plt.subplots(2, 2, figsize=(8.5, 13))
+for ax, (role, (layer, head)) in zip(axes.flat, flow_heads.items()):
+    plot_attention_flow(attentions[layer][0, head], tokens, top_k=3, min_weight=0.05, ax=ax,
+                        title=f"layer {layer}, head {head}: {role}")
+fig.tight_layout()
+plt.show()
+strongest = attentions[0][0, 2].argmax(-1)  # the key each query gives most weight, in layer 0, head 2
+assert strongest[1:].tolist() == list(range(len(tokens) - 1))  # every token's thickest line: the one before
+cats = [p for p, t in enumerate(tokens) if t == "cat"]
+assert attentions[2][0, 9, cats[0], cats[1]] > 0.5 and attentions[2][0, 9, cats[1], cats[0]] > 0.5  # the two "cat"s
+
+# %% [markdown]
+# Every token of the first head sends one thick line one row up (the token before it); in the
+# second, most go one row down; in the third, the two "cat"s are linked to each other across
+# the sentence; in the last, nearly everything runs to `[CLS]`. The function takes one head,
+# `attentions[layer][0, head]`, or all heads of a layer, `attentions[layer][0]`, which it
+# averages; it leaves padding tokens out (pass the tokenizer's `attention_mask`); and `queries=`
+# draws the lines of chosen tokens only, like hovering in the head view.
+
+# %% tags=["hide-input"]
+show_source(plot_attention_flow)
+
+# %% [markdown]
 # ### The same weights, as a static grid
 #
 # Without JavaScript (a PDF, a slow connection, a screen reader's text view) the views above stay

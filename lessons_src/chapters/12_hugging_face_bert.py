@@ -13,7 +13,9 @@
 # 4. **sentence embeddings**: mean pooling, cosine similarity, a tiny semantic search;
 # 5. **classification, honestly**: why a freshly loaded classifier is a coin toss, how much
 #    fine-tuning on 850 labelled reviews buys, and a simple baseline to compare against;
-# 6. what changes with a bigger BERT and a GPU.
+# 6. what changes with a bigger BERT and a GPU;
+# 7. **attention across layers** (rollout), and what attention does not explain, tested against
+#    deleting tokens one at a time.
 #
 # **The model.** Everything runs offline, on the CPU, with **all-MiniLM-L6-v2**, the model of
 # chapters 02 and 05. It is a BERT in every architectural respect (the same layer, the same
@@ -147,6 +149,26 @@ assert len(short) == 6 and short[0].shape == (1, 12, len(pair_tokens), len(pair_
 view = head_view(short, pair_tokens, sentence_b_start=b_start, layer=3, heads=[1], html_action="return")
 assert "umbrella" in view.data and "bertviz-" in view.data  # the tokens and the view's container are there
 display(view)
+
+# %% [markdown]
+# Where the view's scripts cannot load (a static copy of the page, an e-reader, the PDF), the
+# box above stays empty. `plot_attention_flow` (chapter 05) draws the same picture as an
+# ordinary figure: on the left, layer 3, head 1, each token's two strongest links; on the
+# right, the mean of all 12 heads of layer 3, which is what you see in the head view with every
+# head switched on.
+
+# %%
+from transformer_course.interpret import plot_attention_flow
+
+fig, axes = plt.subplots(1, 2, figsize=(8.5, 8.2))
+plot_attention_flow(pair_att[3][0, 1], pair_tokens, top_k=2, min_weight=0.05, ax=axes[0], title="layer 3, head 1")
+plot_attention_flow(pair_att[3][0], pair_tokens, top_k=2, min_weight=0.05, ax=axes[1], title="layer 3, mean of 12 heads")
+fig.tight_layout()
+plt.show()
+it_pos, umbrella_pos = pair_tokens.index("it"), pair_tokens.index("umbrella")
+head_w, mean_w = pair_att[3][0, 1, it_pos, umbrella_pos].item(), pair_att[3][0, :, it_pos, umbrella_pos].mean().item()
+print(f"'it' -> 'umbrella': {head_w:.2f} in head 1, {mean_w:.2f} in the mean of layer 3's heads")
+assert head_w > 3 * mean_w  # averaging the heads blurs the one that links the pronoun
 
 # %% [markdown]
 # In that head, "it" in sentence B sends most of its attention back across `[SEP]` to "umbrella"
@@ -690,6 +712,179 @@ assert 7.5 < matmul_params(base) / matmul_params(ours) < 8.5
 del base
 
 # %% [markdown]
+# ## 7. Attention across layers, and what attention does not explain
+#
+# ### Attention rollout
+#
+# One attention map is one step of one layer. By the last layer a token's vector has been
+# mixed six times, and the residual connection (chapter 06) carries each token's own vector
+# past every attention. **Attention rollout** (Abnar & Zuidema, 2020) follows the mixing
+# through the layers with two simplifications: average the heads of each layer, $A$, and count
+# the residual path as half of the mix, $\hat A = \tfrac12 I + \tfrac12 A$; then multiply the
+# layers, $R = \hat A_L \cdots \hat A_2 \hat A_1$. Row $i$ of $R$ sums to 1 and estimates which
+# share of token $i$'s final vector comes from each input token. Attention is the only place
+# where tokens exchange information (the feed-forward layers work on each token alone), so the
+# routes are right; what rollout ignores is how much travels along each route: the sizes of the
+# value vectors, $W^O$ and the feed-forward layers.
+#
+# A hand example with a known answer first: two tokens, and in every layer both attend only to
+# token 0. Then $\hat A = \begin{pmatrix}1 & 0\\ \tfrac12 & \tfrac12\end{pmatrix}$: token 1 keeps
+# half of itself per layer, so after $L$ layers its share of itself is $2^{-L}$.
+
+# %%
+from collections import Counter
+
+from transformer_course.interpret import attention_rollout, leave_one_out, top_k_overlap
+from transformer_course.plotting import plot_attention
+
+to_first = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # both tokens put all their attention on token 0
+for n_layers in (1, 2, 6):
+    r = attention_rollout([to_first] * n_layers)
+    print(f"{n_layers} layer(s): token 1 = {r[1, 0]:.4f} x token 0 + {r[1, 1]:.4f} x token 1  (2^-{n_layers} = {2**-n_layers:.4f})")
+    assert torch.allclose(r, torch.tensor([[1.0, 0.0], [1 - 2**-n_layers, 2**-n_layers]]))
+
+# %% tags=["hide-input"]
+show_source(attention_rollout)
+
+# %% [markdown]
+# Now MiniLM, on the sentence of section 2. On the left, the last layer's attention averaged over
+# its heads; on the right, the rollout through all six layers, as a heatmap and as flow (each
+# token's three largest sources).
+
+# %%
+rollout = attention_rollout(coref_att)[0]  # (tokens, tokens): row = final token, column = input token
+last_mean = coref_att[-1][0].mean(0)
+fig, axes = plt.subplots(1, 2, figsize=(10, 5))
+plot_attention(last_mean, coref_tokens, ax=axes[0], title="last layer, mean of the heads")
+plot_attention(rollout, coref_tokens, ax=axes[1], title="rollout through 6 layers")
+for ax in axes:
+    ax.set_xlabel("input token")
+axes[0].set_ylabel("token")
+axes[1].set_ylabel("")
+fig.tight_layout()
+plt.show()
+own = rollout.diagonal()
+print(f"share of a token's own input in its final vector: mean {own.mean():.2f} (min {own.min():.2f}, max {own.max():.2f})")
+for t in ("[CLS]", "it"):
+    q = coref_tokens.index(t)
+    top = rollout[q].topk(3)
+    print(f"rollout of {t!r}: " + ", ".join(f"{coref_tokens[k]} {v:.2f}" for v, k in zip(top.values.tolist(), top.indices.tolist())))
+assert torch.allclose(rollout.sum(-1), torch.ones(len(coref_tokens)), atol=1e-5)
+assert (rollout.argmax(-1) == 0).all()  # every token's largest share: [CLS]
+assert 0.5 < rollout[:, 0].min() and rollout[:, 0].max() < 0.7
+
+# %% [markdown]
+# Rollout is dominated by `[CLS]`: every token's row puts its largest share there, about 0.6,
+# followed by `[SEP]` and the full stop, and the row of "it" says nothing about "animal". These
+# are chapter 05's parking heads, compounded. A head that parks on `[CLS]` moves little
+# information (its "no-op"), but rollout counts weights, not information, and multiplies them
+# over six layers. The same few tokens therefore come out on top whatever the sentence says;
+# the experiment below leaves `[CLS]` and `[SEP]` out of every ranking for that reason. As
+# flow:
+
+# %%
+ax = plot_attention_flow(rollout, coref_tokens, top_k=3, min_weight=0.05, title="rollout: each token's 3 largest sources")
+plt.show()
+
+# %% [markdown]
+# ### What attention does not explain: an experiment
+#
+# A tempting reading of these pictures: the tokens the classifier's `[CLS]` attends to are the
+# tokens its decision rests on. Jain & Wallace (2019, *Attention is not Explanation*) compared
+# attention weights with other measures of importance, gradients and leaving words out, and
+# found them often weakly related; they also found very different attention weights that
+# give the same predictions. Wiegreffe & Pinter (2019, *Attention is not not Explanation*)
+# answered that whether attention explains a prediction depends on what one means by
+# "explanation", and that those alternative weights, searched for one example at a time, were
+# given too much freedom. We run a test of our own on the classifier of section 5, on the
+# first 50 test reviews (occlusion runs the model once per token, so we keep this part small).
+#
+# The other measure is **leave-one-out occlusion**: delete one token, classify the shorter
+# review again and see how far the probability of the model's answer falls. That measures what
+# the model *does* without the token; attention only says where `[CLS]` looked. For every test
+# review we rank its tokens (not `[CLS]` and `[SEP]`) three ways, by the last layer's attention
+# from `[CLS]` (heads averaged), by the rollout row of `[CLS]`, and by occlusion, and count how
+# often the top token agrees, and how many of the top three are shared. A random ranking of $n$
+# tokens agrees with probability $k/n$; that is the line to beat.
+
+# %% tags=["hide-input"]
+show_source(leave_one_out)
+
+# %%
+clf.set_attn_implementation("eager")  # the default fused kernel does not return attention weights
+N_REVIEWS = 50
+rankings = []
+for text in test.texts[:N_REVIEWS]:
+    enc = tokenizer(text, return_tensors="pt").to(get_device())
+    with torch.no_grad():
+        att_clf = clf(**enc, output_attentions=True).attentions
+    words = slice(1, enc["input_ids"].shape[1] - 1)  # every token but [CLS] and [SEP]
+    rankings.append({
+        "tokens": tokenizer.convert_ids_to_tokens(enc["input_ids"][0])[words],
+        "attention": att_clf[-1][0, :, 0].mean(0)[words].cpu(),
+        "rollout": attention_rollout(att_clf)[0, 0, words],
+        "occlusion": leave_one_out(clf, enc["input_ids"])[words],
+    })
+n_words = torch.tensor([len(r["tokens"]) for r in rankings], dtype=torch.float)
+agreement = {}
+print(f"the first {len(rankings)} test reviews, {n_words.mean():.1f} tokens each on average (without [CLS], [SEP])")
+print(f"{'ranking by':22s} {'top-1 = occlusion top-1':>24s} {'top-3 overlap':>14s}")
+for name in ("attention", "rollout"):
+    agreement[name] = [sum(top_k_overlap(r[name], r["occlusion"], k) for r in rankings) / len(rankings) for k in (1, 3)]
+    print(f"{name:22s} {agreement[name][0]:24.0%} {agreement[name][1]:14.0%}")
+chance = [(1 / n_words).mean().item(), (3 / n_words).mean().item()]
+print(f"{'random ranking':22s} {chance[0]:24.0%} {chance[1]:14.0%}")
+for name in ("attention", "rollout", "occlusion"):
+    favourites = Counter(r["tokens"][int(r[name].argmax())] for r in rankings).most_common(5)
+    print(f"top token by {name:9s}: " + ", ".join(f"{t!r} x{c}" for t, c in favourites))
+assert agreement["attention"][0] > 2 * chance[0] and agreement["attention"][0] < 0.5  # above chance, mostly wrong
+assert all(r["tokens"][int(r["rollout"].argmax())] == "." for r in rankings)  # rollout's favourite: the full stop
+assert agreement["rollout"][0] < chance[0] and agreement["rollout"][1] > chance[1]
+
+# %% [markdown]
+# What the numbers show. The token that `[CLS]` attends to most in the last layer is the token
+# whose deletion matters most in about a third of these reviews, four times as often as a random
+# pick, and the top threes share about 40% against 25% by chance. So attention is related to
+# what the model uses, which is Wiegreffe & Pinter's point: it is not noise. But in two reviews
+# out of three its favourite token is not the one the decision rests on most, so a picture of
+# attention cannot be read as the reason for a prediction, which is Jain & Wallace's point.
+# Rollout ranks the full stop first in every review, so its top-1 agreement is below chance;
+# below the full stop its top three overlap with occlusion's a little more often than
+# attention's do. Keep two limits in mind: occlusion is itself one measure among several (a
+# text with a word cut out is not a natural text, and of two words that say the same thing,
+# deleting either may change little), and 50 reviews are a small sample, where one review is
+# two percentage points.
+
+# %% [markdown]
+# One review, token by token:
+
+# %%
+example = rankings[0]
+fig, axes = plt.subplots(1, 3, figsize=(9, 0.32 * len(example["tokens"]) + 1.4), sharey=True)
+y = torch.arange(len(example["tokens"]))
+for ax, name, color in zip(axes, ("attention", "rollout", "occlusion"), ("C0", "C2", "C3")):
+    ax.barh(y, example[name], color=color)
+    ax.set_title({"attention": "[CLS] attention\n(last layer)", "rollout": "[CLS] rollout",
+                  "occlusion": "drop in P(answer)\nwhen deleted"}[name], fontsize=11)
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(3))
+    ax.tick_params(labelsize=11)
+axes[0].set_yticks(y, example["tokens"])
+axes[0].invert_yaxis()
+fig.suptitle(f'"{test.texts[0]}"', fontsize=11)
+fig.tight_layout()
+plt.show()
+top_by = {name: example["tokens"][int(example[name].argmax())] for name in ("attention", "rollout", "occlusion")}
+assert top_by == {"attention": "warm", "rollout": ".", "occlusion": "warm"}
+assert example["occlusion"].abs().max() < 1e-3  # a very confident model: single deletions move P very little
+
+# %% [markdown]
+# In this review attention and occlusion agree: both put "warm" (of "warmest") first. Note the
+# scale of the occlusion bars: the model is so sure of this review that deleting any one token
+# moves its probability by less than 0.001. We compare rankings, not sizes; with a confident
+# model a token's effect is better seen in the logits, or by deleting several tokens at once.
+
+# %% [markdown]
 # ## Summary
 #
 # * BERT's tokenizer splits words into WordPiece pieces (`##` continues a word), wraps the input
@@ -705,6 +900,10 @@ del base
 # * A freshly loaded classification head is random: its "confidence" is noise and its accuracy is
 #   chance. Fine-tuned on 850 reviews, MiniLM classifies new ones far better than a
 #   bag-of-words baseline trained on the same split.
+# * Attention rollout multiplies the layers' head-averaged attention, each mixed with the identity
+#   for the residual path; in MiniLM it is dominated by `[CLS]`. Compared with deleting tokens, the
+#   classifier's `[CLS]` attention finds the most important token far more often than chance, but
+#   in only about a third of the reviews: a clue to check, not an explanation.
 #
 # ## Exercises
 #

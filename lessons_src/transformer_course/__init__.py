@@ -27,6 +27,7 @@ module                      what it holds                                       
 ``hf_gpt2``                 our GPT as ``GPT2LMHeadModel``, BPE, ``load_gpt2``     11
 ``bert``                    our encoder running BERT weights, semantic search      12
 ``sentiment``               review data set, fine-tuning, bag-of-words baseline    12
+``interpret``               attention as flow, attention rollout, occlusion        05, 12
 ==========================  =====================================================  =======
 """
 
