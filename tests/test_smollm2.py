@@ -7,7 +7,6 @@ with --no-deps); the decision logic is tested with fakes everywhere.  Nothing to
 from __future__ import annotations
 
 import hashlib
-import socket
 
 import pytest
 import torch
@@ -22,15 +21,7 @@ from transformer_course.pretrained import (
     smollm2_source,
 )
 
-
-def _no_network(*args, **kwargs):
-    raise AssertionError("the test tried to use the network")
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    monkeypatch.setattr(socket, "create_connection", _no_network)
-    monkeypatch.setattr(socket.socket, "connect", _no_network)
+from .test_hf_gpt2 import no_network  # noqa: F401 - autouse: any connection attempt fails the test
 
 
 @pytest.fixture
