@@ -98,8 +98,10 @@ def train(
 
     start = time.perf_counter()
     model.train()
-    bar = progress(range(steps), desc="training", disable=not show_progress)
-    for step in bar:
+    # Not `for step in bar`: a bar that is iterated closes itself when the loop ends, before the
+    # final measurement could be shown in it.
+    bar = progress(total=steps, desc="training", disable=not show_progress)
+    for step in range(steps):
         if step % eval_every == 0:
             record(step)
             bar.set_postfix(train=f"{history['train_loss'][-1]:.3f}", val=f"{history['val_loss'][-1]:.3f}")
@@ -114,6 +116,7 @@ def train(
         if grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         opt.step()
+        bar.update(1)
     record(steps)
     bar.set_postfix(train=f"{history['train_loss'][-1]:.3f}", val=f"{history['val_loss'][-1]:.3f}")
     bar.close()
