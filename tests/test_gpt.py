@@ -168,6 +168,18 @@ def test_evaluate_equals_manual_loss_and_uniform_model():
     manual = lm_loss(m(windows[:, :-1]), windows[:, 1:]).item()
     assert evaluate(m, data, batch_size=2) == pytest.approx(manual, rel=1e-5)
     assert evaluate(m, data, max_windows=1) == pytest.approx(lm_loss(m(windows[:1, :-1]), windows[:1, 1:]).item(), rel=1e-5)
+    assert evaluate(m, data, max_windows=5) == pytest.approx(manual, rel=1e-5)  # fewer windows than asked: all
+
+
+def test_evaluate_sample_is_spread_over_the_whole_text():
+    m = tiny()
+    data = torch.randint(0, 17, (1 + 9 * 12,))
+    windows = data.unfold(0, 13, 12)  # 9 windows
+    picked = windows[[0, 4, 8]]  # first, middle, last
+    manual = lm_loss(m(picked[:, :-1]), picked[:, 1:]).item()
+    assert evaluate(m, data, max_windows=3) == pytest.approx(manual, rel=1e-5)
+    with pytest.raises(ValueError, match="max_windows"):
+        evaluate(m, data, max_windows=0)
 
 
 # ------------------------------------------------------------------------------------ sampling

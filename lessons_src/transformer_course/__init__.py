@@ -15,7 +15,7 @@ module                      what it holds                                       
 ``utils``                   ``set_seed``, ``get_device``                           all
 ``plotting``                figure defaults, attention heatmaps with token labels  all
 ``why_attention``           data generators and models of the two experiments      01
-``pretrained``              ``load_minilm`` (offline BERT, checksum-verified)      02, 05, 12
+``pretrained``              ``load_minilm``, ``load_smollm2`` (offline, verified)  02, 05, 11, 12
 ``positional``              sinusoidal ``PositionalEncoding``                      03
 ``attention``               ``scaled_dot_product_attention``, ``MultiHeadAttention`` 04, 05
 ``layers``                  ``LayerNorm``, ``PositionwiseFeedForward``             06
@@ -24,7 +24,7 @@ module                      what it holds                                       
 ``seq2seq``                 date-normalisation data, training loop, greedy decode  09
 ``gpt``                     ``GPT``, character tokeniser, sampling, KV cache       10, 11
 ``train_gpt``               the script that trains the shipped GPT checkpoint      10
-``hf_gpt2``                 our GPT as ``GPT2LMHeadModel``, BPE, ``load_gpt2``     11
+``hf_gpt2``                 ``to_hf`` / ``from_hf`` (GPT-2 both ways), BPE        11
 ``bert``                    our encoder running BERT weights, semantic search      12
 ``sentiment``               review data set, fine-tuning, bag-of-words baseline    12
 ``interpret``               attention as flow, attention rollout, occlusion        05, 12

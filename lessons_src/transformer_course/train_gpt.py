@@ -75,9 +75,9 @@ def train(
 ) -> dict[str, list[float]]:
     """Train ``model`` on random windows of ``train_ids`` for ``steps`` optimiser steps.
 
-    Every ``eval_every`` steps (and at the end) the loss on the first ``eval_windows`` windows
-    of the training and the validation text is measured the same way (``gpt.evaluate``), so
-    the two curves are comparable.  Returns ``{"step", "train_loss", "val_loss"}`` lists and
+    Every ``eval_every`` steps (and at the end) the loss on ``eval_windows`` windows spread
+    evenly over the training text and over the validation text (all of a text's windows if it
+    has fewer) is measured the same way (``gpt.evaluate``), so the two curves are comparable.  Returns ``{"step", "train_loss", "val_loss"}`` lists and
     ``"seconds"`` (training time, evaluations included).
     """
     device = next(model.parameters()).device
@@ -98,8 +98,10 @@ def train(
 
     start = time.perf_counter()
     model.train()
-    bar = progress(range(steps), desc="training", disable=not show_progress)
-    for step in bar:
+    # Not `for step in bar`: a bar that is iterated closes itself when the loop ends, before the
+    # final measurement could be shown in it.
+    bar = progress(total=steps, desc="training", disable=not show_progress)
+    for step in range(steps):
         if step % eval_every == 0:
             record(step)
             bar.set_postfix(train=f"{history['train_loss'][-1]:.3f}", val=f"{history['val_loss'][-1]:.3f}")
@@ -114,7 +116,9 @@ def train(
         if grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         opt.step()
+        bar.update(1)
     record(steps)
+    bar.set_postfix(train=f"{history['train_loss'][-1]:.3f}", val=f"{history['val_loss'][-1]:.3f}")
     bar.close()
     model.eval()
     history["seconds"] = [time.perf_counter() - start]
