@@ -615,7 +615,7 @@ lost_tens = (no_comma["prediction"].str[8:] == "0" + no_comma["target"].str[9]).
 print(f"'July 14 2021' mistakes whose day is '0' + the last digit of the true day: {lost_tens:.0%}")
 assert summary.loc["iso_slash", "exact_match"] < 0.05 and summary.loc["year_month_day", "exact_match"] < 0.05
 assert fields_wrong.loc["day_mon_yyyy", ["month", "day"]].sum() == 0 < fields_wrong.loc["day_mon_yyyy", "year"]
-assert fields_wrong.loc["month_day_year_no_comma", ["year", "month"]].sum() == 0 and lost_tens > 0.9
+assert fields_wrong.loc["month_day_year_no_comma", ["year", "month"]].sum() == 0 and lost_tens > 0.4
 assert fields_wrong.loc["mon_dot_day_year", "day"] > 10 * fields_wrong.loc["mon_dot_day_year", ["year", "month"]].sum()
 
 # %% [markdown]
@@ -628,10 +628,12 @@ assert fields_wrong.loc["mon_dot_day_year", "day"] > 10 * fields_wrong.loc["mon_
 # * **`23-Oct-1962`** (72 %): this pattern appeared in training only with a two-digit year
 #   (`23-Oct-62`). Month and day are always right; only the year goes wrong, with its digits
 #   mixed up (`18-Nov-1977` → 1997).
-# * **`October 23 1962`** (50 %): only the day goes wrong, and almost always the same way: a
-#   two-digit day loses its first digit (23 → 03). In training a comma always closed the day
-#   (`October 23, 1962`); without it the model misplaces the day's end. `Oct. 23, 1962` has the
-#   comma but not the usual `Oct 23`, and shows the same error less often.
+# * **`October 23 1962`** (50 %): only the day goes wrong, and in about half of these mistakes
+#   the same way: a two-digit day loses its first digit (23 → 03). Training wrote the full month
+#   name with a comma after the day (`October 23, 1962`) and only the short name without one
+#   (`Oct 23 1962`); this mixture of the two misleads the model about where the day is.
+#   `Oct. 23, 1962` (84 %), with a `.` that training never put after a month, shows the same kind
+#   of day error, less often.
 # * **`23 October '62`** (93.5 %) is close to a training format (`23 October 1962`) and mostly
 #   right; its few errors are in the two-digit year.
 #
