@@ -243,3 +243,10 @@ def test_predict_proba_runs_without_autograd(tokenizer):
     model = tiny_classifier(tokenizer.vocab_size)
     probs = S.predict_proba(model, tokenizer, ["fine", "bad"])
     assert torch.is_inference(probs) and not probs.requires_grad
+
+
+def test_logistic_regression_accepts_features_made_without_autograd():
+    with torch.inference_mode():
+        x = torch.randn(20, 3, generator=torch.Generator().manual_seed(0))
+    fit = S.fit_logistic_regression(x, (x[:, 0] > 0).long().tolist(), steps=50)
+    assert S.accuracy(fit.predict(x), (x[:, 0] > 0).long().tolist()) > 0.8

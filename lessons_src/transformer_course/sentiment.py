@@ -212,6 +212,7 @@ def fit_logistic_regression(
     """
     if x.dim() != 2 or x.size(0) != len(labels) or len(labels) == 0:
         raise ValueError(f"need features (n, d) and n labels, n >= 1; got {tuple(x.shape)} and {len(labels)} labels")
+    x = x.detach().clone()  # features made under torch.inference_mode() cannot take part in autograd
     y = torch.tensor(list(labels), dtype=torch.float32)
     w = nn.Parameter(torch.zeros(x.size(1)))
     b = nn.Parameter(torch.zeros(()))
