@@ -21,6 +21,7 @@ from transformer_course.bert import (
     semantic_search,
     to_hf_masked_lm,
     train_wordpiece,
+    wordpiece_subset,
 )
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool
 
@@ -271,3 +272,15 @@ def test_pretrain_mlm_lowers_the_loss():
                           generator=torch.Generator().manual_seed(0))
     assert len(losses) == 60 and not model.training
     assert sum(losses[-10:]) < 0.7 * sum(losses[:10])  # from ln 60 = 4.1 towards the ambiguity of the text
+
+
+def test_wordpiece_subset_is_deterministic_and_keeps_berts_pieces(minilm):
+    tokenizer = minilm[0]
+    texts = ["Generators are defined with the yield statement.", "The assert statement checks a condition."]
+    a, b = wordpiece_subset(tokenizer, texts), wordpiece_subset(tokenizer, texts)
+    assert a.get_vocab() == b.get_vocab()
+    assert a.convert_ids_to_tokens(list(range(5))) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert a.tokenize(texts[0]) == tokenizer.tokenize(texts[0])
+    assert a.tokenize("zebra") == ["[UNK]"]  # a word with pieces outside the subset
+    with pytest.raises(ValueError, match="non-empty"):
+        wordpiece_subset(tokenizer, [])

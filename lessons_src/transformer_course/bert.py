@@ -561,3 +561,30 @@ def pretrain_mlm(
     bar.close()
     model.eval()
     return losses
+
+
+def wordpiece_subset(tokenizer: Any, texts: Sequence[str]) -> Any:
+    """BERT's WordPiece tokenizer restricted to the pieces that occur in ``texts`` (plus the specials).
+
+    Deterministic (unlike training a vocabulary, whose ties are broken differently from run to
+    run): the pieces keep ``tokenizer``'s order, after ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (ids 0-4).
+    A word of new text whose pieces are not all kept becomes ``[UNK]``.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import BertTokenizerFast
+
+    if isinstance(texts, str) or not texts:
+        raise ValueError("texts must be a non-empty list of strings (not one string)")
+    used = sorted({i for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"] for i in ids})
+    pieces = list(BERT_SPECIAL_TOKENS) + [t for t in tokenizer.convert_ids_to_tokens(used) if t not in BERT_SPECIAL_TOKENS]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(pieces)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return BertTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+        mask_token="[MASK]", do_lower_case=True,
+    )
