@@ -6,13 +6,22 @@ import pytest
 import torch
 
 from transformer_course.bert import (
+    IGNORE_INDEX,
     BertConfig,
     BertEncoder,
+    BertForMLM,
     bert_from_hf,
     cosine_similarity,
     hf_to_course_state_dict,
     load_bert_weights,
+    mask_tokens,
+    mlm_windows,
+    pretrain_mlm,
+    python_docs_prose,
     semantic_search,
+    to_hf_masked_lm,
+    train_wordpiece,
+    wordpiece_subset,
 )
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool
 
@@ -172,3 +181,106 @@ def test_cosine_and_search():
         semantic_search(a, a, top_k=4)
     with pytest.raises(ValueError, match="same d"):
         cosine_similarity(a, torch.zeros(2, 3))
+
+
+# ----------------------------------------------------------------------------- masked-language modelling
+
+
+def test_mask_tokens_follows_berts_recipe():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 1000, (200, 64), generator=g)
+    ids[:, 0] = 2  # [CLS]
+    special = ids == 2
+    inputs, labels = mask_tokens(ids, mask_id=4, vocab_size=1000, special=special, generator=g)
+    chosen = labels != IGNORE_INDEX
+    assert not chosen[special].any(), "a special token was chosen"
+    assert torch.equal(labels[chosen], ids[chosen]) and torch.equal(inputs[~chosen], ids[~chosen])
+    assert abs(chosen.float().mean().item() * 64 / 63 - 0.15) < 0.01
+    as_mask = (inputs[chosen] == 4).float().mean().item()
+    kept = (inputs[chosen] == ids[chosen]).float().mean().item()
+    assert abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1) < 0.02
+    a = mask_tokens(ids, 4, 1000, special, generator=torch.Generator().manual_seed(5))
+    b = mask_tokens(ids, 4, 1000, special, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    with pytest.raises(ValueError, match="prob"):
+        mask_tokens(ids, 4, 1000, prob=1.5)
+    with pytest.raises(ValueError, match="special"):
+        mask_tokens(ids, 4, 1000, special=special[:, :3])
+
+
+def test_mlm_head_is_tied_and_loss_scores_only_labelled_positions():
+    torch.manual_seed(0)
+    model = BertForMLM(tiny_config()).eval()
+    assert model.head.decoder.weight is model.bert.embeddings.word.weight
+    x = torch.randint(5, 50, (2, 10))
+    labels = torch.full_like(x, IGNORE_INDEX)
+    labels[0, 3], labels[1, 7] = 11, 12
+    logits = model(x)
+    expected = torch.nn.functional.cross_entropy(torch.stack([logits[0, 3], logits[1, 7]]), torch.tensor([11, 12]))
+    assert torch.allclose(model.loss(x, labels), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="no position"):
+        model.loss(x, torch.full_like(x, IGNORE_INDEX))
+
+
+def test_to_hf_masked_lm_gives_the_same_logits():
+    torch.manual_seed(0)
+    model = BertForMLM(tiny_config()).eval()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.2)  # not the initial values, so that a wrong copy would show
+    hf = to_hf_masked_lm(model)
+    assert type(hf).__name__ == "BertForMaskedLM"
+    x = torch.randint(5, 50, (3, 12))
+    mask = torch.ones_like(x)
+    mask[0, 8:] = 0
+    with torch.inference_mode():
+        ours, theirs = model(x, mask), hf(input_ids=x, attention_mask=mask).logits
+    assert (ours - theirs)[mask.bool()].abs().max() < 1e-5
+    with pytest.raises(TypeError, match="BertForMLM"):
+        to_hf_masked_lm(BertEncoder(tiny_config()))
+
+
+def test_train_wordpiece_and_windows():
+    texts = ["The assert statement checks a condition.", "Generators are defined with the yield statement."] * 20
+    tok = train_wordpiece(texts, vocab_size=120)
+    assert tok.convert_ids_to_tokens(list(range(5))) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    enc = tok("The yield statement")["input_ids"]
+    assert enc[0] == tok.cls_token_id and enc[-1] == tok.sep_token_id
+    assert tok.decode(enc, skip_special_tokens=True) == "the yield statement"
+    ids = torch.arange(10, 30)
+    w = mlm_windows(ids, torch.tensor([0, 5]), 6, cls_id=2)
+    assert w.tolist() == [[2, 10, 11, 12, 13, 14], [2, 15, 16, 17, 18, 19]]
+    with pytest.raises(ValueError, match="runs past"):
+        mlm_windows(ids, torch.tensor([18]), 6, cls_id=2)
+    with pytest.raises(ValueError, match="non-empty"):
+        train_wordpiece("one string", 100)
+
+
+def test_python_docs_prose_has_no_code_or_underlines():
+    prose = python_docs_prose()
+    assert len(prose) > 500
+    assert not any("***" in p or ">>>" in p or "::=" in p for p in prose)
+    assert all(p[0].isupper() and len(p.split()) >= 8 and "\n" not in p for p in prose)
+
+
+def test_pretrain_mlm_lowers_the_loss():
+    texts = ["the cat sat on the mat and the dog sat on the rug"] * 50
+    tok = train_wordpiece(texts, vocab_size=60)
+    ids = torch.tensor([t for _ in range(50) for t in tok(texts[0], add_special_tokens=False)["input_ids"] + [3]])
+    torch.manual_seed(0)
+    model = BertForMLM(BertConfig(vocab_size=len(tok), d_model=32, num_layers=1, num_heads=2, d_ff=64, max_len=16))
+    losses = pretrain_mlm(model, ids, tok, steps=60, batch_size=16, lr=3e-3, warmup=5,
+                          generator=torch.Generator().manual_seed(0))
+    assert len(losses) == 60 and not model.training
+    assert sum(losses[-10:]) < 0.7 * sum(losses[:10])  # from ln 60 = 4.1 towards the ambiguity of the text
+
+
+def test_wordpiece_subset_is_deterministic_and_keeps_berts_pieces(minilm):
+    tokenizer = minilm[0]
+    texts = ["Generators are defined with the yield statement.", "The assert statement checks a condition."]
+    a, b = wordpiece_subset(tokenizer, texts), wordpiece_subset(tokenizer, texts)
+    assert a.get_vocab() == b.get_vocab()
+    assert a.convert_ids_to_tokens(list(range(5))) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert a.tokenize(texts[0]) == tokenizer.tokenize(texts[0])
+    assert a.tokenize("zebra") == ["[UNK]"]  # a word with pieces outside the subset
+    with pytest.raises(ValueError, match="non-empty"):
+        wordpiece_subset(tokenizer, [])

@@ -142,9 +142,11 @@ def test_fine_tune_learns_a_toy_task(tokenizer):
     frozen = model.bert.embeddings.position_embeddings.weight
     frozen.requires_grad_(False)
     before = frozen.clone()
-    losses = S.fine_tune(model, tokenizer, texts, labels, epochs=25, batch_size=4, lr=5e-3,
-                         generator=torch.Generator().manual_seed(0))
-    assert len(losses) == 25 * 2
+    dev = S.ReviewSplit(["superb", "awful mess"], [1, 0])
+    history = S.fine_tune(model, tokenizer, texts, labels, epochs=25, batch_size=4, lr=5e-3,
+                          generator=torch.Generator().manual_seed(0), dev=dev)
+    losses = history.losses
+    assert len(losses) == 25 * 2 and len(history.dev_accuracy) == 25 and history.dev_accuracy[-1] == 1.0
     assert sum(losses[-4:]) / 4 < 0.5 * sum(losses[:4]) / 4
     assert not model.training
     assert torch.equal(frozen, before), "a frozen parameter changed"
@@ -173,3 +175,78 @@ def test_no_near_duplicates_across_splits(data):
         c = content(t)
         best = max(len(c & o) / len(c | o) for o in train_sets)
         assert best < 0.6, f"a near-copy of {t!r} is in the training split"
+
+
+# ----------------------------------------------------------------------------- evaluation protocol
+
+
+def test_logistic_regression_learns_a_linear_rule_and_is_deterministic():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 5, generator=g)
+    y = (x[:, 2] - 0.5 * x[:, 0] > 0).long().tolist()
+    a, b = S.fit_logistic_regression(x, y), S.fit_logistic_regression(x, y)
+    assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+    assert S.accuracy(a.predict(x), y) > 0.95
+    assert a.weight[2] > 0 > a.weight[0] and abs(a.weight[4]) < abs(a.weight[2]) / 3
+    strong = S.fit_logistic_regression(x, y, weight_decay=1.0)
+    assert strong.weight.norm() < a.weight.norm()  # the L2 penalty shrinks the weights
+    with pytest.raises(ValueError, match="labels"):
+        S.fit_logistic_regression(x, y[:10])
+    with pytest.raises(ValueError, match="shape"):
+        a.predict(torch.randn(3, 4))
+
+
+def test_knn_votes_among_the_most_similar_rows():
+    ref = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.8, 0.3], [0.0, 1.0], [0.1, 0.9]])
+    labels = [1, 1, 0, 0, 0]
+    q = torch.tensor([[10.0, 0.5], [0.2, 3.0]])  # cosine ignores the length
+    assert S.knn_predict(q, ref, labels, k=1).tolist() == [1, 0]
+    assert S.knn_predict(q, ref, labels, k=3).tolist() == [1, 0]
+    assert S.knn_predict(q, ref, labels, k=5).tolist() == [0, 0]  # the majority of all five
+    with pytest.raises(ValueError, match="k must be"):
+        S.knn_predict(q, ref, labels, k=6)
+    with pytest.raises(ValueError, match="labels"):
+        S.knn_predict(q, ref, labels[:4], k=1)
+
+
+def test_train_dev_split_is_balanced_disjoint_and_seeded(data):
+    train, _ = data
+    tr, dev = S.train_dev_split(train, 150, seed=0)
+    assert len(dev) == 150 and sum(dev.labels) == 75 and len(tr) == len(train) - 150
+    assert not set(tr.texts) & set(dev.texts) and set(tr.texts) | set(dev.texts) == set(train.texts)
+    assert dict(zip(dev.texts, dev.labels)).items() <= dict(zip(train.texts, train.labels)).items()
+    assert S.train_dev_split(train, 150, seed=0)[1].texts == dev.texts
+    assert S.train_dev_split(train, 150, seed=1)[1].texts != dev.texts
+    with pytest.raises(ValueError, match="even"):
+        S.train_dev_split(train, 151)
+
+
+def test_mean_std():
+    mean, sd = S.mean_std([0.8, 0.9, 1.0])
+    assert mean == pytest.approx(0.9) and sd == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="two values"):
+        S.mean_std([0.9])
+
+
+def test_freeze_lower_freezes_embeddings_and_the_lowest_layers(tokenizer):
+    model = tiny_classifier(tokenizer.vocab_size)
+    S.freeze_lower(model, 1)
+    assert not any(p.requires_grad for p in model.bert.embeddings.parameters())
+    assert not any(p.requires_grad for p in model.bert.encoder.layer[0].parameters())
+    assert all(p.requires_grad for p in model.bert.encoder.layer[1].parameters())
+    assert all(p.requires_grad for p in model.classifier.parameters())
+    with pytest.raises(ValueError, match="between 0 and 2"):
+        S.freeze_lower(model, 3)
+
+
+def test_predict_proba_runs_without_autograd(tokenizer):
+    model = tiny_classifier(tokenizer.vocab_size)
+    probs = S.predict_proba(model, tokenizer, ["fine", "bad"])
+    assert torch.is_inference(probs) and not probs.requires_grad
+
+
+def test_logistic_regression_accepts_features_made_without_autograd():
+    with torch.inference_mode():
+        x = torch.randn(20, 3, generator=torch.Generator().manual_seed(0))
+    fit = S.fit_logistic_regression(x, (x[:, 0] > 0).long().tolist(), steps=50)
+    assert S.accuracy(fit.predict(x), (x[:, 0] > 0).long().tolist()) > 0.8

@@ -16,6 +16,8 @@ from transformer_course.seq2seq import (
     FIRST_DATE,
     FORMATS,
     LAST_DATE,
+    SOURCE_ALPHABET,
+    UNSEEN_FORMATS,
     CharTokenizer,
     Seq2SeqDataset,
     collate_batch,
@@ -32,6 +34,7 @@ from transformer_course.seq2seq import (
     train_seq2seq,
     translate,
     warmup_cosine,
+    wrong_fields,
 )
 from transformer_course.transformer import Transformer
 from transformer_course.utils import set_seed
@@ -278,3 +281,33 @@ def test_exact_match():
     assert exact_match(["a", "b", "c", "d"], ["a", "x", "c", "d"]) == 0.75
     with pytest.raises(ValueError):
         exact_match(["a"], ["a", "b"])
+
+
+def test_unseen_formats_are_new_and_render_with_correct_spans():
+    assert not set(UNSEEN_FORMATS) & set(FORMATS)
+    d = dt.date(2021, 7, 4)
+    seen = {render_date(d, f).source for f in FORMATS}
+    for name in UNSEEN_FORMATS:
+        ex = render_date(d, name, formats=UNSEEN_FORMATS)
+        assert ex.target == "2021-07-04" and ex.source not in seen
+        assert set(ex.source) <= set(SOURCE_ALPHABET)
+        spans = {f: ex.source[a:b] for f, (a, b) in ex.spans.items()}
+        assert spans["year"] in ("2021", "21") and spans["day"] in ("4", "04")
+    assert render_date(d, "iso_slash", formats=UNSEEN_FORMATS).source == "2021/07/04"
+
+
+def test_wrong_fields_names_each_wrong_field():
+    assert wrong_fields("2021-07-14", "2021-07-14") == ()
+    assert wrong_fields("2021-14-07", "2021-07-14") == ("month", "day")
+    assert wrong_fields("1921-07-14", "2021-07-14") == ("year",)
+    assert wrong_fields("2021-07-1", "2021-07-14") == ("malformed",)
+    assert wrong_fields("2021-07-14-", "2021-07-14") == ("malformed",)
+    with pytest.raises(ValueError, match="ISO"):
+        wrong_fields("2021-07-14", "14.07.2021")
+
+
+def test_greedy_decode_runs_without_autograd():
+    set_seed(0)
+    model = Transformer(10, 10, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32)
+    ids = greedy_decode(model, torch.tensor([[4, 5, 2]]), 0, 1, 2, max_len=4)
+    assert torch.is_inference(ids) and ids.shape[0] == 1

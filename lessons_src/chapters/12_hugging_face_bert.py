@@ -9,10 +9,14 @@
 #    sentence pairs, attention masks for a padded batch;
 # 2. **attention you can explore**, with bertviz, and one claim about it checked with numbers;
 # 3. **our encoder is BERT**: the pretrained weights loaded into the course's own encoder give
-#    the same numbers as Hugging Face's `BertModel`;
+#    the same numbers as Hugging Face's `BertModel`; and BERT's pre-training objective,
+#    **masked language modelling**, run on a small encoder of our own, converted to
+#    `BertForMaskedLM` and queried with `pipeline("fill-mask")`;
 # 4. **sentence embeddings**: mean pooling, cosine similarity, a tiny semantic search;
-# 5. **classification, honestly**: why a freshly loaded classifier is a coin toss, how much
-#    fine-tuning on 850 labelled reviews buys, and a simple baseline to compare against;
+# 5. **classification, honestly**: why a freshly loaded classifier is a coin toss; then an
+#    evaluation that would pass review (a dev split for every choice, three seeds for every
+#    number, the test set used once) of baselines from a bag of words to a linear probe, and of
+#    fine-tuning with our own loop and with Hugging Face's `Trainer`;
 # 6. what changes with a bigger BERT and a GPU;
 # 7. **attention across layers** (rollout), and what attention does not explain, tested against
 #    deleting tokens one at a time.
@@ -32,8 +36,12 @@
 # section 6 the same cells run `bert-base-uncased` by changing one name.
 
 # %%
+import math
+import os
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
@@ -42,16 +50,21 @@ from IPython.display import display
 with warnings.catch_warnings():  # tqdm's "IProgress not found" notice, printed when transformers is imported
     warnings.filterwarnings("ignore", message="IProgress not found")
     from bertviz import head_view, model_view
-    from transformers import AutoModelForSequenceClassification
+    from datasets import Dataset
+    from datasets.utils.logging import disable_progress_bar as disable_datasets_progress_bar
+    from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, PrinterCallback, Trainer,
+                              TrainingArguments, pipeline)
     from transformers.utils import logging as hf_logging
 
 from transformer_course import sentiment
-from transformer_course.bert import BertConfig, BertEmbeddings, BertEncoder, bert_from_hf, cosine_similarity, semantic_search
+from transformer_course.bert import (BertConfig, BertEmbeddings, BertEncoder, BertForMLM, bert_from_hf, cosine_similarity,
+                                     mask_tokens, mlm_windows, pretrain_mlm, python_docs_prose, semantic_search,
+                                     to_hf_masked_lm, wordpiece_subset)
 from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool, minilm_path
 from transformer_course.utils import count_parameters, get_device, set_seed, show_source
 
-set_seed(0)
+set_seed(0, num_threads=1)  # one CPU thread, as in chapter 09: printed numbers can depend on the thread count
 hf_logging.disable_progress_bar()  # no "Loading weights" bars; our own training bar stays
 torch.set_printoptions(precision=4, sci_mode=False)
 
@@ -329,6 +342,165 @@ print("largest attention weight on a padding key, over all layers and heads:", w
 assert weight_on_pad == 0.0
 
 # %% [markdown]
+# ### How BERT learned: masked language modelling
+#
+# Where did weights that make this encoder useful come from? BERT was pre-trained on unlabelled
+# text with one main objective, **masked language modelling** (MLM): hide some of the tokens and
+# train the model to recover them from the context on *both* sides (this is what makes BERT
+# bidirectional; a GPT only sees the left). The recipe of the BERT paper:
+#
+# * choose 15 % of the token positions (never `[CLS]`, `[SEP]` or `[PAD]`);
+# * of the chosen tokens, replace 80 % by `[MASK]`, 10 % by a random token, and leave 10 % as they
+#   are (so the model cannot assume that only `[MASK]` positions matter: `[MASK]` never occurs
+#   after pre-training);
+# * the loss is the cross-entropy at the chosen positions only.
+#
+# We cannot repeat MiniLM's pre-training on a CPU, but we can run the same recipe on the course's
+# own `BertEncoder`, small and freshly initialised, with a small corpus the course already has:
+# the prose paragraphs of Python's documentation (chapter 10's text without its code samples and
+# grammar rules). The last 10 % of the paragraphs are held out. We keep BERT's WordPiece
+# tokenizer but only the pieces that occur in the training paragraphs, so that the output layer
+# scores a few thousand entries instead of 30,522 (a held-out word with a piece outside that list
+# becomes `[UNK]`).
+
+# %%
+prose = python_docs_prose()
+cut = int(0.9 * len(prose))
+mlm_tok = wordpiece_subset(tokenizer, prose[:cut])
+print(f"{len(prose)} paragraphs ({cut} for training); vocabulary {len(mlm_tok)} pieces:",
+      mlm_tok.convert_ids_to_tokens(list(range(5))))
+print(mlm_tok.tokenize("Generators are defined with the yield statement."))
+
+
+def to_ids(paragraphs: list[str]) -> torch.Tensor:
+    """All paragraphs as one sequence of token ids, each paragraph closed by [SEP]."""
+    return torch.tensor([t for ids in mlm_tok(paragraphs, add_special_tokens=False)["input_ids"]
+                         for t in ids + [mlm_tok.sep_token_id]])
+
+
+mlm_train_ids, mlm_heldout_ids = to_ids(prose[:cut]), to_ids(prose[cut:])
+print(f"{len(mlm_train_ids):,} training tokens, {len(mlm_heldout_ids):,} held-out tokens")
+assert len(mlm_tok) < 5000 and mlm_tok.mask_token_id == 4 and len(mlm_train_ids) > 10 * len(mlm_heldout_ids) / 2
+
+# %% [markdown]
+# `mask_tokens` implements the 80 / 10 / 10 rule; labels are `-100` (PyTorch's "ignore") at
+# every position that is not scored:
+
+# %%
+show_source(mask_tokens)
+
+# %%
+window = mlm_windows(mlm_heldout_ids, torch.tensor([0]), 24, mlm_tok.cls_token_id)
+inputs, labels = mask_tokens(window, mlm_tok.mask_token_id, len(mlm_tok), torch.isin(window, torch.tensor(mlm_tok.all_special_ids)),
+                             generator=torch.Generator().manual_seed(3))
+print("text:  ", " ".join(mlm_tok.convert_ids_to_tokens(window[0])))
+print("input: ", " ".join(mlm_tok.convert_ids_to_tokens(inputs[0])))
+print("scored:", [mlm_tok.convert_ids_to_tokens(int(t)) for t in labels[0][labels[0] != -100]])
+big = mlm_windows(mlm_train_ids, torch.arange(0, 50_000, 100), 64, mlm_tok.cls_token_id)
+big_in, big_lab = mask_tokens(big, mlm_tok.mask_token_id, len(mlm_tok), torch.isin(big, torch.tensor(mlm_tok.all_special_ids)),
+                              generator=torch.Generator().manual_seed(0))
+chosen = big_lab != -100
+share = chosen.float().mean().item()
+as_mask = (big_in[chosen] == mlm_tok.mask_token_id).float().mean().item()
+kept = (big_in[chosen] == big[chosen]).float().mean().item()
+print(f"over {big.numel():,} positions: {share:.1%} chosen; of those {as_mask:.1%} [MASK], "
+      f"{kept:.1%} kept, {1 - as_mask - kept:.1%} random")
+assert abs(share - 0.15) < 0.01 and abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1) < 0.02
+
+# %% [markdown]
+# The model: a `BertEncoder` with 2 layers of width 128 and 4 heads, and BERT's masked-LM head on
+# top (a dense layer with GELU and a LayerNorm, then scores over the vocabulary, with the output
+# matrix *tied* to the token embeddings). It scores only the chosen positions, which saves most of
+# the output layer's work.
+
+# %%
+show_source(BertForMLM)
+
+# %%
+MLM_STEPS = 500
+generator = set_seed(0, num_threads=1)
+mlm = BertForMLM(BertConfig(vocab_size=len(mlm_tok), d_model=128, num_layers=2, num_heads=4, d_ff=512, max_len=64))
+print(f"{count_parameters(mlm):,} parameters")
+t0, c0 = time.perf_counter(), time.process_time()
+mlm_losses = pretrain_mlm(mlm, mlm_train_ids, mlm_tok, steps=MLM_STEPS, batch_size=32, lr=1e-3, warmup=50, generator=generator)
+mlm_seconds, mlm_cpu = time.perf_counter() - t0, time.process_time() - c0
+print(f"loss: first 20 steps {sum(mlm_losses[:20]) / 20:.2f}, last 20 steps {sum(mlm_losses[-20:]) / 20:.2f} "
+      f"(uniform guessing: ln {len(mlm_tok)} = {math.log(len(mlm_tok)):.2f})")
+assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
+
+# %% tags=["nbval-ignore-output"]
+print(f"pre-training took {mlm_seconds:.0f} s ({mlm_cpu:.0f} s of CPU time)")
+assert mlm_seconds > 0
+
+# %% [markdown]
+# Is that loss good? The test is held-out text: mask it the same way, and count how often the
+# model's top prediction at a chosen position is the original token. The baseline is the best
+# guess that ignores the context: always the most frequent token of the training text.
+
+# %%
+heldout = mlm_windows(mlm_heldout_ids, torch.arange(0, len(mlm_heldout_ids) - 63, 63), 64, mlm_tok.cls_token_id)
+held_in, held_lab = mask_tokens(heldout, mlm_tok.mask_token_id, len(mlm_tok),
+                                torch.isin(heldout, torch.tensor(mlm_tok.all_special_ids)), generator=torch.Generator().manual_seed(1))
+scored = held_lab != -100
+with torch.inference_mode():
+    held_logits = mlm(held_in)[scored]
+top5 = held_logits.topk(5, dim=-1).indices
+acc_mlm = (top5[:, 0] == held_lab[scored]).float().mean().item()
+acc_mlm5 = (top5 == held_lab[scored][:, None]).any(dim=1).float().mean().item()
+counts = torch.bincount(mlm_train_ids, minlength=len(mlm_tok))
+counts[mlm_tok.all_special_ids] = 0
+most_frequent = int(counts.argmax())
+acc_unigram = (held_lab[scored] == most_frequent).float().mean().item()
+print(f"{int(scored.sum())} held-out positions scored")
+print(f"masked-token accuracy: model {acc_mlm:.1%} (top-5: {acc_mlm5:.1%}); "
+      f"unigram baseline (always {mlm_tok.convert_ids_to_tokens(most_frequent)!r}) {acc_unigram:.1%}")
+assert acc_mlm > acc_unigram + 0.02  # several hundred positions: one standard error is about 1 point
+
+# %% [markdown]
+# ### Our masked LM as a Hugging Face `BertForMaskedLM`
+#
+# The course's names map one to one onto Hugging Face's (section 3 renamed them in the other
+# direction), so `to_hf_masked_lm` builds a `BertForMaskedLM` with the same configuration and
+# copies every tensor across; it refuses a model whose tensors do not all find a place. The two
+# must give the same scores:
+
+# %%
+hf_mlm = to_hf_masked_lm(mlm)
+with torch.inference_mode():
+    mlm_diff = (hf_mlm(input_ids=held_in[:8]).logits - mlm(held_in[:8])).abs().max().item()
+print(type(hf_mlm).__name__, f"max |logits difference| {'<=' if mlm_diff <= 1e-4 else '>'} 1e-4")
+assert mlm_diff <= 1e-4
+
+# %% [markdown]
+# Now everything Hugging Face offers for masked LMs works with our model, such as the
+# `fill-mask` pipeline: it tokenises the text, runs the model and turns the scores at `[MASK]`
+# into the top-5 tokens with their probabilities. Four sentences from held-out paragraphs:
+
+# %%
+fill = pipeline("fill-mask", model=hf_mlm, tokenizer=mlm_tok, top_k=5)
+heldout_text = " ".join(prose[cut:])
+fill_examples = [("Return the number of items in the [MASK] *d*.", "dictionary"),
+                 ("Function objects are created by function [MASK].", "definitions"),
+                 ("Keys and values are iterated over in insertion [MASK].", "order"),
+                 ("Return an iterator over the [MASK] of the dictionary.", "keys")]
+found = 0
+for sentence, answer in fill_examples:
+    assert sentence.replace("[MASK]", answer) in heldout_text and mlm_tok.tokenize(answer) == [answer]
+    guesses = fill(sentence)
+    found += answer in [g["token_str"] for g in guesses]
+    print(f"{sentence}   (original: {answer!r})")
+    print("    top 5:", ", ".join(f"{g['token_str']} {g['score']:.2f}" for g in guesses))
+print(f"the original word is among the top 5 in {found} of {len(fill_examples)} sentences")
+
+# %% [markdown]
+# The conversion and the pipeline work; the answers show how far 500 steps on 62,000 tokens
+# get. The model beats the unigram baseline on held-out text (11.8 % against 6.4 %, and the
+# original token is in its top 5 more than a quarter of the time), but its top-5 guesses in the
+# four sentences are frequent words and punctuation, never the held-out word. It has learned
+# which frequent tokens fit where, not yet the vocabulary of the documentation. That takes data
+# and compute: BERT-base saw about 3.3 billion words for a million steps of 256 sequences. The
+# recipe, the code and the conversion are the same at that scale.
+#
 # ## 4. Sentence embeddings
 #
 # BERT gives one vector per token. For a vector per *sentence*, all-MiniLM-L6-v2 was trained
@@ -447,9 +619,9 @@ assert [row[0][0] for row in hits] == [0, 21, 16]
 # `BertForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)` and
 # reports *"Sentiment: Positive, Confidence: 0.55"*. The model it used had never seen a
 # labelled review: `from_pretrained` adds a classification layer that the checkpoint does not
-# contain and fills it with **random numbers** (transformers says so in a warning, which was
-# ignored). So 0.55 is not a confidence; it is noise. Let us measure that, with the same kind of
-# model built on MiniLM.
+# contain and fills it with **random numbers**. transformers says so when it loads the model; the
+# notebook ignored the message. So 0.55 is not a confidence; it is noise. Let us measure that,
+# with the same kind of model built on MiniLM.
 #
 # `MODEL` below is the local directory of the verified MiniLM copy; every cell in this section
 # loads from it, so changing this one name changes the model (section 6).
@@ -461,10 +633,24 @@ print(LABELS)
 
 def fresh_classifier(seed: int):
     """MiniLM with a new, randomly initialised 2-way classification head (what the seed used)."""
-    set_seed(seed)
+    set_seed(seed, num_threads=1)
     return AutoModelForSequenceClassification.from_pretrained(
         MODEL, num_labels=2, id2label=dict(enumerate(LABELS)), label2id={l: i for i, l in enumerate(LABELS)})
 
+# %% [markdown]
+# Loading it once with transformers' warnings switched on (this book's build hides them
+# elsewhere) shows the message in question. It is the load report: which tensors the model
+# needed but the checkpoint did not have.
+
+# %%
+cwd = os.getcwd()
+hf_logging.set_verbosity_warning()
+try:
+    os.chdir(MODEL.parent)  # load by the folder's name, so that the report shows no local path
+    untrained = AutoModelForSequenceClassification.from_pretrained(MODEL.name, num_labels=2)
+finally:
+    os.chdir(cwd)
+    hf_logging.set_verbosity_error()
 untrained = fresh_classifier(0)
 print(untrained.classifier)
 pooler_bias_zero = bool((untrained.bert.pooler.dense.bias == 0).all())
@@ -472,11 +658,12 @@ print("pooler bias all zero (never trained):", pooler_bias_zero)
 assert pooler_bias_zero
 
 # %% [markdown]
-# The head reads `[CLS]` through the **pooler** (a dense layer with tanh) and then the new
-# linear layer. In this checkpoint even the pooler was never trained: sentence-transformers
-# used mean pooling, so the pooler still has its initial values (a bias of exactly zero). Two
-# untrained layers stand between BERT and the answer. The seed's sentence, with five different
-# random seeds:
+# `classifier.weight` and `classifier.bias` are **MISSING** from the checkpoint and "newly
+# initialized": the report even suggests training on a downstream task. The head reads `[CLS]`
+# through the **pooler** (a dense layer with tanh) and then this new linear layer. In this
+# checkpoint even the pooler was never trained: sentence-transformers used mean pooling, so the
+# pooler still has its initial values (a bias of exactly zero). Two untrained layers stand between
+# BERT and the answer. The seed's sentence, with five different random seeds:
 
 # %%
 seed_text = "I love how this transformer model works! It's amazing!"
@@ -496,158 +683,389 @@ for seed in range(5):
 # ("Great location, terrible room"; "The hours flew by"), so that counting them is not enough.
 # Two reviews of the same subject (the two kettle reviews, say) are always on the same side of
 # the split: the test set asks about things the model has not been trained on.
+#
+# ### The protocol: a dev split, several seeds, the test set once
+#
+# A comparison that would pass review follows three rules.
+#
+# 1. **Every choice is made on a development (dev) split** carved out of the training reviews:
+#    the number of epochs, the learning rate, what is frozen, the regularisation of the baselines.
+#    If we chose them by looking at the test accuracy, the test set would become part of training
+#    and its accuracy an optimistic estimate.
+# 2. **The test set is used once, at the end**, for all models together.
+# 3. **Several seeds.** On 200 test reviews one review is half a point, and a single run of
+#    fine-tuning depends on the random head, the order of the batches and dropout. Here a seed
+#    fixes all of that *and* which 150 training reviews form the dev split, so every method,
+#    the baselines included, is trained on a different 700 reviews per seed. We report the mean
+#    and standard deviation over 3 seeds.
 
 # %%
-train, test = sentiment.load_sentiment_reviews()
-print(f"train: {len(train)} reviews ({sum(train.labels)} positive), test: {len(test)} reviews ({sum(test.labels)} positive)")
-for text, y in list(zip(test.texts, test.labels))[:6]:
+train_full, test = sentiment.load_sentiment_reviews()
+SEEDS, N_DEV = (0, 1, 2), 150
+splits = {s: sentiment.train_dev_split(train_full, N_DEV, seed=s) for s in SEEDS}
+train, dev = splits[0]
+print(f"train file: {len(train_full)} reviews -> train {len(train)} + dev {len(dev)} ({sum(dev.labels)} positive); "
+      f"test: {len(test)} reviews ({sum(test.labels)} positive)")
+for text, y in list(zip(dev.texts, dev.labels))[:6]:
     print(f"  {LABELS[y]:8s} {text}")
-assert sum(train.labels) * 2 == len(train) and sum(test.labels) * 2 == len(test)
-assert not set(train.texts) & set(test.texts)
+assert sum(train_full.labels) * 2 == len(train_full) and sum(test.labels) * 2 == len(test)
+assert not set(train_full.texts) & set(test.texts) and not set(train.texts) & set(dev.texts)
+assert len({tuple(splits[s][1].texts) for s in SEEDS}) == 3  # three different dev splits
 
 # %%
-probs_untrained = sentiment.predict_proba(untrained, tokenizer, test.texts)
-acc_untrained = sentiment.accuracy(probs_untrained.argmax(dim=1), test.labels)
-print(f"untrained head: test accuracy {acc_untrained:.1%}, "
-      f"predicts 'positive' for {int(probs_untrained.argmax(dim=1).sum())} of {len(test)}, "
+probs_untrained = sentiment.predict_proba(untrained, tokenizer, dev.texts)
+dev_untrained = sentiment.accuracy(probs_untrained.argmax(dim=1), dev.labels)
+print(f"untrained head: dev accuracy {dev_untrained:.1%}, "
+      f"predicts 'positive' for {int(probs_untrained.argmax(dim=1).sum())} of {len(dev)}, "
       f"P(positive) between {probs_untrained[:, 1].min():.2f} and {probs_untrained[:, 1].max():.2f}")
-assert abs(acc_untrained - 0.5) < 0.1 and probs_untrained.max() < 0.6
+assert abs(dev_untrained - 0.5) < 0.12 and probs_untrained.max() < 0.6
 
 # %% [markdown]
-# Chance level, as it must be: on a balanced test set, a coin scores 50%.
+# Chance level, as it must be: on a balanced set, a coin scores 50%.
 #
-# ### A baseline: logistic regression on a bag of words
+# ### Baseline 1: logistic regression on a bag of words
 #
 # Before fine-tuning a 22-million-parameter model, the honest question is how far something
 # simple gets. The classic baseline counts the words of each review and fits a logistic
 # regression: one weight per word, $P(\text{positive}) = \sigma(\sum_w \text{count}_w\, v_w + b)$.
-# It trains in a second, in plain torch:
+# It trains in a second, in plain torch. Its one setting, the strength of the L2 penalty, is
+# chosen on the dev split:
 
 # %%
 show_source(sentiment.fit_bag_of_words)
 
 # %%
-bow = sentiment.fit_bag_of_words(train.texts, train.labels)
-acc_bow = sentiment.accuracy(bow.predict(test.texts), test.labels)
+bow_dev = {wd: sentiment.accuracy(sentiment.fit_bag_of_words(train.texts, train.labels, weight_decay=wd).predict(dev.texts),
+                                  dev.labels) for wd in (1e-4, 1e-3, 1e-2)}
+BOW_WD = max(bow_dev, key=bow_dev.get)
+print("dev accuracy by weight decay:", {wd: round(a, 3) for wd, a in bow_dev.items()}, "-> chosen", BOW_WD)
+bow = sentiment.fit_bag_of_words(train.texts, train.labels, weight_decay=BOW_WD)
 acc_bow_train = sentiment.accuracy(bow.predict(train.texts), train.labels)
 pos_words, neg_words = bow.top_words(8)
-print(f"vocabulary {len(bow.vocab)} words; train accuracy {acc_bow_train:.1%}, test accuracy {acc_bow:.1%}")
+print(f"vocabulary {len(bow.vocab)} words; train accuracy {acc_bow_train:.1%}, dev accuracy {bow_dev[BOW_WD]:.1%}")
 print("most positive words:", pos_words)
 print("most negative words:", neg_words)
-assert acc_bow_train > 0.95 and acc_bow < 0.8 and acc_bow_train - acc_bow > 0.15
-assert {"comfortable", "perfectly"} <= set(pos_words) and {"broke", "late"} <= set(neg_words)
-assert {"is", "this"} <= set(pos_words) and "be" in neg_words  # words that say nothing about sentiment
+assert acc_bow_train > 0.95 and bow_dev[BOW_WD] < 0.85 and acc_bow_train - bow_dev[BOW_WD] > 0.1
 
 # %% [markdown]
-# It fits the training reviews almost perfectly and gets only about three in four new ones
-# right. Clear opinion words ("comfortable", "perfectly", "broke", "late") carry it that far; but
-# with 850 varied reviews most words occur once or twice, so many weights are about the
-# particular reviews ("is", "this", "be") rather than about sentiment, and word counts cannot see
-# negation or a "but" that turns a review around ("Great location, terrible room"). A
-# pretrained encoder brings what the counts lack: it has read far more text than we could label,
-# and it reads words in context.
+# It fits the training reviews perfectly and gets only about three in four dev reviews
+# right. Clear opinion words carry it that far; but with 700 varied reviews most words occur once
+# or twice, so many weights are about the particular reviews rather than about sentiment, and
+# word counts cannot see negation or a "but" that turns a review around ("Great location,
+# terrible room"). A pretrained encoder brings what the counts lack: it has read far more text
+# than we could label, and it reads words in context.
 #
+# ### Baselines 2 and 3: frozen sentence embeddings
+#
+# The cheapest way to use the encoder is not to train it at all: embed every review once
+# (section 4's mean-pooled MiniLM vectors, here from our own `BertEncoder`) and put a simple
+# classifier on the frozen vectors. Two such classifiers answer different questions:
+#
+# * **k nearest neighbours** with cosine similarity: label a review by a vote of the most similar
+#   training reviews. This asks whether reviews *close* in embedding space share their sentiment.
+# * A **linear probe**: logistic regression on the 384 numbers of the embedding, the same
+#   `fit_logistic_regression` that the bag of words uses. This asks whether sentiment is
+#   *linearly decodable* from the embedding, even if it is not what makes two vectors close.
+#
+# The embeddings are computed once for all 1,050 reviews and reused for every seed and setting.
+
+# %%
+show_source(sentiment.knn_predict)
+
+# %%
+all_texts = train_full.texts + test.texts
+all_emb = embed_sentences(all_texts, tokenizer, ours)
+emb_of = dict(zip(all_texts, all_emb))
+def embeddings(split) -> torch.Tensor:
+    return torch.stack([emb_of[t] for t in split.texts])
+
+knn_dev = {k: sentiment.accuracy(sentiment.knn_predict(embeddings(dev), embeddings(train), train.labels, k), dev.labels)
+           for k in (1, 5, 15, 45)}
+KNN_K = max(knn_dev, key=knn_dev.get)
+probe_dev = {wd: sentiment.accuracy(sentiment.fit_logistic_regression(embeddings(train), train.labels, wd).predict(embeddings(dev)),
+                                    dev.labels) for wd in (1e-4, 1e-3, 1e-2)}
+PROBE_WD = max(probe_dev, key=probe_dev.get)
+print("k-NN, dev accuracy by k:", {k: round(a, 3) for k, a in knn_dev.items()}, "-> chosen k =", KNN_K)
+print("linear probe, dev accuracy by weight decay:", {wd: round(a, 3) for wd, a in probe_dev.items()}, "-> chosen", PROBE_WD)
+assert all_emb.shape == (1050, 384)
+
+# %% [markdown]
 # ### Fine-tuning MiniLM
 #
-# Fine-tuning trains the whole network, pretrained encoder and new head together, on the labelled
-# reviews, with a small learning rate so that the pretrained weights move only a little.
+# Fine-tuning trains the network itself, pretrained encoder and new head together, on the
+# labelled reviews, with a small learning rate so that the pretrained weights move only a little.
 # `sentiment.fine_tune` is an ordinary PyTorch loop: AdamW, a learning rate that warms up and
-# then decays linearly (the schedule BERT was fine-tuned with), gradient clipping, and one
-# progress bar.
+# then decays linearly (the schedule BERT was fine-tuned with), gradient clipping, one progress
+# bar, and the dev accuracy after every epoch.
 
 # %%
 show_source(sentiment.fine_tune)
 
 # %% [markdown]
-# One decision before training: we **freeze the word embeddings**, 11.7 of the 22.7 million
-# parameters. The training reviews use only a small part of the 30,522 vocabulary entries (the
-# next cell counts them); updating only those rows would move them away from the rows of words
-# that do not occur in training, which the test reviews are full of. Freezing them also makes
-# every step cheaper.
+# What to freeze is one of the choices. The word embeddings are 11.7 of the 22.7 million
+# parameters, and the training reviews use only a small part of the vocabulary (the next cell
+# counts it); updating only those rows would move them away from the rows of words that the test
+# reviews are full of, so they are frozen in every candidate. Freezing the lower layers as well
+# makes each step cheaper (no backward pass through them) and leaves fewer parameters to overfit
+# 700 reviews, but lets the model adapt less. `freeze_lower` does both:
 
 # %%
-EPOCHS, BATCH_SIZE, LR = 4, 16, 1e-4
-generator = set_seed(0)
-clf = fresh_classifier(0).to(get_device())
-clf.bert.embeddings.word_embeddings.weight.requires_grad_(False)
+show_source(sentiment.freeze_lower)
+
+# %% [markdown]
+# Three candidates, each trained for up to two epochs on the 700 training reviews of seed 0 and
+# scored on its dev split after each epoch. Everything the test set will see is decided here.
+
+# %%
+MAX_EPOCHS, BATCH_SIZE = 2, 16
+CANDIDATES = {"embeddings frozen, lr 1e-4": (0, 1e-4),
+              "embeddings + layers 0-2 frozen, lr 1e-4": (3, 1e-4),
+              "embeddings + layers 0-2 frozen, lr 3e-4": (3, 3e-4)}
 used = {i for ids in tokenizer(train.texts)["input_ids"] for i in ids}
 print(f"the training reviews use {len(used):,} of the {tokenizer.vocab_size:,} vocabulary entries")
 assert len(used) < 0.1 * tokenizer.vocab_size
-print(f"trainable: {count_parameters(clf):,} of {count_parameters(clf, trainable_only=False):,} parameters")
-t0, c0 = time.perf_counter(), time.process_time()
-losses = sentiment.fine_tune(clf, tokenizer, train.texts, train.labels, epochs=EPOCHS, batch_size=BATCH_SIZE, lr=LR,
-                             generator=generator)
-seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-print(f"{len(losses)} steps; mean loss of the first 10 steps {sum(losses[:10]) / 10:.3f}, "
-      f"of the last 10 steps {sum(losses[-10:]) / 10:.3f}")
-assert sum(losses[-10:]) < 0.5 * sum(losses[:10])
+
+
+def fine_tuned(seed: int, frozen_layers: int, lr: float, epochs: int, data) -> tuple:
+    """A fresh classifier (head drawn with ``seed``) fine-tuned on ``data = (train, dev)``; (model, history)."""
+    generator = set_seed(seed, num_threads=1)
+    clf = sentiment.freeze_lower(fresh_classifier(seed).to(get_device()), frozen_layers)
+    history = sentiment.fine_tune(clf, tokenizer, data[0].texts, data[0].labels, epochs=epochs, batch_size=BATCH_SIZE,
+                                  lr=lr, generator=generator, dev=data[1])
+    return clf, history
+
+
+selection, ft_seconds, ft_cpu = {}, {}, {}
+for name, (frozen_layers, lr) in CANDIDATES.items():
+    t0, c0 = time.perf_counter(), time.process_time()
+    selection[name] = fine_tuned(0, frozen_layers, lr, MAX_EPOCHS, splits[0])
+    ft_seconds[name], ft_cpu[name] = time.perf_counter() - t0, time.process_time() - c0
+for name, (clf, history) in selection.items():
+    print(f"{name:42s} trainable {count_parameters(clf) / 1e6:4.1f} M; dev accuracy after each epoch:",
+          [f"{a:.1%}" for a in history.dev_accuracy])
+best_name, best_epoch = max(((n, e) for n in CANDIDATES for e in range(MAX_EPOCHS)),
+                            key=lambda ne: (selection[ne[0]][1].dev_accuracy[ne[1]], -ne[1]))
+FROZEN, LR = CANDIDATES[best_name]
+EPOCHS = best_epoch + 1
+print(f"chosen on the dev split: {best_name}, {EPOCHS} epoch(s)")
 
 # %% tags=["nbval-ignore-output"]
-print(f"fine-tuning took {seconds:.0f} s ({len(losses) / seconds:.2f} steps/s; {cpu_seconds:.0f} s of CPU time)")
-assert seconds > 0
+for name in CANDIDATES:
+    print(f"{name:42s} {ft_seconds[name]:5.0f} s ({ft_cpu[name]:.0f} s of CPU time)")
+assert all(s > 0 for s in ft_seconds.values())
+
+# %% [markdown]
+# The candidates are within one or two of the 150 dev reviews of each other (87.3 % against
+# 86.7 %): on this data freezing the lower half of the encoder costs little, and a larger learning
+# rate does not help. The dev split picks the first candidate after **one** epoch (its second
+# epoch ties, and the shorter run wins the tie), so the final runs below train for one epoch. The
+# training loss of that candidate over its two epochs, step by step:
 
 # %%
+losses = selection[best_name][1].losses
 steps = torch.arange(1, len(losses) + 1)
 window = 10
 smooth = torch.tensor(losses).unfold(0, window, 1).mean(dim=1)
 fig, ax = plt.subplots(figsize=(7, 3.2))
 ax.plot(steps, losses, alpha=0.35, label="loss of each batch")
 ax.plot(steps[window - 1:], smooth, label=f"mean of the last {window} batches")
-for e in range(1, EPOCHS):
-    ax.axvline(e * len(losses) / EPOCHS, color="grey", lw=0.5, ls=":")
-ax.axhline(torch.log(torch.tensor(2.0)).item(), color="grey", lw=0.8, ls="--", label="ln 2: a coin toss")
-ax.set_xlabel("step (dotted lines: epochs)")
+for e in range(1, MAX_EPOCHS):
+    ax.axvline(e * len(losses) / MAX_EPOCHS, color="grey", lw=0.5, ls=":")
+ax.axhline(math.log(2), color="grey", lw=0.8, ls="--", label="ln 2: a coin toss")
+ax.set_xlabel("step (dotted line: end of epoch 1)")
 ax.set_ylabel("cross-entropy")
-ax.set_title(f"fine-tuning MiniLM on {len(train)} reviews")
+ax.set_title(f"fine-tuning MiniLM on {len(train)} reviews: {best_name}")
 ax.legend()
 plt.show()
 
 # %% [markdown]
-# Now the test set, which the model has never seen:
+# ### The same fine-tuning, the Hugging Face way
+#
+# The loop above is short because the task is small; in practice most people use Hugging Face's
+# **`Trainer`**, which runs the same loop (AdamW, a linear schedule with warm-up, gradient
+# clipping, mixed precision and several GPUs when there are some) from a `TrainingArguments`
+# object. The data goes in as a **`datasets.Dataset`**, tokenised with `map`; a
+# **`DataCollatorWithPadding`** pads each batch to its own longest review (what our loop's
+# `_batch` does); a **metric function** turns predictions into accuracy. Same split, same choices,
+# same seed:
 
 # %%
-probs = sentiment.predict_proba(clf, tokenizer, test.texts)
-pred = probs.argmax(dim=1)
-acc_ft = sentiment.accuracy(pred, test.labels)
-cm = sentiment.confusion_matrix(test.labels, pred)
-print(f"fine-tuned MiniLM: test accuracy {acc_ft:.1%} ({int(cm.diag().sum())} of {len(test)})")
-fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
-sentiment.plot_confusion_matrix(sentiment.confusion_matrix(test.labels, bow.predict(test.texts)), ax=axes[0],
-                                title=f"bag of words: {acc_bow:.0%}")
-sentiment.plot_confusion_matrix(cm, ax=axes[1], title=f"fine-tuned MiniLM: {acc_ft:.0%}")
-fig.tight_layout()
-plt.show()
-assert acc_ft >= 0.85
+disable_datasets_progress_bar()  # no "Map: 100%" bars
+
+
+def as_dataset(split) -> Dataset:
+    ds = Dataset.from_dict({"text": split.texts, "label": split.labels})
+    return ds.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=64), batched=True,
+                  remove_columns=["text"])
+
+
+def compute_metrics(eval_pred) -> dict[str, float]:
+    logits, labels = eval_pred
+    return {"accuracy": float((logits.argmax(axis=-1) == labels).mean())}
+
+
+hf_train, hf_dev = as_dataset(train), as_dataset(dev)
+print(hf_train)
+steps_total = EPOCHS * math.ceil(len(hf_train) / BATCH_SIZE)
+with tempfile.TemporaryDirectory() as out_dir:
+    args = TrainingArguments(
+        output_dir=out_dir, num_train_epochs=EPOCHS, learning_rate=LR, per_device_train_batch_size=BATCH_SIZE,
+        per_device_eval_batch_size=64, weight_decay=0.01, lr_scheduler_type="linear",
+        warmup_steps=max(1, int(0.1 * steps_total)), max_grad_norm=1.0, seed=0,
+        eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True)
+    set_seed(0, num_threads=1)
+    hf_clf = sentiment.freeze_lower(fresh_classifier(0), FROZEN)
+    trainer = Trainer(model=hf_clf, args=args, train_dataset=hf_train, eval_dataset=hf_dev,
+                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics)
+    trainer.remove_callback(PrinterCallback)
+    t0, c0 = time.perf_counter(), time.process_time()
+    trainer.train()
+    trainer_seconds, trainer_cpu = time.perf_counter() - t0, time.process_time() - c0
+    dev_trainer = trainer.evaluate()["eval_accuracy"]
+hf_clf.eval()
+dev_loop = selection[best_name][1].dev_accuracy[best_epoch]
+print(f"dev accuracy: our loop {dev_loop:.1%}, Trainer {dev_trainer:.1%}")
+
+# %% tags=["nbval-ignore-output"]
+print(f"Trainer: {trainer_seconds:.0f} s ({trainer_cpu:.0f} s of CPU time)")
+assert trainer_seconds > 0
 
 # %% [markdown]
-# The reviews it still gets wrong, with the probability it gave to the *true* label:
+# The two numbers are not the same, and they are not from identical runs: our loop's number was
+# taken after the first of two epochs (the selection run), the `Trainer` ran a one-epoch schedule,
+# and it draws its own batch order from the seed. 6 points on 150 dev reviews are 9 reviews; the
+# test set below, with three seeds of our loop next to the `Trainer`, shows whether such a gap is
+# more than the spread between runs.
+#
+# A trained model is saved with **`save_pretrained`** (weights, configuration with the label
+# names) next to its tokenizer, and loaded back by anything in the Hugging Face ecosystem, for
+# example a **`pipeline`**, which tokenises, runs the model and returns labelled predictions:
+
+# %%
+new_reviews = ["The battery died after two days and support never replied.",
+               "Friendly staff, spotless rooms, and breakfast until noon.",
+               "I was sure I would hate it, but it won me over."]
+with tempfile.TemporaryDirectory() as saved:
+    hf_clf.save_pretrained(saved)
+    tokenizer.save_pretrained(saved)
+    print(sorted(p.name for p in Path(saved).iterdir()))
+    classify = pipeline("text-classification", model=saved)
+    results = classify(new_reviews)
+for text, r in zip(new_reviews, results):
+    print(f"{r['label']:8s} {r['score']:.2f}  {text}")
+assert results[0]["label"] == "negative" and results[1]["label"] == "positive"
+assert {r["label"] for r in results} <= set(LABELS)
+
+# %% [markdown]
+# ### The test set, once
+#
+# Everything is chosen; now each method is trained on each seed's 700 training reviews with the
+# settings picked on seed 0's dev split, and evaluated on the 200 test reviews. (Seed 0's
+# fine-tuned model is the one trained during the selection above when the chosen number of
+# epochs is the full two.)
+
+# %%
+test_acc = {name: [] for name in ["untrained head", "bag of words", f"k-NN on embeddings (k = {KNN_K})",
+                                  "linear probe on embeddings", "fine-tuned MiniLM (our loop)"]}
+ft_models = {}
+for s in SEEDS:
+    tr, _ = splits[s]
+    test_acc["untrained head"].append(sentiment.accuracy(
+        sentiment.predict_proba(fresh_classifier(s), tokenizer, test.texts).argmax(dim=1), test.labels))
+    test_acc["bag of words"].append(sentiment.accuracy(
+        sentiment.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD).predict(test.texts), test.labels))
+    test_acc[f"k-NN on embeddings (k = {KNN_K})"].append(sentiment.accuracy(
+        sentiment.knn_predict(embeddings(test), embeddings(tr), tr.labels, KNN_K), test.labels))
+    test_acc["linear probe on embeddings"].append(sentiment.accuracy(
+        sentiment.fit_logistic_regression(embeddings(tr), tr.labels, PROBE_WD).predict(embeddings(test)), test.labels))
+    if s == 0 and EPOCHS == MAX_EPOCHS:
+        ft_models[s] = selection[best_name][0]
+    else:
+        ft_models[s] = fine_tuned(s, FROZEN, LR, EPOCHS, splits[s])[0]
+    test_acc["fine-tuned MiniLM (our loop)"].append(sentiment.accuracy(
+        sentiment.predict_proba(ft_models[s], tokenizer, test.texts).argmax(dim=1), test.labels))
+acc_trainer = sentiment.accuracy(sentiment.predict_proba(hf_clf, tokenizer, test.texts).argmax(dim=1), test.labels)
+summary = {name: sentiment.mean_std(accs) for name, accs in test_acc.items()}
+print(f"test accuracy on {len(test)} reviews, mean ± standard deviation over seeds {SEEDS}:")
+for name, (mean, sd) in summary.items():
+    print(f"  {name:34s} {mean:6.1%} ± {sd:4.1%}   ({', '.join(f'{a:.1%}' for a in test_acc[name])})")
+print(f"  {'fine-tuned MiniLM (Trainer, seed 0)':34s} {acc_trainer:6.1%}")
+acc_untrained, acc_bow = summary["untrained head"][0], summary["bag of words"][0]
+acc_knn, acc_probe = summary[f"k-NN on embeddings (k = {KNN_K})"][0], summary["linear probe on embeddings"][0]
+acc_ft = summary["fine-tuned MiniLM (our loop)"][0]
+assert abs(acc_untrained - 0.5) < 0.1
+assert acc_bow + 0.05 < min(acc_knn, acc_probe) and max(acc_knn, acc_probe) < acc_ft and knn_dev[1] < 0.6
+assert min(test_acc['fine-tuned MiniLM (our loop)']) - 0.02 <= acc_trainer  # the Trainer: within the loop's spread
+
+# %%
+fig, ax = plt.subplots(figsize=(7.5, 3.2))
+names = list(test_acc)
+for i, name in enumerate(names):
+    ax.scatter(test_acc[name], [i] * len(SEEDS), color="C0", s=18, zorder=3, label="one seed" if i == 0 else None)
+    mean, sd = summary[name]
+    ax.errorbar(mean, i, xerr=sd, fmt="|", color="C3", markersize=14, capsize=4, label="mean ± sd" if i == 0 else None)
+ax.axvline(0.5, color="grey", lw=0.8, ls="--")
+ax.set_yticks(range(len(names)), names)
+ax.set_xlabel(f"test accuracy ({len(test)} reviews)")
+ax.set_title("every method, 3 seeds each")
+ax.legend(loc="lower right")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What the numbers say:
+#
+# * The **untrained head** is at chance, on every seed.
+# * The **bag of words** is about 10 points behind everything that uses the pretrained encoder.
+# * **k-NN on the embeddings** needs many neighbours to work: on the dev split, the single nearest
+#   training review gave 54.7 %, barely above chance, and only a vote of 45 reached 73 %. The
+#   nearest neighbours of a review are reviews *about the same thing* (the embeddings were trained
+#   for that), and a delighted and a furious review of a hotel are about the same thing. k-NN
+#   measures topical closeness; its weak 1-NN result does not mean that sentiment is missing.
+# * The **linear probe** asks that directly, on the same frozen embeddings, and finds sentiment
+#   linearly decodable (81.7 %). With 45 neighbours k-NN comes within about one standard
+#   deviation of it: a difference these three seeds cannot resolve.
+# * **Fine-tuning** is ahead of the probe by about 3 points, more than the spread of either:
+#   letting the encoder adapt reshapes the representation for the task. The `Trainer`'s seed-0
+#   model (83.5 %) lies within the spread of our loop's three seeds (84.0 % to 86.5 %): the 6-point
+#   gap on the dev split was mostly run-to-run variation.
+# * The standard deviations are 1 to 2 points: a difference of that size, from one seed, would
+#   not be worth reporting.
+#
+# The confusion matrices of seed 0, the bag of words next to fine-tuning:
+
+# %%
+bow0 = sentiment.fit_bag_of_words(splits[0][0].texts, splits[0][0].labels, weight_decay=BOW_WD)
+clf = ft_models[0]
+probs = sentiment.predict_proba(clf, tokenizer, test.texts)
+pred = probs.argmax(dim=1)
+cm = sentiment.confusion_matrix(test.labels, pred)
+fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
+sentiment.plot_confusion_matrix(sentiment.confusion_matrix(test.labels, bow0.predict(test.texts)), ax=axes[0],
+                                title=f"bag of words: {test_acc['bag of words'][0]:.0%}")
+sentiment.plot_confusion_matrix(cm, ax=axes[1], title=f"fine-tuned MiniLM: {test_acc['fine-tuned MiniLM (our loop)'][0]:.0%}")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The reviews the fine-tuned model of seed 0 still gets wrong, with the probability it gave to
+# the *true* label:
 
 # %%
 wrong = [(probs[i, y].item(), text, LABELS[y]) for i, (text, y) in enumerate(zip(test.texts, test.labels)) if pred[i] != y]
 for p_true, text, y in sorted(wrong):
     print(f"  {p_true:.2f}  ({y})  {text}")
 assert len(wrong) == len(test) - int(cm.diag().sum())
-assert any("trailer" in text for _, text, _ in wrong)  # "I really liked the trailer." fooled it
 
 # %% [markdown]
 # Most of them are the hard cases the data set was written to contain: praise words in a
 # complaint ("I really liked the trailer.", "The smile at reception was the warmest thing in the
 # room."), verdicts that need world knowledge ("The pharmacist spotted a clash between two of my
-# medicines." is good news) and understatement. Several are wrong with a probability of 0.01 for
-# the true label: a fine-tuned classifier is often confidently wrong, so its probabilities are
-# not a measure of how often it is right.
-
-# %% [markdown]
-# The summary, all on the same 200 test reviews:
-
-# %%
-results = {"untrained head (the seed's model)": acc_untrained, "bag of words + logistic regression": acc_bow,
-           "fine-tuned MiniLM": acc_ft}
-for name, acc in results.items():
-    print(f"{name:36s} {acc:6.1%}")
-assert acc_untrained < acc_bow < acc_ft
-
-# %% [markdown]
+# medicines." is good news), understatement ("Save your money."). After one epoch the model is
+# still cautious: no mistake gives the true label less than 0.18. Trained longer, classifiers
+# tend to become confidently wrong on some reviews, so their probabilities should not be read as
+# how often they are right.
+#
 # Finally, what the source notebook meant to write: `classify_sentiment(text)` returning a label
 # and a probability, now from a model that has learned the task.
 
@@ -657,18 +1075,16 @@ def classify_sentiment(text: str) -> tuple[str, float]:
     return sentiment.classify_sentiment(text, clf, tokenizer)
 
 
-for text in [seed_text, "The battery died after two days and support never replied.",
-             "I was sure I would hate it, but it won me over."]:
+for text in [seed_text] + new_reviews:
     label, p = classify_sentiment(text)
     print(f"{label} ({p:.2f}): {text}")
-assert classify_sentiment(seed_text)[0] == "positive" and classify_sentiment(seed_text)[1] > 0.9
+assert classify_sentiment(seed_text)[0] == "positive"
 assert classify_sentiment("The battery died after two days and support never replied.")[0] == "negative"
-assert classify_sentiment("I was sure I would hate it, but it won me over.")[0] == "negative"  # wrong!
 
 # %% [markdown]
-# The last one is a miss: "hate" outweighs the "but it won me over" that reverses it. Reviews that
-# turn around halfway are exactly where 850 examples are not enough; more (and more varied)
-# labelled reviews and a larger model (next section) are the ways to push further.
+# The review that turns around halfway ("I was sure I would hate it, but it won me over.") is
+# right, with little confidence (0.62): this is where 700 examples are thin. More (and more
+# varied) labelled reviews and a larger model (next section) are the ways to push further.
 
 # %% [markdown]
 # ## 6. A bigger BERT, on a GPU
@@ -897,9 +1313,18 @@ assert example["occlusion"].abs().max() < 1e-3  # a very confident model: single
 #   MiniLM's weights and matches `BertModel` to about $10^{-5}$.
 # * Mean pooling over the attention mask gives sentence embeddings that padding does not
 #   change; cosine similarity between them finds paraphrases that share no words.
-# * A freshly loaded classification head is random: its "confidence" is noise and its accuracy is
-#   chance. Fine-tuned on 850 reviews, MiniLM classifies new ones far better than a
-#   bag-of-words baseline trained on the same split.
+# * BERT learned by **masked language modelling**: 15 % of the tokens chosen, 80 / 10 / 10
+#   `[MASK]` / random / kept, the loss at the chosen positions. A 2-layer encoder of our own,
+#   pre-trained that way for 500 steps on Python's documentation, beats the unigram baseline on
+#   held-out text, modestly; converted to `BertForMaskedLM`, it answers `pipeline("fill-mask")`.
+# * A freshly loaded classification head is random, and transformers' load report says so: its
+#   "confidence" is noise and its accuracy is chance.
+# * An evaluation that would pass review makes every choice on a dev split, reports mean ±
+#   standard deviation over seeds, and uses the test set once. Here: bag of words 72 % < a linear
+#   probe on frozen embeddings 82 % (sentiment is linearly decodable; 1-nearest-neighbour is near
+#   chance because cosine similarity measures topic) < fine-tuning 85 %, and Hugging Face's
+#   `Trainer` with a `Dataset`, `DataCollatorWithPadding` and a metric function lands within the
+#   spread of our own loop.
 # * Attention rollout multiplies the layers' head-averaged attention, each mixed with the identity
 #   for the residual path; in MiniLM it is dominated by `[CLS]`. Compared with deleting tokens, the
 #   classifier's `[CLS]` attention finds the most important token far more often than chance, but
@@ -932,30 +1357,32 @@ assert to_trophy[layer, head] > to_suitcase[layer, head]
 assert small_trophy[layer, head] > small_suitcase[layer, head]  # again the same noun: a heuristic, not understanding
 
 # %% [markdown]
-# **2. Nearest-neighbour sentiment.** Without any training, label each test review with the
-# label of its most similar *training* review (embeddings from our encoder, `semantic_search`
-# with `top_k=1`). How does this compare with the bag of words and with fine-tuning? Then try a
-# majority vote of the 5 nearest neighbours.
+# **2. Which vector to probe?** The linear probe of section 5 read mean-pooled embeddings.
+# Probe two other vectors of the same frozen MiniLM on seed 0's split (dev accuracy, the chosen
+# weight decay): the final vector of `[CLS]`, and the pooler's output (what the classification
+# head reads). Which carries sentiment best, and why might the pooler do worst?
 
-# %% tags=["solution"]
-train_emb = embed_sentences(train.texts, tokenizer, ours)
-test_emb = embed_sentences(test.texts, tokenizer, ours)
-knn = {}
-for k in (1, 5):
-    neighbours = semantic_search(test_emb, train_emb, top_k=k)
-    votes = [sum(train.labels[i] for i, _ in row) for row in neighbours]
-    knn[k] = sentiment.accuracy([int(v * 2 > k) for v in votes], test.labels)
-    print(f"{k}-nearest neighbour(s): test accuracy {knn[k]:.1%}")
-assert all(0.55 < acc < acc_bow for acc in knn.values()) and knn[5] > knn[1]
-first = semantic_search(test_emb[:1], train_emb, top_k=1)[0][0][0]
-print(f"e.g. {test.texts[0]!r} ({LABELS[test.labels[0]]})\n  -> nearest: {train.texts[first]!r} ({LABELS[train.labels[first]]})")
+# %% tags=["hide-input", "solution"]
+@torch.inference_mode()
+def cls_and_pooler(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    out = [bert(**tokenizer(texts[i:i + 64], padding=True, return_tensors="pt")) for i in range(0, len(texts), 64)]
+    return torch.cat([o.last_hidden_state[:, 0] for o in out]), torch.cat([o.pooler_output for o in out])
+
+
+(cls_train, pool_train), (cls_dev, pool_dev) = cls_and_pooler(train.texts), cls_and_pooler(dev.texts)
+probe_views = {"mean of the token vectors": (embeddings(train), embeddings(dev)),
+               "[CLS] vector": (cls_train, cls_dev), "pooler output": (pool_train, pool_dev)}
+view_acc = {name: sentiment.accuracy(sentiment.fit_logistic_regression(x_tr, train.labels, PROBE_WD).predict(x_dev), dev.labels)
+            for name, (x_tr, x_dev) in probe_views.items()}
+for name, acc in view_acc.items():
+    print(f"linear probe on the {name:26s} dev accuracy {acc:.1%}")
+assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 
 # %% [markdown]
-# Better than a coin, but worse than the bag of words. The embeddings were trained to put
-# sentences *about the same thing* close together, and a delighted and a furious review of a hotel
-# are about the same thing: the nearest neighbour shares the topic far more reliably than the
-# verdict. Sentiment is in the embeddings only weakly. Fine-tuning re-shapes the representation
-# for the task at hand, which is why it wins by so much.
+# The mean of the token vectors is what all-MiniLM-L6-v2 was trained to make meaningful; the
+# pooler was never trained (its bias is still zero), and its random projection followed by tanh
+# can only lose information about `[CLS]`. For a BERT whose pooler *was* trained (on next-sentence
+# prediction, like `bert-base-uncased`), the comparison can come out differently: measure it.
 #
 # **3. Left padding.** Hugging Face tokenizers can pad on the left (`tokenizer.padding_side =
 # "left"`, as decoder models need). Embed "Padding must not change me." in a batch with a

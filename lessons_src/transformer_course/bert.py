@@ -13,6 +13,11 @@ BERT is the encoder of chapter 07 with four settings changed and one piece added
 token vectors over the real tokens (``pretrained.mean_pool`` / ``pretrained.embed_sentences``);
 ``cosine_similarity`` and ``semantic_search`` compare them.
 
+Masked-language modelling, BERT's pre-training objective: ``mask_tokens`` (15 % of the
+positions; 80 / 10 / 10 ``[MASK]`` / random / kept), ``BertForMLM`` (the encoder plus BERT's
+masked-LM head), ``pretrain_mlm`` and ``train_wordpiece`` to run it on ``python_docs_prose()``,
+and ``to_hf_masked_lm`` to turn the result into a Hugging Face ``BertForMaskedLM``.
+
 Masks: the public API takes Hugging Face's ``attention_mask`` (``(batch, length)``, 1 = real
 token, 0 = padding) and turns it into the course's boolean ``(batch, 1, 1, length)`` mask
 (``True`` = may attend).
@@ -21,7 +26,7 @@ token, 0 = padding) and turns it into the course's boolean ``(batch, 1, 1, lengt
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -195,6 +200,14 @@ _HF_TO_COURSE = [
 _HF_IGNORED = re.compile(r"(embeddings\.position_ids|embeddings\.token_type_ids|pooler\.|cls\.|classifier\.)")
 
 
+def _course_name(hf_name: str) -> str | None:
+    """The ``BertEncoder`` name of one Hugging Face encoder weight (without ``bert.``), or None."""
+    for pattern, repl in _HF_TO_COURSE:
+        if re.match(pattern, hf_name):
+            return re.sub(pattern, repl, hf_name, count=1)
+    return None
+
+
 def hf_to_course_state_dict(hf_state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Rename a Hugging Face BERT state dict to ``BertEncoder``'s parameter names.
 
@@ -208,12 +221,11 @@ def hf_to_course_state_dict(hf_state_dict: Mapping[str, torch.Tensor]) -> dict[s
         name = key[len("bert.") :] if key.startswith("bert.") else key
         if _HF_IGNORED.match(name):
             continue
-        for pattern, repl in _HF_TO_COURSE:
-            if re.match(pattern, name):
-                out[re.sub(pattern, repl, name, count=1)] = value
-                break
-        else:
+        course = _course_name(name)
+        if course is None:
             unknown.append(key)
+        else:
+            out[course] = value
     if unknown:
         raise KeyError(f"{len(unknown)} keys are not BERT encoder weights, e.g. {unknown[:3]}")
     return out
@@ -279,3 +291,300 @@ def semantic_search(
     return [
         [(int(i), float(v)) for i, v in zip(row_i, row_v)] for row_i, row_v in zip(indices.tolist(), values.tolist())
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Masked-language modelling: BERT's pre-training objective
+
+
+class BertMLMHead(nn.Module):
+    """BERT's masked-LM head: dense + GELU + ``LayerNorm``, then scores over the vocabulary.
+
+    The output layer shares its weight matrix with the token embeddings (``decoder.weight`` *is*
+    ``embeddings.word.weight``, as in BERT) and has a bias of its own.
+    """
+
+    def __init__(self, config: BertConfig, word_embeddings: nn.Embedding) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.d_model, config.d_model)
+        self.norm = LayerNorm(config.d_model, eps=config.eps)
+        self.decoder = nn.Linear(config.d_model, config.vocab_size)
+        self.decoder.weight = word_embeddings.weight  # tied
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.norm(F.gelu(self.dense(hidden))))
+
+
+class BertForMLM(nn.Module):
+    """``BertEncoder`` + ``BertMLMHead``: scores for every vocabulary entry at every position.
+
+    ``forward`` returns logits ``(batch, length, vocab)``; ``loss(input_ids, labels, ...)``
+    scores only the positions whose label is not ``-100`` (the masked ones), which is what
+    pre-training needs and about seven times cheaper than scoring every position.
+    """
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = BertEncoder(config)
+        self.head = BertMLMHead(config, self.bert.embeddings.word)
+        self.apply(_init_bert_weights)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.head(self.bert(input_ids, attention_mask, token_type_ids).last_hidden_state)
+
+    def loss(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Cross-entropy at the positions with ``labels != -100``."""
+        if labels.shape != input_ids.shape:
+            raise ValueError(f"labels {tuple(labels.shape)} must have the shape of input_ids {tuple(input_ids.shape)}")
+        hidden = self.bert(input_ids, attention_mask).last_hidden_state
+        scored = labels != IGNORE_INDEX
+        if not scored.any():
+            raise ValueError("no position has a label: mask some tokens first (mask_tokens)")
+        return F.cross_entropy(self.head(hidden[scored]), labels[scored])
+
+
+IGNORE_INDEX = -100
+"""Label of a position that is not scored (PyTorch's and Hugging Face's convention)."""
+
+
+def _init_bert_weights(module: nn.Module) -> None:
+    """BERT's initialisation: normal(0, 0.02) weights, zero biases, LayerNorm at (1, 0)."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, std=0.02)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def mask_tokens(
+    input_ids: torch.Tensor,
+    mask_id: int,
+    vocab_size: int,
+    special: torch.Tensor | None = None,
+    prob: float = 0.15,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking: ``(inputs, labels)`` for masked-language modelling.
+
+    Each position that is not ``special`` (``[CLS]``, ``[SEP]``, ``[PAD]``: a boolean tensor the
+    shape of ``input_ids``) is chosen with probability ``prob``.  A chosen token is replaced by
+    ``[MASK]`` 80 % of the time, by a random token 10 % of the time, and left as it is 10 % of the
+    time; its label is the original token.  Positions not chosen get the label ``-100``.
+    """
+    if not 0.0 < prob < 1.0:
+        raise ValueError(f"prob must be in (0, 1), got {prob}")
+    if special is None:
+        special = torch.zeros_like(input_ids, dtype=torch.bool)
+    if special.shape != input_ids.shape or special.dtype != torch.bool:
+        raise ValueError(f"special must be a boolean tensor of shape {tuple(input_ids.shape)}")
+    u = torch.rand(input_ids.shape, generator=generator)
+    chosen = (u < prob) & ~special
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+    # one more uniform number per position decides what happens to a chosen token
+    v = torch.rand(input_ids.shape, generator=generator)
+    random_ids = torch.randint(vocab_size, input_ids.shape, generator=generator)
+    inputs = input_ids.clone()
+    inputs[chosen & (v < 0.8)] = mask_id
+    swap = chosen & (v >= 0.8) & (v < 0.9)
+    inputs[swap] = random_ids[swap]
+    return inputs, labels
+
+
+BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def train_wordpiece(texts: Sequence[str], vocab_size: int = 4000) -> Any:
+    """Train an uncased WordPiece vocabulary on ``texts``; returns a Hugging Face ``BertTokenizerFast``.
+
+    The same recipe as BERT's tokenizer (lower-casing, accents stripped, split at spaces and
+    punctuation, ``##`` continuation pieces, ``[CLS] ... [SEP]`` around every input), with a
+    vocabulary learned from ``texts``.  Ids 0-4 are ``[PAD] [UNK] [CLS] [SEP] [MASK]``.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import BertTokenizerFast
+
+    if isinstance(texts, str) or not texts:
+        raise ValueError("texts must be a non-empty list of strings (not one string)")
+    if vocab_size <= len(BERT_SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(
+        list(texts), trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIAL_TOKENS))
+    )
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return BertTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+        mask_token="[MASK]", do_lower_case=True,
+    )
+
+
+def hf_bert_config(config: BertConfig, **kwargs: Any) -> Any:
+    """The Hugging Face ``BertConfig`` of a course ``BertConfig`` (exact GELU, absolute positions)."""
+    from transformers import BertConfig as HFBertConfig
+
+    return HFBertConfig(
+        vocab_size=config.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads, intermediate_size=config.d_ff, hidden_act="gelu",
+        hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout,
+        max_position_embeddings=config.max_len, type_vocab_size=config.type_vocab_size,
+        layer_norm_eps=config.eps, pad_token_id=0, **kwargs,
+    )
+
+
+_HF_MLM_HEAD = {
+    "cls.predictions.transform.dense.weight": "head.dense.weight",
+    "cls.predictions.transform.dense.bias": "head.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "head.norm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "head.norm.bias",
+    "cls.predictions.decoder.weight": "head.decoder.weight",  # tied: the word embeddings
+    "cls.predictions.decoder.bias": "head.decoder.bias",
+    "cls.predictions.bias": "head.decoder.bias",  # the same tensor under its second name
+}
+
+
+def to_hf_masked_lm(model: BertForMLM) -> nn.Module:
+    """A Hugging Face ``BertForMaskedLM`` with the configuration and weights of ``model``.
+
+    The inverse of :func:`bert_from_hf` plus the masked-LM head; every Hugging Face tensor must
+    receive a course tensor of the same shape.  The result is in eval mode; it works with
+    ``pipeline("fill-mask", model=..., tokenizer=...)`` and ``save_pretrained``.
+    """
+    from transformers import BertForMaskedLM
+
+    if not isinstance(model, BertForMLM):
+        raise TypeError(f"expected a BertForMLM, got {type(model).__name__}")
+    hf = BertForMaskedLM(hf_bert_config(model.config, tie_word_embeddings=True))
+    ours = model.state_dict()
+    state = {}
+    for key, tensor in hf.state_dict().items():
+        if key in _HF_MLM_HEAD:
+            name = _HF_MLM_HEAD[key]
+        elif key.startswith("bert.") and (c := _course_name(key[len("bert.") :])) is not None:
+            name = "bert." + c
+        elif key in ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids"):
+            continue  # buffers, not weights
+        else:
+            raise KeyError(f"{key}: no BertForMLM weight corresponds to it")
+        if ours[name].shape != tensor.shape:
+            raise ValueError(f"{key}: BertForMLM has shape {tuple(ours[name].shape)}, Hugging Face {tuple(tensor.shape)}")
+        state[key] = ours[name]
+    hf.load_state_dict(state, strict=False)
+    missing = [k for k in hf.state_dict() if k not in state and not k.endswith(("position_ids", "token_type_ids"))]
+    if missing:
+        raise KeyError(f"not loaded: {missing[:3]}")
+    return hf.eval()
+
+
+def python_docs_prose(min_words: int = 8) -> list[str]:
+    """The prose paragraphs of Python's documentation (chapter 10's corpus), one string each.
+
+    Keeps paragraphs that start like a sentence and have at least ``min_words`` words; drops
+    grammar rules, code examples and the ``****`` lines under headings, whose tokens would be
+    trivial to predict.  Whitespace is collapsed to single spaces.
+    """
+    from .gpt import load_python_docs
+
+    paragraphs = (re.sub(r"\s+", " ", p).strip() for p in load_python_docs().split("\n\n"))
+    return [
+        p for p in paragraphs
+        if re.match(r"[A-Z][a-z]", p) and len(p.split()) >= min_words and not re.search(r"[*=]{3}|>>>|::=", p)
+    ]
+
+
+def mlm_windows(ids: torch.Tensor, starts: torch.Tensor, length: int, cls_id: int) -> torch.Tensor:
+    """``[CLS]`` followed by the ``length - 1`` tokens of ``ids`` from each start: ``(len(starts), length)``."""
+    if ids.dim() != 1 or starts.dim() != 1:
+        raise ValueError("ids and starts must be 1-D tensors")
+    if len(starts) and int(starts.max()) + length - 1 > ids.numel():
+        raise ValueError(f"a window of {length - 1} tokens from {int(starts.max())} runs past the {ids.numel()} tokens")
+    body = ids[starts[:, None] + torch.arange(length - 1)]
+    return torch.cat([torch.full((len(starts), 1), cls_id, dtype=ids.dtype), body], dim=1)
+
+
+def pretrain_mlm(
+    model: BertForMLM,
+    ids: torch.Tensor,
+    tokenizer: Any,
+    steps: int,
+    batch_size: int = 32,
+    lr: float = 1e-3,
+    warmup: int = 50,
+    generator: torch.Generator | None = None,
+) -> list[float]:
+    """Masked-language-model pre-training on one long 1-D tensor of token ids; returns the losses.
+
+    Each step takes ``batch_size`` random windows of ``model.config.max_len`` tokens
+    (``[CLS]`` + text; ``[SEP]`` ends each paragraph inside ``ids``), masks them with
+    :func:`mask_tokens` and takes an AdamW step (linear warm-up, cosine decay, gradient clipping).
+    """
+    from .seq2seq import warmup_cosine
+    from .utils import progress
+
+    if steps < 1 or batch_size < 1:
+        raise ValueError(f"steps and batch_size must be positive, got {steps} and {batch_size}")
+    length = model.config.max_len
+    special_ids = torch.tensor(tokenizer.all_special_ids)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, steps))
+    losses: list[float] = []
+    model.train()
+    bar = progress(total=steps, desc="MLM pre-training")
+    for _ in range(steps):
+        starts = torch.randint(ids.numel() - length + 1, (batch_size,), generator=generator)
+        x = mlm_windows(ids, starts, length, tokenizer.cls_token_id)
+        inputs, labels = mask_tokens(x, tokenizer.mask_token_id, len(tokenizer), torch.isin(x, special_ids),
+                                     generator=generator)
+        loss = model.loss(inputs, labels)
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.2f}", refresh=False)
+        bar.update(1)
+    bar.close()
+    model.eval()
+    return losses
+
+
+def wordpiece_subset(tokenizer: Any, texts: Sequence[str]) -> Any:
+    """BERT's WordPiece tokenizer restricted to the pieces that occur in ``texts`` (plus the specials).
+
+    Deterministic (unlike training a vocabulary, whose ties are broken differently from run to
+    run): the pieces keep ``tokenizer``'s order, after ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (ids 0-4).
+    A word of new text whose pieces are not all kept becomes ``[UNK]``.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import BertTokenizerFast
+
+    if isinstance(texts, str) or not texts:
+        raise ValueError("texts must be a non-empty list of strings (not one string)")
+    used = sorted({i for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"] for i in ids})
+    pieces = list(BERT_SPECIAL_TOKENS) + [t for t in tokenizer.convert_ids_to_tokens(used) if t not in BERT_SPECIAL_TOKENS]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(pieces)}, unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return BertTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+        mask_token="[MASK]", do_lower_case=True,
+    )

@@ -308,7 +308,7 @@ def mean_pool(token_embeddings: torch.Tensor, attention_mask: torch.Tensor) -> t
     return (token_embeddings * weights).sum(dim=1) / counts
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def embed_sentences(
     texts: Sequence[str], tokenizer, model, normalize: bool = True, batch_size: int = 32
 ) -> torch.Tensor:

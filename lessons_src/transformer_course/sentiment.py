@@ -7,9 +7,15 @@
   found by the distinctive words they share) were kept on the same side of the split: the test
   set asks about subjects the model has not been trained on, instead of rewarding it for
   remembering that "kettle" came with the label "positive" in training.
-* ``fit_bag_of_words``: the baseline, a logistic regression on word counts, in plain torch.
+* ``train_dev_split``: a seeded, balanced development split carved from the training reviews,
+  on which every choice is made (the test set is used once, at the end); ``mean_std`` summarises
+  accuracies over seeds.
+* Baselines: ``fit_bag_of_words`` (a logistic regression on word counts) and, on frozen sentence
+  embeddings, ``knn_predict`` (cosine nearest neighbours) and a linear probe; the bag of words and
+  the probe share ``fit_logistic_regression``, in plain torch.
 * ``fine_tune``: the training loop for a Hugging Face sequence classifier (``AutoModelFor
-  SequenceClassification``); ``predict_proba`` and ``classify_sentiment`` use the result.
+  SequenceClassification``), with ``freeze_lower`` to freeze its bottom; ``predict_proba`` and
+  ``classify_sentiment`` use the result (without autograd, under ``torch.inference_mode()``).
 * ``accuracy``, ``confusion_matrix`` and ``plot_confusion_matrix`` to report it honestly.
 
 Label ids follow the order of ``LABELS``: 0 = negative, 1 = positive.
@@ -166,8 +172,7 @@ class BagOfWordsClassifier:
 
     def predict_proba(self, texts: Sequence[str]) -> torch.Tensor:
         """``(len(texts), 2)`` probabilities of (negative, positive)."""
-        p = torch.sigmoid(self.features(texts) @ self.weight + self.bias)
-        return torch.stack([1 - p, p], dim=1)
+        return LogisticRegression(self.weight, self.bias).predict_proba(self.features(texts))
 
     def predict(self, texts: Sequence[str]) -> torch.Tensor:
         return self.predict_proba(texts).argmax(dim=1)
@@ -179,6 +184,47 @@ class BagOfWordsClassifier:
         return [inv[j] for j in order[:k]], [inv[j] for j in order[::-1][:k]]
 
 
+@dataclass
+class LogisticRegression:
+    """``P(positive | x) = sigmoid(x . weight + bias)`` on feature vectors ``x``."""
+
+    weight: torch.Tensor  # (features,)
+    bias: torch.Tensor  # ()
+
+    def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
+        """``(n, 2)`` probabilities of (negative, positive) for features ``x`` ``(n, features)``."""
+        if x.dim() != 2 or x.size(1) != self.weight.numel():
+            raise ValueError(f"features must have shape (n, {self.weight.numel()}), got {tuple(x.shape)}")
+        p = torch.sigmoid(x @ self.weight + self.bias)
+        return torch.stack([1 - p, p], dim=1)
+
+    def predict(self, x: torch.Tensor) -> torch.Tensor:
+        return self.predict_proba(x).argmax(dim=1)
+
+
+def fit_logistic_regression(
+    x: torch.Tensor, labels: Sequence[int], weight_decay: float = 1e-3, steps: int = 500, lr: float = 0.1
+) -> LogisticRegression:
+    """Fit a logistic regression by full-batch gradient descent (Adam) on the logistic loss.
+
+    ``weight_decay`` is the L2 penalty on the weights (not the bias).  Starting from zeros with
+    full batches makes the fit deterministic: the same data give the same weights.
+    """
+    if x.dim() != 2 or x.size(0) != len(labels) or len(labels) == 0:
+        raise ValueError(f"need features (n, d) and n labels, n >= 1; got {tuple(x.shape)} and {len(labels)} labels")
+    x = x.detach().clone()  # features made under torch.inference_mode() cannot take part in autograd
+    y = torch.tensor(list(labels), dtype=torch.float32)
+    w = nn.Parameter(torch.zeros(x.size(1)))
+    b = nn.Parameter(torch.zeros(()))
+    opt = torch.optim.Adam([w, b], lr=lr)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(x @ w + b, y) + weight_decay * (w**2).sum()
+        loss.backward()
+        opt.step()
+    return LogisticRegression(w.detach().clone(), b.detach().clone())
+
+
 def fit_bag_of_words(
     texts: Sequence[str],
     labels: Sequence[int],
@@ -187,28 +233,64 @@ def fit_bag_of_words(
     lr: float = 0.1,
     min_count: int = 1,
 ) -> BagOfWordsClassifier:
-    """Fit a ``BagOfWordsClassifier`` by full-batch gradient descent (Adam) on the logistic loss.
+    """A ``BagOfWordsClassifier``: :func:`fit_logistic_regression` on word counts.
 
     The vocabulary is every word seen at least ``min_count`` times in ``texts``; ``weight_decay``
-    is the L2 penalty on the weights.  Starting from zeros with full batches makes the fit
-    deterministic.
+    is the L2 penalty on the weights.
     """
     if len(texts) != len(labels) or not texts:
         raise ValueError(f"need as many labels as texts (and at least one), got {len(texts)} and {len(labels)}")
     counts = Counter(w for t in texts for w in set(words(t)))
     vocab = {w: j for j, w in enumerate(sorted(w for w, c in counts.items() if c >= min_count))}
     clf = BagOfWordsClassifier(vocab, torch.zeros(len(vocab)), torch.zeros(()))
-    x = clf.features(texts)
-    y = torch.tensor(list(labels), dtype=torch.float32)
-    w = nn.Parameter(torch.zeros(len(vocab)))
-    b = nn.Parameter(torch.zeros(()))
-    opt = torch.optim.Adam([w, b], lr=lr)
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(x @ w + b, y) + weight_decay * (w**2).sum()
-        loss.backward()
-        opt.step()
-    return BagOfWordsClassifier(vocab, w.detach().clone(), b.detach().clone())
+    fit = fit_logistic_regression(clf.features(texts), labels, weight_decay, steps, lr)
+    return BagOfWordsClassifier(vocab, fit.weight, fit.bias)
+
+
+def knn_predict(
+    query: torch.Tensor, reference: torch.Tensor, reference_labels: Sequence[int], k: int = 5
+) -> torch.Tensor:
+    """Label each ``query`` row by a majority vote of its ``k`` most cosine-similar ``reference`` rows.
+
+    Ties (possible for even ``k``) go to label 1.  Labels are 0/1.
+    """
+    if not 1 <= k <= reference.size(0):
+        raise ValueError(f"k must be between 1 and the number of reference rows {reference.size(0)}, got {k}")
+    if reference.size(0) != len(reference_labels):
+        raise ValueError(f"{reference.size(0)} reference rows but {len(reference_labels)} labels")
+    sims = F.normalize(query, dim=-1) @ F.normalize(reference, dim=-1).T
+    nearest = sims.topk(k, dim=1).indices
+    votes = _as_long(reference_labels)[nearest].sum(dim=1)
+    return (2 * votes >= k).long()
+
+
+def train_dev_split(data: ReviewSplit, n_dev: int, seed: int = 0) -> tuple[ReviewSplit, ReviewSplit]:
+    """Carve a balanced development split of ``n_dev`` reviews out of ``data`` (seeded).
+
+    ``n_dev / 2`` reviews of each label go to the dev split; the rest, in their original order,
+    stay for training.  Model choices are made on the dev split, so the test set is used only once.
+    """
+    if n_dev <= 0 or n_dev % 2 or n_dev >= len(data):
+        raise ValueError(f"n_dev must be even, positive and smaller than the {len(data)} reviews, got {n_dev}")
+    g = torch.Generator().manual_seed(seed)
+    dev = set()
+    for label in (0, 1):
+        idx = [i for i, y in enumerate(data.labels) if y == label]
+        if len(idx) < n_dev // 2:
+            raise ValueError(f"only {len(idx)} reviews with label {label}, need {n_dev // 2}")
+        dev |= {idx[j] for j in torch.randperm(len(idx), generator=g)[: n_dev // 2].tolist()}
+    pick = lambda keep: ReviewSplit(  # noqa: E731
+        [t for i, t in enumerate(data.texts) if (i in dev) == keep], [y for i, y in enumerate(data.labels) if (i in dev) == keep]
+    )
+    return pick(False), pick(True)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (``n - 1``) of a few numbers, e.g. accuracies over seeds."""
+    t = torch.tensor(list(values), dtype=torch.float64)
+    if t.numel() < 2:
+        raise ValueError("need at least two values for a standard deviation")
+    return t.mean().item(), t.std().item()
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,6 +300,29 @@ def fit_bag_of_words(
 def _batch(tokenizer: Any, texts: Sequence[str], max_length: int, device: torch.device) -> dict[str, torch.Tensor]:
     enc = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
     return {k: v.to(device) for k, v in enc.items()}
+
+
+def freeze_lower(model: nn.Module, num_layers: int) -> nn.Module:
+    """Freeze a Hugging Face BERT classifier's embeddings and its lowest ``num_layers`` layers.
+
+    ``num_layers=0`` freezes only the embeddings.  Frozen parameters get ``requires_grad=False``:
+    no gradient is computed for them (backpropagation stops above them) and the optimiser skips them.
+    """
+    layers = model.bert.encoder.layer
+    if not 0 <= num_layers <= len(layers):
+        raise ValueError(f"num_layers must be between 0 and {len(layers)}, got {num_layers}")
+    model.bert.embeddings.requires_grad_(False)
+    for layer in layers[:num_layers]:
+        layer.requires_grad_(False)
+    return model
+
+
+@dataclass
+class FineTuneHistory:
+    """What :func:`fine_tune` measured: the loss of every step, the dev accuracy after every epoch."""
+
+    losses: list[float]
+    dev_accuracy: list[float]
 
 
 def fine_tune(
@@ -232,8 +337,13 @@ def fine_tune(
     warmup_fraction: float = 0.1,
     max_length: int = 64,
     generator: torch.Generator | None = None,
-) -> list[float]:
-    """Train a Hugging Face sequence classifier on ``(texts, labels)``; returns the loss of every step.
+    dev: ReviewSplit | None = None,
+) -> FineTuneHistory:
+    """Train a Hugging Face sequence classifier on ``(texts, labels)``.
+
+    Returns a :class:`FineTuneHistory`: the loss of every step and, if a ``dev`` split is given,
+    the accuracy on it after every epoch (to choose the number of epochs on data that is not
+    the test set).
 
     AdamW with a learning rate that rises linearly over the first ``warmup_fraction`` of the
     steps and then falls linearly to 0 (the schedule BERT was fine-tuned with).  Each epoch
@@ -261,6 +371,7 @@ def fine_tune(
         opt, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
     )
     losses: list[float] = []
+    dev_accuracy: list[float] = []
     model.train()
     bar = progress(total=total, desc="fine-tuning")
     for _ in range(epochs):
@@ -277,12 +388,15 @@ def fine_tune(
             losses.append(out.loss.item())
             bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # shown at the bar's next redraw
             bar.update(1)  # redraws at most once a second (mininterval)
+        if dev is not None:
+            dev_accuracy.append(accuracy(predict_proba(model, tokenizer, dev.texts).argmax(dim=1), dev.labels))
+            model.train()
     bar.close()
     model.eval()
-    return losses
+    return FineTuneHistory(losses, dev_accuracy)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def predict_proba(
     model: nn.Module, tokenizer: Any, texts: Sequence[str], batch_size: int = 64, max_length: int = 64
 ) -> torch.Tensor:

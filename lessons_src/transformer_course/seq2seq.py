@@ -12,7 +12,11 @@ builds around :class:`transformer_course.transformer.Transformer`:
 * teacher forcing (:func:`shift_right`), the label-smoothed loss (:func:`sequence_loss`), the
   warm-up + cosine learning-rate schedule (:func:`warmup_cosine`);
 * the training loop (:func:`train_seq2seq`), greedy decoding (:func:`greedy_decode`,
-  :func:`translate`) and exact-match evaluation (:func:`exact_match`).
+  :func:`translate`) and exact-match evaluation (:func:`exact_match`);
+* an out-of-distribution test: :data:`UNSEEN_FORMATS`, ways of writing a date that training
+  never shows, and :func:`wrong_fields`, which says which fields of a prediction are wrong.
+
+Evaluation (:func:`evaluate_loss`, :func:`greedy_decode`) runs under ``torch.inference_mode()``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+import re
 import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -122,6 +127,18 @@ FORMATS: dict[str, Callable[[dt.date], list[Part]]] = {
 }
 """Name -> function from a date to its parts.  Formats with words are also written in lower
 or upper case now and then (see :func:`render_date`)."""
+
+UNSEEN_FORMATS: dict[str, Callable[[dt.date], list[Part]]] = {
+    # ways people write dates that never occur in training; each is unambiguous to a reader
+    "iso_slash": lambda x: [_yyyy(x), _sep("/"), _mm(x), _sep("/"), _dd(x)],  # 2021/07/14
+    "day_mon_yyyy": lambda x: [_dd(x), _sep("-"), _mon(x), _sep("-"), _yyyy(x)],  # 14-Jul-2021
+    "mon_dot_day_year": lambda x: [_mon(x), _sep(". "), _d(x), _sep(", "), _yyyy(x)],  # Jul. 14, 2021
+    "month_day_year_no_comma": lambda x: [_month(x), _sep(" "), _d(x), _sep(" "), _yyyy(x)],  # July 14 2021
+    "day_month_yy": lambda x: [_d(x), _sep(" "), _month(x), _sep(" '"), _yy(x)],  # 14 July '21
+    "year_month_day": lambda x: [_yyyy(x), _sep(" "), _month(x), _sep(" "), _d(x)],  # 2021 July 14
+}
+"""Formats for an out-of-distribution test: the same fields and alphabet as :data:`FORMATS`,
+arranged in ways the training data never shows (render them with ``formats=UNSEEN_FORMATS``)."""
 
 SOURCE_ALPHABET = string.ascii_letters + string.digits + " ,.-/'"
 """Every character a rendered date can contain (the source vocabulary, without specials)."""
@@ -390,7 +407,7 @@ def teacher_forced_logits(
     return logits, labels
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def evaluate_loss(
     model: nn.Module,
     loader: Iterable,
@@ -479,7 +496,7 @@ def train_seq2seq(
     return history
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def greedy_decode(
     model: nn.Module,
     src: torch.Tensor,
@@ -536,6 +553,23 @@ def translate(
         ids = greedy_decode(model, src, src_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id, max_len)
         out += [tgt_tok.decode(row.tolist()) for row in ids.cpu()]
     return out
+
+
+ISO_FIELDS = {"year": slice(0, 4), "month": slice(5, 7), "day": slice(8, 10)}
+"""Where each field sits in an ISO date ``YYYY-MM-DD``."""
+
+
+def wrong_fields(prediction: str, target: str) -> tuple[str, ...]:
+    """The fields of an ISO date that ``prediction`` gets wrong: ``("day",)``, ``("year", "month")``...
+
+    ``()`` for a correct prediction; ``("malformed",)`` when the prediction is not of the form
+    ``DDDD-DD-DD`` (too short, too long, a misplaced ``-``).
+    """
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", target):
+        raise ValueError(f"target must be an ISO date YYYY-MM-DD, got {target!r}")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", prediction):
+        return ("malformed",)
+    return tuple(name for name, s in ISO_FIELDS.items() if prediction[s] != target[s])
 
 
 def exact_match(predictions: Sequence[str], targets: Sequence[str]) -> float:
