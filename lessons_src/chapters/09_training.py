@@ -14,11 +14,10 @@
 # # 09 — Training a Transformer end to end
 #
 # Chapters 07 and 08 built the encoder–decoder `Transformer` and its masks, and checked them
-# piece by piece. What they did not show is that the model *learns*. The course's source
-# notebook stopped at exactly this point: a `train_step` whose masks are built for the full
-# target while the decoder is fed the target minus its last token (so the shapes do not even
-# match), followed by `# TODO: create a data loader for training`. This chapter does the TODO
-# and everything after it:
+# piece by piece. What they did not show is that the model *learns*. This is where many
+# tutorials stop, with a training step left for the reader, and where a classic off-by-one
+# slips in: masks built for the full target while the decoder is fed the target minus its last
+# token. This chapter builds everything a training run needs:
 #
 # 1. a task and its data: a seeded generator, train/validation/held-out splits;
 # 2. tokenisers, a `Dataset`, and a `DataLoader` whose collate function pads each batch;
@@ -86,7 +85,7 @@ print("training on:", device)
 #
 # * `get_device()` picks a GPU when there is one (CUDA, or Apple's MPS), else the CPU. Open
 #   this notebook in Colab with a GPU runtime and the same code trains there, faster. The
-#   course's CI sets `TRANSFORMER_COURSE_DEVICE=cpu`, so the stored outputs are CPU outputs.
+#   outputs on this page were computed on a CPU (`TRANSFORMER_COURSE_DEVICE=cpu` forces that).
 # * PyTorch runs on **one** CPU thread here (`num_threads=1`). The thread count is part of what
 #   makes the printed numbers repeatable (a sum split over two threads can round differently).
 #
@@ -226,7 +225,7 @@ assert all((row[n:] == PAD).all() and row[n - 1] == src_tok.eos_id for row, n in
 # The source rows end with `<eos>` (2) and then padding (0). Every target has the same 10
 # characters (checked above for all the data), so in *this* task only the source side is ragged. The code never relies on that:
 # real translation targets have all lengths, and the collate function, the masks and the loss
-# all handle padded targets (the package's tests check them on padded targets).
+# all handle padded targets.
 
 # %%
 assert (tgt != PAD).all() and tgt.size(1) == 12  # <bos> + 10 characters + <eos>
@@ -287,14 +286,14 @@ print("logits", tuple(logits.shape), "= (batch, decoder positions, target vocabu
 assert logits.shape == (BATCH, tgt_in.size(1), len(tgt_tok))
 
 # %% [markdown]
-# The source notebook built its masks from the unshifted `tgt` (12 positions) and then fed the
-# decoder `tgt[:, :-1]` (11 positions). Our attention checks mask shapes and says so, instead of
-# silently broadcasting the wrong thing:
+# A common pitfall: building the masks from the unshifted `tgt` (12 positions) and then feeding
+# the decoder `tgt[:, :-1]` (11 positions). Our attention checks mask shapes and says so,
+# instead of silently broadcasting the wrong thing:
 
 # %%
-_, seed_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)  # the seed's mistake: built for tgt
+_, unshifted_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)  # the mistake: built for tgt
 try:
-    model(src.to(device), tgt_in.to(device), src_mask.to(device), seed_tgt_mask.to(device), memory_mask.to(device))
+    model(src.to(device), tgt_in.to(device), src_mask.to(device), unshifted_tgt_mask.to(device), memory_mask.to(device))
 except ValueError as err:
     print("ValueError:", err)
 else:

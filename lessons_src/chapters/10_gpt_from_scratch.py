@@ -11,11 +11,11 @@
 # temperature, top-k and top-p sampling, and a KV cache that makes generation fast.
 #
 # ```{note}
-# The course's source notebook calls GPT "the decoder part of the transformer". It is a
-# decoder *without cross-attention*, since there is no encoder to attend to. Such a block is
-# exactly an encoder layer (chapter 07) run with a causal mask (chapter 08), and that is how
-# the package builds it. The source notebook's decoder layer is also post-norm (the 2017
-# paper), while GPT-2 normalises *before* each sub-layer.
+# GPT is often called "the decoder part of the Transformer". It is a decoder *without
+# cross-attention*, since there is no encoder to attend to. Such a block is exactly an encoder
+# layer (chapter 07) run with a causal mask (chapter 08), and that is how the package builds it.
+# It also differs from the 2017 paper's decoder layer in where it normalises: the paper's layer
+# is post-norm, while GPT-2 normalises *before* each sub-layer.
 # ```
 
 # %%
@@ -494,7 +494,7 @@ for n in (32, 64, 127):  # a 1-character prompt + 127 new ones fill the 128 posi
 # Once a text is longer than the context (`block_size`), a model with learned positions cannot
 # simply keep appending: the window slides and the positions of every cached token change.
 # `generate` then falls back to re-reading the last `block_size` tokens at each step, exactly
-# like the uncached path, so the two still agree (the package's tests check this).
+# like the uncached path, so the two still agree.
 #
 # ## Exercises
 #

@@ -615,13 +615,13 @@ assert [row[0][0] for row in hits] == [0, 21, 16]
 #
 # ## 5. Classification, honestly
 #
-# The course's source notebook ends by classifying sentiment with
-# `BertForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)` and
-# reports *"Sentiment: Positive, Confidence: 0.55"*. The model it used had never seen a
+# A common pitfall: classify sentiment with
+# `BertForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)` straight
+# away and report *"Sentiment: Positive, Confidence: 0.55"*. Such a model has never seen a
 # labelled review: `from_pretrained` adds a classification layer that the checkpoint does not
-# contain and fills it with **random numbers**. transformers says so when it loads the model; the
-# notebook ignored the message. So 0.55 is not a confidence; it is noise. Let us measure that,
-# with the same kind of model built on MiniLM.
+# contain and fills it with **random numbers**. transformers says so when it loads the model, in
+# a message that is easy to scroll past. So 0.55 is not a confidence; it is noise. Let us measure
+# that, with the same kind of model built on MiniLM.
 #
 # `MODEL` below is the local directory of the verified MiniLM copy; every cell in this section
 # loads from it, so changing this one name changes the model (section 6).
@@ -632,7 +632,7 @@ LABELS = sentiment.LABELS  # ("negative", "positive"): label id 0 and 1
 print(LABELS)
 
 def fresh_classifier(seed: int):
-    """MiniLM with a new, randomly initialised 2-way classification head (what the seed used)."""
+    """MiniLM with a new, randomly initialised 2-way classification head (the pitfall above)."""
     set_seed(seed, num_threads=1)
     return AutoModelForSequenceClassification.from_pretrained(
         MODEL, num_labels=2, id2label=dict(enumerate(LABELS)), label2id={l: i for i, l in enumerate(LABELS)})
@@ -663,12 +663,12 @@ assert pooler_bias_zero
 # through the **pooler** (a dense layer with tanh) and then this new linear layer. In this
 # checkpoint even the pooler was never trained: sentence-transformers used mean pooling, so the
 # pooler still has its initial values (a bias of exactly zero). Two untrained layers stand between
-# BERT and the answer. The seed's sentence, with five different random seeds:
+# BERT and the answer. One enthusiastic sentence, with five different random seeds:
 
 # %%
-seed_text = "I love how this transformer model works! It's amazing!"
+example_text = "I love how this transformer model works! It's amazing!"
 for seed in range(5):
-    label, p = sentiment.classify_sentiment(seed_text, fresh_classifier(seed), tokenizer)
+    label, p = sentiment.classify_sentiment(example_text, fresh_classifier(seed), tokenizer)
     print(f"seed {seed}: {label}, confidence {p:.2f}")
 
 # %% [markdown]
@@ -1066,7 +1066,7 @@ assert len(wrong) == len(test) - int(cm.diag().sum())
 # tend to become confidently wrong on some reviews, so their probabilities should not be read as
 # how often they are right.
 #
-# Finally, what the source notebook meant to write: `classify_sentiment(text)` returning a label
+# Finally, what the pitfall above meant to write: `classify_sentiment(text)` returning a label
 # and a probability, now from a model that has learned the task.
 
 # %%
@@ -1075,10 +1075,10 @@ def classify_sentiment(text: str) -> tuple[str, float]:
     return sentiment.classify_sentiment(text, clf, tokenizer)
 
 
-for text in [seed_text] + new_reviews:
+for text in [example_text] + new_reviews:
     label, p = classify_sentiment(text)
     print(f"{label} ({p:.2f}): {text}")
-assert classify_sentiment(seed_text)[0] == "positive"
+assert classify_sentiment(example_text)[0] == "positive"
 assert classify_sentiment("The battery died after two days and support never replied.")[0] == "negative"
 
 # %% [markdown]
