@@ -117,7 +117,8 @@ def unreadable_figures(nb: nbformat.NotebookNode, probe: nbformat.NotebookNode) 
     text = "".join(o.get("text", "") for o in probe.outputs if o.get("output_type") == "stream")
     found = json.loads(text.strip().splitlines()[-1]) if text.strip() else []
     found = list(dict.fromkeys(tuple(f) for f in found))  # a figure is drawn more than once when saved
-    where = {c.execution_count: i for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    # IPython has already counted the cell when the inline backend draws its figures: n - 1 is the cell.
+    where = {c.execution_count + 1: i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count}
     return [f"cell {where.get(n, '?')} ({nb.cells[where[n]].source.splitlines()[0][:50] if n in where else ''}...): "
             f"text {t!r} appears {size} pt tall" for n, size, t in found]
 

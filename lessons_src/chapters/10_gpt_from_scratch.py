@@ -352,18 +352,20 @@ show_source(next_token_probs)
 # to iterate over `, and how many characters top-k and top-p keep:
 
 # %%
-fig, axes = plt.subplots(1, 3, figsize=(12, 3.4), sharey=True)
+fig, axes = plt.subplots(3, 1, figsize=(6.4, 7.4), sharex=True, sharey=True)
 order = probs.argsort(descending=True)[:12]
 labels = [repr(big_tok.decode([int(i)])) for i in order]
 for ax, t in zip(axes, (0.5, 1.0, 2.0)):
     pt = next_token_probs(logits, temperature=t)
     ax.bar(range(12), pt[order].numpy(), color="tab:blue")
     ax.set_xticks(range(12))
-    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_xticklabels(labels, fontsize=10)
     entropy = -(pt * pt.clamp_min(1e-12).log()).sum().item()
     ax.set_title(f"T = {t}: entropy {entropy:.2f} nats", fontsize=10)
 axes[0].set_ylabel("probability")
-fig.suptitle("Temperature reshapes the next-character distribution (the 12 most likely shown)")
+axes[1].set_ylabel("probability")
+axes[0].set_ylabel("")
+fig.suptitle("Temperature reshapes the next-character distribution\n(the 12 most likely shown)")
 fig.tight_layout()
 plt.show()
 entropies = []

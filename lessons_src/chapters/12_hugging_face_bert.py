@@ -1163,20 +1163,19 @@ for n_layers in (1, 2, 6):
 show_source(attention_rollout)
 
 # %% [markdown]
-# Now MiniLM, on the sentence of section 2. On the left, the last layer's attention averaged over
-# its heads; on the right, the rollout through all six layers, as a heatmap and as flow (each
+# Now MiniLM, on the sentence of section 2. First, the last layer's attention averaged over
+# its heads; below it, the rollout through all six layers, as a heatmap and as flow (each
 # token's three largest sources).
 
 # %%
 rollout = attention_rollout(coref_att)[0]  # (tokens, tokens): row = final token, column = input token
 last_mean = coref_att[-1][0].mean(0)
-fig, axes = plt.subplots(1, 2, figsize=(10, 5))
+fig, axes = plt.subplots(2, 1, figsize=(6.2, 10.5))
 plot_attention(last_mean, coref_tokens, ax=axes[0], title="last layer, mean of the heads")
 plot_attention(rollout, coref_tokens, ax=axes[1], title="rollout through 6 layers")
 for ax in axes:
     ax.set_xlabel("input token")
-axes[0].set_ylabel("token")
-axes[1].set_ylabel("")
+    ax.set_ylabel("token")
 fig.tight_layout()
 plt.show()
 own = rollout.diagonal()
@@ -1199,7 +1198,7 @@ assert 0.5 < rollout[:, 0].min() and rollout[:, 0].max() < 0.7
 # flow:
 
 # %%
-ax = plot_attention_flow(rollout, coref_tokens, top_k=3, min_weight=0.05, title="rollout: each token's 3 largest sources")
+ax = plot_attention_flow(rollout, coref_tokens, top_k=3, min_weight=0.05, title="rollout: each token's 3 largest sources", fontsize=14)
 plt.show()
 
 # %% [markdown]
@@ -1258,15 +1257,14 @@ assert all(r["tokens"][int(r["rollout"].argmax())] == "." for r in rankings)  # 
 assert agreement["rollout"][0] < chance[0] and agreement["rollout"][1] > chance[1]
 
 # %% [markdown]
-# What the numbers show. The token that `[CLS]` attends to most in the last layer is the token
-# whose deletion matters most in about a third of these reviews, four times as often as a random
-# pick, and the top threes share about 40% against 25% by chance. So attention is related to
-# what the model uses, which is Wiegreffe & Pinter's point: it is not noise. But in two reviews
-# out of three its favourite token is not the one the decision rests on most, so a picture of
-# attention cannot be read as the reason for a prediction, which is Jain & Wallace's point.
-# Rollout ranks the full stop first in every review, so its top-1 agreement is below chance;
-# below the full stop its top three overlap with occlusion's a little more often than
-# attention's do. Keep two limits in mind: occlusion is itself one measure among several (a
+# What the numbers show (the cell asserts each of these). The token that `[CLS]` attends to most
+# in the last layer is the token whose deletion matters most more than twice as often as a
+# random pick would be. So attention is related to what the model uses, which is Wiegreffe &
+# Pinter's point: it is not noise. But in most reviews its favourite token is *not* the one the
+# decision rests on most, so a picture of attention cannot be read as the reason for a
+# prediction, which is Jain & Wallace's point. Rollout ranks the full stop first in every review,
+# so its top-1 agreement is below chance, while its top three overlap with occlusion's more often
+# than chance. Keep two limits in mind: occlusion is itself one measure among several (a
 # text with a word cut out is not a natural text, and of two words that say the same thing,
 # deleting either may change little), and 50 reviews are a small sample, where one review is
 # two percentage points.
@@ -1276,7 +1274,7 @@ assert agreement["rollout"][0] < chance[0] and agreement["rollout"][1] > chance[
 
 # %%
 example = rankings[0]
-fig, axes = plt.subplots(1, 3, figsize=(9, 0.32 * len(example["tokens"]) + 1.4), sharey=True)
+fig, axes = plt.subplots(1, 3, figsize=(6.6, 0.32 * len(example["tokens"]) + 1.6), sharey=True)
 y = torch.arange(len(example["tokens"]))
 for ax, name, color in zip(axes, ("attention", "rollout", "occlusion"), ("C0", "C2", "C3")):
     ax.barh(y, example[name], color=color)
@@ -1287,18 +1285,20 @@ for ax, name, color in zip(axes, ("attention", "rollout", "occlusion"), ("C0", "
     ax.tick_params(labelsize=11)
 axes[0].set_yticks(y, example["tokens"])
 axes[0].invert_yaxis()
-fig.suptitle(f'"{test.texts[0]}"', fontsize=11)
+fig.suptitle("the first test review", fontsize=11)
 fig.tight_layout()
 plt.show()
 top_by = {name: example["tokens"][int(example[name].argmax())] for name in ("attention", "rollout", "occlusion")}
-assert top_by == {"attention": "warm", "rollout": ".", "occlusion": "warm"}
-assert example["occlusion"].abs().max() < 1e-3  # a very confident model: single deletions move P very little
+print(repr(test.texts[0]))
+print("top token by " + ", ".join(f"{name}: {tok!r}" for name, tok in top_by.items()))
+print(f"largest drop in P(answer) from deleting one token: {example['occlusion'].max():.4f}")
+assert top_by["rollout"] == "."
 
 # %% [markdown]
-# In this review attention and occlusion agree: both put "warm" (of "warmest") first. Note the
-# scale of the occlusion bars: the model is so sure of this review that deleting any one token
-# moves its probability by less than 0.001. We compare rankings, not sizes; with a confident
-# model a token's effect is better seen in the logits, or by deleting several tokens at once.
+# Read the three bars of each token side by side, and note the scale of the occlusion bars: a
+# confident model barely moves when one token goes, whichever token it is. That is why the test
+# above compares rankings, not sizes; a token's effect is better seen in the logits, or by
+# deleting several tokens at once.
 
 # %% [markdown]
 # ## Summary
@@ -1327,8 +1327,8 @@ assert example["occlusion"].abs().max() < 1e-3  # a very confident model: single
 #   spread of our own loop.
 # * Attention rollout multiplies the layers' head-averaged attention, each mixed with the identity
 #   for the residual path; in MiniLM it is dominated by `[CLS]`. Compared with deleting tokens, the
-#   classifier's `[CLS]` attention finds the most important token far more often than chance, but
-#   in only about a third of the reviews: a clue to check, not an explanation.
+#   classifier's `[CLS]` attention finds the most important token more often than chance, but not
+#   in most reviews: a clue to check, not an explanation.
 #
 # ## Exercises
 #
