@@ -868,7 +868,7 @@ assert (runs["held-out"] < accuracy - 0.2).all()  # 250 steps are far from enoug
 # `1e-2` (a bit over 3× ours): one with 80 warm-up steps, one with a single warm-up step (no warm-up),
 # both with the 800-step cosine. Compare their validation losses after 100 steps.
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 def short_run(peak: float, warmup: int, n_steps: int = 100) -> float:
     """Validation loss of a fresh model after ``n_steps`` with the given peak LR and warm-up."""
     set_seed(0, num_threads=1)
@@ -894,7 +894,7 @@ assert without_warmup > with_warmup + 0.3  # the large early steps set training 
 # old ones (the training dates only), and measure again, on the new format *and* on the
 # original held-out set: did it forget anything?
 
-# %% tags=["hide-input"]
+# %% tags=["solution"]
 new_format = {"year_first": lambda d: [("year", str(d.year)), (None, ", "), ("month", MONTHS[d.month - 1]),
                                        (None, " "), ("day", str(d.day))]}
 new_test = [render_date(x.date, "year_first", formats=new_format) for x in splits.test]
