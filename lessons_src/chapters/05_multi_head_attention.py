@@ -343,10 +343,16 @@ for_viz = [a.double().round(decimals=3) for a in attentions]  # short numbers in
 assert len(for_viz) == cfg.num_hidden_layers and for_viz[0].shape[1] == cfg.num_attention_heads
 
 # %% tags=["nbval-ignore-output"]
-head_view(for_viz, tokens, layer=0, heads=[2])
+from IPython.display import display
+
+view = head_view(for_viz, tokens, layer=0, heads=[2], html_action="return")
+assert "bertviz-" in view.data and tokens[1] in view.data  # the container and the sentence are there
+display(view)
 
 # %% tags=["nbval-ignore-output"]
-model_view(for_viz, tokens, display_mode="light")
+view = model_view(for_viz, tokens, display_mode="light", html_action="return")
+assert "bertviz-" in view.data and "include_heads" in view.data
+display(view)
 
 # %% [markdown]
 # ### Attention as flow: the head view without scripts

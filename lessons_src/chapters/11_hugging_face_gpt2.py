@@ -262,6 +262,7 @@ else:
 t0 = time.perf_counter()
 smol_tok, smol, source = load_smollm2()
 print(f"loaded from {source!r} in {time.perf_counter() - t0:.0f} s")
+assert smol.config.model_type == "llama" and smol_tok.padding_side == "left"
 
 # %%
 cfg = smol.config
