@@ -159,7 +159,7 @@ def test_bad_inputs_are_named():
         model(ids, None, torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="longer than the 12 learned positions"):
         model(torch.zeros(1, 13, dtype=torch.long))
-    with pytest.raises(ValueError, match="input_ids"):
+    with pytest.raises(TypeError, match="input_ids must hold integer token ids"):
         model(torch.zeros(2, 5))
     with pytest.raises(TypeError, match="BERT"):
         bert_from_hf(torch.nn.Linear(2, 2))

@@ -11,6 +11,7 @@ from transformer_course.attention import KVCache
 from transformer_course.gpt import (
     CHARS,
     GPT,
+    Block,
     CharTokenizer,
     GPTConfig,
     corpus_fingerprint,
@@ -28,6 +29,7 @@ from transformer_course.gpt import (
     train_val_split,
 )
 from transformer_course.train_gpt import learning_rate, train
+from transformer_course.masking import causal_mask
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters
 
@@ -57,12 +59,38 @@ def test_config_defaults_and_errors():
 # ------------------------------------------------------------------------------------ model
 
 
-def test_forward_shapes_and_blocks_are_course_layers():
+def test_forward_shapes():
     m = tiny()
     logits = m(torch.randint(0, 17, (3, 12)))
     assert logits.shape == (3, 12, 17)
-    assert all(isinstance(b, EncoderLayer) and b.norm_first for b in m.blocks)
-    assert m.blocks[0].ff.activation == "gelu"
+
+
+def block_as_encoder_layer(block: Block, d_model: int, n_head: int, activation: str) -> EncoderLayer:
+    """Chapter 07's EncoderLayer (pre-norm) holding the weights of a GPT block."""
+    layer = EncoderLayer(d_model, n_head, 4 * d_model, dropout=0.0, activation=activation, norm_first=True).eval()
+    sa = layer.self_attn
+    with torch.no_grad():
+        for part, w, b in zip((sa.W_q, sa.W_k, sa.W_v), block.attn.qkv.weight.chunk(3), block.attn.qkv.bias.chunk(3)):
+            part.weight.copy_(w)
+            part.bias.copy_(b)
+        for mine, theirs in ((sa.W_o, block.attn.proj), (layer.ff.linear1, block.mlp.fc),
+                             (layer.ff.linear2, block.mlp.proj), (layer.norm1, block.norm1), (layer.norm2, block.norm2)):
+            mine.weight.copy_(theirs.weight)
+            mine.bias.copy_(theirs.bias)
+    return layer
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh"])
+def test_block_is_the_course_encoder_layer_with_a_causal_mask(activation):
+    m = tiny(activation=activation)
+    block = m.blocks[1]
+    with torch.no_grad():  # non-trivial norms and biases, so that every weight matters
+        for p in block.parameters():
+            p.add_(0.1 * torch.randn(p.shape))
+    layer = block_as_encoder_layer(block, 16, 2, activation)
+    x = torch.randn(3, 9, 16)
+    torch.testing.assert_close(block(x), layer(x, causal_mask(9)), atol=1e-6, rtol=1e-5)
+    assert not torch.allclose(block(x), layer(x), atol=1e-3)  # without the mask they differ
 
 
 def test_tied_head_and_parameter_count():
@@ -83,6 +111,12 @@ def test_bad_inputs_raise_clear_errors():
         m(torch.zeros(1, 3))
     with pytest.raises(ValueError, match="entries"):
         m(torch.zeros(1, 3, dtype=torch.long), cache=[KVCache()])
+    with pytest.raises(ValueError, match=r"id 17, outside the vocabulary 0\.\.16"):
+        m(torch.tensor([[1, 17]]))
+    with pytest.raises(ValueError, match="id -1"):
+        m(torch.tensor([[-1, 2]]))
+    with pytest.raises(TypeError, match="torch.tensor"):
+        m([[1, 2]])
 
 
 def test_causal_future_tokens_do_not_change_past_logits():

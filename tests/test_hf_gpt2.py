@@ -56,11 +56,10 @@ def test_config_mapping():
 def test_conv1d_layout_is_transposed_and_fused():
     m = tiny()
     sd = hf_state_dict(m)
-    attn = m.blocks[0].self_attn
     w = sd["transformer.h.0.attn.c_attn.weight"]
-    assert w.shape == (32, 96)  # (in, 3 * out)
-    torch.testing.assert_close(w[:, 32:64], attn.W_k.weight.T)
-    torch.testing.assert_close(sd["transformer.h.1.mlp.c_fc.weight"], m.blocks[1].ff.linear1.weight.T)
+    assert w.shape == (32, 96)  # (in, 3 * out): query, key and value side by side
+    torch.testing.assert_close(w[:, 32:64], m.blocks[0].attn.qkv.weight[32:64].T)  # the keys
+    torch.testing.assert_close(sd["transformer.h.1.mlp.c_fc.weight"], m.blocks[1].mlp.fc.weight.T)
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])

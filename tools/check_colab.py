@@ -108,7 +108,7 @@ def layer(where: Path, base_site: Path) -> Path:
     return where / "bin" / "python"
 
 
-def check(nb_path: Path, python: Path, wheel: Path, timeout: int) -> tuple[bool, float, str]:
+def check(nb_path: Path, python: Path, wheel: Path, timeout: int, jobs: int) -> tuple[bool, float, str]:
     run([str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer_course"],
         stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="colab-") as tmp:
@@ -124,6 +124,11 @@ def check(nb_path: Path, python: Path, wheel: Path, timeout: int) -> tuple[bool,
         env["PIP_CONSTRAINT"] = str(ROOT / "requirements.txt")
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
         env["TRANSFORMER_COURSE_PIP_SPEC"] = f"transformer_course[{EXTRAS}] @ {wheel.as_uri()}"
+        if jobs > 1:
+            # Each kernel runs PyTorch on 2 threads (set_seed); with two kernels on two cores, OpenMP
+            # threads that spin while they wait for work slowed training five- to tenfold (measured).
+            # Passive waiting changes no result, only who holds the core.
+            env["OMP_WAIT_POLICY"] = "PASSIVE"
         t0 = time.perf_counter()
         proc = subprocess.run(
             [str(python), "-m", "pytest", "-q", "-p", "course_nbval", "-p", "no:cacheprovider", "--nbval",
@@ -176,7 +181,7 @@ def main() -> None:
                 if not queue:
                     return
                 nb = queue.pop(0)
-            ok, seconds, detail = check(nb, python, wheel, args.timeout)
+            ok, seconds, detail = check(nb, python, wheel, args.timeout, args.jobs)
             print(f"  {'ok  ' if ok else 'FAIL'} {nb.name} ({seconds:.0f} s) {detail if ok else ''}", flush=True)
             with lock:
                 outcomes.append((nb, ok, seconds, detail))

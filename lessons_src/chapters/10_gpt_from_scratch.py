@@ -13,7 +13,7 @@
 # ```{note}
 # GPT is often called "the decoder part of the Transformer". It is a decoder *without
 # cross-attention*, since there is no encoder to attend to. Such a block is exactly an encoder
-# layer (chapter 07) run with a causal mask (chapter 08), and that is how the package builds it.
+# layer (chapter 07) run with a causal mask (chapter 08), as we check below.
 # It also differs from the 2017 paper's decoder layer in where it normalises: the paper's layer
 # is post-norm, while GPT-2 normalises *before* each sub-layer.
 # ```
@@ -27,9 +27,9 @@ import torch
 
 from transformer_course.attention import KVCache
 from transformer_course.gpt import (
-    CHARS, GPT, CharTokenizer, GPTConfig, corpus_fingerprint, evaluate, generate, get_batch,
-    lm_loss, load_checkpoint, load_python_docs, next_token_probs, normalize_text, top_k_filter,
-    top_p_filter, train_val_split,
+    CHARS, GPT, Block, CausalSelfAttention, CharTokenizer, GPTConfig, corpus_fingerprint, evaluate,
+    generate, get_batch, lm_loss, load_checkpoint, load_python_docs, next_token_probs, normalize_text,
+    top_k_filter, top_p_filter, train_val_split,
 )
 from transformer_course.masking import causal_mask
 from transformer_course.train_gpt import learning_rate, train
@@ -119,11 +119,38 @@ print("causal: earlier outputs unchanged:", same, "| without the mask they chang
 assert same and leaks
 
 # %% [markdown]
+# The package's `Block` computes the same thing, written the way fast GPTs are written (nanoGPT
+# and GPT-2 itself): one fused matrix `qkv` projects to queries, keys and values at once (a
+# single matrix multiplication of width $3 d_{model}$ instead of three), PyTorch's fused attention
+# is told `is_causal=True` instead of being handed a mask tensor, and the LayerNorm is PyTorch's
+# (chapter 06 showed ours equals it). Put the encoder layer's weights into a `Block`, stacking
+# $W_Q, W_K, W_V$ into `qkv`, and the two give the same outputs:
+
+# %%
+gpt_block = Block(GPTConfig(d_model=16, n_head=2)).eval()  # d_ff = 4 * 16 = 64, GELU, as above
+sa = block.self_attn
+with torch.no_grad():
+    gpt_block.attn.qkv.weight.copy_(torch.cat([sa.W_q.weight, sa.W_k.weight, sa.W_v.weight]))
+    gpt_block.attn.qkv.bias.copy_(torch.cat([sa.W_q.bias, sa.W_k.bias, sa.W_v.bias]))
+    for mine, theirs in [("attn.proj", sa.W_o), ("mlp.fc", block.ff.linear1), ("mlp.proj", block.ff.linear2),
+                         ("norm1", block.norm1), ("norm2", block.norm2)]:
+        gpt_block.get_submodule(mine).load_state_dict(theirs.state_dict())
+    gap = (gpt_block(h) - block(h, mask)).abs().max().item()
+print(f"Block vs EncoderLayer + causal mask: largest difference {gap:.1e}")
+assert gap < 1e-6
+
+# %% [markdown]
 # The package's `GPT` puts the pieces together. Its `forward` also takes a `cache`, which we
 # use at the end of the chapter.
 
 # %%
 show_source(GPTConfig)
+
+# %%
+show_source(CausalSelfAttention)
+
+# %%
+show_source(Block)
 
 # %%
 show_source(GPT)
@@ -146,7 +173,7 @@ for name, n in parts.items():
 print(f"{'total':32} {count_parameters(model):>9,}")
 assert model.lm_head.weight is model.tok_emb.weight
 assert sum(parts.values()) == count_parameters(model)
-# each block: 4 attention projections d*d + d, two MLP matrices d*4d (+ biases), two LayerNorms
+# each block: qkv (d x 3d) and proj (d x d) with biases, two MLP matrices d*4d (+ biases), two LayerNorms
 d = config.d_model
 assert parts["4 blocks"] == 4 * (4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d)
 

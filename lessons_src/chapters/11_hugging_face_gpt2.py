@@ -72,13 +72,14 @@ print({k: getattr(hf_config, k) for k in names})
 # GPT-2 was written with a layer it calls `Conv1D`, which is a linear layer that stores its
 # weight the other way round: `nn.Linear` keeps $W$ as `(out, in)` and computes $xW^\top + b$,
 # `Conv1D` keeps `(in, out)` and computes $xW + b$. Every matrix must therefore be transposed.
-# GPT-2 also computes query, key and value with one fused matrix `c_attn` of width
-# $3 \cdot d_{model}$, where we have three.
+# Like our `Block`, GPT-2 computes query, key and value with one fused matrix (`c_attn`, ours
+# is `qkv`) of width $3 \cdot d_{model}$, so apart from the transposes the weights only change
+# names.
 
 # %%
 from transformers.pytorch_utils import Conv1D
 
-lin = ours.blocks[0].ff.linear1
+lin = ours.blocks[0].mlp.fc
 conv = Conv1D(nf=lin.out_features, nx=lin.in_features)
 with torch.no_grad():
     conv.weight.copy_(lin.weight.T)
@@ -195,8 +196,8 @@ assert short.shape[1] == 30
 # %% [markdown]
 # ## The way back: GPT-2's own weights in our GPT
 #
-# `from_hf` undoes `hf_state_dict`: it cuts `c_attn` into query, key and value and transposes
-# every `Conv1D` matrix back. It also reads the activation from the config, and for that our
+# `from_hf` undoes `hf_state_dict`: it transposes every `Conv1D` matrix back and gives each
+# weight our name. It also reads the activation from the config, and for that our
 # `GPTConfig` has an `activation` field: `"gelu_tanh"` is the approximation GPT-2 calls
 # `"gelu_new"`, $\tfrac12 x\,(1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715\,x^3)))$.
 

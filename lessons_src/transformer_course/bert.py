@@ -36,6 +36,7 @@ from torch import nn
 
 from .layers import LayerNorm
 from .transformer import EncoderLayer
+from .utils import check_token_ids
 
 
 @dataclass(frozen=True)
@@ -97,11 +98,7 @@ class BertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        if input_ids.dim() != 2 or input_ids.is_floating_point():
-            raise ValueError(
-                f"input_ids must be integer ids of shape (batch, length), got {tuple(input_ids.shape)} "
-                f"of dtype {input_ids.dtype}"
-            )
+        check_token_ids(input_ids, self.config.vocab_size, "input_ids")
         n = input_ids.size(1)
         if n > self.config.max_len:
             raise ValueError(
@@ -110,6 +107,7 @@ class BertEmbeddings(nn.Module):
             )
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
+        check_token_ids(token_type_ids, self.config.type_vocab_size, "token_type_ids")
         if token_type_ids.shape != input_ids.shape:
             raise ValueError(
                 f"token_type_ids {tuple(token_type_ids.shape)} must have the shape of input_ids "

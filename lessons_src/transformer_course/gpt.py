@@ -1,12 +1,19 @@
 """GPT: a decoder-only transformer in the GPT-2 design, its data and its generation (chapter 10).
 
-The model is built from the course's own pieces:
+The model, in the style of nanoGPT's ``model.py``:
 
 * token embedding + *learned* position embedding (GPT-2 learns positions, no sinusoids);
-* ``n_layer`` pre-norm blocks: ``transformer.EncoderLayer(norm_first=True, activation="gelu")``
-  run with a causal mask *is* a GPT-2 block (an "encoder" layer that may not look ahead);
+* ``n_layer`` pre-norm blocks (``Block``): ``x = x + attn(norm1(x))``, then ``x = x + mlp(norm2(x))``,
+  where ``attn`` is ``CausalSelfAttention``, a position attending only to itself and earlier
+  positions;
 * a final ``LayerNorm`` (pre-norm stacks leave the residual stream un-normalised);
 * an output head whose weight is the token embedding matrix (tied weights).
+
+A ``Block`` computes exactly what chapter 07's ``transformer.EncoderLayer(norm_first=True)``
+computes with chapter 08's ``causal_mask`` (``tests/test_gpt.py`` checks it), written the way
+fast GPTs are: one fused matrix for query, key and value, PyTorch's fused attention with
+``is_causal=True`` instead of a mask tensor, and ``nn.LayerNorm`` (chapter 06 shows the course's
+``LayerNorm`` equals it).
 
 The data is Python's own reference documentation, which every Python ships in
 ``pydoc_data.topics``, read character by character by ``CharTokenizer``.
@@ -29,9 +36,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import KVCache
-from .layers import ACTIVATIONS, LayerNorm
+from .layers import ACTIVATIONS
 from .masking import causal_mask
-from .transformer import EncoderLayer
+from .utils import check_token_ids
 
 # ----------------------------------------------------------------------------------------------
 # The model
@@ -83,6 +90,67 @@ class GPTConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+class CausalSelfAttention(nn.Module):
+    """Multi-head self-attention in which position ``t`` sees positions ``0..t`` only.
+
+    ``qkv`` computes queries, keys and values with one matrix of width ``3 * d_model``;
+    ``proj`` mixes the heads' outputs.  With a ``cache`` the new keys and values are appended
+    to the earlier ones, and the new queries (the last positions) attend to all of them.
+    """
+
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.n_head = c.n_head
+        self.dropout = c.dropout
+        self.qkv = nn.Linear(c.d_model, 3 * c.d_model)
+        self.proj = nn.Linear(c.d_model, c.d_model)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        b, n, d = x.shape
+        # (b, n, 3d) -> three (b, heads, n, d_head)
+        q, k, v = self.qkv(x).view(b, n, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        past = 0
+        if cache is not None:
+            past = len(cache)
+            k, v = cache.update(k, v)
+        p = self.dropout if self.training else 0.0
+        if past == 0:  # queries and keys are the same positions: the plain causal mask
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:  # new position past+i sees keys 0..past+i: the last rows of the causal mask
+            mask = None if n == 1 else causal_mask(past + n, device=x.device)[:, :, past:, :]
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return self.proj(y.transpose(1, 2).reshape(b, n, d))
+
+
+class MLP(nn.Module):
+    """The feed-forward network of a block: ``proj(act(fc(x)))``, width ``d_ff`` inside."""
+
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.fc = nn.Linear(c.d_model, c.d_ff)
+        self.proj = nn.Linear(c.d_ff, c.d_model)
+        self.act = ACTIVATIONS[c.activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.act(self.fc(x)))
+
+
+class Block(nn.Module):
+    """One GPT-2 block: ``x + attn(norm1(x))``, then ``x + mlp(norm2(x))`` (pre-norm)."""
+
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(c.d_model, eps=c.eps)
+        self.attn = CausalSelfAttention(c)
+        self.norm2 = nn.LayerNorm(c.d_model, eps=c.eps)
+        self.mlp = MLP(c)
+        self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.norm1(x), cache))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
 class GPT(nn.Module):
     """A GPT-2-style language model: ``logits = GPT(config)(tokens)``.
 
@@ -94,26 +162,19 @@ class GPT(nn.Module):
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.config = config
-        c = config
+        self.config = c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         self.pos_emb = nn.Embedding(c.block_size, c.d_model)
-        self.drop = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(
-            EncoderLayer(
-                c.d_model, c.n_head, c.d_ff, dropout=c.dropout, activation=c.activation,
-                norm_first=True, eps=c.eps, use_sdpa=True,
-            )
-            for _ in range(c.n_layer)
-        )
-        self.norm = LayerNorm(c.d_model, eps=c.eps)
+        self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layer))
+        self.norm = nn.LayerNorm(c.d_model, eps=c.eps)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # tied: one matrix reads and writes tokens
         self.apply(self._init_weights)
         # GPT-2: scale the projections that write into the residual stream by 1/sqrt(2 n_layer),
         # so the variance of the stream does not grow with depth.
         for block in self.blocks:
-            for proj in (block.self_attn.W_o, block.ff.linear2):
+            for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
 
     @staticmethod
@@ -128,10 +189,7 @@ class GPT(nn.Module):
         return [KVCache() for _ in self.blocks]
 
     def forward(self, tokens: torch.Tensor, cache: Sequence[KVCache] | None = None) -> torch.Tensor:
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
-        if tokens.is_floating_point():
-            raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+        check_token_ids(tokens, self.config.vocab_size)
         if cache is not None and len(cache) != len(self.blocks):
             raise ValueError(f"cache has {len(cache)} entries, the model has {len(self.blocks)} blocks")
         past = len(cache[0]) if cache is not None else 0
@@ -144,10 +202,8 @@ class GPT(nn.Module):
             )
         positions = torch.arange(past, past + n, device=tokens.device)
         x = self.drop(self.tok_emb(tokens) + self.pos_emb(positions))
-        # The new queries are positions past..past+n-1; each may see keys 0..its own position.
-        mask = causal_mask(past + n, device=tokens.device)[:, :, past:, :]
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, cache=None if cache is None else cache[i])
+            x = block(x, None if cache is None else cache[i])
         return self.lm_head(self.norm(x))
 
 

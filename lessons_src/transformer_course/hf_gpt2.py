@@ -75,12 +75,18 @@ def to_hf_config(config: GPTConfig, attn_implementation: str | None = None):  # 
     )
 
 
+#: GPT-2's name of each part of a block -> the course's.  The Conv1D matrices are transposed.
+_HF_BLOCK_NAMES = (("ln_1", "norm1"), ("attn.c_attn", "attn.qkv"), ("attn.c_proj", "attn.proj"),
+                   ("ln_2", "norm2"), ("mlp.c_fc", "mlp.fc"), ("mlp.c_proj", "mlp.proj"))
+_TRANSPOSED = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"}
+
+
 def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """``model``'s weights under GPT-2's names and in GPT-2's layout.
 
     ``nn.Linear`` stores ``(out, in)`` and computes ``x @ W.T + b``; GPT-2's ``Conv1D`` stores
-    ``(in, out)`` and computes ``x @ W + b``, so every matrix is transposed.  GPT-2 also fuses
-    the query, key and value projections into one ``c_attn`` of width ``3 * d_model``.
+    ``(in, out)`` and computes ``x @ W + b``, so every matrix is transposed.  The rest is renaming:
+    both models compute query, key and value with one fused matrix (``qkv`` / ``c_attn``).
     """
     sd: dict[str, torch.Tensor] = {
         "transformer.wte.weight": model.tok_emb.weight,
@@ -90,18 +96,10 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
         "lm_head.weight": model.lm_head.weight,
     }
     for i, block in enumerate(model.blocks):
-        p = f"transformer.h.{i}."
-        attn, ff = block.self_attn, block.ff
-        sd[p + "ln_1.weight"], sd[p + "ln_1.bias"] = block.norm1.weight, block.norm1.bias
-        sd[p + "ln_2.weight"], sd[p + "ln_2.bias"] = block.norm2.weight, block.norm2.bias
-        sd[p + "attn.c_attn.weight"] = torch.cat([attn.W_q.weight.T, attn.W_k.weight.T, attn.W_v.weight.T], dim=1)
-        sd[p + "attn.c_attn.bias"] = torch.cat([attn.W_q.bias, attn.W_k.bias, attn.W_v.bias])
-        sd[p + "attn.c_proj.weight"] = attn.W_o.weight.T
-        sd[p + "attn.c_proj.bias"] = attn.W_o.bias
-        sd[p + "mlp.c_fc.weight"] = ff.linear1.weight.T
-        sd[p + "mlp.c_fc.bias"] = ff.linear1.bias
-        sd[p + "mlp.c_proj.weight"] = ff.linear2.weight.T
-        sd[p + "mlp.c_proj.bias"] = ff.linear2.bias
+        for theirs, mine in _HF_BLOCK_NAMES:
+            weight = block.get_submodule(mine).weight
+            sd[f"transformer.h.{i}.{theirs}.weight"] = weight.T if mine in _TRANSPOSED else weight
+            sd[f"transformer.h.{i}.{theirs}.bias"] = block.get_submodule(mine).bias
     return {k: v.detach().clone().contiguous() for k, v in sd.items()}
 
 
@@ -111,8 +109,6 @@ def to_hf(model: GPT, attn_implementation: str | None = None):  # -> transformer
     Every tensor of GPT-2 must be filled: a missing or unexpected name is an error.
     """
     tf = _quiet_transformers()
-    if model.blocks[0].self_attn.W_q.bias is None:
-        raise ValueError("GPT-2's attention has biases; this model was built without them")
     hf = tf.GPT2LMHeadModel(to_hf_config(model.config, attn_implementation))
     expected = set(hf.state_dict())
     sd = hf_state_dict(model)
@@ -219,15 +215,14 @@ def from_hf_config(hf_config) -> GPTConfig:
 def from_hf(hf_model) -> GPT:
     """The course's ``GPT`` with the weights of a ``GPT2LMHeadModel``, in eval mode.
 
-    The reverse of ``hf_state_dict``: ``c_attn`` is cut into query, key and value, and every
-    ``Conv1D`` matrix is transposed back to ``nn.Linear``'s ``(out, in)``.  Loading is strict:
-    a weight without a place, or a place without a weight, is an error.
+    The reverse of ``hf_state_dict``: every ``Conv1D`` matrix is transposed back to
+    ``nn.Linear``'s ``(out, in)``.  Loading is strict: a weight without a place, or a place
+    without a weight, is an error.
     """
     config = from_hf_config(hf_model.config)
     model = GPT(config)
     sd = {k: v.detach() for k, v in hf_model.state_dict().items()}
     sd.pop("lm_head.weight", None)  # tied to transformer.wte.weight
-    d = config.d_model
     ours: dict[str, torch.Tensor] = {
         "tok_emb.weight": sd.pop("transformer.wte.weight"),
         "pos_emb.weight": sd.pop("transformer.wpe.weight"),
@@ -235,17 +230,10 @@ def from_hf(hf_model) -> GPT:
         "norm.bias": sd.pop("transformer.ln_f.bias"),
     }
     for i in range(config.n_layer):
-        p, q = f"transformer.h.{i}.", f"blocks.{i}."
-        w, b = sd.pop(p + "attn.c_attn.weight"), sd.pop(p + "attn.c_attn.bias")
-        for j, name in enumerate(("W_q", "W_k", "W_v")):
-            ours[q + f"self_attn.{name}.weight"] = w[:, j * d : (j + 1) * d].T
-            ours[q + f"self_attn.{name}.bias"] = b[j * d : (j + 1) * d]
-        for theirs, mine in (("attn.c_proj", "self_attn.W_o"), ("mlp.c_fc", "ff.linear1"), ("mlp.c_proj", "ff.linear2")):
-            ours[q + mine + ".weight"] = sd.pop(p + theirs + ".weight").T
-            ours[q + mine + ".bias"] = sd.pop(p + theirs + ".bias")
-        for theirs, mine in (("ln_1", "norm1"), ("ln_2", "norm2")):
-            ours[q + mine + ".weight"] = sd.pop(p + theirs + ".weight")
-            ours[q + mine + ".bias"] = sd.pop(p + theirs + ".bias")
+        for theirs, mine in _HF_BLOCK_NAMES:
+            weight = sd.pop(f"transformer.h.{i}.{theirs}.weight")
+            ours[f"blocks.{i}.{mine}.weight"] = weight.T if mine in _TRANSPOSED else weight
+            ours[f"blocks.{i}.{mine}.bias"] = sd.pop(f"transformer.h.{i}.{theirs}.bias")
     leftover = [k for k in sd if not k.endswith((".attn.bias", ".attn.masked_bias"))]  # old causal-mask buffers
     if leftover:
         raise KeyError(f"GPT-2 weights with no place in the course's GPT: {leftover[:5]}")

@@ -21,6 +21,7 @@ from torch import nn
 from .attention import KVCache, MultiHeadAttention
 from .layers import LayerNorm, PositionwiseFeedForward
 from .positional import PositionalEncoding
+from .utils import check_token_ids
 
 
 class EncoderLayer(nn.Module):
@@ -127,13 +128,13 @@ class TokenAndPositionEmbedding(nn.Module):
 
     def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float) -> None:
         super().__init__()
+        self.vocab_size = vocab_size
         self.tok = nn.Embedding(vocab_size, d_model)
         self.pos = PositionalEncoding(d_model, max_len=max_len, dropout=dropout)
         self.scale = math.sqrt(d_model)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        if tokens.dim() != 2:
-            raise ValueError(f"tokens must have shape (batch, length), got {tuple(tokens.shape)}")
+        check_token_ids(tokens, self.vocab_size)
         return self.pos(self.tok(tokens) * self.scale)
 
 

@@ -34,6 +34,32 @@ def set_seed(seed: int = 0, num_threads: int | None = DEFAULT_NUM_THREADS) -> to
     return torch.Generator().manual_seed(seed)
 
 
+def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "tokens") -> torch.Tensor:
+    """Check that ``ids`` is a ``(batch, length)`` tensor of integer ids in ``0..vocab_size - 1``.
+
+    Every model of the package calls this before its embedding lookup, so a wrong input is
+    reported in words instead of PyTorch's ``IndexError: index out of range in self``.
+    Returns ``ids`` unchanged.
+    """
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}; "
+                        f"wrap a list as torch.tensor([ids])")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}; "
+                         "add a batch dimension with ids.unsqueeze(0)")
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}; "
+                        "convert with ids.long() (ids, not embeddings or probabilities)")
+    if ids.numel():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} holds id {bad}, outside the vocabulary 0..{vocab_size - 1}; "
+                             "encode the text with the model's own tokenizer, or build the model "
+                             "with a larger vocab_size")
+    return ids
+
+
 def get_device(prefer: str | None = None) -> torch.device:
     """The device to train on: ``prefer`` if given, else CUDA, then Apple's MPS, then the CPU.
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .utils import check_token_ids
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -53,14 +54,9 @@ def first_token_data(
 
 
 def _check_tokens(tokens: torch.Tensor, vocab_size: int, max_len: int | None = None) -> None:
-    if tokens.dim() != 2:
-        raise ValueError(f"tokens must have shape (batch, seq_len), got {tuple(tokens.shape)}")
-    if tokens.is_floating_point():
-        raise TypeError(f"tokens must be integer ids, got dtype {tokens.dtype}")
+    check_token_ids(tokens, vocab_size)
     if max_len is not None and tokens.size(1) > max_len:
         raise ValueError(f"sequence length {tokens.size(1)} exceeds max_len={max_len} of this model")
-    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        raise ValueError(f"token ids must lie in [0, {vocab_size}), got {int(tokens.min())}..{int(tokens.max())}")
 
 
 class GRUClassifier(nn.Module):
