@@ -235,7 +235,7 @@ assert lrs[1] == max(lrs) and lrs[-1] == 3e-4
 
 # %% [markdown]
 # 1000 steps of 16 windows of 64 characters: about a million characters, two and a half
-# passes over the training text. On two CPU cores this takes a minute or two (the progress
+# passes over the training text. On two CPU cores this takes under a minute (the progress
 # bar shows it).
 
 # %%
@@ -303,9 +303,9 @@ print(sample)
 assert sample.startswith(prompt) and len(sample) == len(prompt) + 200
 
 # %% [markdown]
-# After a couple of minutes the model has learned the *look* of the documentation: words,
-# quoting of keywords, indentation, headings underlined with `*`. The sense is missing, and
-# with 64 characters of context it cannot stay on one topic.
+# After less than a minute of training the model has learned the *look* of the documentation:
+# words, quoting of keywords, indentation, headings underlined with `*`. The sense is missing,
+# and with 64 characters of context it cannot stay on one topic.
 #
 # ## A longer-trained model
 #
