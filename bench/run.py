@@ -95,6 +95,8 @@ def syncer(device: torch.device) -> Callable[[], None] | None:
 # --------------------------------------------------------------------------- 1, 2: notebooks
 # The headline figure of each training chapter: (what, expression, seconds expression or None), each
 # expression evaluated in the notebook's kernel after its last cell (the chapter asserts the figure itself).
+# The contract: every name an expression reads is bound at the top level of the chapter's source
+# (tests/test_bench_contract.py checks it without running anything).
 CHAPTER_METRICS = {
     "01": [("GRU held-out accuracy after 50 steps", "curves['gru'][50]", None),
            ("self-attention held-out accuracy after 50 steps", "curves['attention'][50]", None),
@@ -104,7 +106,7 @@ CHAPTER_METRICS = {
            ("validation loss (nats/char), shipped checkpoint", "big_val", "record['train_seconds']")],
     "12": [("test accuracy, untrained classification head", "acc_untrained", None),
            ("test accuracy, bag-of-words logistic regression", "acc_bow", None),
-           ("test accuracy, fine-tuned MiniLM", "acc_ft", "seconds")],
+           ("test accuracy, fine-tuned MiniLM", "acc_ft", "ft_seconds[best_name]")],
 }
 _METRICS_MARK = "BENCH-METRICS "
 

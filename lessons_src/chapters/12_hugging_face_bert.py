@@ -527,9 +527,11 @@ e_alone = mean_pool(h_alone, alone["attention_mask"])[0]
 e_padded = mean_pool(h_padded, with_long["attention_mask"])[0]
 e_naive = h_padded[0].mean(dim=0)
 n_pad = int((with_long["attention_mask"][0] == 0).sum())
-print(f"{n_pad} padding tokens; masked mean changes by {(e_alone - e_padded).abs().max():.0e}, "
-      f"plain mean by {(e_alone - e_naive).abs().max():.2f}")
-assert (e_alone - e_padded).abs().max() < 1e-5 and (e_alone - e_naive).abs().max() > 0.1
+masked_change, plain_change = (e_alone - e_padded).abs().max().item(), (e_alone - e_naive).abs().max().item()
+# the masked mean moves by float32 rounding only (its exact size varies with the CPU's kernels)
+print(f"{n_pad} padding tokens; masked mean changes by less than 1e-5: {masked_change < 1e-5}, "
+      f"plain mean by {plain_change:.2f}")
+assert masked_change < 1e-5 and plain_change > 0.1
 
 # %% [markdown]
 # Two embeddings are compared by the **cosine** of the angle between them: 1 for the same

@@ -12,7 +12,7 @@ Where each idea lives:
 ==========================  =====================================================  =======
 module                      what it holds                                          chapter
 ==========================  =====================================================  =======
-``utils``                   ``set_seed``, ``get_device``                           all
+``utils``                   ``set_seed``, ``get_device``, ``check_token_ids``      all
 ``plotting``                figure defaults, attention heatmaps with token labels  all
 ``why_attention``           data generators and models of the two experiments      01
 ``pretrained``              ``load_minilm``, ``load_smollm2`` (offline, verified)  02, 05, 11, 12
@@ -22,7 +22,7 @@ module                      what it holds                                       
 ``transformer``             encoder/decoder layers and stacks, ``Transformer``     07
 ``masking``                 ``padding_mask``, ``causal_mask``, ``combine_masks``   08
 ``seq2seq``                 date-normalisation data, training loop, greedy decode  09
-``gpt``                     ``GPT``, character tokeniser, sampling, KV cache       10, 11
+``gpt``                     ``GPT`` and its ``Block``, tokeniser, sampling         10, 11
 ``train_gpt``               the script that trains the shipped GPT checkpoint      10
 ``hf_gpt2``                 ``to_hf`` / ``from_hf`` (GPT-2 both ways), BPE        11
 ``bert``                    our encoder running BERT weights, semantic search      12
