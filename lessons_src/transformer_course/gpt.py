@@ -107,8 +107,8 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         b, n, d = x.shape
-        # (b, n, 3d) -> three (b, heads, n, d_head)
-        q, k, v = self.qkv(x).view(b, n, 3, self.n_head, d // self.n_head).permute(2, 0, 3, 1, 4)
+        # (b, n, 3d) -> three (b, n, d) -> three (b, heads, n, d_head)
+        q, k, v = (t.view(b, n, self.n_head, d // self.n_head).transpose(1, 2) for t in self.qkv(x).split(d, dim=2))
         past = 0
         if cache is not None:
             past = len(cache)
@@ -119,7 +119,7 @@ class CausalSelfAttention(nn.Module):
         else:  # new position past+i sees keys 0..past+i: the last rows of the causal mask
             mask = None if n == 1 else causal_mask(past + n, device=x.device)[:, :, past:, :]
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        return self.proj(y.transpose(1, 2).reshape(b, n, d))
+        return self.proj(y.transpose(1, 2).contiguous().view(b, n, d))
 
 
 class MLP(nn.Module):
