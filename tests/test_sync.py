@@ -169,11 +169,13 @@ def test_settle_streams_drops_empty_blocks():
 
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
 def test_package_listings_are_folded(src):
-    """A cell that only lists the package's code is folded behind "Show the package's code"."""
+    """A cell that only lists the package's code is folded behind "Show the package's code: NAME"."""
     nb = build_notebooks.source_notebook(src)
     for c in nb.cells:
         if build_notebooks.only_lists_source(c):
-            assert "hide-cell" in c.metadata["tags"] and c.metadata["mystnb"] == build_notebooks.SOURCE_METADATA
+            assert "hide-cell" in c.metadata["tags"] and c.metadata["mystnb"] == build_notebooks.source_metadata(c)
+            listed = c.source.split("show_source(", 1)[1].split(")", 1)[0].strip()
+            assert c.metadata["mystnb"]["code_prompt_show"] == f"Show the package's code: {listed}"
 
 
 def test_only_lists_source():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -35,8 +36,15 @@ SOLUTION_TAG = "solution"
 # An exercise's solution, code and output together, is folded behind a toggle that says what it is.
 SOLUTION_METADATA = {"code_prompt_show": "Show the solution", "code_prompt_hide": "Hide the solution"}
 # A cell that only lists the package's code (show_source) is folded too: the chapter shows the idea
-# in a few lines, the package's full version (validation, options) is there for who wants it.
-SOURCE_METADATA = {"code_prompt_show": "Show the package's code", "code_prompt_hide": "Hide the package's code"}
+# in a few lines, the package's full version (validation, options) is there for who wants it.  The
+# toggle names what it lists, so that several listings in a row can be told apart.
+SOURCE_PROMPT = "Show the package's code: {}", "Hide the package's code: {}"
+
+
+def source_metadata(cell: nbformat.NotebookNode) -> dict[str, str]:
+    """The toggle of a listing cell, naming what it lists (``show_source(GPT)`` -> ``GPT``)."""
+    names = ", ".join(re.findall(r"show_source\(\s*([\w.]+)", cell.source))
+    return {"code_prompt_show": SOURCE_PROMPT[0].format(names), "code_prompt_hide": SOURCE_PROMPT[1].format(names)}
 
 
 def only_lists_source(cell: nbformat.NotebookNode) -> bool:
@@ -78,7 +86,7 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
             c.metadata["mystnb"] = dict(SOLUTION_METADATA)
         elif only_lists_source(c):
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
-            c.metadata["mystnb"] = dict(SOURCE_METADATA)
+            c.metadata["mystnb"] = source_metadata(c)
         if c.cell_type == "code":
             c.outputs = []
             c.execution_count = None

@@ -573,8 +573,9 @@ assert accuracy >= 0.99
 # %% [markdown]
 # ## Where the model fails: dates written in ways it has never seen
 #
-# 100 % on the held-out set says that the model generalises to new *dates*; every one of them
-# was written in one of the 15 formats it trained on. People write dates in many more ways. A
+# 99.7 % on the held-out set says that the model generalises to new *dates*. Its three mistakes
+# are small: two years off by ten (2033 for 2023, 1988 for 1998) and a day with its digits
+# swapped (13 for 31). Every one of those dates was written in one of the 15 formats it trained on. People write dates in many more ways. A
 # fair next question: what happens with formats that are just as clear to a reader but never
 # occur in training? `UNSEEN_FORMATS` has six, built from the same pieces (day, month name or
 # number, year, the same separators), each rendered for 200 of the held-out dates:
@@ -614,8 +615,9 @@ lost_tens = (no_comma["prediction"].str[8:] == "0" + no_comma["target"].str[9]).
 print(f"'July 14 2021' mistakes whose day is '0' + the last digit of the true day: {lost_tens:.0%}")
 assert summary.loc["iso_slash", "exact_match"] < 0.05 and summary.loc["year_month_day", "exact_match"] < 0.05
 assert fields_wrong.loc["day_mon_yyyy", ["month", "day"]].sum() == 0 < fields_wrong.loc["day_mon_yyyy", "year"]
-assert fields_wrong.loc["month_day_year_no_comma", ["year", "month"]].sum() == 0 and lost_tens > 0.4
-assert fields_wrong.loc["mon_dot_day_year", "day"] > 10 * fields_wrong.loc["mon_dot_day_year", ["year", "month"]].sum()
+for name in ("month_day_year_no_comma", "mon_dot_day_year"):  # (nearly) only the day goes wrong
+    assert fields_wrong.loc[name, "day"] > 20 * fields_wrong.loc[name, ["year", "month"]].sum()
+assert lost_tens > 0.4
 
 # %% [markdown]
 # The table is the analysis; read it format by format.
@@ -624,22 +626,22 @@ assert fields_wrong.loc["mon_dot_day_year", "day"] > 10 * fields_wrong.loc["mon_
 #   the separator over the shape of the numbers. Every field goes wrong, and some outputs are not
 #   even dates. **`1962 October 23`** (0.5 %) fails the same way: the year was always at the
 #   end or in a purely numeric date, so the model reads the day where it expects the year.
-# * **`23-Oct-1962`** (72 %): this pattern appeared in training only with a two-digit year
+# * **`23-Oct-1962`** (80.5 %): this pattern appeared in training only with a two-digit year
 #   (`23-Oct-62`). Month and day are always right; only the year goes wrong, with its digits
-#   mixed up (`18-Nov-1977` → 1997).
-# * **`October 23 1962`** (50 %): only the day goes wrong, and in about half of these mistakes
-#   the same way: a two-digit day loses its first digit (23 → 03). Training wrote the full month
-#   name with a comma after the day (`October 23, 1962`) and only the short name without one
+#   mixed up (`08-Mar-2021` → 2001).
+# * **`October 23 1962`** (59 %): almost only the day goes wrong, and in nearly half of these
+#   mistakes the same way: a two-digit day loses its first digit (23 → 03). Training wrote the full
+#   month name with a comma after the day (`October 23, 1962`) and only the short name without one
 #   (`Oct 23 1962`); this mixture of the two misleads the model about where the day is.
-#   `Oct. 23, 1962` (84 %), with a `.` that training never put after a month, shows the same kind
+#   `Oct. 23, 1962` (73 %), with a `.` that training never put after a month, shows the same kind
 #   of day error, less often.
-# * **`23 October '62`** (93.5 %) is close to a training format (`23 October 1962`) and mostly
+# * **`23 October '62`** (97.5 %) is close to a training format (`23 October 1962`) and mostly
 #   right; its few errors are in the two-digit year.
 #
 # So the model has learned the regularities of its training formats, including ones that are not
 # the real rule: a `/` *implies* month-first, a `-Oct-` *implies* a two-digit year, a comma ends
 # the day. A held-out set drawn from the training distribution shares those regularities, so it
-# could not reveal them; 100 % there measured interpolation. To know how a model behaves on the
+# could not reveal them; 99.7 % there measured interpolation. To know how a model behaves on the
 # inputs you will actually get, test on those, and look at *which* mistakes it makes: here they
 # point straight at the fix (more varied training formats; exercise 3 adds one by fine-tuning).
 #
@@ -808,8 +810,8 @@ assert n_base > 400 * n_ours
 #   on 1,000 dates it has never seen.
 # * **Greedy decoding** encodes once and decodes token by token until `<eos>`; the
 #   **cross-attention** of the trained model shows the reordering of day, month and year.
-# * 100 % on held-out dates is not 100 % on the dates people write: on six **unseen formats** the
-#   model gets half right, and the fields it gets wrong show which training regularities it has
+# * 99.7 % on held-out dates is not 99.7 % on the dates people write: on six **unseen formats**
+#   the model gets half right, and the fields it gets wrong show which training regularities it has
 #   mistaken for rules. Test on the inputs you will get, and analyse the errors, not just count them.
 #
 # ## Exercises
@@ -858,7 +860,7 @@ assert (runs["held-out"] < accuracy - 0.2).all()  # 250 steps are far from enoug
 # At equal steps, the model trained without smoothing is more confident: its average
 # p(correct) exceeds the 0.907 that the smoothed loss asks for, while the smoothed model is still
 # below that cap. Being more confident does not make it more accurate: after 250 steps both models
-# get only about two thirds of the held-out dates right (the full 800-step run: 100 %), and a third
+# get only about two thirds of the held-out dates right (the full 800-step run: 99.7 %), and a third
 # of the unseen formats. The differences between the two accuracies are a few points, from one seed
 # each; to claim that smoothing helps or hurts accuracy, repeat the comparison over several seeds
 # and look at the spread.

@@ -127,16 +127,20 @@ assert same and leaks
 # $W_Q, W_K, W_V$ into `qkv`, and the two give the same outputs:
 
 # %%
-gpt_block = Block(GPTConfig(d_model=16, n_head=2)).eval()  # d_ff = 4 * 16 = 64, GELU, as above
-sa = block.self_attn
+# d_ff = 4 * 16 = 64 and GELU, as in the encoder layer above
+gpt_block = Block(GPTConfig(d_model=16, n_head=2)).eval()
+sa, ff = block.self_attn, block.ff
 with torch.no_grad():
-    gpt_block.attn.qkv.weight.copy_(torch.cat([sa.W_q.weight, sa.W_k.weight, sa.W_v.weight]))
-    gpt_block.attn.qkv.bias.copy_(torch.cat([sa.W_q.bias, sa.W_k.bias, sa.W_v.bias]))
-    for mine, theirs in [("attn.proj", sa.W_o), ("mlp.fc", block.ff.linear1), ("mlp.proj", block.ff.linear2),
-                         ("norm1", block.norm1), ("norm2", block.norm2)]:
-        gpt_block.get_submodule(mine).load_state_dict(theirs.state_dict())
+    qkv, W = gpt_block.attn.qkv, (sa.W_q, sa.W_k, sa.W_v)
+    qkv.weight.copy_(torch.cat([w.weight for w in W]))  # stacked rows
+    qkv.bias.copy_(torch.cat([w.bias for w in W]))
+    same = {"attn.proj": sa.W_o, "mlp.fc": ff.linear1, "mlp.proj": ff.linear2,
+            "norm1": block.norm1, "norm2": block.norm2}
+    for name, part in same.items():
+        gpt_block.get_submodule(name).load_state_dict(part.state_dict())
     gap = (gpt_block(h) - block(h, mask)).abs().max().item()
-print(f"Block vs EncoderLayer + causal mask: largest difference below 1e-6: {gap < 1e-6}")
+print("Block vs EncoderLayer + causal mask, largest difference below 1e-6:",
+      gap < 1e-6)
 assert gap < 1e-6
 
 # %% [markdown]
