@@ -134,8 +134,9 @@ with torch.no_grad():
     qkv, W = gpt_block.attn.qkv, (sa.W_q, sa.W_k, sa.W_v)
     qkv.weight.copy_(torch.cat([w.weight for w in W]))  # stacked rows
     qkv.bias.copy_(torch.cat([w.bias for w in W]))
-    same = {"attn.proj": sa.W_o, "mlp.fc": ff.linear1, "mlp.proj": ff.linear2,
-            "norm1": block.norm1, "norm2": block.norm2}
+    same = {"attn.proj": sa.W_o, "mlp.fc": ff.linear1,
+            "mlp.proj": ff.linear2, "norm1": block.norm1,
+            "norm2": block.norm2}
     for name, part in same.items():
         gpt_block.get_submodule(name).load_state_dict(part.state_dict())
     gap = (gpt_block(h) - block(h, mask)).abs().max().item()
