@@ -192,14 +192,15 @@ def bench_mha(device: torch.device) -> dict:
 def bench_gpt_vs_hf(device: torch.device, steps: int = 60) -> dict | None:
     """Train the course GPT and GPT2LMHeadModel with the same config, data, init and steps."""
     try:
+        from transformer_course import python_docs, tokenization, train_gpt
         from transformer_course import gpt as G
         from transformer_course.hf_gpt2 import to_hf
     except ImportError as err:
         print(f"  (skipped GPT vs GPT-2: {err})")
         return None
     torch.manual_seed(0)
-    tok = G.CharTokenizer()
-    train_text, val_text = G.train_val_split(G.load_python_docs())
+    tok = tokenization.CharTokenizer(python_docs.CHARS)
+    train_text, val_text = python_docs.train_val_split(python_docs.load_python_docs())
     train = torch.tensor(tok.encode(train_text[:400_000]))
     val = torch.tensor(tok.encode(val_text[:60_000]))
     cfg = G.GPTConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=4, n_head=4, d_model=128)
@@ -214,7 +215,7 @@ def bench_gpt_vs_hf(device: torch.device, steps: int = 60) -> dict | None:
         model.train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         g = torch.Generator().manual_seed(0)
-        batches = [G.get_batch(train, 32, cfg.block_size, generator=g) for _ in range(steps)]
+        batches = [train_gpt.get_batch(train, 32, cfg.block_size, generator=g) for _ in range(steps)]
         if device.type == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -232,7 +233,7 @@ def bench_gpt_vs_hf(device: torch.device, steps: int = 60) -> dict | None:
             g = torch.Generator().manual_seed(1)
             vals = []
             for _ in range(10):
-                x, y = G.get_batch(val, 32, cfg.block_size, generator=g)
+                x, y = train_gpt.get_batch(val, 32, cfg.block_size, generator=g)
                 vals.append(float(loss_of(model, x.to(device), y.to(device))))
         results[f"{name}_tokens_per_s"] = steps * 32 * cfg.block_size / seconds
         results[f"{name}_val_loss"] = statistics.mean(vals)
@@ -248,6 +249,7 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
     each are not timed.  Throughput is tokens per step over the median step time (the mean is
     recorded too)."""
     try:
+        from transformer_course import python_docs, tokenization, train_gpt
         from transformer_course import gpt as G
     except ImportError as err:
         print(f"  (skipped GPT vs minimal GPT: {err})")
@@ -256,8 +258,8 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
     from minimal_gpt import MinimalGPT, copy_from_course
 
     torch.manual_seed(0)
-    tok = G.CharTokenizer()
-    train_text, val_text = G.train_val_split(G.load_python_docs())
+    tok = tokenization.CharTokenizer(python_docs.CHARS)
+    train_text, val_text = python_docs.train_val_split(python_docs.load_python_docs())
     train = torch.tensor(tok.encode(train_text))
     val = torch.tensor(tok.encode(val_text))
     cfg = G.GPTConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=4, n_head=4, d_model=128)
@@ -269,7 +271,7 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
         start_gap = (models["ours"](probe) - models["minimal"](probe)).abs().max().item()
     batch = 32
     g = torch.Generator().manual_seed(0)
-    batches = [G.get_batch(train, batch, cfg.block_size, generator=g) for _ in range(steps)]
+    batches = [train_gpt.get_batch(train, batch, cfg.block_size, generator=g) for _ in range(steps)]
     opts = {k: torch.optim.AdamW(m.parameters(), lr=1e-3) for k, m in models.items()}
     seconds: dict[str, list[float]] = {k: [] for k in models}
     s = syncer(device)
@@ -293,7 +295,7 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
     for name, m in models.items():  # the median step: robust to a step that the machine interrupted
         out[f"{name}_tokens_per_s"] = batch * cfg.block_size / statistics.median(seconds[name])
         out[f"{name}_tokens_per_s_mean_step"] = batch * cfg.block_size * len(seconds[name]) / sum(seconds[name])
-        out[f"{name}_val_loss"] = G.evaluate(m, val, cfg.block_size, max_windows=256)
+        out[f"{name}_val_loss"] = train_gpt.evaluate(m, val, cfg.block_size, max_windows=256)
     out["throughput_ratio"] = out["ours_tokens_per_s"] / out["minimal_tokens_per_s"]
     return out
 
@@ -361,6 +363,7 @@ def bench_scaling() -> dict:
 
 def bench_kv_cache() -> dict | None:
     try:
+        from transformer_course import generation
         from transformer_course import gpt as G
     except ImportError as err:
         print(f"  (skipped KV cache: {err})")
@@ -371,8 +374,8 @@ def bench_kv_cache() -> dict | None:
     rows = []
     for new in (64, 128, 256, 512):
         with torch.no_grad():
-            t_no = median_seconds(lambda: G.generate(model, prompt, new, use_cache=False), repeats=3, warmup=1)
-            t_kv = median_seconds(lambda: G.generate(model, prompt, new, use_cache=True), repeats=3, warmup=1)
+            t_no = median_seconds(lambda: generation.generate(model, prompt, new, use_cache=False), repeats=3, warmup=1)
+            t_kv = median_seconds(lambda: generation.generate(model, prompt, new, use_cache=True), repeats=3, warmup=1)
         rows.append({"new_tokens": new, "no_cache_s": t_no, "cache_s": t_kv, "speedup": t_no / t_kv})
     return {"model": "4 layers, 4 heads, d_model 128", "rows": rows}
 

@@ -8,27 +8,18 @@ import pytest
 import torch
 
 from transformer_course.attention import KVCache
-from transformer_course.gpt import (
+from transformer_course.python_docs import (
     CHARS,
-    GPT,
-    Block,
-    CharTokenizer,
-    GPTConfig,
     corpus_fingerprint,
-    evaluate,
-    generate,
-    get_batch,
-    lm_loss,
-    load_checkpoint,
     load_python_docs,
-    next_token_probs,
     normalize_text,
-    save_checkpoint,
-    top_k_filter,
-    top_p_filter,
     train_val_split,
 )
-from transformer_course.train_gpt import learning_rate, train
+from transformer_course.gpt import Block, GPT, GPTConfig, lm_loss
+from transformer_course.tokenization import CharTokenizer
+from transformer_course.train_gpt import evaluate, get_batch, load_checkpoint, save_checkpoint
+from transformer_course.generation import generate, next_token_probs, top_k_filter, top_p_filter
+from transformer_course.train_gpt import train
 from transformer_course.masking import causal_mask
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters
@@ -156,7 +147,7 @@ def test_normalize_and_char_tokenizer_round_trip():
     norm = normalize_text(text)
     assert set(norm) <= set(CHARS)
     assert norm == '"Quote" -- cafe    x ?'
-    tok = CharTokenizer()
+    tok = CharTokenizer(CHARS)
     assert tok.vocab_size == 96
     assert tok.decode(tok.encode(norm)) == norm
     assert tok.decode(torch.tensor(tok.encode("ab"))) == "ab"
@@ -306,22 +297,16 @@ def test_generate_restores_training_mode_and_checks_input():
 # ------------------------------------------------------------------------------------ training, checkpoints
 
 
-def test_learning_rate_schedule():
-    assert learning_rate(0, 100, 1.0, 10, 0.1) == pytest.approx(0.1)
-    assert learning_rate(9, 100, 1.0, 10, 0.1) == pytest.approx(1.0)
-    assert learning_rate(100, 100, 1.0, 10, 0.1) == pytest.approx(0.1)
-    assert 0.1 < learning_rate(50, 100, 1.0, 10, 0.1) < 1.0
-
-
 def test_train_lowers_the_loss_on_a_repetitive_text():
-    tok = CharTokenizer()
+    tok = CharTokenizer(CHARS)
     ids = torch.tensor(tok.encode("abcdefgh" * 60))
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=32))
     hist = train(m, ids, ids, steps=60, batch_size=8, lr=1e-2, warmup=5, eval_every=20,
                  generator=torch.Generator().manual_seed(0), show_progress=False)
-    assert hist["step"] == [0, 20, 40, 60]
-    assert hist["val_loss"][-1] < 0.5 * hist["val_loss"][0]
+    assert hist.eval_steps == [0, 20, 40, 60] and len(hist.loss) == len(hist.lr) == 60
+    assert hist.evals["val_loss"][-1] < 0.5 * hist.evals["val_loss"][0]
+    assert max(hist.lr) == pytest.approx(1e-2) and hist.lr[-1] == pytest.approx(1e-3, rel=0.05)
 
 
 def test_checkpoint_round_trip(tmp_path):
@@ -339,7 +324,7 @@ def test_checkpoint_round_trip(tmp_path):
 
 
 def test_shipped_checkpoint_is_small_and_good():
-    from transformer_course.gpt import CHECKPOINT_NAME, checkpoint_dir
+    from transformer_course.train_gpt import CHECKPOINT_NAME, checkpoint_dir
 
     weights = checkpoint_dir() / f"{CHECKPOINT_NAME}.safetensors"
     assert weights.stat().st_size <= 10 * 1024 * 1024

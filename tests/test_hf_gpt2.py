@@ -6,7 +6,10 @@ import pytest
 import torch
 
 from transformer_course import hf_gpt2
-from transformer_course.gpt import CHARS, GPT, CharTokenizer, GPTConfig, generate, normalize_text
+from transformer_course.python_docs import CHARS, normalize_text
+from transformer_course.gpt import GPT, GPTConfig
+from transformer_course.tokenization import CharTokenizer
+from transformer_course.generation import generate
 from transformer_course.hf_gpt2 import (
     bpe_merges,
     from_hf,
@@ -101,7 +104,7 @@ def test_save_and_load_with_auto_classes(tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     tok = AutoTokenizer.from_pretrained(tmp_path)
     ids = tok("def f(x):", return_tensors="pt")["input_ids"]
-    assert ids.tolist()[0] == CharTokenizer().encode("def f(x):")
+    assert ids.tolist()[0] == CharTokenizer(CHARS).encode("def f(x):")
     with torch.no_grad():
         assert (model(ids).logits - m(ids)).abs().max().item() <= 1e-4
 
@@ -111,7 +114,7 @@ def test_save_and_load_with_auto_classes(tmp_path):
 
 def test_hf_char_tokenizer_agrees_with_ours():
     tok = hf_char_tokenizer()
-    ours = CharTokenizer()
+    ours = CharTokenizer(CHARS)
     text = 'class A:\n    """Doc  string."""\n\n  x = {1: [2, 3]}  # ~^|\\'
     assert tok(text)["input_ids"] == ours.encode(text)
     assert tok.decode(tok(text)["input_ids"]) == text

@@ -13,7 +13,7 @@ from transformer_course.why_attention import (
     AttentionClassifier,
     GRUClassifier,
     LinearOnToken,
-    accuracy,
+    held_out_accuracy,
     first_token_data,
     one_informative_token_data,
     steps_to_reach,
@@ -189,17 +189,17 @@ def test_attend_then_linear_with_a_zero_query_averages_the_tokens():
 # ----------------------------------------------------------------------------- training
 
 
-def test_accuracy_counts_correct_argmax_in_eval_mode():
+def test_held_out_accuracy_counts_correct_argmax_in_eval_mode():
     model = LinearOnToken(dim=2, index=0)
     with torch.no_grad():  # predicts class 1 when the first feature is positive
         model.fc.weight.copy_(torch.tensor([[-1.0, 0.0], [1.0, 0.0]]))
         model.fc.bias.zero_()
     x = torch.tensor([[[1.0, 0.0]], [[-1.0, 0.0]], [[2.0, 0.0]], [[-3.0, 0.0]]])
     model.train()
-    assert accuracy(model, x, torch.tensor([1, 0, 0, 0])) == 0.75
+    assert held_out_accuracy(model, x, torch.tensor([1, 0, 0, 0])) == 0.75
     assert not model.training
     with pytest.raises(ValueError, match="4 inputs but 3 labels"):
-        accuracy(model, x, torch.tensor([1, 0, 0]))
+        held_out_accuracy(model, x, torch.tensor([1, 0, 0]))
 
 
 def test_train_classifier_learns_the_first_token_with_attention():
@@ -209,7 +209,7 @@ def test_train_classifier_learns_the_first_token_with_attention():
     curve = train_classifier(
         model, lambda b, g: first_token_data(b, 12, 5, g), steps=80, batch_size=32, lr=1e-2,
         generator=gen(0), eval_data=test, eval_every=20,
-    )
+    ).curve("accuracy")
     assert [s for s, _ in curve] == [0, 20, 40, 60, 80]
     assert curve[0][1] < 0.5 and curve[-1][1] >= 0.95
     assert not model.training
@@ -225,12 +225,12 @@ def test_train_classifier_is_deterministic_and_checks_arguments():
         return train_classifier(
             model, lambda b, g: one_informative_token_data(b, generator=g), steps=30, generator=gen(0),
             eval_data=test, eval_every=10,
-        )
+        ).curve("accuracy")
 
     assert run() == run()
     model = LinearOnToken(dim=4)
     make = lambda b, g: one_informative_token_data(b, generator=g)  # noqa: E731
-    assert train_classifier(model, make, steps=2) == []
+    assert train_classifier(model, make, steps=2).evals == {}
     with pytest.raises(ValueError, match="eval_data"):
         train_classifier(model, make, steps=2, eval_every=1)
     with pytest.raises(ValueError, match="steps"):

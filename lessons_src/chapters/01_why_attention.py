@@ -146,7 +146,7 @@ assert count_parameters(AttentionClassifier(VOCAB, SEQ_LEN)) < count_parameters(
 # Both get the same treatment: Adam with learning rate 0.01, 600 steps, a fresh batch of 64
 # sequences per step, the same stream of batches, and held-out accuracy on the 1000 test
 # sequences every 25 steps. `train_classifier` does this with whole batches (no loop over
-# examples) and `accuracy` evaluates in `eval()` mode.
+# examples) and `held_out_accuracy` evaluates in `eval()` mode.
 
 # %%
 STEPS, EVAL_EVERY = 600, 25
@@ -160,7 +160,7 @@ def train_first_token(kind: str, seq_len: int, steps: int = STEPS) -> tuple[torc
     curve = train_classifier(
         model, lambda n, g: first_token_data(n, seq_len, VOCAB, generator=g), steps=steps, batch_size=64,
         lr=1e-2, generator=torch.Generator().manual_seed(0), eval_data=test, eval_every=EVAL_EVERY,
-    )
+    ).curve("accuracy")  # [(step, held-out accuracy), ...]
     return model, curve
 
 
@@ -312,7 +312,7 @@ def train_sentences(model: torch.nn.Module, informative: int | None = 0, steps: 
         model, lambda n, g: one_informative_token_data(n, NUM_TOKENS, DIM, informative, generator=g),
         steps=steps, batch_size=64, lr=3e-2, generator=torch.Generator().manual_seed(0),
         eval_data=test, eval_every=50,
-    )
+    ).curve("accuracy")
 
 
 torch.manual_seed(0)
@@ -586,7 +586,7 @@ test = first_token_data(1000, SEQ_LEN, VOCAB, generator=torch.Generator().manual
 torch.manual_seed(0)
 blind = AttentionClassifier(VOCAB, SEQ_LEN, use_positions=False)
 curve = train_classifier(blind, lambda n, g: first_token_data(n, SEQ_LEN, VOCAB, generator=g), steps=300,
-                         lr=1e-2, generator=torch.Generator().manual_seed(0), eval_data=test)
+                         lr=1e-2, generator=torch.Generator().manual_seed(0), eval_data=test).curve("accuracy")
 counts_all = F.one_hot(test[0], VOCAB).sum(dim=1)
 mode_acc = (counts_all.argmax(dim=1) == test[1]).float().mean().item()
 print(f"without positions: held-out accuracy {curve[-1][1]:.3f}")

@@ -70,9 +70,9 @@ from transformer_course.seq2seq import (
     teacher_forced_logits,
     train_seq2seq,
     translate,
-    warmup_cosine,
     wrong_fields,
 )
+from transformer_course.training import fit, warmup_decay
 from transformer_course.transformer import Transformer
 from transformer_course.utils import count_parameters, get_device, set_seed, show_source
 
@@ -408,14 +408,14 @@ print(f"smallest possible smoothed loss (entropy of q): {floor:.4f} nats per tok
 # $1/\sqrt{\text{step}}$); warm-up + cosine is what most models use today (GPT-2 in chapter 10 as well).
 
 # %%
-show_source(warmup_cosine)
+show_source(warmup_decay)
 
 # %%
 PEAK_LR, WARMUP = 3e-3, 80
 optimizer = torch.optim.AdamW(model.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), weight_decay=0.01)
-scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_cosine(s, WARMUP, STEPS))
+scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_decay(s, WARMUP, STEPS))
 
-planned = [PEAK_LR * warmup_cosine(s, WARMUP, STEPS) for s in range(STEPS)]
+planned = [PEAK_LR * warmup_decay(s, WARMUP, STEPS) for s in range(STEPS)]
 fig, ax = plt.subplots(figsize=(6.5, 2.8))
 ax.plot(planned)
 ax.axvline(WARMUP, color="gray", ls=":", lw=1)
@@ -436,8 +436,15 @@ assert int(np.argmax(planned)) == WARMUP - 1 and planned[-1] < 0.06 * PEAK_LR
 # so one unlucky batch cannot throw the weights far), the optimiser step, the scheduler step.
 # Every 100 steps the loss on the validation set is measured, with the same label smoothing, so
 # the two curves can be compared. A progress bar (`tqdm`) shows the running loss.
+#
+# The steps after the loss are the same for every model in this course, so they live in one
+# function, `fit`, which chapters 10 and 12 use as well: it takes a function that returns the
+# loss of step `k`, and returns a `History` (the loss and learning rate of every step, and
+# whatever the evaluation measured). `train_seq2seq` only says what a step's loss is here (the
+# next batch, teacher forcing, the label-smoothed loss) and what to evaluate.
 
 # %%
+show_source(fit)
 show_source(train_seq2seq)
 
 # %% tags=["nbval-ignore-output"]
@@ -445,17 +452,18 @@ history = train_seq2seq(
     model, train_loader, STEPS, optimizer, PAD, scheduler=scheduler, label_smoothing=EPS,
     clip_norm=1.0, val_loader=val_loader, eval_every=100, device=device,
 )
-assert len(history.train_loss) == STEPS
+assert len(history.loss) == STEPS
 
 # %% [markdown]
 # The numbers (rounded, so that they are the same run after run on the CPU):
 
 # %%
-final_train = float(np.mean(history.train_loss[-50:]))
+final_train = float(np.mean(history.loss[-50:]))
 print(f"training loss, mean of the last 50 steps: {final_train:.3f}")
-print("validation loss every 100 steps:", [round(v, 3) for v in history.val_loss])
+print("validation loss every 100 steps:", [round(v, 3) for v in history.evals["val_loss"]])
 print(f"floor (entropy of the smoothed target): {floor:.3f}")
-assert history.train_loss[0] > 3 and history.val_loss[2] < floor + 0.1 and history.val_loss[-1] < floor + 0.02
+val_curve = history.evals["val_loss"]
+assert history.loss[0] > 3 and val_curve[2] < floor + 0.1 and val_curve[-1] < floor + 0.02
 assert np.allclose(history.lr, planned)  # the optimiser followed the planned schedule
 
 # %% [markdown]
@@ -477,10 +485,10 @@ assert history.cpu_seconds <= 120, "training took more than the chapter's budget
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3.5))
 steps = np.arange(1, STEPS + 1)
-ax.plot(steps, history.train_loss, color="C0", alpha=0.3, lw=0.8)
-smooth = np.convolve(history.train_loss, np.ones(25) / 25, mode="valid")
+ax.plot(steps, history.loss, color="C0", alpha=0.3, lw=0.8)
+smooth = np.convolve(history.loss, np.ones(25) / 25, mode="valid")
 ax.plot(steps[24:], smooth, color="C0", label="training (25-step average)")
-ax.plot(history.val_steps, history.val_loss, "s-", color="C1", label="validation")
+ax.plot(history.eval_steps, history.evals["val_loss"], "s-", color="C1", label="validation")
 ax.axhline(floor, color="gray", ls=":", lw=1)
 ax.text(STEPS, floor - 0.05, "floor: entropy of the smoothed target", ha="right", va="top", fontsize=8, color="gray")
 ax.set_ylim(0, 3)
@@ -839,7 +847,7 @@ def run_250(eps: float) -> dict[str, float]:
     set_seed(0, num_threads=1)
     m = Transformer(**config).to(device)
     opt = torch.optim.AdamW(m.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, 25, 250))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, 25, 250))
     loader = DataLoader(train_ds, batch_size=BATCH, shuffle=True, collate_fn=collate,
                         generator=torch.Generator().manual_seed(0))  # the same batches for both runs
     train_seq2seq(m, loader, 250, opt, PAD, sched, label_smoothing=eps, device=device, show_progress=False)
@@ -876,12 +884,12 @@ def short_run(peak: float, warmup: int, n_steps: int = 100) -> float:
     set_seed(0, num_threads=1)
     m = Transformer(**config).to(device)
     opt = torch.optim.AdamW(m.parameters(), lr=peak, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, STEPS))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, warmup, STEPS))
     loader = DataLoader(train_ds, batch_size=BATCH, shuffle=True, collate_fn=collate,
                         generator=torch.Generator().manual_seed(0))
     h = train_seq2seq(m, loader, n_steps, opt, PAD, sched, label_smoothing=EPS, val_loader=val_loader,
                       eval_every=n_steps, device=device, show_progress=False)
-    return h.val_loss[-1]
+    return h.evals["val_loss"][-1]
 
 
 with_warmup, without_warmup = short_run(1e-2, 80), short_run(1e-2, 1)
@@ -914,7 +922,7 @@ mix += to_pairs(splits.train[3000:6000])
 mix_loader = DataLoader(Seq2SeqDataset(mix, src_tok, tgt_tok), batch_size=BATCH, shuffle=True,
                         collate_fn=collate, generator=torch.Generator().manual_seed(1))
 opt_ft = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-sched_ft = torch.optim.lr_scheduler.LambdaLR(opt_ft, lambda s: warmup_cosine(s, 20, 300))
+sched_ft = torch.optim.lr_scheduler.LambdaLR(opt_ft, lambda s: warmup_decay(s, 20, 300))
 train_seq2seq(model, mix_loader, 300, opt_ft, PAD, sched_ft, label_smoothing=EPS, device=device,
               show_progress=False)
 after, old_after = accuracy_on(new_test), accuracy_on(splits.test)

@@ -26,13 +26,13 @@ import matplotlib.pyplot as plt
 import torch
 
 from transformer_course.attention import KVCache
-from transformer_course.gpt import (
-    CHARS, GPT, Block, CausalSelfAttention, CharTokenizer, GPTConfig, corpus_fingerprint, evaluate,
-    generate, get_batch, lm_loss, load_checkpoint, load_python_docs, next_token_probs, normalize_text,
-    top_k_filter, top_p_filter, train_val_split,
-)
+from transformer_course.generation import generate, next_token_probs, top_k_filter, top_p_filter
+from transformer_course.gpt import GPT, Block, CausalSelfAttention, GPTConfig, lm_loss
 from transformer_course.masking import causal_mask
-from transformer_course.train_gpt import learning_rate, train
+from transformer_course.python_docs import CHARS, corpus_fingerprint, load_python_docs, normalize_text, train_val_split
+from transformer_course.tokenization import CharTokenizer
+from transformer_course.train_gpt import evaluate, get_batch, load_checkpoint, train
+from transformer_course.training import warmup_decay
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters, set_seed, show_source
 
@@ -53,7 +53,7 @@ g = set_seed(0)
 
 # %%
 text = load_python_docs()
-tok = CharTokenizer()
+tok = CharTokenizer(CHARS)
 print(f"{len(text):,} characters, vocabulary of {tok.vocab_size}")
 print(text[:400])
 assert set(text) <= set(CHARS) and tok.vocab_size == 96
@@ -221,9 +221,10 @@ untrained = generate(model, start, 60, do_sample=True, generator=torch.Generator
 print(repr(tok.decode(untrained[0])))
 
 # %% [markdown]
-# The training loop is the one of chapter 09 with GPT-2's recipe: AdamW with weight decay on
-# the matrices only, a learning rate that warms up linearly and then decays along a cosine,
-# and gradient clipping. Every `eval_every` steps it measures the loss on `eval_windows`
+# `train` draws random windows of the training text and hands them to the course's one
+# training loop, `fit` from chapter 09, with GPT-2's recipe: AdamW with weight decay on the
+# matrices only, a learning rate that warms up linearly and then decays along a cosine, and
+# gradient clipping. Every `eval_every` steps it measures the loss on `eval_windows`
 # windows spread evenly over the training text and over the validation text (all of them if a
 # text has fewer), the same way for both, so the two curves can be compared. A sample taken
 # only from the *beginning* of a text would measure the first topics of the documentation,
@@ -234,9 +235,9 @@ show_source(train)
 
 # %%
 steps = [0, 50, 500, 999, 1000]
-lrs = [learning_rate(s, 1000, 3e-3, 50, 3e-4) for s in steps]
+lrs = [3e-3 * warmup_decay(s, 50, 1000, min_ratio=0.1) for s in steps]  # what train() sets
 print("learning rate at steps", steps, "->", [f"{v:.1e}" for v in lrs])
-assert lrs[1] == max(lrs) and lrs[-1] == 3e-4
+assert lrs[1] == max(lrs) and abs(lrs[-1] - 3e-4) < 1e-12
 
 # %% [markdown]
 # 1000 steps of 16 windows of 64 characters: about a million characters, two and a half
@@ -267,8 +268,8 @@ print(f"trained in {train_seconds:.0f} s ({1000 / train_seconds:.1f} steps/s, "
 val_loss = evaluate(model, val_ids)
 n_val_windows = (len(val_ids) - 1) // config.block_size
 print(f"whole validation text ({n_val_windows} windows): {val_loss:.3f} nats/char (perplexity {math.exp(val_loss):.2f})")
-print(f"last point of the validation curve (256 windows): {history['val_loss'][-1]:.3f} nats/char")
-assert abs(val_loss - history["val_loss"][-1]) < 0.05
+print(f"last point of the validation curve (256 windows): {history.evals['val_loss'][-1]:.3f} nats/char")
+assert abs(val_loss - history.evals["val_loss"][-1]) < 0.05
 assert val_loss <= 1.7
 
 # %% [markdown]
@@ -283,8 +284,8 @@ assert val_loss <= 1.7
 
 # %% tags=["nbval-ignore-output"]
 fig, ax = plt.subplots(figsize=(6.5, 3.5))
-ax.plot(history["step"], history["train_loss"], "o-", label="training text")
-ax.plot(history["step"], history["val_loss"], "s-", label="validation text")
+ax.plot(history.eval_steps, history.evals["train_loss"], "o-", label="training text")
+ax.plot(history.eval_steps, history.evals["val_loss"], "s-", label="validation text")
 ax.axhline(math.log(96), color="gray", ls=":", lw=1)
 ax.text(1000, math.log(96) - 0.08, "uniform over 96 characters", ha="right", va="top", fontsize=8, color="gray")
 ax.set_xlabel("step")
@@ -293,8 +294,8 @@ ax.set_title("Training the small GPT on Python's documentation")
 ax.legend(loc="center right")
 fig.tight_layout()
 plt.show()
-v, t = history["val_loss"], history["train_loss"]
-print("step        " + " ".join(f"{s:>5}" for s in history["step"]))
+v, t = history.evals["val_loss"], history.evals["train_loss"]
+print("step        " + " ".join(f"{s:>5}" for s in history.eval_steps))
 print("training    " + " ".join(f"{x:5.2f}" for x in t))
 print("validation  " + " ".join(f"{x:5.2f}" for x in v))
 assert v[0] - v[1] > 4 * (v[1] - v[2])  # the first 100 steps gain far more than the next 100

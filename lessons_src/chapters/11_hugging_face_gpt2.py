@@ -41,13 +41,14 @@ with warnings.catch_warnings():
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
-from transformer_course.gpt import (
-    GPT, GPTConfig, evaluate, generate, lm_loss, load_checkpoint, load_python_docs, train_val_split,
-)
+from transformer_course.generation import generate
+from transformer_course.gpt import GPT, GPTConfig, lm_loss
 from transformer_course.hf_gpt2 import (
     bpe_merges, from_hf, hf_char_tokenizer, hf_state_dict, load_gpt2, to_hf, to_hf_config, train_bpe,
 )
 from transformer_course.pretrained import hub_available, load_smollm2
+from transformer_course.python_docs import load_python_docs, train_val_split
+from transformer_course.train_gpt import evaluate, load_checkpoint
 from transformer_course.utils import count_parameters, set_seed, show_source
 
 g = set_seed(0)

@@ -57,11 +57,24 @@ with warnings.catch_warnings():  # tqdm's "IProgress not found" notice, printed 
     from transformers.utils import logging as hf_logging
 
 from transformer_course import sentiment
-from transformer_course.bert import (BertConfig, BertEmbeddings, BertEncoder, BertForMLM, bert_from_hf, cosine_similarity,
-                                     mask_tokens, mlm_windows, pretrain_mlm, python_docs_prose, semantic_search,
-                                     to_hf_masked_lm, wordpiece_subset)
+from transformer_course.bert import (
+    BertConfig,
+    BertEmbeddings,
+    BertEncoder,
+    BertForMLM,
+    bert_from_hf,
+    cosine_similarity,
+    mask_tokens,
+    mlm_windows,
+    pretrain_mlm,
+    semantic_search,
+    to_hf_masked_lm,
+    wordpiece_subset,
+)
+from transformer_course.python_docs import python_docs_prose
 from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool, minilm_path
+from transformer_course.training import accuracy
 from transformer_course.utils import count_parameters, get_device, set_seed, show_source
 
 set_seed(0, num_threads=1)  # one CPU thread, as in chapter 09: printed numbers can depend on the thread count
@@ -422,7 +435,8 @@ generator = set_seed(0, num_threads=1)
 mlm = BertForMLM(BertConfig(vocab_size=len(mlm_tok), d_model=128, num_layers=2, num_heads=4, d_ff=512, max_len=64))
 print(f"{count_parameters(mlm):,} parameters")
 t0, c0 = time.perf_counter(), time.process_time()
-mlm_losses = pretrain_mlm(mlm, mlm_train_ids, mlm_tok, steps=MLM_STEPS, batch_size=32, lr=1e-3, warmup=50, generator=generator)
+mlm_losses = pretrain_mlm(mlm, mlm_train_ids, mlm_tok, steps=MLM_STEPS, batch_size=32, lr=1e-3, warmup=50,
+                          generator=generator).loss
 mlm_seconds, mlm_cpu = time.perf_counter() - t0, time.process_time() - c0
 print(f"loss: first 20 steps {sum(mlm_losses[:20]) / 20:.2f}, last 20 steps {sum(mlm_losses[-20:]) / 20:.2f} "
       f"(uniform guessing: ln {len(mlm_tok)} = {math.log(len(mlm_tok)):.2f})")
@@ -716,7 +730,7 @@ assert len({tuple(splits[s][1].texts) for s in SEEDS}) == 3  # three different d
 
 # %%
 probs_untrained = sentiment.predict_proba(untrained, tokenizer, dev.texts)
-dev_untrained = sentiment.accuracy(probs_untrained.argmax(dim=1), dev.labels)
+dev_untrained = accuracy(probs_untrained.argmax(dim=1), dev.labels)
 print(f"untrained head: dev accuracy {dev_untrained:.1%}, "
       f"predicts 'positive' for {int(probs_untrained.argmax(dim=1).sum())} of {len(dev)}, "
       f"P(positive) between {probs_untrained[:, 1].min():.2f} and {probs_untrained[:, 1].max():.2f}")
@@ -737,12 +751,12 @@ assert abs(dev_untrained - 0.5) < 0.12 and probs_untrained.max() < 0.6
 show_source(sentiment.fit_bag_of_words)
 
 # %%
-bow_dev = {wd: sentiment.accuracy(sentiment.fit_bag_of_words(train.texts, train.labels, weight_decay=wd).predict(dev.texts),
+bow_dev = {wd: accuracy(sentiment.fit_bag_of_words(train.texts, train.labels, weight_decay=wd).predict(dev.texts),
                                   dev.labels) for wd in (1e-4, 1e-3, 1e-2)}
 BOW_WD = max(bow_dev, key=bow_dev.get)
 print("dev accuracy by weight decay:", {wd: round(a, 3) for wd, a in bow_dev.items()}, "-> chosen", BOW_WD)
 bow = sentiment.fit_bag_of_words(train.texts, train.labels, weight_decay=BOW_WD)
-acc_bow_train = sentiment.accuracy(bow.predict(train.texts), train.labels)
+acc_bow_train = accuracy(bow.predict(train.texts), train.labels)
 pos_words, neg_words = bow.top_words(8)
 print(f"vocabulary {len(bow.vocab)} words; train accuracy {acc_bow_train:.1%}, dev accuracy {bow_dev[BOW_WD]:.1%}")
 print("most positive words:", pos_words)
@@ -781,10 +795,10 @@ emb_of = dict(zip(all_texts, all_emb))
 def embeddings(split) -> torch.Tensor:
     return torch.stack([emb_of[t] for t in split.texts])
 
-knn_dev = {k: sentiment.accuracy(sentiment.knn_predict(embeddings(dev), embeddings(train), train.labels, k), dev.labels)
+knn_dev = {k: accuracy(sentiment.knn_predict(embeddings(dev), embeddings(train), train.labels, k), dev.labels)
            for k in (1, 5, 15, 45)}
 KNN_K = max(knn_dev, key=knn_dev.get)
-probe_dev = {wd: sentiment.accuracy(sentiment.fit_logistic_regression(embeddings(train), train.labels, wd).predict(embeddings(dev)),
+probe_dev = {wd: accuracy(sentiment.fit_logistic_regression(embeddings(train), train.labels, wd).predict(embeddings(dev)),
                                     dev.labels) for wd in (1e-4, 1e-3, 1e-2)}
 PROBE_WD = max(probe_dev, key=probe_dev.get)
 print("k-NN, dev accuracy by k:", {k: round(a, 3) for k, a in knn_dev.items()}, "-> chosen k =", KNN_K)
@@ -796,9 +810,9 @@ assert all_emb.shape == (1050, 384)
 #
 # Fine-tuning trains the network itself, pretrained encoder and new head together, on the
 # labelled reviews, with a small learning rate so that the pretrained weights move only a little.
-# `sentiment.fine_tune` is an ordinary PyTorch loop: AdamW, a learning rate that warms up and
-# then decays linearly (the schedule BERT was fine-tuned with), gradient clipping, one progress
-# bar, and the dev accuracy after every epoch.
+# `sentiment.fine_tune` runs the course's training loop (`fit`, chapter 09) on batches of reviews:
+# AdamW, a learning rate that warms up and then decays linearly (the schedule BERT was fine-tuned
+# with), gradient clipping, one progress bar, and the dev accuracy after every epoch.
 
 # %%
 show_source(sentiment.fine_tune)
@@ -844,9 +858,9 @@ for name, (frozen_layers, lr) in CANDIDATES.items():
     ft_seconds[name], ft_cpu[name] = time.perf_counter() - t0, time.process_time() - c0
 for name, (clf, history) in selection.items():
     print(f"{name:42s} trainable {count_parameters(clf) / 1e6:4.1f} M; dev accuracy after each epoch:",
-          [f"{a:.1%}" for a in history.dev_accuracy])
+          [f"{a:.1%}" for a in history.evals["dev_accuracy"]])
 best_name, best_epoch = max(((n, e) for n in CANDIDATES for e in range(MAX_EPOCHS)),
-                            key=lambda ne: (selection[ne[0]][1].dev_accuracy[ne[1]], -ne[1]))
+                            key=lambda ne: (selection[ne[0]][1].evals["dev_accuracy"][ne[1]], -ne[1]))
 FROZEN, LR = CANDIDATES[best_name]
 EPOCHS = best_epoch + 1
 print(f"chosen on the dev split: {best_name}, {EPOCHS} epoch(s)")
@@ -864,7 +878,7 @@ assert all(s > 0 for s in ft_seconds.values())
 # training loss of that candidate over its two epochs, step by step:
 
 # %%
-losses = selection[best_name][1].losses
+losses = selection[best_name][1].loss
 steps = torch.arange(1, len(losses) + 1)
 window = 10
 smooth = torch.tensor(losses).unfold(0, window, 1).mean(dim=1)
@@ -925,7 +939,7 @@ with tempfile.TemporaryDirectory() as out_dir:
     trainer_seconds, trainer_cpu = time.perf_counter() - t0, time.process_time() - c0
     dev_trainer = trainer.evaluate()["eval_accuracy"]
 hf_clf.eval()
-dev_loop = selection[best_name][1].dev_accuracy[best_epoch]
+dev_loop = selection[best_name][1].evals["dev_accuracy"][best_epoch]
 print(f"dev accuracy: our loop {dev_loop:.1%}, Trainer {dev_trainer:.1%}")
 
 # %% tags=["nbval-ignore-output"]
@@ -972,21 +986,21 @@ test_acc = {name: [] for name in ["untrained head", "bag of words", f"k-NN on em
 ft_models = {}
 for s in SEEDS:
     tr, _ = splits[s]
-    test_acc["untrained head"].append(sentiment.accuracy(
+    test_acc["untrained head"].append(accuracy(
         sentiment.predict_proba(fresh_classifier(s), tokenizer, test.texts).argmax(dim=1), test.labels))
-    test_acc["bag of words"].append(sentiment.accuracy(
+    test_acc["bag of words"].append(accuracy(
         sentiment.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD).predict(test.texts), test.labels))
-    test_acc[f"k-NN on embeddings (k = {KNN_K})"].append(sentiment.accuracy(
+    test_acc[f"k-NN on embeddings (k = {KNN_K})"].append(accuracy(
         sentiment.knn_predict(embeddings(test), embeddings(tr), tr.labels, KNN_K), test.labels))
-    test_acc["linear probe on embeddings"].append(sentiment.accuracy(
+    test_acc["linear probe on embeddings"].append(accuracy(
         sentiment.fit_logistic_regression(embeddings(tr), tr.labels, PROBE_WD).predict(embeddings(test)), test.labels))
     if s == 0 and EPOCHS == MAX_EPOCHS:
         ft_models[s] = selection[best_name][0]
     else:
         ft_models[s] = fine_tuned(s, FROZEN, LR, EPOCHS, splits[s])[0]
-    test_acc["fine-tuned MiniLM (our loop)"].append(sentiment.accuracy(
+    test_acc["fine-tuned MiniLM (our loop)"].append(accuracy(
         sentiment.predict_proba(ft_models[s], tokenizer, test.texts).argmax(dim=1), test.labels))
-acc_trainer = sentiment.accuracy(sentiment.predict_proba(hf_clf, tokenizer, test.texts).argmax(dim=1), test.labels)
+acc_trainer = accuracy(sentiment.predict_proba(hf_clf, tokenizer, test.texts).argmax(dim=1), test.labels)
 summary = {name: sentiment.mean_std(accs) for name, accs in test_acc.items()}
 print(f"test accuracy on {len(test)} reviews, mean ± standard deviation over seeds {SEEDS}:")
 for name, (mean, sd) in summary.items():
@@ -1041,9 +1055,9 @@ bow0 = sentiment.fit_bag_of_words(splits[0][0].texts, splits[0][0].labels, weigh
 clf = ft_models[0]
 probs = sentiment.predict_proba(clf, tokenizer, test.texts)
 pred = probs.argmax(dim=1)
-cm = sentiment.confusion_matrix(test.labels, pred)
+cm = sentiment.confusion_matrix(pred, test.labels)
 fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
-sentiment.plot_confusion_matrix(sentiment.confusion_matrix(test.labels, bow0.predict(test.texts)), ax=axes[0],
+sentiment.plot_confusion_matrix(sentiment.confusion_matrix(bow0.predict(test.texts), test.labels), ax=axes[0],
                                 title=f"bag of words: {test_acc['bag of words'][0]:.0%}")
 sentiment.plot_confusion_matrix(cm, ax=axes[1], title=f"fine-tuned MiniLM: {test_acc['fine-tuned MiniLM (our loop)'][0]:.0%}")
 fig.tight_layout()
@@ -1374,7 +1388,7 @@ def cls_and_pooler(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 (cls_train, pool_train), (cls_dev, pool_dev) = cls_and_pooler(train.texts), cls_and_pooler(dev.texts)
 probe_views = {"mean of the token vectors": (embeddings(train), embeddings(dev)),
                "[CLS] vector": (cls_train, cls_dev), "pooler output": (pool_train, pool_dev)}
-view_acc = {name: sentiment.accuracy(sentiment.fit_logistic_regression(x_tr, train.labels, PROBE_WD).predict(x_dev), dev.labels)
+view_acc = {name: accuracy(sentiment.fit_logistic_regression(x_tr, train.labels, PROBE_WD).predict(x_dev), dev.labels)
             for name, (x_tr, x_dev) in probe_views.items()}
 for name, acc in view_acc.items():
     print(f"linear probe on the {name:26s} dev accuracy {acc:.1%}")

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .layers import LayerNorm
+from .training import History, fit, param_groups, warmup_decay
 from .transformer import EncoderLayer
 from .utils import check_token_ids
 
@@ -486,22 +487,6 @@ def to_hf_masked_lm(model: BertForMLM) -> nn.Module:
     return hf.eval()
 
 
-def python_docs_prose(min_words: int = 8) -> list[str]:
-    """The prose paragraphs of Python's documentation (chapter 10's corpus), one string each.
-
-    Keeps paragraphs that start like a sentence and have at least ``min_words`` words; drops
-    grammar rules, code examples and the ``****`` lines under headings, whose tokens would be
-    trivial to predict.  Whitespace is collapsed to single spaces.
-    """
-    from .gpt import load_python_docs
-
-    paragraphs = (re.sub(r"\s+", " ", p).strip() for p in load_python_docs().split("\n\n"))
-    return [
-        p for p in paragraphs
-        if re.match(r"[A-Z][a-z]", p) and len(p.split()) >= min_words and not re.search(r"[*=]{3}|>>>|::=", p)
-    ]
-
-
 def mlm_windows(ids: torch.Tensor, starts: torch.Tensor, length: int, cls_id: int) -> torch.Tensor:
     """``[CLS]`` followed by the ``length - 1`` tokens of ``ids`` from each start: ``(len(starts), length)``."""
     if ids.dim() != 1 or starts.dim() != 1:
@@ -521,44 +506,29 @@ def pretrain_mlm(
     lr: float = 1e-3,
     warmup: int = 50,
     generator: torch.Generator | None = None,
-) -> list[float]:
-    """Masked-language-model pre-training on one long 1-D tensor of token ids; returns the losses.
+) -> History:
+    """Masked-language-model pre-training on one long 1-D tensor of token ids; returns the
+    :class:`~transformer_course.training.History` (the loss of every step).
 
     Each step takes ``batch_size`` random windows of ``model.config.max_len`` tokens
     (``[CLS]`` + text; ``[SEP]`` ends each paragraph inside ``ids``), masks them with
     :func:`mask_tokens` and takes an AdamW step (linear warm-up, cosine decay, gradient clipping).
     """
-    from .seq2seq import warmup_cosine
-    from .utils import progress
-
     if steps < 1 or batch_size < 1:
         raise ValueError(f"steps and batch_size must be positive, got {steps} and {batch_size}")
     length = model.config.max_len
     special_ids = torch.tensor(tokenizer.all_special_ids)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}], lr=lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warmup, steps))
-    losses: list[float] = []
-    model.train()
-    bar = progress(total=steps, desc="MLM pre-training")
-    for _ in range(steps):
+    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, warmup, steps))
+
+    def step_loss(step: int) -> torch.Tensor:
         starts = torch.randint(ids.numel() - length + 1, (batch_size,), generator=generator)
         x = mlm_windows(ids, starts, length, tokenizer.cls_token_id)
-        inputs, labels = mask_tokens(x, tokenizer.mask_token_id, len(tokenizer), torch.isin(x, special_ids),
-                                     generator=generator)
-        loss = model.loss(inputs, labels)
-        opt.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-        bar.set_postfix(loss=f"{losses[-1]:.2f}", refresh=False)
-        bar.update(1)
-    bar.close()
-    model.eval()
-    return losses
+        special = torch.isin(x, special_ids)
+        inputs, labels = mask_tokens(x, tokenizer.mask_token_id, len(tokenizer), special, generator=generator)
+        return model.loss(inputs, labels)
+
+    return fit(model, step_loss, steps, opt, sched, clip_norm=1.0, desc="MLM pre-training")
 
 
 def wordpiece_subset(tokenizer: Any, texts: Sequence[str]) -> Any:

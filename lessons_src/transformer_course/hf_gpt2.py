@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from .gpt import _TYPOGRAPHY, CHARS, GPT, GPTConfig
+from .python_docs import _TYPOGRAPHY, CHARS
+from .gpt import GPT, GPTConfig
 from .pretrained import ModelNotAvailableError, hub_available, offline_forced
 
 GPT2_HUB_ID = "gpt2"
@@ -132,7 +133,7 @@ def hf_char_tokenizer(chars: str = CHARS, model_max_length: int | None = None):
     """The course's ``CharTokenizer`` as a ``PreTrainedTokenizerFast`` (one token per character).
 
     A ``WordLevel`` model whose words are single characters: the pre-tokenizer splits the text
-    into characters, the normaliser applies the same clean-up as ``gpt.normalize_text``
+    into characters, the normaliser applies the same clean-up as ``python_docs.normalize_text``
     (typographic quotes and dashes to ASCII, accents dropped), anything else becomes ``"?"``,
     and the decoder joins the characters back without spaces.
     """

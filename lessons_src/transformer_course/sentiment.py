@@ -13,10 +13,10 @@
 * Baselines: ``fit_bag_of_words`` (a logistic regression on word counts) and, on frozen sentence
   embeddings, ``knn_predict`` (cosine nearest neighbours) and a linear probe; the bag of words and
   the probe share ``fit_logistic_regression``, in plain torch.
-* ``fine_tune``: the training loop for a Hugging Face sequence classifier (``AutoModelFor
+* ``fine_tune``: training (on ``training.fit``) for a Hugging Face sequence classifier (``AutoModelFor
   SequenceClassification``), with ``freeze_lower`` to freeze its bottom; ``predict_proba`` and
   ``classify_sentiment`` use the result (without autograd, under ``torch.inference_mode()``).
-* ``accuracy``, ``confusion_matrix`` and ``plot_confusion_matrix`` to report it honestly.
+* ``confusion_matrix`` and ``plot_confusion_matrix`` (with ``training.accuracy``) to report it honestly.
 
 Label ids follow the order of ``LABELS``: 0 = negative, 1 = positive.
 """
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .utils import progress
+from .training import History, accuracy, class_ids, fit, param_groups, warmup_decay
 
 LABELS = ("negative", "positive")
 SPLITS = ("train", "test")
@@ -91,25 +91,14 @@ def load_sentiment_reviews(path: str | Path | None = None) -> tuple[ReviewSplit,
 # Metrics
 
 
-def _as_long(x: torch.Tensor | Sequence[int]) -> torch.Tensor:
-    return x.long().cpu() if isinstance(x, torch.Tensor) else torch.tensor(list(x), dtype=torch.long)
-
-
-def accuracy(predictions: torch.Tensor | Sequence[int], labels: torch.Tensor | Sequence[int]) -> float:
-    """Fraction of predictions equal to the labels."""
-    p, y = _as_long(predictions), _as_long(labels)
-    if p.shape != y.shape or p.dim() != 1 or len(p) == 0:
-        raise ValueError(f"predictions {tuple(p.shape)} and labels {tuple(y.shape)} must be equal, non-empty 1-D")
-    return (p == y).float().mean().item()
-
-
 def confusion_matrix(
-    labels: torch.Tensor | Sequence[int], predictions: torch.Tensor | Sequence[int], num_classes: int = 2
+    predictions: torch.Tensor | Sequence[int], labels: torch.Tensor | Sequence[int], num_classes: int = 2
 ) -> torch.Tensor:
-    """``cm[i, j]`` = number of examples of true class ``i`` predicted as class ``j``."""
-    y, p = _as_long(labels), _as_long(predictions)
+    """``cm[i, j]`` = number of examples of true class ``i`` predicted as class ``j`` (arguments
+    in the order of :func:`~transformer_course.training.accuracy`)."""
+    p, y = class_ids(predictions), class_ids(labels)
     if p.shape != y.shape or p.dim() != 1:
-        raise ValueError(f"labels {tuple(y.shape)} and predictions {tuple(p.shape)} must be equal 1-D shapes")
+        raise ValueError(f"predictions {tuple(p.shape)} and labels {tuple(y.shape)} must be equal 1-D shapes")
     if len(y) and (min(y.min(), p.min()) < 0 or max(y.max(), p.max()) >= num_classes):
         raise ValueError(f"class ids must lie in 0..{num_classes - 1}")
     return torch.bincount(y * num_classes + p, minlength=num_classes**2).view(num_classes, num_classes)
@@ -260,7 +249,7 @@ def knn_predict(
         raise ValueError(f"{reference.size(0)} reference rows but {len(reference_labels)} labels")
     sims = F.normalize(query, dim=-1) @ F.normalize(reference, dim=-1).T
     nearest = sims.topk(k, dim=1).indices
-    votes = _as_long(reference_labels)[nearest].sum(dim=1)
+    votes = class_ids(reference_labels)[nearest].sum(dim=1)
     return (2 * votes >= k).long()
 
 
@@ -317,14 +306,6 @@ def freeze_lower(model: nn.Module, num_layers: int) -> nn.Module:
     return model
 
 
-@dataclass
-class FineTuneHistory:
-    """What :func:`fine_tune` measured: the loss of every step, the dev accuracy after every epoch."""
-
-    losses: list[float]
-    dev_accuracy: list[float]
-
-
 def fine_tune(
     model: nn.Module,
     tokenizer: Any,
@@ -338,12 +319,11 @@ def fine_tune(
     max_length: int = 64,
     generator: torch.Generator | None = None,
     dev: ReviewSplit | None = None,
-) -> FineTuneHistory:
-    """Train a Hugging Face sequence classifier on ``(texts, labels)``.
-
-    Returns a :class:`FineTuneHistory`: the loss of every step and, if a ``dev`` split is given,
-    the accuracy on it after every epoch (to choose the number of epochs on data that is not
-    the test set).
+) -> History:
+    """Train a Hugging Face sequence classifier on ``(texts, labels)``; returns a
+    :class:`~transformer_course.training.History`: the loss of every step and, if a ``dev``
+    split is given, the accuracy on it after every epoch (``"dev_accuracy"``, to choose the
+    number of epochs on data that is not the test set).
 
     AdamW with a learning rate that rises linearly over the first ``warmup_fraction`` of the
     steps and then falls linearly to 0 (the schedule BERT was fine-tuned with).  Each epoch
@@ -359,41 +339,26 @@ def fine_tune(
     steps_per_epoch = -(-len(texts) // batch_size)
     total = epochs * steps_per_epoch
     warmup = max(1, int(warmup_fraction * total))
-    trainable = [p for p in model.parameters() if p.requires_grad]  # frozen parameters stay as they are
-    if not trainable:
-        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
-    decay = [p for p in trainable if p.dim() >= 2]  # matrices; biases and LayerNorm weights are not decayed
-    no_decay = [p for p in trainable if p.dim() < 2]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr
-    )
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warmup if s < warmup else max(0.0, (total - s) / max(1, total - warmup))
-    )
-    losses: list[float] = []
-    dev_accuracy: list[float] = []
-    model.train()
-    bar = progress(total=total, desc="fine-tuning")
-    for _ in range(epochs):
-        order = torch.randperm(len(texts), generator=generator).tolist()
-        for i in range(0, len(order), batch_size):
-            idx = order[i : i + batch_size]
-            batch = _batch(tokenizer, [texts[j] for j in idx], max_length, device)
-            out = model(**batch, labels=y_all[idx].to(device))
-            opt.zero_grad()
-            out.loss.backward()
-            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
-            opt.step()
-            sched.step()
-            losses.append(out.loss.item())
-            bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)  # shown at the bar's next redraw
-            bar.update(1)  # redraws at most once a second (mininterval)
-        if dev is not None:
-            dev_accuracy.append(accuracy(predict_proba(model, tokenizer, dev.texts).argmax(dim=1), dev.labels))
-            model.train()
-    bar.close()
-    model.eval()
-    return FineTuneHistory(losses, dev_accuracy)
+    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)  # frozen parameters stay as they are
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, warmup, total, 0.0, decay="linear"))
+    order: list[int] = []
+
+    def step_loss(step: int) -> torch.Tensor:
+        nonlocal order
+        i = step % steps_per_epoch * batch_size
+        if i == 0:  # a new epoch, a new order
+            order = torch.randperm(len(texts), generator=generator).tolist()
+        idx = order[i : i + batch_size]
+        batch = _batch(tokenizer, [texts[j] for j in idx], max_length, device)
+        return model(**batch, labels=y_all[idx].to(device)).loss
+
+    evaluate = None
+    if dev is not None:
+        evaluate = lambda: {  # noqa: E731
+            "dev_accuracy": accuracy(predict_proba(model, tokenizer, dev.texts).argmax(dim=1), dev.labels)
+        }
+    return fit(model, step_loss, total, opt, sched, clip_norm=1.0, evaluate=evaluate, eval_every=steps_per_epoch,
+               desc="fine-tuning")
 
 
 @torch.inference_mode()

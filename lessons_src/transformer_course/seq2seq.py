@@ -7,11 +7,10 @@ builds around :class:`transformer_course.transformer.Transformer`:
 
 * the seeded data: :func:`render_date`, the :data:`FORMATS` it can use, :func:`make_splits`
   (train / validation / a fixed held-out test set whose *dates* never occur in training);
-* character tokenisers with ``<pad> <bos> <eos>`` (:class:`CharTokenizer`), a
+* its two character tokenisers (:func:`source_tokenizer`, :func:`target_tokenizer`), a
   :class:`Seq2SeqDataset` and the padding :func:`collate_batch`;
-* teacher forcing (:func:`shift_right`), the label-smoothed loss (:func:`sequence_loss`), the
-  warm-up + cosine learning-rate schedule (:func:`warmup_cosine`);
-* the training loop (:func:`train_seq2seq`), greedy decoding (:func:`greedy_decode`,
+* teacher forcing (:func:`shift_right`) and the label-smoothed loss (:func:`sequence_loss`);
+* the training step (:func:`train_seq2seq`, on :func:`transformer_course.training.fit`), greedy decoding (:func:`greedy_decode`,
   :func:`translate`) and exact-match evaluation (:func:`exact_match`);
 * an out-of-distribution test: :data:`UNSEEN_FORMATS`, ways of writing a date that training
   never shows, and :func:`wrong_fields`, which says which fields of a prediction are wrong.
@@ -22,13 +21,12 @@ Evaluation (:func:`evaluate_loss`, :func:`greedy_decode`) runs under ``torch.inf
 from __future__ import annotations
 
 import datetime as dt
-import math
+import itertools
 import random
 import re
 import string
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -36,10 +34,10 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from .masking import causal_mask, make_seq2seq_masks, padding_mask
-from .utils import progress
+from .tokenization import BOS, EOS, PAD, CharTokenizer
+from .training import History, fit
 
-PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
-SPECIALS = (PAD, BOS, EOS)
+SPECIALS = (PAD, BOS, EOS)  # ids 0, 1, 2 of both tokenisers
 
 # ---------------------------------------------------------------------------------------------
 # Data: dates in many surface forms
@@ -232,53 +230,18 @@ def make_splits(
 
 
 # ---------------------------------------------------------------------------------------------
-# Tokenisers, Dataset, collate
+# Tokenisers (the course's CharTokenizer with <pad> <bos> <eos>), Dataset, collate
 # ---------------------------------------------------------------------------------------------
-
-
-class CharTokenizer:
-    """A character-level tokeniser: ids 0, 1, 2 are ``<pad> <bos> <eos>``, then one id per character."""
-
-    def __init__(self, alphabet: Iterable[str]) -> None:
-        chars = sorted(set(alphabet))
-        if any(len(c) != 1 for c in chars):
-            raise ValueError("the alphabet must consist of single characters")
-        self.tokens: list[str] = [*SPECIALS, *chars]
-        self.index = {t: i for i, t in enumerate(self.tokens)}
-        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def encode(self, text: str, add_bos: bool = False, add_eos: bool = True) -> list[int]:
-        """Ids of ``text``, optionally framed by ``<bos>`` and ``<eos>``."""
-        unknown = sorted({c for c in text if c not in self.index or c in SPECIALS})
-        if unknown:
-            raise ValueError(f"characters {unknown} of {text!r} are not in this tokeniser's alphabet")
-        ids = [self.index[c] for c in text]
-        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
-
-    def decode(self, ids: Iterable[int]) -> str:
-        """Text of ``ids``: stops at the first ``<eos>``, skips ``<pad>`` and ``<bos>``."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == self.eos_id:
-                break
-            if i in (self.pad_id, self.bos_id):
-                continue
-            out.append(self.tokens[i])
-        return "".join(out)
 
 
 def source_tokenizer() -> CharTokenizer:
     """The tokeniser of rendered dates."""
-    return CharTokenizer(SOURCE_ALPHABET)
+    return CharTokenizer(sorted(set(SOURCE_ALPHABET)), specials=SPECIALS)
 
 
 def target_tokenizer() -> CharTokenizer:
     """The tokeniser of ISO dates."""
-    return CharTokenizer(TARGET_ALPHABET)
+    return CharTokenizer(sorted(set(TARGET_ALPHABET)), specials=SPECIALS)
 
 
 class Seq2SeqDataset(Dataset):
@@ -320,7 +283,7 @@ def collate_batch(
 
 
 # ---------------------------------------------------------------------------------------------
-# Teacher forcing, loss, schedule
+# Teacher forcing and the loss
 # ---------------------------------------------------------------------------------------------
 
 
@@ -371,29 +334,9 @@ def sequence_loss(
     return (per_token * keep).sum() / n
 
 
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.05) -> float:
-    """Learning-rate multiplier: linear warm-up to 1 over ``warmup_steps``, then a cosine decay
-    to ``min_ratio`` at ``total_steps`` (and ``min_ratio`` after).
-
-    Step ``0`` already gets ``1 / warmup_steps``, so no optimiser step is wasted at learning rate 0.
-    Use as ``LambdaLR(optimizer, lambda s: warmup_cosine(s, warmup, total))``.
-    """
-    if warmup_steps < 0 or total_steps <= warmup_steps:
-        raise ValueError(f"need 0 <= warmup_steps < total_steps, got {warmup_steps} and {total_steps}")
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress_ = min(1.0, (step - warmup_steps) / (total_steps - warmup_steps))
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress_))
-
-
 # ---------------------------------------------------------------------------------------------
 # Training and evaluation
 # ---------------------------------------------------------------------------------------------
-
-
-def _loop_forever(loader: Iterable) -> Iterator:
-    while True:
-        yield from loader
 
 
 def teacher_forced_logits(
@@ -429,18 +372,6 @@ def evaluate_loss(
     return total / max(count, 1)
 
 
-@dataclass
-class TrainHistory:
-    """What :func:`train_seq2seq` measured."""
-
-    train_loss: list[float] = field(default_factory=list)  # one per step (label-smoothed)
-    lr: list[float] = field(default_factory=list)  # one per step
-    val_steps: list[int] = field(default_factory=list)  # steps after which validation ran
-    val_loss: list[float] = field(default_factory=list)  # same loss (smoothing included) on validation
-    wall_seconds: float = 0.0
-    cpu_seconds: float = 0.0  # time.process_time(): CPU time of this process, all threads
-
-
 def train_seq2seq(
     model: nn.Module,
     train_loader: Iterable,
@@ -454,46 +385,30 @@ def train_seq2seq(
     eval_every: int = 100,
     device: torch.device | str = "cpu",
     show_progress: bool = True,
-) -> TrainHistory:
-    """Train ``model`` for ``num_steps`` optimiser steps (cycling through ``train_loader``).
+) -> History:
+    """Train ``model`` for ``num_steps`` optimiser steps, cycling through ``train_loader``.
 
-    Each step: teacher-forced forward pass (masks from :func:`make_seq2seq_masks` for the
-    shifted tensors), :func:`sequence_loss`, backward, gradient clipping to ``clip_norm``,
-    optimiser step, scheduler step.  Every ``eval_every`` steps (and after the last) the
-    validation loss (with the same label smoothing, so the two curves compare) is computed on
-    ``val_loader``.  The progress bar shows the running loss.
+    The loss of a step is the teacher-forced pass (:func:`teacher_forced_logits`) scored by
+    :func:`sequence_loss`; :func:`~transformer_course.training.fit` does the rest (backward,
+    clipping to ``clip_norm``, optimiser and scheduler steps).  Every ``eval_every`` steps and
+    after the last, the loss on ``val_loader`` (with the same label smoothing, so the two curves
+    compare) goes into the history as ``"val_loss"``.
     """
     if num_steps <= 0:
         raise ValueError(f"num_steps must be positive, got {num_steps}")
-    history = TrainHistory()
-    t_wall, t_cpu = time.perf_counter(), time.process_time()
-    model.train()
-    batches = _loop_forever(train_loader)
-    bar = progress(range(num_steps), desc="training", disable=not show_progress)
-    for step in bar:
+    batches = itertools.chain.from_iterable(itertools.repeat(train_loader))  # epoch after epoch
+
+    def step_loss(step: int) -> torch.Tensor:
         src, tgt = next(batches)
         src, tgt = src.to(device), tgt.to(device)
         logits, labels = teacher_forced_logits(model, src, tgt, pad_id)
-        loss = sequence_loss(logits, labels, pad_id, label_smoothing)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip_norm is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-        history.lr.append(optimizer.param_groups[0]["lr"])
-        optimizer.step()
-        if scheduler is not None:
-            scheduler.step()
-        history.train_loss.append(loss.item())
-        last = step == num_steps - 1
-        if val_loader is not None and ((step + 1) % eval_every == 0 or last):
-            history.val_steps.append(step + 1)
-            history.val_loss.append(evaluate_loss(model, val_loader, pad_id, label_smoothing, device))
-            bar.set_postfix(loss=f"{history.train_loss[-1]:.3f}", val=f"{history.val_loss[-1]:.3f}")
-    bar.close()
-    model.eval()
-    history.wall_seconds = time.perf_counter() - t_wall
-    history.cpu_seconds = time.process_time() - t_cpu
-    return history
+        return sequence_loss(logits, labels, pad_id, label_smoothing)
+
+    evaluate = None
+    if val_loader is not None:
+        evaluate = lambda: {"val_loss": evaluate_loss(model, val_loader, pad_id, label_smoothing, device)}  # noqa: E731
+    return fit(model, step_loss, num_steps, optimizer, scheduler, clip_norm=clip_norm, evaluate=evaluate,
+               eval_every=eval_every, show_progress=show_progress)
 
 
 @torch.inference_mode()

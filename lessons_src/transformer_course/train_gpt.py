@@ -1,6 +1,9 @@
 """Train the course GPT on Python's reference documentation and save a checkpoint (chapter 10).
 
-Chapter 10 calls ``train`` for a short run inside the notebook.  Run as a script it trains the
+Random windows of the text (``get_batch``), the loss on windows spread over a text
+(``evaluate``), the training run (``train``, on ``training.fit``) and the checkpoint files
+(``save_checkpoint``, ``load_checkpoint``).  Chapter 10 calls ``train`` for a short run inside
+the notebook.  Run as a script it trains the
 longer checkpoint that the chapter's generation part loads::
 
     python -m transformer_course.train_gpt --help
@@ -15,45 +18,86 @@ nats per character on the whole validation text, training seconds, steps, device
 from __future__ import annotations
 
 import argparse
-import math
 import platform
-import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from .gpt import (
-    CHECKPOINT_NAME,
-    GPT,
-    CharTokenizer,
-    GPTConfig,
-    checkpoint_dir,
-    corpus_fingerprint,
-    evaluate,
-    get_batch,
-    lm_loss,
-    load_python_docs,
-    save_checkpoint,
-    train_val_split,
-)
-from .utils import count_parameters, get_device, progress, set_seed
+from .gpt import GPT, GPTConfig, lm_loss
+from .python_docs import CHARS, corpus_fingerprint, load_python_docs, train_val_split
+from .tokenization import CharTokenizer
+from .training import History, fit, param_groups, warmup_decay
+from .utils import count_parameters, get_device, set_seed
+
+# ----------------------------------------------------------------------------------------------
+# Batches and evaluation of a language model
+# ----------------------------------------------------------------------------------------------
 
 
-def learning_rate(step: int, steps: int, lr: float, warmup: int, min_lr: float) -> float:
-    """Linear warm-up for ``warmup`` steps, then cosine decay from ``lr`` to ``min_lr``."""
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    t = (step - warmup) / max(1, steps - warmup)
-    return min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * min(t, 1.0)))
+def get_batch(
+    data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` random windows of ``data`` (1-D ids): inputs ``x`` and targets ``y = x``
+    shifted left by one, both ``(batch_size, block_size)``."""
+    if data.dim() != 1:
+        raise ValueError(f"data must be a 1-D tensor of token ids, got shape {tuple(data.shape)}")
+    if data.numel() <= block_size:
+        raise ValueError(f"data has {data.numel()} tokens, need more than block_size={block_size}")
+    starts = torch.randint(data.numel() - block_size, (batch_size,), generator=generator)
+    offsets = torch.arange(block_size + 1)
+    windows = data[starts[:, None] + offsets]
+    return windows[:, :-1], windows[:, 1:]
 
 
-def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices only (not on biases and LayerNorm gains)."""
-    params = list(dict.fromkeys(p for p in model.parameters() if p.requires_grad))
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: torch.Tensor,
+    block_size: int | None = None,
+    batch_size: int = 64,
+    max_windows: int | None = None,
+) -> float:
+    """Mean next-token cross-entropy (nats per token) over ``data``, deterministically.
+
+    ``data`` is cut into consecutive windows of ``block_size + 1`` tokens that overlap by one,
+    so every token after the first is predicted exactly once (the ragged tail is dropped).
+    With ``max_windows`` smaller than the number of windows, that many windows spread evenly
+    over the whole of ``data`` (the first and the last included) are scored instead, so a
+    sample measures all of the text, not its beginning.  ``model`` maps ids ``(batch, T)`` to
+    logits ``(batch, T, vocab)``.  ``exp`` of the result is the perplexity.
+    """
+    if block_size is None:
+        block_size = model.config.block_size
+    if max_windows is not None and max_windows < 1:
+        raise ValueError(f"max_windows must be at least 1, got {max_windows}")
+    n = (data.numel() - 1) // block_size
+    if n < 1:
+        raise ValueError(f"data has {data.numel()} tokens, too few for one window of {block_size + 1}")
+    index = torch.arange(n)
+    if max_windows is not None and max_windows < n:
+        index = torch.linspace(0, n - 1, max_windows).round().long()
+        n = max_windows
+    starts = index * block_size
+    windows = data[starts[:, None] + torch.arange(block_size + 1)]
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total = 0.0
+    for i in range(0, n, batch_size):
+        w = windows[i : i + batch_size].to(device)
+        logits = model(w[:, :-1])
+        total += F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)).float(), w[:, 1:].reshape(-1), reduction="sum"
+        ).item()
+    model.train(was_training)
+    return total / (n * block_size)
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
 
 
 def train(
@@ -72,57 +116,99 @@ def train(
     generator: torch.Generator | None = None,
     show_progress: bool = True,
     on_eval: Callable[[int, float, float], None] | None = None,
-) -> dict[str, list[float]]:
+) -> History:
     """Train ``model`` on random windows of ``train_ids`` for ``steps`` optimiser steps.
 
-    Every ``eval_every`` steps (and at the end) the loss on ``eval_windows`` windows spread
-    evenly over the training text and over the validation text (all of a text's windows if it
-    has fewer) is measured the same way (``gpt.evaluate``), so the two curves are comparable.  Returns ``{"step", "train_loss", "val_loss"}`` lists and
-    ``"seconds"`` (training time, evaluations included).
+    AdamW (weight decay on the matrices only), a linear warm-up to ``lr`` over ``warmup`` steps
+    and a cosine decay to ``min_lr`` (``lr / 10`` by default), gradient clipping; the loop is
+    :func:`~transformer_course.training.fit`.  Before the first step, every ``eval_every``
+    steps and after the last, the loss on ``eval_windows`` windows spread evenly over the
+    training text and over the validation text (all of a text's windows if it has fewer) is
+    measured the same way (``evaluate`` above), so the two curves (``"train_loss"`` and
+    ``"val_loss"`` in the returned history) are comparable.
     """
     device = next(model.parameters()).device
     block = model.config.block_size
-    opt = make_optimizer(model, lr, weight_decay)
-    min_lr = lr / 10 if min_lr is None else min_lr
+    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99))
+    min_ratio = 0.1 if min_lr is None else min_lr / lr
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, warmup, steps, min_ratio))
     use_amp = device.type == "cuda"
-    history: dict[str, list[float]] = {"step": [], "train_loss": [], "val_loss": []}
 
-    def record(step: int) -> None:
-        tr = evaluate(model, train_ids, block, max_windows=eval_windows)
-        va = evaluate(model, val_ids, block, max_windows=eval_windows)
-        history["step"].append(step)
-        history["train_loss"].append(tr)
-        history["val_loss"].append(va)
-        if on_eval is not None:
-            on_eval(step, tr, va)
+    done = [0]  # steps taken, for on_eval
 
-    start = time.perf_counter()
-    model.train()
-    # Not `for step in bar`: a bar that is iterated closes itself when the loop ends, before the
-    # final measurement could be shown in it.
-    bar = progress(total=steps, desc="training", disable=not show_progress)
-    for step in range(steps):
-        if step % eval_every == 0:
-            record(step)
-            bar.set_postfix(train=f"{history['train_loss'][-1]:.3f}", val=f"{history['val_loss'][-1]:.3f}")
-        for group in opt.param_groups:
-            group["lr"] = learning_rate(step, steps, lr, warmup, min_lr)
+    def step_loss(step: int) -> torch.Tensor:
+        done[0] = step + 1
         x, y = get_batch(train_ids, batch_size, block, generator)
         x, y = x.to(device), y.to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
-            loss = lm_loss(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-        opt.step()
-        bar.update(1)
-    record(steps)
-    bar.set_postfix(train=f"{history['train_loss'][-1]:.3f}", val=f"{history['val_loss'][-1]:.3f}")
-    bar.close()
-    model.eval()
-    history["seconds"] = [time.perf_counter() - start]
-    return history
+            return lm_loss(model(x), y)
+
+    def measure() -> dict[str, float]:
+        tr = evaluate(model, train_ids, block, max_windows=eval_windows)
+        va = evaluate(model, val_ids, block, max_windows=eval_windows)
+        if on_eval is not None:
+            on_eval(done[0], tr, va)
+        return {"train_loss": tr, "val_loss": va}
+
+    return fit(model, step_loss, steps, opt, sched, clip_norm=grad_clip or None, evaluate=measure,
+               eval_every=eval_every, eval_at_start=True, show_progress=show_progress)
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------------------------
+
+
+#: The checkpoint shipped with the package (written by ``python -m transformer_course.train_gpt``).
+CHECKPOINT_NAME = "gpt_python_docs"
+
+
+def checkpoint_dir() -> Path:
+    """The folder of the checkpoints shipped with the package."""
+    return Path(__file__).resolve().parent / "checkpoints"
+
+
+def _checkpoint_files(path: str | Path) -> tuple[Path, Path]:
+    """``(<path>.safetensors, <path>.json)``; ``path`` may also name either file."""
+    path = Path(path)
+    if path.suffix in (".safetensors", ".json"):
+        path = path.with_suffix("")
+    return path.parent / f"{path.name}.safetensors", path.parent / f"{path.name}.json"
+
+
+def save_checkpoint(model: GPT, path: str | Path, record: dict | None = None, chars: str = CHARS) -> None:
+    """Write ``model``'s weights to ``<path>.safetensors`` and its config, alphabet and
+    ``record`` (losses, training time ...) to ``<path>.json``."""
+    import json
+
+    from safetensors.torch import save_model
+
+    weights, meta_file = _checkpoint_files(path)
+    weights.parent.mkdir(parents=True, exist_ok=True)
+    save_model(model, str(weights))
+    meta = {"config": model.config.to_dict(), "chars": chars, "record": record or {}}
+    meta_file.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+
+def load_checkpoint(
+    path: str | Path | None = None, device: torch.device | str = "cpu"
+) -> tuple[GPT, CharTokenizer, dict]:
+    """Load ``(model, tokenizer, record)`` from ``<path>.safetensors`` / ``<path>.json``;
+    by default the checkpoint shipped in ``transformer_course/checkpoints``.  The model is
+    returned in eval mode."""
+    import json
+
+    from safetensors.torch import load_model
+
+    weights, meta_file = _checkpoint_files(checkpoint_dir() / CHECKPOINT_NAME if path is None else path)
+    for f in (weights, meta_file):
+        if not f.exists():
+            raise FileNotFoundError(f"checkpoint file {f} not found")
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    model = GPT(GPTConfig.from_dict(meta["config"]))
+    load_model(model, str(weights), device=str(device))
+    model.to(device).eval()
+    return model, CharTokenizer(meta["chars"]), meta.get("record", {})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -156,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     device = get_device(args.device)
     text = load_python_docs()
     train_text, val_text = train_val_split(text)
-    tok = CharTokenizer()
+    tok = CharTokenizer(CHARS)
     train_ids = torch.tensor(tok.encode(train_text))
     val_ids = torch.tensor(tok.encode(val_text))
     config = GPTConfig(
@@ -183,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         "val_loss": round(val_loss, 4),
         "val_loss_unit": "nats per character, whole validation text, windows of block_size",
         "train_loss": round(evaluate(model, train_ids, max_windows=512), 4),
-        "train_seconds": round(history["seconds"][0], 1),
+        "train_seconds": round(history.wall_seconds, 1),
         "steps": args.steps,
         "batch_size": args.batch_size,
         "lr": args.lr,
@@ -192,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "corpus_sha256": corpus_fingerprint(text),
-        "history": {k: [round(v, 4) for v in vals] for k, vals in history.items() if k != "seconds"},
+        "history": {"step": history.eval_steps, **{k: [round(v, 4) for v in vals] for k, vals in history.evals.items()}},
     }
     save_checkpoint(model, args.out, record)
     print(f"validation loss {val_loss:.4f} nats/char after {record['train_seconds']} s; wrote {args.out}"

@@ -9,7 +9,8 @@
   are noise.  :class:`LinearOnToken` classifies from one noise token alone;
   :class:`AttendThenLinear` lets that token attend over the sentence first.
 
-:func:`train_classifier` and :func:`accuracy` train and evaluate any of them with whole batches.
+:func:`train_classifier` and :func:`held_out_accuracy` train and evaluate any of them with whole
+batches (the loop itself is :func:`transformer_course.training.fit`).
 Everything random takes a ``torch.Generator``, so the chapter prints the same numbers every run.
 """
 
@@ -22,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention, scaled_dot_product_attention
+from .training import History, accuracy, fit
 from .utils import check_token_ids
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -213,12 +215,12 @@ class AttendThenLinear(nn.Module):
 
 
 @torch.no_grad()
-def accuracy(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> float:
-    """Fraction of ``labels`` that ``model`` predicts (argmax of its logits), in ``eval()`` mode."""
+def held_out_accuracy(model: nn.Module, x: torch.Tensor, labels: torch.Tensor) -> float:
+    """:func:`training.accuracy` of ``model``'s predictions (argmax of its logits) on ``x``, in ``eval()`` mode."""
     if x.size(0) != labels.size(0):
         raise ValueError(f"{x.size(0)} inputs but {labels.size(0)} labels")
     model.eval()
-    return (model(x).argmax(dim=-1) == labels).float().mean().item()
+    return accuracy(model(x).argmax(dim=-1), labels)
 
 
 def train_classifier(
@@ -230,14 +232,14 @@ def train_classifier(
     generator: torch.Generator | None = None,
     eval_data: Batch | None = None,
     eval_every: int = 0,
-) -> list[tuple[int, float]]:
+) -> History:
     """Train ``model`` with Adam and cross-entropy on fresh batches ``make_batch(batch_size, generator)``.
 
     Every step draws a new batch, so the model never sees the same examples twice and the
-    held-out ``eval_data`` measures what it learned, not what it memorised.  With
-    ``eval_every > 0`` and ``eval_data`` given, returns the held-out accuracy curve as
-    ``[(step, accuracy), ...]`` (step 0 is before training); otherwise ``[(steps, accuracy)]`` at
-    the end, or ``[]`` without ``eval_data``.  The model is left in ``eval()`` mode.
+    held-out ``eval_data`` measures what it learned, not what it memorised.  With ``eval_data``,
+    the :class:`~transformer_course.training.History` holds its accuracy (``"accuracy"``) after
+    the last step and, with ``eval_every > 0``, before the first and every ``eval_every`` steps:
+    ``history.curve("accuracy")`` is ``[(step, accuracy), ...]``.  The model is left in ``eval()`` mode.
     """
     _check_positive(steps=steps, batch_size=batch_size)
     if eval_every < 0:
@@ -246,26 +248,18 @@ def train_classifier(
         raise ValueError("eval_every > 0 needs eval_data to evaluate on")
     generator = generator if generator is not None else torch.Generator().manual_seed(0)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    curve: list[tuple[int, float]] = []
-    if eval_every and eval_data is not None:
-        curve.append((0, accuracy(model, *eval_data)))
-    for step in range(1, steps + 1):
-        model.train()
+
+    def step_loss(step: int) -> torch.Tensor:
         x, y = make_batch(batch_size, generator)
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if eval_every and eval_data is not None and step % eval_every == 0:
-            curve.append((step, accuracy(model, *eval_data)))
-    if eval_data is not None and (not curve or curve[-1][0] != steps):
-        curve.append((steps, accuracy(model, *eval_data)))
-    model.eval()
-    return curve
+        return F.cross_entropy(model(x), y)
+
+    evaluate = None if eval_data is None else lambda: {"accuracy": held_out_accuracy(model, *eval_data)}
+    return fit(model, step_loss, steps, opt, clip_norm=None, evaluate=evaluate, eval_every=eval_every,
+               eval_at_start=bool(eval_every), show_progress=False)
 
 
 def steps_to_reach(curve: list[tuple[int, float]], target: float = 0.95) -> int | None:
-    """The first step of a ``train_classifier`` curve whose accuracy is ``>= target``, else ``None``."""
+    """The first step of a ``[(step, accuracy), ...]`` curve whose accuracy is ``>= target``, else ``None``."""
     if not 0.0 < target <= 1.0:
         raise ValueError(f"target must be an accuracy in (0, 1], got {target}")
     return next((step for step, acc in curve if acc >= target), None)
