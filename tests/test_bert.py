@@ -22,7 +22,7 @@ from transformer_course.bert import (
     train_wordpiece,
     wordpiece_subset,
 )
-from transformer_course.python_docs import python_docs_prose
+from transformer_course.tasks.python_docs import python_docs_prose
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool
 
 PAIR_A = ["The cat sat on the mat.", "A much longer first sentence, with commas, and many more words in it."]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from transformer_course.attention import KVCache
-from transformer_course.python_docs import (
+from transformer_course.tasks.python_docs import (
     CHARS,
     corpus_fingerprint,
     load_python_docs,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from transformer_course import hf_gpt2
-from transformer_course.python_docs import CHARS, normalize_text
+from transformer_course.tasks.python_docs import CHARS, normalize_text
 from transformer_course.gpt import GPT, GPTConfig
 from transformer_course.tokenization import CharTokenizer
 from transformer_course.generation import generate

@@ -12,7 +12,7 @@ import torch
 
 from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_course.masking import causal_mask, combine_masks, make_seq2seq_masks, padding_mask
-from transformer_course.transformer import Encoder, EncoderLayer, Transformer
+from transformer_course.transformer import Encoder, EncoderLayer, Transformer, TransformerConfig
 
 PAD = 0
 SRC = torch.tensor([[5, 3, 8, 2, 0, 0], [7, 1, 4, 6, 9, 2], [4, 4, 0, 0, 0, 0]])
@@ -22,7 +22,7 @@ V_SRC, V_TGT, D_MODEL, HEADS = 12, 11, 16, 4
 
 def _model(seed: int = 0, **kw) -> Transformer:
     torch.manual_seed(seed)
-    return Transformer(V_SRC, V_TGT, D_MODEL, HEADS, 2, 2, 32, dropout=0.0, max_len=20, **kw).eval()
+    return Transformer(TransformerConfig(V_SRC, V_TGT, D_MODEL, HEADS, 2, 2, 32, dropout=0.0, max_len=20, **kw)).eval()
 
 
 # ---------------------------------------------------------------- the helpers

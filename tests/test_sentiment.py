@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 
-from transformer_course import sentiment as S
+from transformer_course.tasks import reviews as S
 from transformer_course.training import accuracy
 
 

@@ -11,9 +11,9 @@ import torch
 
 from transformer_course.bert import BertConfig, BertEncoder, BertForMLM
 from transformer_course.gpt import GPT, GPTConfig
-from transformer_course.transformer import Transformer
+from transformer_course.transformer import Transformer, TransformerConfig
 from transformer_course.utils import check_token_ids
-from transformer_course.why_attention import AttentionClassifier, GRUClassifier
+from transformer_course.tasks.why_attention import AttentionClassifier, GRUClassifier
 
 VOCAB = 11
 
@@ -21,7 +21,7 @@ VOCAB = 11
 def _models() -> dict:
     torch.manual_seed(0)
     bert = BertConfig(vocab_size=VOCAB, d_model=8, num_layers=1, num_heads=2, d_ff=16, max_len=12, dropout=0.0)
-    seq2seq = Transformer(VOCAB, VOCAB, 8, 2, 1, 1, 16, dropout=0.0, max_len=12).eval()
+    seq2seq = Transformer(TransformerConfig(VOCAB, VOCAB, 8, 2, 1, 1, 16, dropout=0.0, max_len=12)).eval()
     good = torch.zeros(1, 4, dtype=torch.long)
     return {
         "GPT": GPT(GPTConfig(vocab_size=VOCAB, block_size=12, n_layer=1, n_head=2, d_model=8)),

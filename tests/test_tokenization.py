@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_course.python_docs import CHARS
-from transformer_course.seq2seq import source_tokenizer, target_tokenizer
+from transformer_course.tasks.python_docs import CHARS
+from transformer_course.tasks.dates import source_tokenizer, target_tokenizer
 from transformer_course.tokenization import BOS, EOS, PAD, CharTokenizer
 
 

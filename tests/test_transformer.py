@@ -15,6 +15,7 @@ from transformer_course.transformer import (
     Encoder,
     EncoderLayer,
     Transformer,
+    TransformerConfig,
     copy_weights_to_torch,
 )
 from transformer_course.utils import count_parameters
@@ -145,7 +146,7 @@ def _decoder_layer_params(d: int, d_ff: int) -> int:
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_parameter_counts_match_the_formula(norm_first: bool) -> None:
     v_src, v_tgt, d, n_enc, n_dec, d_ff = 23, 19, 24, 3, 2, 56
-    model = Transformer(v_src, v_tgt, d, 4, n_enc, n_dec, d_ff, max_len=64, norm_first=norm_first)
+    model = Transformer(TransformerConfig(v_src, v_tgt, d, 4, n_enc, n_dec, d_ff, max_len=64, norm_first=norm_first))
     final_norm = 2 * d if norm_first else 0  # pre-norm stacks end with one more LayerNorm
     expected = {
         "encoder": v_src * d + n_enc * _encoder_layer_params(d, d_ff) + final_norm,
@@ -199,7 +200,7 @@ def test_stacks_apply_their_layers_in_order(norm_first: bool) -> None:
 
 def test_transformer_forward_is_encode_then_decode() -> None:
     torch.manual_seed(0)
-    model = Transformer(12, 11, D_MODEL, HEADS, 2, 2, D_FF, dropout=0.0, max_len=20).eval()
+    model = Transformer(TransformerConfig(12, 11, D_MODEL, HEADS, 2, 2, D_FF, dropout=0.0, max_len=20)).eval()
     src_mask, tgt_mask, memory_mask = make_seq2seq_masks(SRC, TGT, PAD)
     logits = model(SRC, TGT, src_mask, tgt_mask, memory_mask)
     assert logits.shape == (TGT.size(0), TGT.size(1), 11)
@@ -231,7 +232,7 @@ def test_dropout_acts_in_training_only() -> None:
 
 
 def test_bad_token_shapes_are_reported() -> None:
-    model = Transformer(12, 11, D_MODEL, HEADS, 1, 1, D_FF, max_len=20)
+    model = Transformer(TransformerConfig(12, 11, D_MODEL, HEADS, 1, 1, D_FF, max_len=20))
     with pytest.raises(ValueError, match=r"\(batch, length\)"):
         model.encode(SRC[0])
     with pytest.raises(ValueError, match="max_len=20"):
@@ -240,7 +241,7 @@ def test_bad_token_shapes_are_reported() -> None:
 
 def test_mask_for_the_wrong_target_length_is_reported() -> None:
     """A mask built for the full target, used with the shifted decoder input, names both shapes."""
-    model = Transformer(12, 11, D_MODEL, HEADS, 1, 1, D_FF, max_len=20)
+    model = Transformer(TransformerConfig(12, 11, D_MODEL, HEADS, 1, 1, D_FF, max_len=20))
     tgt_mask = combine_masks(padding_mask(TGT, PAD), causal_mask(TGT.size(1)))
     memory = model.encode(SRC, padding_mask(SRC, PAD))
     with pytest.raises(ValueError, match=r"\(2, 1, 5, 5\).*\(2, 4, 4, 4\)"):

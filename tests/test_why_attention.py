@@ -1,4 +1,4 @@
-"""Tests of the data generators and small models of chapter 01 (``transformer_course.why_attention``)."""
+"""Tests of the data generators and small models of chapter 01 (``transformer_course.tasks.why_attention``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transformer_course.why_attention import (
+from transformer_course.tasks.why_attention import (
     AttendThenLinear,
     AttentionClassifier,
     GRUClassifier,

@@ -30,7 +30,7 @@
 # the content of the tokens.**
 #
 # The code of both experiments (data, models, training loop) lives in the course package, in
-# `transformer_course.why_attention`; the page shows the parts that matter.
+# `transformer_course.tasks.why_attention`; the page shows the parts that matter.
 
 # %%
 import math
@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_course.plotting import plot_attention
 from transformer_course.utils import count_parameters, set_seed, show_source
-from transformer_course.why_attention import (
+from transformer_course.tasks.why_attention import (
     AttendThenLinear,
     AttentionClassifier,
     GRUClassifier,

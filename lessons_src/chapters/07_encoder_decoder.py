@@ -51,6 +51,7 @@ from transformer_course.transformer import (
     Encoder,
     EncoderLayer,
     Transformer,
+    TransformerConfig,
     copy_weights_to_torch,
 )
 from transformer_course.utils import count_parameters, set_seed, show_source
@@ -297,6 +298,7 @@ assert torch.equal(decoder(tgt_in, memory, tgt_mask, memory_mask), h)
 # implementation of the paper.
 
 # %% tags=["hide-input"]
+show_source(TransformerConfig)
 show_source(Transformer)
 
 # %% [markdown]
@@ -304,8 +306,8 @@ show_source(Transformer)
 # function PyTorch calls after a module runs):
 
 # %%
-model = Transformer(src_vocab, tgt_vocab, d_model, num_heads, num_encoder_layers=2,
-                    num_decoder_layers=2, d_ff=d_ff, max_len=64).eval()
+model = Transformer(TransformerConfig(src_vocab, tgt_vocab, d_model, num_heads, num_encoder_layers=2,
+                                      num_decoder_layers=2, d_ff=d_ff, max_len=64)).eval()
 
 trace = []
 def record(name):
@@ -549,7 +551,7 @@ untied = transformer_params(37_000, 512, 2048, 6, tied=False)
 tied = transformer_params(37_000, 512, 2048, 6, tied=True)
 print(f"untied: {untied / 1e6:.1f} M   tied: {tied / 1e6:.1f} M   (paper: 65 M)")
 # the formula is the one checked against count_parameters above; a small model verifies the 3·V·d part
-small = Transformer(37, 37, 16, 2, 1, 1, 32, max_len=8)
+small = Transformer(TransformerConfig(37, 37, 16, 2, 1, 1, 32, max_len=8))
 assert count_parameters(small) == transformer_params(37, 16, 32, 1, tied=False)
 assert abs(tied - 65e6) / 65e6 < 0.05
 

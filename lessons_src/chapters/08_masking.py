@@ -36,7 +36,7 @@ from torch import nn
 from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_course.masking import causal_mask, combine_masks, make_seq2seq_masks, padding_mask
 from transformer_course.plotting import plot_attention
-from transformer_course.transformer import Transformer
+from transformer_course.transformer import Transformer, TransformerConfig
 from transformer_course.utils import set_seed, show_source
 
 g = set_seed(0)
@@ -282,8 +282,8 @@ assert torch.equal(attention_mask.bool()[:, None, None, :], padding_mask(src, PA
 
 # %%
 set_seed(0)
-model = Transformer(len(vocab), len(vocab), d_model=32, num_heads=4, num_encoder_layers=2,
-                    num_decoder_layers=2, d_ff=64, dropout=0.0, max_len=32).eval()
+model = Transformer(TransformerConfig(len(vocab), len(vocab), d_model=32, num_heads=4, num_encoder_layers=2,
+                                      num_decoder_layers=2, d_ff=64, dropout=0.0, max_len=32)).eval()
 
 src_junk = torch.where(src == PAD, torch.randint(3, len(vocab), src.shape, generator=g), src)
 print("src with junk in the padding:")

@@ -50,30 +50,32 @@ from torch.utils.data import DataLoader
 
 from transformer_course.masking import make_seq2seq_masks
 from transformer_course.plotting import plot_attention
-from transformer_course.seq2seq import (
+from transformer_course.tasks.dates import (
     FIRST_DATE,
     FORMATS,
     LAST_DATE,
     MONTHS,
     UNSEEN_FORMATS,
+    make_splits,
+    render_date,
+    source_tokenizer,
+    target_tokenizer,
+    wrong_fields,
+)
+from transformer_course.seq2seq import (
     Seq2SeqDataset,
     collate_batch,
     exact_match,
     greedy_decode,
-    make_splits,
-    render_date,
     sequence_loss,
     shift_right,
     smoothed_targets,
-    source_tokenizer,
-    target_tokenizer,
     teacher_forced_logits,
     train_seq2seq,
     translate,
-    wrong_fields,
 )
 from transformer_course.training import fit, warmup_decay
-from transformer_course.transformer import Transformer
+from transformer_course.transformer import Transformer, TransformerConfig
 from transformer_course.utils import count_parameters, get_device, set_seed, show_source
 
 g = set_seed(0, num_threads=1)
@@ -238,9 +240,9 @@ assert (tgt != PAD).all() and tgt.size(1) == 12  # <bos> + 10 characters + <eos>
 # over-fit. The architecture is chapter 07's, unchanged.
 
 # %%
-config = dict(src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok), d_model=64, num_heads=4,
-              num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.0, max_len=64)
-model = Transformer(**config).to(device)
+config = TransformerConfig(src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok), d_model=64, num_heads=4,
+                           num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.0, max_len=64)
+model = Transformer(config).to(device)
 print(f"{count_parameters(model):,} parameters")
 
 # %% [markdown]
@@ -756,11 +758,11 @@ assert first.min() < diag.min()
 # %%
 with tempfile.TemporaryDirectory() as tmp:
     path = Path(tmp) / "date_transformer.pt"
-    torch.save({"config": config, "state_dict": model.state_dict(),
+    torch.save({"config": config.to_dict(), "state_dict": model.state_dict(),
                 "src_tokens": src_tok.tokens, "tgt_tokens": tgt_tok.tokens}, path)
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
 
-restored = Transformer(**checkpoint["config"])
+restored = Transformer(TransformerConfig.from_dict(checkpoint["config"]))
 restored.load_state_dict(checkpoint["state_dict"])
 restored.to(device).eval()
 assert checkpoint["src_tokens"] == src_tok.tokens and checkpoint["tgt_tokens"] == tgt_tok.tokens
@@ -794,8 +796,8 @@ assert same
 
 # %%
 with torch.device("meta"):
-    base = Transformer(37_000, 37_000, d_model=512, num_heads=8, num_encoder_layers=6,
-                       num_decoder_layers=6, d_ff=2048)
+    base = Transformer(TransformerConfig(37_000, 37_000, d_model=512, num_heads=8, num_encoder_layers=6,
+                                         num_decoder_layers=6, d_ff=2048))
 n_base, n_ours = count_parameters(base), count_parameters(model)
 print(f"ours: {n_ours:,} parameters; base with separate 37k vocabularies: {n_base:,} (~{n_base / n_ours:.0f}x)")
 assert n_base > 400 * n_ours
@@ -845,7 +847,7 @@ def mean_p_correct(m: torch.nn.Module) -> float:
 def run_250(eps: float) -> dict[str, float]:
     """A fresh model (seed 0) trained 250 steps with label smoothing ``eps``; what it scores."""
     set_seed(0, num_threads=1)
-    m = Transformer(**config).to(device)
+    m = Transformer(config).to(device)
     opt = torch.optim.AdamW(m.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, 25, 250))
     loader = DataLoader(train_ds, batch_size=BATCH, shuffle=True, collate_fn=collate,
@@ -882,7 +884,7 @@ assert (runs["held-out"] < accuracy - 0.2).all()  # 250 steps are far from enoug
 def short_run(peak: float, warmup: int, n_steps: int = 100) -> float:
     """Validation loss of a fresh model after ``n_steps`` with the given peak LR and warm-up."""
     set_seed(0, num_threads=1)
-    m = Transformer(**config).to(device)
+    m = Transformer(config).to(device)
     opt = torch.optim.AdamW(m.parameters(), lr=peak, betas=(0.9, 0.98), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, warmup, STEPS))
     loader = DataLoader(train_ds, batch_size=BATCH, shuffle=True, collate_fn=collate,

@@ -29,7 +29,7 @@ from transformer_course.attention import KVCache
 from transformer_course.generation import generate, next_token_probs, top_k_filter, top_p_filter
 from transformer_course.gpt import GPT, Block, CausalSelfAttention, GPTConfig, lm_loss
 from transformer_course.masking import causal_mask
-from transformer_course.python_docs import CHARS, corpus_fingerprint, load_python_docs, normalize_text, train_val_split
+from transformer_course.tasks.python_docs import CHARS, corpus_fingerprint, load_python_docs, normalize_text, train_val_split
 from transformer_course.tokenization import CharTokenizer
 from transformer_course.train_gpt import evaluate, get_batch, load_checkpoint, train
 from transformer_course.training import warmup_decay

@@ -47,7 +47,7 @@ from transformer_course.hf_gpt2 import (
     bpe_merges, from_hf, hf_char_tokenizer, hf_state_dict, load_gpt2, to_hf, to_hf_config, train_bpe,
 )
 from transformer_course.pretrained import hub_available, load_smollm2
-from transformer_course.python_docs import load_python_docs, train_val_split
+from transformer_course.tasks.python_docs import load_python_docs, train_val_split
 from transformer_course.train_gpt import evaluate, load_checkpoint
 from transformer_course.utils import count_parameters, set_seed, show_source
 

@@ -56,7 +56,7 @@ with warnings.catch_warnings():  # tqdm's "IProgress not found" notice, printed 
                               TrainingArguments, pipeline)
     from transformers.utils import logging as hf_logging
 
-from transformer_course import sentiment
+from transformer_course.tasks import reviews
 from transformer_course.bert import (
     BertConfig,
     BertEmbeddings,
@@ -71,7 +71,7 @@ from transformer_course.bert import (
     to_hf_masked_lm,
     wordpiece_subset,
 )
-from transformer_course.python_docs import python_docs_prose
+from transformer_course.tasks.python_docs import python_docs_prose
 from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool, minilm_path
 from transformer_course.training import accuracy
@@ -644,7 +644,7 @@ assert [row[0][0] for row in hits] == [0, 21, 16]
 
 # %%
 MODEL = minilm_path()
-LABELS = sentiment.LABELS  # ("negative", "positive"): label id 0 and 1
+LABELS = reviews.LABELS  # ("negative", "positive"): label id 0 and 1
 print(LABELS)
 
 def fresh_classifier(seed: int):
@@ -684,7 +684,7 @@ assert pooler_bias_zero
 # %%
 example_text = "I love how this transformer model works! It's amazing!"
 for seed in range(5):
-    label, p = sentiment.classify_sentiment(example_text, fresh_classifier(seed), tokenizer)
+    label, p = reviews.classify_sentiment(example_text, fresh_classifier(seed), tokenizer)
     print(f"seed {seed}: {label}, confidence {p:.2f}")
 
 # %% [markdown]
@@ -716,9 +716,9 @@ for seed in range(5):
 #    and standard deviation over 3 seeds.
 
 # %%
-train_full, test = sentiment.load_sentiment_reviews()
+train_full, test = reviews.load_sentiment_reviews()
 SEEDS, N_DEV = (0, 1, 2), 150
-splits = {s: sentiment.train_dev_split(train_full, N_DEV, seed=s) for s in SEEDS}
+splits = {s: reviews.train_dev_split(train_full, N_DEV, seed=s) for s in SEEDS}
 train, dev = splits[0]
 print(f"train file: {len(train_full)} reviews -> train {len(train)} + dev {len(dev)} ({sum(dev.labels)} positive); "
       f"test: {len(test)} reviews ({sum(test.labels)} positive)")
@@ -729,7 +729,7 @@ assert not set(train_full.texts) & set(test.texts) and not set(train.texts) & se
 assert len({tuple(splits[s][1].texts) for s in SEEDS}) == 3  # three different dev splits
 
 # %%
-probs_untrained = sentiment.predict_proba(untrained, tokenizer, dev.texts)
+probs_untrained = reviews.predict_proba(untrained, tokenizer, dev.texts)
 dev_untrained = accuracy(probs_untrained.argmax(dim=1), dev.labels)
 print(f"untrained head: dev accuracy {dev_untrained:.1%}, "
       f"predicts 'positive' for {int(probs_untrained.argmax(dim=1).sum())} of {len(dev)}, "
@@ -748,14 +748,14 @@ assert abs(dev_untrained - 0.5) < 0.12 and probs_untrained.max() < 0.6
 # chosen on the dev split:
 
 # %%
-show_source(sentiment.fit_bag_of_words)
+show_source(reviews.fit_bag_of_words)
 
 # %%
-bow_dev = {wd: accuracy(sentiment.fit_bag_of_words(train.texts, train.labels, weight_decay=wd).predict(dev.texts),
+bow_dev = {wd: accuracy(reviews.fit_bag_of_words(train.texts, train.labels, weight_decay=wd).predict(dev.texts),
                                   dev.labels) for wd in (1e-4, 1e-3, 1e-2)}
 BOW_WD = max(bow_dev, key=bow_dev.get)
 print("dev accuracy by weight decay:", {wd: round(a, 3) for wd, a in bow_dev.items()}, "-> chosen", BOW_WD)
-bow = sentiment.fit_bag_of_words(train.texts, train.labels, weight_decay=BOW_WD)
+bow = reviews.fit_bag_of_words(train.texts, train.labels, weight_decay=BOW_WD)
 acc_bow_train = accuracy(bow.predict(train.texts), train.labels)
 pos_words, neg_words = bow.top_words(8)
 print(f"vocabulary {len(bow.vocab)} words; train accuracy {acc_bow_train:.1%}, dev accuracy {bow_dev[BOW_WD]:.1%}")
@@ -786,7 +786,7 @@ assert acc_bow_train > 0.95 and bow_dev[BOW_WD] < 0.85 and acc_bow_train - bow_d
 # The embeddings are computed once for all 1,050 reviews and reused for every seed and setting.
 
 # %%
-show_source(sentiment.knn_predict)
+show_source(reviews.knn_predict)
 
 # %%
 all_texts = train_full.texts + test.texts
@@ -795,10 +795,10 @@ emb_of = dict(zip(all_texts, all_emb))
 def embeddings(split) -> torch.Tensor:
     return torch.stack([emb_of[t] for t in split.texts])
 
-knn_dev = {k: accuracy(sentiment.knn_predict(embeddings(dev), embeddings(train), train.labels, k), dev.labels)
+knn_dev = {k: accuracy(reviews.knn_predict(embeddings(dev), embeddings(train), train.labels, k), dev.labels)
            for k in (1, 5, 15, 45)}
 KNN_K = max(knn_dev, key=knn_dev.get)
-probe_dev = {wd: accuracy(sentiment.fit_logistic_regression(embeddings(train), train.labels, wd).predict(embeddings(dev)),
+probe_dev = {wd: accuracy(reviews.fit_logistic_regression(embeddings(train), train.labels, wd).predict(embeddings(dev)),
                                     dev.labels) for wd in (1e-4, 1e-3, 1e-2)}
 PROBE_WD = max(probe_dev, key=probe_dev.get)
 print("k-NN, dev accuracy by k:", {k: round(a, 3) for k, a in knn_dev.items()}, "-> chosen k =", KNN_K)
@@ -810,12 +810,12 @@ assert all_emb.shape == (1050, 384)
 #
 # Fine-tuning trains the network itself, pretrained encoder and new head together, on the
 # labelled reviews, with a small learning rate so that the pretrained weights move only a little.
-# `sentiment.fine_tune` runs the course's training loop (`fit`, chapter 09) on batches of reviews:
+# `reviews.fine_tune` runs the course's training loop (`fit`, chapter 09) on batches of reviews:
 # AdamW, a learning rate that warms up and then decays linearly (the schedule BERT was fine-tuned
 # with), gradient clipping, one progress bar, and the dev accuracy after every epoch.
 
 # %%
-show_source(sentiment.fine_tune)
+show_source(reviews.fine_tune)
 
 # %% [markdown]
 # What to freeze is one of the choices. The word embeddings are 11.7 of the 22.7 million
@@ -826,7 +826,7 @@ show_source(sentiment.fine_tune)
 # 700 reviews, but lets the model adapt less. `freeze_lower` does both:
 
 # %%
-show_source(sentiment.freeze_lower)
+show_source(reviews.freeze_lower)
 
 # %% [markdown]
 # Three candidates, each trained for up to two epochs on the 700 training reviews of seed 0 and
@@ -845,8 +845,8 @@ assert len(used) < 0.1 * tokenizer.vocab_size
 def fine_tuned(seed: int, frozen_layers: int, lr: float, epochs: int, data) -> tuple:
     """A fresh classifier (head drawn with ``seed``) fine-tuned on ``data = (train, dev)``; (model, history)."""
     generator = set_seed(seed, num_threads=1)
-    clf = sentiment.freeze_lower(fresh_classifier(seed).to(get_device()), frozen_layers)
-    history = sentiment.fine_tune(clf, tokenizer, data[0].texts, data[0].labels, epochs=epochs, batch_size=BATCH_SIZE,
+    clf = reviews.freeze_lower(fresh_classifier(seed).to(get_device()), frozen_layers)
+    history = reviews.fine_tune(clf, tokenizer, data[0].texts, data[0].labels, epochs=epochs, batch_size=BATCH_SIZE,
                                   lr=lr, generator=generator, dev=data[1])
     return clf, history
 
@@ -930,7 +930,7 @@ with tempfile.TemporaryDirectory() as out_dir:
         warmup_steps=max(1, int(0.1 * steps_total)), max_grad_norm=1.0, seed=0,
         eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True)
     set_seed(0, num_threads=1)
-    hf_clf = sentiment.freeze_lower(fresh_classifier(0), FROZEN)
+    hf_clf = reviews.freeze_lower(fresh_classifier(0), FROZEN)
     trainer = Trainer(model=hf_clf, args=args, train_dataset=hf_train, eval_dataset=hf_dev,
                       data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics)
     trainer.remove_callback(PrinterCallback)
@@ -987,21 +987,21 @@ ft_models = {}
 for s in SEEDS:
     tr, _ = splits[s]
     test_acc["untrained head"].append(accuracy(
-        sentiment.predict_proba(fresh_classifier(s), tokenizer, test.texts).argmax(dim=1), test.labels))
+        reviews.predict_proba(fresh_classifier(s), tokenizer, test.texts).argmax(dim=1), test.labels))
     test_acc["bag of words"].append(accuracy(
-        sentiment.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD).predict(test.texts), test.labels))
+        reviews.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD).predict(test.texts), test.labels))
     test_acc[f"k-NN on embeddings (k = {KNN_K})"].append(accuracy(
-        sentiment.knn_predict(embeddings(test), embeddings(tr), tr.labels, KNN_K), test.labels))
+        reviews.knn_predict(embeddings(test), embeddings(tr), tr.labels, KNN_K), test.labels))
     test_acc["linear probe on embeddings"].append(accuracy(
-        sentiment.fit_logistic_regression(embeddings(tr), tr.labels, PROBE_WD).predict(embeddings(test)), test.labels))
+        reviews.fit_logistic_regression(embeddings(tr), tr.labels, PROBE_WD).predict(embeddings(test)), test.labels))
     if s == 0 and EPOCHS == MAX_EPOCHS:
         ft_models[s] = selection[best_name][0]
     else:
         ft_models[s] = fine_tuned(s, FROZEN, LR, EPOCHS, splits[s])[0]
     test_acc["fine-tuned MiniLM (our loop)"].append(accuracy(
-        sentiment.predict_proba(ft_models[s], tokenizer, test.texts).argmax(dim=1), test.labels))
-acc_trainer = accuracy(sentiment.predict_proba(hf_clf, tokenizer, test.texts).argmax(dim=1), test.labels)
-summary = {name: sentiment.mean_std(accs) for name, accs in test_acc.items()}
+        reviews.predict_proba(ft_models[s], tokenizer, test.texts).argmax(dim=1), test.labels))
+acc_trainer = accuracy(reviews.predict_proba(hf_clf, tokenizer, test.texts).argmax(dim=1), test.labels)
+summary = {name: reviews.mean_std(accs) for name, accs in test_acc.items()}
 print(f"test accuracy on {len(test)} reviews, mean ± standard deviation over seeds {SEEDS}:")
 for name, (mean, sd) in summary.items():
     print(f"  {name:34s} {mean:6.1%} ± {sd:4.1%}   ({', '.join(f'{a:.1%}' for a in test_acc[name])})")
@@ -1051,15 +1051,15 @@ plt.show()
 # The confusion matrices of seed 0, the bag of words next to fine-tuning:
 
 # %%
-bow0 = sentiment.fit_bag_of_words(splits[0][0].texts, splits[0][0].labels, weight_decay=BOW_WD)
+bow0 = reviews.fit_bag_of_words(splits[0][0].texts, splits[0][0].labels, weight_decay=BOW_WD)
 clf = ft_models[0]
-probs = sentiment.predict_proba(clf, tokenizer, test.texts)
+probs = reviews.predict_proba(clf, tokenizer, test.texts)
 pred = probs.argmax(dim=1)
-cm = sentiment.confusion_matrix(pred, test.labels)
+cm = reviews.confusion_matrix(pred, test.labels)
 fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
-sentiment.plot_confusion_matrix(sentiment.confusion_matrix(bow0.predict(test.texts), test.labels), ax=axes[0],
+reviews.plot_confusion_matrix(reviews.confusion_matrix(bow0.predict(test.texts), test.labels), ax=axes[0],
                                 title=f"bag of words: {test_acc['bag of words'][0]:.0%}")
-sentiment.plot_confusion_matrix(cm, ax=axes[1], title=f"fine-tuned MiniLM: {test_acc['fine-tuned MiniLM (our loop)'][0]:.0%}")
+reviews.plot_confusion_matrix(cm, ax=axes[1], title=f"fine-tuned MiniLM: {test_acc['fine-tuned MiniLM (our loop)'][0]:.0%}")
 fig.tight_layout()
 plt.show()
 
@@ -1088,7 +1088,7 @@ assert len(wrong) == len(test) - int(cm.diag().sum())
 # %%
 def classify_sentiment(text: str) -> tuple[str, float]:
     """("negative" or "positive", probability of that label) from the fine-tuned model."""
-    return sentiment.classify_sentiment(text, clf, tokenizer)
+    return reviews.classify_sentiment(text, clf, tokenizer)
 
 
 for text in [example_text] + new_reviews:
@@ -1388,7 +1388,7 @@ def cls_and_pooler(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
 (cls_train, pool_train), (cls_dev, pool_dev) = cls_and_pooler(train.texts), cls_and_pooler(dev.texts)
 probe_views = {"mean of the token vectors": (embeddings(train), embeddings(dev)),
                "[CLS] vector": (cls_train, cls_dev), "pooler output": (pool_train, pool_dev)}
-view_acc = {name: accuracy(sentiment.fit_logistic_regression(x_tr, train.labels, PROBE_WD).predict(x_dev), dev.labels)
+view_acc = {name: accuracy(reviews.fit_logistic_regression(x_tr, train.labels, PROBE_WD).predict(x_dev), dev.labels)
             for name, (x_tr, x_dev) in probe_views.items()}
 for name, acc in view_acc.items():
     print(f"linear probe on the {name:26s} dev accuracy {acc:.1%}")

@@ -14,20 +14,23 @@ module                      what it holds                                       
 ==========================  =====================================================  =======
 ``utils``                   ``set_seed``, ``get_device``, ``check_token_ids``      all
 ``plotting``                figure defaults, attention heatmaps with token labels  all
-``why_attention``           data generators and models of the two experiments      01
 ``pretrained``              ``load_minilm``, ``load_smollm2`` (offline, verified)  02, 05, 11, 12
 ``positional``              sinusoidal ``PositionalEncoding``                      03
 ``attention``               ``scaled_dot_product_attention``, ``MultiHeadAttention`` 04, 05
 ``layers``                  ``LayerNorm``, ``PositionwiseFeedForward``             06
 ``transformer``             encoder/decoder layers and stacks, ``Transformer``     07
 ``masking``                 ``padding_mask``, ``causal_mask``, ``combine_masks``   08
-``seq2seq``                 date-normalisation data, training loop, greedy decode  09
-``gpt``                     ``GPT`` and its ``Block``, tokeniser, sampling         10, 11
-``train_gpt``               the script that trains the shipped GPT checkpoint      10
+``training``                the one training loop ``fit``, ``History``, schedule   09, 10, 12
+``tokenization``            ``CharTokenizer``, one token per character             09, 10, 11
+``seq2seq``                 teacher forcing, sequence loss, greedy decoding        09
+``gpt``                     ``GPT``: ``CausalSelfAttention``, ``MLP``, ``Block``   10, 11
+``generation``              ``generate``: greedy, temperature, top-k, top-p        10, 11
+``train_gpt``               batches, evaluation, training and checkpoints of GPT   10, 11
 ``hf_gpt2``                 ``to_hf`` / ``from_hf`` (GPT-2 both ways), BPE        11
-``bert``                    our encoder running BERT weights, semantic search      12
-``sentiment``               review data set, fine-tuning, bag-of-words baseline    12
+``bert``                    our encoder running BERT weights, masked-LM            12
 ``interpret``               attention as flow, attention rollout, occlusion        05, 12
+``diagrams``                the chapters' architecture diagrams                    01-10
+``tasks.*``                 the chapters' tasks and data (see ``tasks``)           01, 09-12
 ==========================  =====================================================  =======
 """
 

@@ -37,11 +37,11 @@ from torch import nn
 from .layers import LayerNorm
 from .training import History, fit, param_groups, warmup_decay
 from .transformer import EncoderLayer
-from .utils import check_token_ids
+from .utils import ModelConfig, check_token_ids
 
 
 @dataclass(frozen=True)
-class BertConfig:
+class BertConfig(ModelConfig):
     """The sizes of a BERT encoder (defaults: ``bert-base-uncased``)."""
 
     vocab_size: int = 30522
@@ -53,6 +53,10 @@ class BertConfig:
     type_vocab_size: int = 2
     dropout: float = 0.1
     eps: float = 1e-12
+
+    def __post_init__(self) -> None:
+        self.check_sizes("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len", "type_vocab_size",
+                         heads="num_heads")
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> BertConfig:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -31,15 +31,15 @@ from torch import nn
 from .attention import KVCache
 from .layers import ACTIVATIONS
 from .masking import causal_mask
-from .utils import check_token_ids
+from .utils import ModelConfig, check_token_ids
 
 # ----------------------------------------------------------------------------------------------
 # The model
 # ----------------------------------------------------------------------------------------------
 
 
-@dataclass
-class GPTConfig:
+@dataclass(frozen=True)
+class GPTConfig(ModelConfig):
     """Sizes of a GPT.  ``d_ff`` defaults to ``4 * d_model`` as in GPT-2.
 
     GPT-2 small is ``GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12,
@@ -58,29 +58,11 @@ class GPTConfig:
     activation: str = "gelu"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "d_model"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"GPTConfig.{name} must be positive, got {getattr(self, name)}")
-        if self.d_model % self.n_head != 0:
-            raise ValueError(
-                f"d_model={self.d_model} is not divisible by n_head={self.n_head}: "
-                "each head needs d_model / n_head features"
-            )
-        if self.d_ff is None:
-            self.d_ff = 4 * self.d_model
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.d_ff is None:  # the default, filled in once (the config is frozen afterwards)
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+        self.check_sizes("vocab_size", "block_size", "n_layer", "n_head", "d_model", "d_ff", heads="n_head")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GPTConfig:
-        """Build a config from a dict, ignoring keys that are not config fields."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 class CausalSelfAttention(nn.Module):

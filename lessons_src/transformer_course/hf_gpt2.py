@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .python_docs import _TYPOGRAPHY, CHARS
+from .tasks.python_docs import _TYPOGRAPHY, CHARS
 from .gpt import GPT, GPTConfig
 from .pretrained import ModelNotAvailableError, hub_available, offline_forced
 

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gpt import GPT, GPTConfig, lm_loss
-from .python_docs import CHARS, corpus_fingerprint, load_python_docs, train_val_split
+from .tasks.python_docs import CHARS, corpus_fingerprint, load_python_docs, train_val_split
 from .tokenization import CharTokenizer
 from .training import History, fit, param_groups, warmup_decay
 from .utils import count_parameters, get_device, set_seed

@@ -14,6 +14,7 @@ Masks follow the course convention (boolean, ``True`` = may attend; see ``maskin
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -21,7 +22,7 @@ from torch import nn
 from .attention import KVCache, MultiHeadAttention
 from .layers import LayerNorm, PositionwiseFeedForward
 from .positional import PositionalEncoding
-from .utils import check_token_ids
+from .utils import ModelConfig, check_token_ids
 
 
 class EncoderLayer(nn.Module):
@@ -201,35 +202,50 @@ class Decoder(nn.Module):
         return self.norm(x)
 
 
+@dataclass(frozen=True)
+class TransformerConfig(ModelConfig):
+    """Sizes of an encoder-decoder Transformer (defaults: the base model of "Attention Is All You Need")."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    num_heads: int = 8
+    num_encoder_layers: int = 6
+    num_decoder_layers: int = 6
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 512
+    norm_first: bool = False
+
+    def __post_init__(self) -> None:
+        self.check_sizes("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_encoder_layers",
+                         "num_decoder_layers", "d_ff", "max_len", heads="num_heads")
+
+
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer of "Attention Is All You Need".
+    """The encoder-decoder Transformer of "Attention Is All You Need", built from a
+    :class:`TransformerConfig`.
 
     ``encode(src, src_mask)`` runs once per source; ``decode(tgt_in, memory, tgt_mask,
     memory_mask)`` returns next-token logits ``(batch, L_tgt, tgt_vocab_size)`` and is called
     once per training step (teacher forcing) or once per generated token (greedy decoding).
     """
 
-    def __init__(
-        self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 512,
-        num_heads: int = 8,
-        num_encoder_layers: int = 6,
-        num_decoder_layers: int = 6,
-        d_ff: int = 2048,
-        dropout: float = 0.1,
-        max_len: int = 512,
-        norm_first: bool = False,
-    ) -> None:
+    def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(
+                f"Transformer takes a TransformerConfig, got {type(config).__name__}; "
+                "write Transformer(TransformerConfig(src_vocab_size, tgt_vocab_size, d_model=...))"
+            )
+        c = self.config = config
         self.encoder = Encoder(
-            src_vocab_size, d_model, num_encoder_layers, num_heads, d_ff, max_len, dropout, norm_first
+            c.src_vocab_size, c.d_model, c.num_encoder_layers, c.num_heads, c.d_ff, c.max_len, c.dropout, c.norm_first
         )
         self.decoder = Decoder(
-            tgt_vocab_size, d_model, num_decoder_layers, num_heads, d_ff, max_len, dropout, norm_first
+            c.tgt_vocab_size, c.d_model, c.num_decoder_layers, c.num_heads, c.d_ff, c.max_len, c.dropout, c.norm_first
         )
-        self.out = nn.Linear(d_model, tgt_vocab_size)
+        self.out = nn.Linear(c.d_model, c.tgt_vocab_size)
         for p in self.parameters():  # Glorot initialisation of every matrix, as in the reference code
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
@@ -32,6 +33,37 @@ def set_seed(seed: int = 0, num_threads: int | None = DEFAULT_NUM_THREADS) -> to
     torch.manual_seed(seed)
     os.environ.setdefault("PYTHONHASHSEED", str(seed))
     return torch.Generator().manual_seed(seed)
+
+
+class ModelConfig:
+    """What the three model configs share (``transformer.TransformerConfig``, ``gpt.GPTConfig``,
+    ``bert.BertConfig``): each is a frozen dataclass of sizes, checked when it is made, that
+    round-trips through a plain dict (for checkpoints and JSON)."""
+
+    def check_sizes(self, *names: str, heads: str, width: str = "d_model") -> None:
+        """Positive ``names``; ``width`` divisible by the number of heads; dropout in [0, 1)."""
+        cls = type(self).__name__
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{cls}.{name} must be a positive int, got {value!r}")
+        if getattr(self, width) % getattr(self, heads):
+            raise ValueError(
+                f"{cls}: {width}={getattr(self, width)} is not divisible by {heads}={getattr(self, heads)}: "
+                f"each head needs {width} / {heads} features"
+            )
+        dropout = getattr(self, "dropout", 0.0)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"{cls}.dropout must be in [0, 1), got {dropout}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, d: dict):  # -> the subclass
+        """Build a config from a dict, ignoring keys that are not config fields."""
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "tokens") -> torch.Tensor:

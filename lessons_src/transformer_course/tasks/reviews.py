@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .training import History, accuracy, class_ids, fit, param_groups, warmup_decay
+from ..training import History, accuracy, class_ids, fit, param_groups, warmup_decay
 
 LABELS = ("negative", "positive")
 SPLITS = ("train", "test")

@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import MultiHeadAttention, scaled_dot_product_attention
-from .training import History, accuracy, fit
-from .utils import check_token_ids
+from ..attention import MultiHeadAttention, scaled_dot_product_attention
+from ..training import History, accuracy, fit
+from ..utils import check_token_ids
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
