@@ -258,9 +258,10 @@ show_source(transformer_module.TokenAndPositionEmbedding)
 # all there is. A pre-norm stack adds a final layer norm, for the reason given above.
 
 # %%
-show_source(Encoder)
+show_source(transformer_module.LayerStack)
 
 # %%
+show_source(Encoder)
 show_source(Decoder)
 
 # %%

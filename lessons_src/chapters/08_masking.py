@@ -315,8 +315,9 @@ assert enc_change < 1e-6 and dec_change < 1e-6 and control > 0.01
 # are exactly 0. Without it (padding mask only) the change reaches every position.
 
 # %%
-def future_sensitivity(causal: bool, b: int = 0) -> torch.Tensor:
-    """grid[t, i] = max |change of the logits at position i| when tokens after t are replaced."""
+def future_sensitivity(causal: torch.Tensor | None, b: int = 0) -> torch.Tensor:
+    """grid[t, i] = max |change of the logits at position i| when tokens after t are replaced,
+    with `causal` (None: the padding mask only) combined into the target mask."""
     grid = torch.zeros(n - 1, n)
     x = tgt_in[b : b + 1]
     with torch.no_grad():
@@ -326,13 +327,13 @@ def future_sensitivity(causal: bool, b: int = 0) -> torch.Tensor:
             changed[:, t + 1 :] = torch.randint(3, len(vocab), (1, n - t - 1), generator=g)
             outs = []
             for seq in (x, changed):
-                mask = combine_masks(padding_mask(seq, PAD), causal_mask(n) if causal else None)
+                mask = combine_masks(padding_mask(seq, PAD), causal)
                 outs.append(model.decode(seq, memory, mask, padding_mask(src[b : b + 1], PAD)))
             grid[t] = (outs[0] - outs[1]).abs().amax(-1)[0]
     return grid
 
 
-with_causal, without_causal = future_sensitivity(True), future_sensitivity(False)
+with_causal, without_causal = future_sensitivity(causal_mask(n)), future_sensitivity(None)
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.4))
 for ax, grid, title in [(axes[0], with_causal, "with the causal mask"), (axes[1], without_causal, "padding mask only")]:
     plot_attention(grid, keys=[f"{i}" for i in range(n)], queries=[f"after {t}" for t in range(n - 1)],
@@ -608,22 +609,8 @@ for b in range(3):  # the last real position sees every real token of its senten
 # with this mask reach a very low training loss and then fail at generation?
 
 # %% tags=["solution"]
-def future_sensitivity_with(causal: torch.Tensor, b: int = 0) -> torch.Tensor:
-    grid = torch.zeros(n - 1, n)
-    x = tgt_in[b : b + 1]
-    with torch.no_grad():
-        memory = model.encode(src[b : b + 1], padding_mask(src[b : b + 1], PAD))
-        for t in range(n - 1):
-            changed = x.clone()
-            changed[:, t + 1 :] = torch.randint(3, len(vocab), (1, n - t - 1), generator=g)
-            outs = [model.decode(s, memory, combine_masks(padding_mask(s, PAD), causal),
-                                 padding_mask(src[b : b + 1], PAD)) for s in (x, changed)]
-            grid[t] = (outs[0] - outs[1]).abs().amax(-1)[0]
-    return grid
-
-
 off_by_one = torch.ones(n, n, dtype=torch.bool).tril(diagonal=1)[None, None]
-grid = future_sensitivity_with(off_by_one)
+grid = future_sensitivity(off_by_one)
 leaks = [t for t in range(n - 1) if grid[t, t] > 0]
 print("positions t whose logits change when tokens after t are replaced:", leaks)
 # position t now sees token t + 1: exactly the label it is trained to predict

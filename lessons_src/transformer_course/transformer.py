@@ -139,8 +139,12 @@ class TokenAndPositionEmbedding(nn.Module):
         return self.pos(self.tok(tokens) * self.scale)
 
 
-class Encoder(nn.Module):
-    """Token embedding + positional encoding, then ``num_layers`` encoder layers."""
+class LayerStack(nn.Module):
+    """Token embedding + positional encoding, then ``num_layers`` layers of one kind (each with
+    its own weights), then, in a pre-norm stack, one more layer norm.  ``Encoder`` and
+    ``Decoder`` differ only in their layer and in what it reads."""
+
+    layer_type: type[nn.Module]
 
     def __init__(
         self,
@@ -156,10 +160,16 @@ class Encoder(nn.Module):
         super().__init__()
         self.embed = TokenAndPositionEmbedding(vocab_size, d_model, max_len, dropout)
         self.layers = nn.ModuleList(
-            EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_layers)
+            self.layer_type(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_layers)
         )
         # Pre-norm stacks leave the residual stream un-normalised, so they end with one more norm.
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+
+
+class Encoder(LayerStack):
+    """A stack of encoder layers: each reads the source (self-attention under ``src_mask``)."""
+
+    layer_type = EncoderLayer
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embed(src)
@@ -168,26 +178,10 @@ class Encoder(nn.Module):
         return self.norm(x)
 
 
-class Decoder(nn.Module):
-    """Token embedding + positional encoding, then ``num_layers`` decoder layers."""
+class Decoder(LayerStack):
+    """A stack of decoder layers: each reads the target so far and the encoder's ``memory``."""
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        num_layers: int,
-        num_heads: int,
-        d_ff: int,
-        max_len: int = 512,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-    ) -> None:
-        super().__init__()
-        self.embed = TokenAndPositionEmbedding(vocab_size, d_model, max_len, dropout)
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_layers)
-        )
-        self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
+    layer_type = DecoderLayer
 
     def forward(
         self,
