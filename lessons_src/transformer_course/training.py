@@ -78,18 +78,17 @@ def fit(
     history = History()
     t_wall, t_cpu = time.perf_counter(), time.process_time()
 
-    def run_evaluation(done: int) -> None:
+    def run_evaluation(measure: Callable[[], dict[str, float]], done: int) -> None:
         model.eval()
-        for name, value in evaluate().items():  # type: ignore[misc]
+        for name, value in measure().items():
             history.evals.setdefault(name, []).append(value)
         history.eval_steps.append(done)
-        bar.set_postfix({k: f"{v[-1]:.3f}" for k, v in history.evals.items()})
 
     # Not `for step in bar`: a bar that is iterated closes itself when the loop ends, before the
     # final measurement could be shown in it.
     bar = progress(total=steps, desc=desc, disable=not show_progress)
     if evaluate is not None and eval_at_start:
-        run_evaluation(0)
+        run_evaluation(evaluate, 0)
     for step in range(steps):
         model.train()
         loss = step_loss(step)
@@ -104,9 +103,9 @@ def fit(
         history.loss.append(loss.item())
         done = step + 1
         if evaluate is not None and ((eval_every and done % eval_every == 0) or done == steps):
-            run_evaluation(done)
-        elif evaluate is None:
-            bar.set_postfix(loss=f"{history.loss[-1]:.3f}", refresh=False)  # shown at the next redraw
+            run_evaluation(evaluate, done)
+        shown = {"loss": history.loss[-1], **{k: v[-1] for k, v in history.evals.items()}}
+        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)  # drawn with the bar
         bar.update(1)
     bar.close()
     model.eval()
