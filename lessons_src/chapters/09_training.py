@@ -440,10 +440,21 @@ assert int(np.argmax(planned)) == WARMUP - 1 and planned[-1] < 0.06 * PEAK_LR
 # the two curves can be compared. A progress bar (`tqdm`) shows the running loss.
 #
 # The steps after the loss are the same for every model in this course, so they live in one
-# function, `fit`, which chapters 10 and 12 use as well: it takes a function that returns the
-# loss of step `k`, and returns a `History` (the loss and learning rate of every step, and
-# whatever the evaluation measured). `train_seq2seq` only says what a step's loss is here (the
-# next batch, teacher forcing, the label-smoothed loss) and what to evaluate.
+# function, `fit`, which chapters 10 and 12 use as well. Its heart is this loop:
+#
+# ```python
+# for step in range(steps):
+#     loss = step_loss(step)  # the task's part: a batch, the forward pass, the loss
+#     optimizer.zero_grad()
+#     loss.backward()
+#     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+#     optimizer.step()
+#     scheduler.step()
+# ```
+#
+# Around it, `fit` records the loss and learning rate of every step, runs the evaluation and
+# returns what it measured as a `History`. `train_seq2seq` only says what a step's loss is here
+# (the next batch, teacher forcing, the label-smoothed loss) and what to evaluate.
 
 # %%
 show_source(fit)
