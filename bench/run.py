@@ -303,7 +303,7 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
 def bench_encoder_vs_bert(device: torch.device) -> dict | None:
     """The course encoder running MiniLM's weights vs transformers' BertModel, inference."""
     try:
-        from transformer_course.bert import bert_from_hf
+        from transformer_course.hf_bert import bert_from_hf
         from transformer_course.pretrained import load_minilm
     except ImportError as err:
         print(f"  (skipped encoder vs BertModel: {err})")

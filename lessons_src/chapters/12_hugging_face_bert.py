@@ -56,24 +56,13 @@ with warnings.catch_warnings():  # tqdm's "IProgress not found" notice, printed 
                               TrainingArguments, pipeline)
     from transformers.utils import logging as hf_logging
 
-from transformer_course.tasks import reviews
-from transformer_course.bert import (
-    BertConfig,
-    BertEmbeddings,
-    BertEncoder,
-    BertForMLM,
-    bert_from_hf,
-    cosine_similarity,
-    mask_tokens,
-    mlm_windows,
-    pretrain_mlm,
-    semantic_search,
-    to_hf_masked_lm,
-    wordpiece_subset,
-)
-from transformer_course.tasks.python_docs import python_docs_prose
+from transformer_course.bert import (BertConfig, BertEmbeddings, BertEncoder, BertForMLM, cosine_similarity, mask_tokens,
+                                     mlm_windows, pretrain_mlm, semantic_search)
+from transformer_course.hf_bert import bert_from_hf, to_hf_masked_lm, wordpiece_subset
 from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool, minilm_path
+from transformer_course.tasks import reviews
+from transformer_course.tasks.python_docs import python_docs_prose
 from transformer_course.training import accuracy
 from transformer_course.utils import count_parameters, get_device, set_seed, show_source
 

@@ -27,7 +27,8 @@ module                      what it holds                                       
 ``generation``              ``generate``: greedy, temperature, top-k, top-p        10, 11
 ``train_gpt``               batches, evaluation, training and checkpoints of GPT   10, 11
 ``hf_gpt2``                 ``to_hf`` / ``from_hf`` (GPT-2 both ways), BPE        11
-``bert``                    our encoder running BERT weights, masked-LM            12
+``bert``                    ``BertEncoder``, ``BertForMLM``, masking, pre-training  12
+``hf_bert``                 BERT weights both ways, WordPiece tokenisers           12
 ``interpret``               attention as flow, attention rollout, occlusion        05, 12
 ``diagrams``                the chapters' architecture diagrams                    01-10
 ``tasks.*``                 the chapters' tasks and data (see ``tasks``)           01, 09-12
