@@ -28,8 +28,8 @@ from transformer_course.gpt import (
     top_p_filter,
     train_val_split,
 )
-from transformer_course.train_gpt import learning_rate, train
 from transformer_course.masking import causal_mask
+from transformer_course.train_gpt import learning_rate, train
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters
 
@@ -70,11 +70,18 @@ def block_as_encoder_layer(block: Block, d_model: int, n_head: int, activation: 
     layer = EncoderLayer(d_model, n_head, 4 * d_model, dropout=0.0, activation=activation, norm_first=True).eval()
     sa = layer.self_attn
     with torch.no_grad():
-        for part, w, b in zip((sa.W_q, sa.W_k, sa.W_v), block.attn.qkv.weight.chunk(3), block.attn.qkv.bias.chunk(3)):
+        for part, w, b in zip(
+            (sa.W_q, sa.W_k, sa.W_v), block.attn.qkv.weight.chunk(3), block.attn.qkv.bias.chunk(3), strict=True
+        ):
             part.weight.copy_(w)
             part.bias.copy_(b)
-        for mine, theirs in ((sa.W_o, block.attn.proj), (layer.ff.linear1, block.mlp.fc),
-                             (layer.ff.linear2, block.mlp.proj), (layer.norm1, block.norm1), (layer.norm2, block.norm2)):
+        for mine, theirs in (
+            (sa.W_o, block.attn.proj),
+            (layer.ff.linear1, block.mlp.fc),
+            (layer.ff.linear2, block.mlp.proj),
+            (layer.norm1, block.norm1),
+            (layer.norm2, block.norm2),
+        ):
             mine.weight.copy_(theirs.weight)
             mine.bias.copy_(theirs.bias)
     return layer
@@ -143,7 +150,9 @@ def test_cache_forward_matches_full_forward():
 
 def test_loss_shape_check_and_value():
     logits = torch.zeros(2, 3, 5)
-    assert lm_loss(logits, torch.zeros(2, 3, dtype=torch.long)).item() == pytest.approx(torch.log(torch.tensor(5.0)).item())
+    assert lm_loss(logits, torch.zeros(2, 3, dtype=torch.long)).item() == pytest.approx(
+        torch.log(torch.tensor(5.0)).item()
+    )
     with pytest.raises(ValueError, match="targets"):
         lm_loss(logits, torch.zeros(2, 4, dtype=torch.long))
 
@@ -201,7 +210,9 @@ def test_evaluate_equals_manual_loss_and_uniform_model():
     windows = data.unfold(0, 13, 12)  # (3, 13) windows overlapping by one
     manual = lm_loss(m(windows[:, :-1]), windows[:, 1:]).item()
     assert evaluate(m, data, batch_size=2) == pytest.approx(manual, rel=1e-5)
-    assert evaluate(m, data, max_windows=1) == pytest.approx(lm_loss(m(windows[:1, :-1]), windows[:1, 1:]).item(), rel=1e-5)
+    assert evaluate(m, data, max_windows=1) == pytest.approx(
+        lm_loss(m(windows[:1, :-1]), windows[:1, 1:]).item(), rel=1e-5
+    )
     assert evaluate(m, data, max_windows=5) == pytest.approx(manual, rel=1e-5)  # fewer windows than asked: all
 
 
@@ -318,8 +329,18 @@ def test_train_lowers_the_loss_on_a_repetitive_text():
     ids = torch.tensor(tok.encode("abcdefgh" * 60))
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=32))
-    hist = train(m, ids, ids, steps=60, batch_size=8, lr=1e-2, warmup=5, eval_every=20,
-                 generator=torch.Generator().manual_seed(0), show_progress=False)
+    hist = train(
+        m,
+        ids,
+        ids,
+        steps=60,
+        batch_size=8,
+        lr=1e-2,
+        warmup=5,
+        eval_every=20,
+        generator=torch.Generator().manual_seed(0),
+        show_progress=False,
+    )
     assert hist["step"] == [0, 20, 40, 60]
     assert hist["val_loss"][-1] < 0.5 * hist["val_loss"][0]
 

@@ -47,7 +47,17 @@ SRC, TGT = source_tokenizer(), target_tokenizer()
 
 def test_ordinals():
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 31)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "31st",
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "23rd",
+        "31st",
     ]
 
 
@@ -126,7 +136,7 @@ def test_collate_pads_each_side_to_the_longest_in_the_batch():
     assert tgt.shape == (3, 12)  # <bos> + 10 + <eos>
     assert src.dtype == tgt.dtype == torch.long
     lengths = [len(s) + 1 for s, _ in pairs]
-    for row, n in zip(src, lengths):
+    for row, n in zip(src, lengths, strict=True):
         assert row[n - 1] == SRC.eos_id
         assert (row[n:] == SRC.pad_id).all() and (row[:n] != SRC.pad_id).all()
     assert (tgt[2, 9:] == TGT.pad_id).all() and tgt[2, 8] == TGT.eos_id
@@ -149,8 +159,9 @@ def test_masks_are_built_for_exactly_the_shifted_tensors():
     real = (tgt_in[1] != TGT.pad_id).sum().item()
     assert not tgt_mask[1, 0, :, real:].any()
     assert not torch.triu(tgt_mask[0, 0], diagonal=1).any()
-    model = Transformer(len(SRC), len(TGT), d_model=16, num_heads=2, num_encoder_layers=1,
-                        num_decoder_layers=1, d_ff=32, dropout=0.0)
+    model = Transformer(
+        len(SRC), len(TGT), d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32, dropout=0.0
+    )
     logits = model(src, tgt_in, src_mask, tgt_mask, mem_mask)
     assert logits.shape == (2, tgt_in.size(1), len(TGT))
     with pytest.raises(ValueError, match="cannot broadcast"):  # the seed's bug: masks built for unshifted tgt
@@ -198,9 +209,9 @@ def test_schedule_warms_up_linearly_then_decays_to_the_floor():
     warm, total, floor = 50, 400, 0.05
     f = [warmup_cosine(s, warm, total, floor) for s in range(total + 20)]
     assert f[0] == pytest.approx(1 / warm) and f[warm - 1] == pytest.approx(1.0)
-    assert all(b > a for a, b in zip(f[: warm - 1], f[1:warm]))  # rising during warm-up
+    assert all(b > a for a, b in zip(f[: warm - 1], f[1:warm], strict=True))  # rising during warm-up
     assert max(f) == pytest.approx(1.0)
-    assert all(b <= a for a, b in zip(f[warm:], f[warm + 1 :]))  # never rising afterwards
+    assert all(b <= a for a, b in zip(f[warm:], f[warm + 1 :], strict=False))  # never rising afterwards
     assert f[(warm + total) // 2] == pytest.approx(floor + (1 - floor) / 2)
     assert f[total] == pytest.approx(floor) and f[-1] == pytest.approx(floor)
     with pytest.raises(ValueError):
@@ -218,14 +229,23 @@ def tiny_trained():
     ds = Seq2SeqDataset([(e.source, e.target) for e in splits.train], SRC, TGT)
     col = functools.partial(collate_batch, pad_id=SRC.pad_id)
     train = DataLoader(ds, batch_size=32, shuffle=True, collate_fn=col, generator=g)
-    val = DataLoader(Seq2SeqDataset([(e.source, e.target) for e in splits.val], SRC, TGT), batch_size=64,
-                     collate_fn=col)
-    model = Transformer(len(SRC), len(TGT), d_model=32, num_heads=2, num_encoder_layers=1,
-                        num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=64)
+    val = DataLoader(
+        Seq2SeqDataset([(e.source, e.target) for e in splits.val], SRC, TGT), batch_size=64, collate_fn=col
+    )
+    model = Transformer(
+        len(SRC),
+        len(TGT),
+        d_model=32,
+        num_heads=2,
+        num_encoder_layers=1,
+        num_decoder_layers=1,
+        d_ff=64,
+        dropout=0.0,
+        max_len=64,
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, 10, 60))
-    hist = train_seq2seq(model, train, 60, opt, SRC.pad_id, sched, val_loader=val, eval_every=20,
-                         show_progress=False)
+    hist = train_seq2seq(model, train, 60, opt, SRC.pad_id, sched, val_loader=val, eval_every=20, show_progress=False)
     yield model, splits, hist
     torch.set_num_threads(threads)
 

@@ -32,7 +32,6 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
@@ -42,10 +41,24 @@ with warnings.catch_warnings():
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 from transformer_course.gpt import (
-    GPT, GPTConfig, evaluate, generate, lm_loss, load_checkpoint, load_python_docs, train_val_split,
+    GPT,
+    GPTConfig,
+    evaluate,
+    generate,
+    lm_loss,
+    load_checkpoint,
+    load_python_docs,
+    train_val_split,
 )
 from transformer_course.hf_gpt2 import (
-    bpe_merges, from_hf, hf_char_tokenizer, hf_state_dict, load_gpt2, to_hf, to_hf_config, train_bpe,
+    bpe_merges,
+    from_hf,
+    hf_char_tokenizer,
+    hf_state_dict,
+    load_gpt2,
+    to_hf,
+    to_hf_config,
+    train_bpe,
 )
 from transformer_course.pretrained import hub_available, load_smollm2
 from transformer_course.utils import count_parameters, set_seed, show_source

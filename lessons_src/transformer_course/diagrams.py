@@ -75,7 +75,7 @@ def soft_lookup(scores: list[float] | tuple[float, ...] = (0.5, 2.5, 1.2, -0.5))
     _text(ax, 2.05, height - 0.25, "key", ha="center", va="top", fontweight="bold")
     _text(ax, 3.15, height - 0.25, "weight", ha="center", va="top", fontweight="bold")
     _text(ax, 5.05, height - 0.25, "value", ha="center", va="top", fontweight="bold")
-    for i, (s, w) in enumerate(zip(scores, weights)):
+    for i, (_s, w) in enumerate(zip(scores, weights)):
         y = top - i * row_h
         _box(ax, 2.05, y, 0.8, 0.5, f"k{i + 1}", COLORS["key"])
         _arrow(ax, (0.75, top + 0.55), (1.62, y), connection="arc3,rad=0.1")

@@ -28,8 +28,8 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F

@@ -75,7 +75,7 @@ def _check_readability(event) -> None:
     size, text = smallest_text_pt(fig)
     if size < MIN_TEXT_PT:
         try:
-            cell = get_ipython().execution_count  # type: ignore[name-defined]  # noqa: F821
+            cell = get_ipython().execution_count  # type: ignore[name-defined]
         except NameError:
             cell = None
         UNREADABLE.append((cell, round(float(size), 1), text))

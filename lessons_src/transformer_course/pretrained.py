@@ -202,7 +202,7 @@ def _hub_snapshot(local_files_only: bool) -> Path | None:
             allow_patterns=list(MINILM_FILES),
             local_files_only=local_files_only,
         )
-    except Exception as err:  # noqa: BLE001 - not cached / offline / Hub error
+    except Exception as err:  # not cached / offline / Hub error
         if local_files_only:
             return None  # not in the cache: try the next source
         raise ModelNotAvailableError(
