@@ -176,7 +176,7 @@ class BertEncoder(nn.Module):
             x = layer(x, mask)
             hidden.append(x)
             attentions.append(layer.attn_weights)
-        return EncoderOutput(x, tuple(hidden), tuple(attentions))
+        return EncoderOutput(x, tuple(hidden), tuple(attentions))  # type: ignore[arg-type]
 
 
 # Hugging Face name (regular expression) -> course name.  Everything the encoder needs is

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -127,6 +128,7 @@ class MLP(nn.Module):
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
+        assert c.d_ff is not None  # GPTConfig.__post_init__ sets it
         self.fc = nn.Linear(c.d_model, c.d_ff)
         self.proj = nn.Linear(c.d_ff, c.d_model)
         self.act = ACTIVATIONS[c.activation]
@@ -173,7 +175,7 @@ class GPT(nn.Module):
         self.apply(self._init_weights)
         # GPT-2: scale the projections that write into the residual stream by 1/sqrt(2 n_layer),
         # so the variance of the stream does not grow with depth.
-        for block in self.blocks:
+        for block in cast(Iterable[Block], self.blocks):
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
 
@@ -335,7 +337,7 @@ def evaluate(
     logits ``(batch, T, vocab)``.  ``exp`` of the result is the perplexity.
     """
     if block_size is None:
-        block_size = model.config.block_size
+        block_size = cast(GPTConfig, model.config).block_size
     if max_windows is not None and max_windows < 1:
         raise ValueError(f"max_windows must be at least 1, got {max_windows}")
     n = (data.numel() - 1) // block_size

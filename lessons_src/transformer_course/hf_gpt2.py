@@ -97,9 +97,9 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     }
     for i, block in enumerate(model.blocks):
         for theirs, mine in _HF_BLOCK_NAMES:
-            weight = block.get_submodule(mine).weight
+            weight = block.get_parameter(f"{mine}.weight")
             sd[f"transformer.h.{i}.{theirs}.weight"] = weight.T if mine in _TRANSPOSED else weight
-            sd[f"transformer.h.{i}.{theirs}.bias"] = block.get_submodule(mine).bias
+            sd[f"transformer.h.{i}.{theirs}.bias"] = block.get_parameter(f"{mine}.bias")
     return {k: v.detach().clone().contiguous() for k, v in sd.items()}
 
 

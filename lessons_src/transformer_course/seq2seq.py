@@ -29,6 +29,7 @@ import string
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,9 @@ from torch.utils.data import Dataset
 
 from .masking import causal_mask, make_seq2seq_masks, padding_mask
 from .utils import progress
+
+if TYPE_CHECKING:
+    from .transformer import Transformer
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 SPECIALS = (PAD, BOS, EOS)
@@ -158,7 +162,7 @@ class DateExample:
 
 
 def render_date(
-    date: dt.date, fmt: str, case: str = "as_is", formats: dict[str, Callable] | None = None
+    date: dt.date, fmt: str, case: str = "as_is", formats: dict[str, Callable[[dt.date], list[Part]]] | None = None
 ) -> DateExample:
     """Write ``date`` in format ``fmt`` (a key of ``formats``, default :data:`FORMATS`).
 
@@ -183,7 +187,9 @@ def render_date(
     return DateExample(date, text, date.isoformat(), fmt, spans)
 
 
-def _random_example(rng: random.Random, date: dt.date, formats: dict[str, Callable]) -> DateExample:
+def _random_example(
+    rng: random.Random, date: dt.date, formats: dict[str, Callable[[dt.date], list[Part]]]
+) -> DateExample:
     fmt = rng.choice(sorted(formats))
     has_letters = any(c.isalpha() for c in render_date(date, fmt, formats=formats).source)
     case = rng.choices(("as_is", "lower", "upper"), weights=(0.7, 0.15, 0.15))[0] if has_letters else "as_is"
@@ -204,7 +210,7 @@ def make_splits(
     n_val: int = 500,
     n_test: int = 1000,
     seed: int = 0,
-    formats: dict[str, Callable] | None = None,
+    formats: dict[str, Callable[[dt.date], list[Part]]] | None = None,
 ) -> DateSplits:
     """Seeded data: ``n_test`` held-out examples on ``n_test`` distinct dates, ``n_val``
     validation examples on other dates, and ``n_train`` training examples drawn (with
@@ -498,7 +504,7 @@ def train_seq2seq(
 
 @torch.inference_mode()
 def greedy_decode(
-    model: nn.Module,
+    model: Transformer,
     src: torch.Tensor,
     pad_id: int,
     bos_id: int,
@@ -537,7 +543,7 @@ def greedy_decode(
 
 
 def translate(
-    model: nn.Module,
+    model: Transformer,
     texts: Sequence[str],
     src_tok: CharTokenizer,
     tgt_tok: CharTokenizer,

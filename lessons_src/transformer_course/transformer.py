@@ -14,6 +14,7 @@ Masks follow the course convention (boolean, ``True`` = may attend; see ``maskin
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -297,11 +298,11 @@ def copy_weights_to_torch(
             raise ValueError(f"the layers differ in {name}: ours {mine!r}, PyTorch's {its!r}")
     _copy_attention(ours.self_attn, theirs.self_attn)
     if isinstance(ours, DecoderLayer):
-        _copy_attention(ours.cross_attn, theirs.multihead_attn)
+        _copy_attention(ours.cross_attn, cast(nn.TransformerDecoderLayer, theirs).multihead_attn)
     same = {"ff.linear1": "linear1", "ff.linear2": "linear2", "norm1": "norm1", "norm2": "norm2"}
     if isinstance(ours, DecoderLayer):
         same["norm3"] = "norm3"
     for mine, its in same.items():
-        theirs.get_submodule(its).weight.copy_(ours.get_submodule(mine).weight)
-        theirs.get_submodule(its).bias.copy_(ours.get_submodule(mine).bias)
+        theirs.get_parameter(f"{its}.weight").copy_(ours.get_parameter(f"{mine}.weight"))
+        theirs.get_parameter(f"{its}.bias").copy_(ours.get_parameter(f"{mine}.bias"))
     return theirs

@@ -101,7 +101,7 @@ def show_source(obj: object):  # -> IPython.display.Code
 
     from IPython.display import Code
 
-    return Code(inspect.getsource(obj), language="python")
+    return Code(inspect.getsource(obj), language="python")  # type: ignore[arg-type]
 
 
 def progress(iterable=None, **kwargs):  # -> tqdm
