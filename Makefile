@@ -1,8 +1,9 @@
 # The course's commands.  Each one sets up .venv first (Python 3.11, requirements.txt, the package).
 #   make book       build the site into _build/html
-#   make test       every check CI runs: package tests (sync included), every notebook run once, alone, in a
-#                   Colab-like clean environment under strict nbval, workflow lint, site build with -W, the
-#                   site opened in headless Chromium
+#   make test       every check CI runs: lint and type check, package tests (sync included), every notebook
+#                   run once, alone, in a Colab-like clean environment under strict nbval, workflow lint, site
+#                   build with -W, the site opened in headless Chromium
+#   make lint       ruff (lint and format check) and mypy on the package; seconds
 #   make notebooks  re-execute lessons_src/chapters/*.py into book/ (CHAPTERS="03 04" for some)
 #   make bench      measure the course's speed and budgets (writes bench/results.json and book/performance.md)
 
@@ -13,7 +14,7 @@ STAMP  := $(VENV)/.installed
 NBVAL  := -p tests.nbval_plugin --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 ASSETS := tools/site_assets
-.PHONY: setup setup-browser book test test-package test-notebooks test-notebooks-here test-workflows test-site check-site check-colab notebooks bench clean
+.PHONY: setup setup-browser book test lint test-package test-notebooks test-notebooks-here test-workflows test-site check-site check-colab notebooks bench clean
 
 setup: $(STAMP)
 
@@ -29,8 +30,16 @@ book: setup
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
 	@echo "The site is built: open $(CURDIR)/_build/html/index.html"
 
-test: test-package test-notebooks test-workflows test-site check-site
+test: lint test-package test-notebooks test-workflows test-site check-site
 	@echo "make test: all checks passed"
+
+# Lint (ruff check), formatting (ruff format --check) and types (mypy on the package, which ships
+# py.typed); settings in pyproject.toml. First in `make test`: it takes seconds. CONTRIBUTING.md
+# says how to fix what it finds.
+lint: setup
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	$(BIN)/mypy
 
 test-package: setup
 	$(BIN)/python -m pytest tests

@@ -20,11 +20,16 @@ class MinimalGPT(nn.Module):
         self.wte = nn.Embedding(vocab_size, d_model)
         self.wpe = nn.Embedding(block_size, d_model)
         self.h = nn.ModuleList(
-            nn.ModuleDict({
-                "ln_1": nn.LayerNorm(d_model), "c_attn": nn.Linear(d_model, 3 * d_model),
-                "c_proj": nn.Linear(d_model, d_model), "ln_2": nn.LayerNorm(d_model),
-                "c_fc": nn.Linear(d_model, 4 * d_model), "mlp_proj": nn.Linear(4 * d_model, d_model),
-            })
+            nn.ModuleDict(
+                {
+                    "ln_1": nn.LayerNorm(d_model),
+                    "c_attn": nn.Linear(d_model, 3 * d_model),
+                    "c_proj": nn.Linear(d_model, d_model),
+                    "ln_2": nn.LayerNorm(d_model),
+                    "c_fc": nn.Linear(d_model, 4 * d_model),
+                    "mlp_proj": nn.Linear(4 * d_model, d_model),
+                }
+            )
             for _ in range(n_layer)
         )
         self.ln_f = nn.LayerNorm(d_model)
@@ -52,9 +57,15 @@ def copy_from_course(ref: MinimalGPT, ours: nn.Module) -> MinimalGPT:
     ref.wte.weight.copy_(ours.tok_emb.weight)
     ref.wpe.weight.copy_(ours.pos_emb.weight)
     ref.ln_f.load_state_dict(ours.norm.state_dict())
-    names = {"ln_1": "norm1", "c_attn": "attn.qkv", "c_proj": "attn.proj", "ln_2": "norm2",
-             "c_fc": "mlp.fc", "mlp_proj": "mlp.proj"}
-    for blk, block in zip(ref.h, ours.blocks):
+    names = {
+        "ln_1": "norm1",
+        "c_attn": "attn.qkv",
+        "c_proj": "attn.proj",
+        "ln_2": "norm2",
+        "c_fc": "mlp.fc",
+        "mlp_proj": "mlp.proj",
+    }
+    for blk, block in zip(ref.h, ours.blocks, strict=True):
         for theirs, mine in names.items():
             blk[theirs].load_state_dict(block.get_submodule(mine).state_dict())
     return ref

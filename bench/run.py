@@ -13,10 +13,10 @@ Nothing here is asserted: speed is reported, not tested.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -42,7 +42,9 @@ LONG_CHAPTERS = ("10", "11", "12")  # 11 loads a 135M-parameter model
 
 
 # --------------------------------------------------------------------------- helpers
-def median_seconds(fn: Callable[[], object], repeats: int = 7, warmup: int = 2, sync: Callable[[], None] | None = None) -> float:
+def median_seconds(
+    fn: Callable[[], object], repeats: int = 7, warmup: int = 2, sync: Callable[[], None] | None = None
+) -> float:
     for _ in range(warmup):
         fn()
     times = []
@@ -98,15 +100,21 @@ def syncer(device: torch.device) -> Callable[[], None] | None:
 # The contract: every name an expression reads is bound at the top level of the chapter's source
 # (tests/test_bench_contract.py checks it without running anything).
 CHAPTER_METRICS = {
-    "01": [("GRU held-out accuracy after 50 steps", "curves['gru'][50]", None),
-           ("self-attention held-out accuracy after 50 steps", "curves['attention'][50]", None),
-           ("linear model on token 1 after learned attention", "acc_attend", None)],
+    "01": [
+        ("GRU held-out accuracy after 50 steps", "curves['gru'][50]", None),
+        ("self-attention held-out accuracy after 50 steps", "curves['attention'][50]", None),
+        ("linear model on token 1 after learned attention", "acc_attend", None),
+    ],
     "09": [("exact match on the 1,000 held-out dates", "accuracy", "history.wall_seconds")],
-    "10": [("validation loss (nats/char), trained in the notebook", "val_loss", "train_seconds"),
-           ("validation loss (nats/char), shipped checkpoint", "big_val", "record['train_seconds']")],
-    "12": [("test accuracy, untrained classification head", "acc_untrained", None),
-           ("test accuracy, bag-of-words logistic regression", "acc_bow", None),
-           ("test accuracy, fine-tuned MiniLM", "acc_ft", "ft_seconds[best_name]")],
+    "10": [
+        ("validation loss (nats/char), trained in the notebook", "val_loss", "train_seconds"),
+        ("validation loss (nats/char), shipped checkpoint", "big_val", "record['train_seconds']"),
+    ],
+    "12": [
+        ("test accuracy, untrained classification head", "acc_untrained", None),
+        ("test accuracy, bag-of-words logistic regression", "acc_bow", None),
+        ("test accuracy, fine-tuned MiniLM", "acc_ft", "ft_seconds[best_name]"),
+    ],
 }
 _METRICS_MARK = "BENCH-METRICS "
 
@@ -119,7 +127,9 @@ def _metrics_cell(chapter: str):
         f"{{'name': {name!r}, 'value': float({value}), 'seconds': {'None' if sec is None else f'float({sec})'}}}"
         for name, value, sec in spec
     )
-    return nbformat.v4.new_code_cell(f"import json as _bench_json\nprint({_METRICS_MARK!r} + _bench_json.dumps([{entries}]))")
+    return nbformat.v4.new_code_cell(
+        f"import json as _bench_json\nprint({_METRICS_MARK!r} + _bench_json.dumps([{entries}]))"
+    )
 
 
 def run_notebooks() -> list[dict]:
@@ -136,8 +146,9 @@ def run_notebooks() -> list[dict]:
         nb.cells.append(_metrics_cell(chapter))
         env_backup = dict(os.environ)
         os.environ.update(course_config.COURSE_ENV)
-        client = NotebookClient(nb, timeout=1800, kernel_name="python3",
-                                resources={"metadata": {"path": str(ROOT / "book")}})
+        client = NotebookClient(
+            nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "book")}}
+        )
         error, metrics = None, []
         t_start = time.perf_counter()
         seconds = None
@@ -149,7 +160,7 @@ def run_notebooks() -> list[dict]:
                 client.execute_cell(nb.cells[n_cells], n_cells)
             text = "".join(o.get("text", "") for o in nb.cells[n_cells].outputs if o.get("name") == "stdout")
             metrics = json.loads(text.split(_METRICS_MARK, 1)[1])
-        except Exception as err:  # a failing notebook is reported, not hidden
+        except Exception as err:  # noqa: BLE001 - a failing notebook is reported, not hidden
             error = str(err).strip().splitlines()[-1][:200] if str(err).strip() else type(err).__name__
         finally:
             os.environ.clear()
@@ -157,9 +168,20 @@ def run_notebooks() -> list[dict]:
         if seconds is None:
             seconds = time.perf_counter() - t_start
         budget = BUDGET_LONG if chapter in LONG_CHAPTERS else BUDGET_DEFAULT
-        rows.append({"notebook": nb_path.stem, "seconds": round(seconds, 1), "budget": budget,
-                     "within_budget": seconds <= budget and error is None, "error": error, "metrics": metrics})
-        print(f"  {nb_path.stem:40s} {seconds:6.1f} s  (budget {budget} s){'  ERROR ' + error if error else ''}", flush=True)
+        rows.append(
+            {
+                "notebook": nb_path.stem,
+                "seconds": round(seconds, 1),
+                "budget": budget,
+                "within_budget": seconds <= budget and error is None,
+                "error": error,
+                "metrics": metrics,
+            }
+        )
+        print(
+            f"  {nb_path.stem:40s} {seconds:6.1f} s  (budget {budget} s){'  ERROR ' + error if error else ''}",
+            flush=True,
+        )
     return rows
 
 
@@ -178,22 +200,28 @@ def bench_mha(device: torch.device) -> dict:
     def step(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
         def run() -> None:
             fn().sum().backward()
+
         return run
 
     s = syncer(device)
     t_ours = median_seconds(step(lambda: ours(x)[0]), sync=s)
     t_fast = median_seconds(step(lambda: ours_fast(x, need_weights=False)[0]), sync=s)
     t_ref = median_seconds(step(lambda: ref(x, x, x, need_weights=False)[0]), sync=s)
-    return {"shape": f"batch {b}, length {n}, d_model {d}, {h} heads",
-            "ours_ms": t_ours * 1e3, "ours_sdpa_ms": t_fast * 1e3, "torch_ms": t_ref * 1e3,
-            "ratio_ours_vs_torch": t_ours / t_ref, "ratio_ours_sdpa_vs_torch": t_fast / t_ref}
+    return {
+        "shape": f"batch {b}, length {n}, d_model {d}, {h} heads",
+        "ours_ms": t_ours * 1e3,
+        "ours_sdpa_ms": t_fast * 1e3,
+        "torch_ms": t_ref * 1e3,
+        "ratio_ours_vs_torch": t_ours / t_ref,
+        "ratio_ours_sdpa_vs_torch": t_fast / t_ref,
+    }
 
 
 def bench_gpt_vs_hf(device: torch.device, steps: int = 60) -> dict | None:
     """Train the course GPT and GPT2LMHeadModel with the same config, data, init and steps."""
     try:
-        from transformer_course import python_docs, tokenization, train_gpt
         from transformer_course import gpt as G
+        from transformer_course import python_docs, tokenization, train_gpt
         from transformer_course.hf_gpt2 import to_hf
     except ImportError as err:
         print(f"  (skipped GPT vs GPT-2: {err})")
@@ -206,8 +234,11 @@ def bench_gpt_vs_hf(device: torch.device, steps: int = 60) -> dict | None:
     cfg = G.GPTConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=4, n_head=4, d_model=128)
     ours = G.GPT(cfg).to(device)
     hf = to_hf(ours).to(device)  # the same initial weights
-    results = {"config": f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.d_model}, block {cfg.block_size}",
-               "steps": steps, "batch": 32}
+    results = {
+        "config": f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.d_model}, block {cfg.block_size}",
+        "steps": steps,
+        "batch": 32,
+    }
     for name, model, loss_of in (
         ("ours", ours, lambda m, x, y: G.lm_loss(m(x), y)),
         ("hf", hf, lambda m, x, y: G.lm_loss(m(input_ids=x).logits, y)),
@@ -249,8 +280,8 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
     each are not timed.  Throughput is tokens per step over the median step time (the mean is
     recorded too)."""
     try:
-        from transformer_course import python_docs, tokenization, train_gpt
         from transformer_course import gpt as G
+        from transformer_course import python_docs, tokenization, train_gpt
     except ImportError as err:
         print(f"  (skipped GPT vs minimal GPT: {err})")
         return None
@@ -279,7 +310,7 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
         m.train()
     for i, (x, y) in enumerate(batches):
         x, y = x.to(device), y.to(device)
-        for name in (("ours", "minimal") if i % 2 == 0 else ("minimal", "ours")):
+        for name in ("ours", "minimal") if i % 2 == 0 else ("minimal", "ours"):
             t0 = time.perf_counter()
             loss = G.lm_loss(models[name](x), y)
             opts[name].zero_grad(set_to_none=True)
@@ -289,9 +320,14 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
                 s()
             if i >= warmup:
                 seconds[name].append(time.perf_counter() - t0)
-    out = {"config": f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.d_model}, block {cfg.block_size}",
-           "steps": steps, "batch": batch, "parameters": n_params["ours"],
-           "same_parameter_count": n_params["ours"] == n_params["minimal"], "initial_logits_max_diff": start_gap}
+    out = {
+        "config": f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.d_model}, block {cfg.block_size}",
+        "steps": steps,
+        "batch": batch,
+        "parameters": n_params["ours"],
+        "same_parameter_count": n_params["ours"] == n_params["minimal"],
+        "initial_logits_max_diff": start_gap,
+    }
     for name, m in models.items():  # the median step: robust to a step that the machine interrupted
         out[f"{name}_tokens_per_s"] = batch * cfg.block_size / statistics.median(seconds[name])
         out[f"{name}_tokens_per_s_mean_step"] = batch * cfg.block_size * len(seconds[name]) / sum(seconds[name])
@@ -315,10 +351,16 @@ def bench_encoder_vs_bert(device: torch.device) -> dict | None:
     batch = tokenizer(sentences, padding="max_length", max_length=128, return_tensors="pt").to(device)
     s = syncer(device)
     with torch.no_grad():
-        t_ours = median_seconds(lambda: ours(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")), sync=s)
+        t_ours = median_seconds(
+            lambda: ours(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")), sync=s
+        )
         t_hf = median_seconds(lambda: hf(**batch), sync=s)
-    return {"shape": "batch 16, length 128 (MiniLM: 6 layers, 12 heads, 384 wide)",
-            "ours_ms": t_ours * 1e3, "bert_ms": t_hf * 1e3, "ratio_ours_vs_bert": t_ours / t_hf}
+    return {
+        "shape": "batch 16, length 128 (MiniLM: 6 layers, 12 heads, 384 wide)",
+        "ours_ms": t_ours * 1e3,
+        "bert_ms": t_hf * 1e3,
+        "ratio_ours_vs_bert": t_ours / t_hf,
+    }
 
 
 # --------------------------------------------------------------------------- 4: scaling
@@ -354,10 +396,16 @@ def bench_scaling() -> dict:
     for n in lengths:
         torch.manual_seed(0)
         q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
-        t = median_seconds(lambda: scaled_dot_product_attention(q, k, v), repeats=5, warmup=1)
+        t = median_seconds(functools.partial(scaled_dot_product_attention, q, k, v), repeats=5, warmup=1)
         peak = _peak_extra_bytes(n)
-        rows.append({"n": n, "ms": t * 1e3, "peak_mib": None if peak is None else peak / 2**20,
-                     "score_matrix_mib": n * n * 4 / 2**20})
+        rows.append(
+            {
+                "n": n,
+                "ms": t * 1e3,
+                "peak_mib": None if peak is None else peak / 2**20,
+                "score_matrix_mib": n * n * 4 / 2**20,
+            }
+        )
     return {"lengths": lengths, "rows": rows}
 
 
@@ -374,8 +422,12 @@ def bench_kv_cache() -> dict | None:
     rows = []
     for new in (64, 128, 256, 512):
         with torch.no_grad():
-            t_no = median_seconds(lambda: generation.generate(model, prompt, new, use_cache=False), repeats=3, warmup=1)
-            t_kv = median_seconds(lambda: generation.generate(model, prompt, new, use_cache=True), repeats=3, warmup=1)
+            t_no = median_seconds(
+                functools.partial(generation.generate, model, prompt, new, use_cache=False), repeats=3, warmup=1
+            )
+            t_kv = median_seconds(
+                functools.partial(generation.generate, model, prompt, new, use_cache=True), repeats=3, warmup=1
+            )
         rows.append({"new_tokens": new, "no_cache_s": t_no, "cache_s": t_kv, "speedup": t_no / t_kv})
     return {"model": "4 layers, 4 heads, d_model 128", "rows": rows}
 
@@ -385,12 +437,19 @@ def bench_site() -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench-site-"))
     try:
         t0 = time.perf_counter()
-        subprocess.run([str(Path(sys.executable).parent / "jupyter-book"), "build", "--all", "--path-output", str(out), str(ROOT)],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [str(Path(sys.executable).parent / "jupyter-book"), "build", "--all", "--path-output", str(out), str(ROOT)],
+            check=True,
+            capture_output=True,
+        )
         seconds = time.perf_counter() - t0
         html = out / "_build" / "html"
         size = sum(p.stat().st_size for p in html.rglob("*") if p.is_file())
-        return {"build_seconds": seconds, "html_mib": size / 2**20, "files": sum(1 for p in html.rglob("*") if p.is_file())}
+        return {
+            "build_seconds": seconds,
+            "html_mib": size / 2**20,
+            "files": sum(1 for p in html.rglob("*") if p.is_file()),
+        }
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -452,18 +511,29 @@ def render(results: dict) -> str:
         "|---|---|",
         f"| CPU | {m['cpu']} ({m['cores']} cores) |",
         f"| GPU | {m['gpu'] or 'none in this run (the GPU column is left out)'} |",
-        f"| software | Python {m['python']}, PyTorch {m['torch']}, transformers {m.get('transformers', '?')}, {m['os']} |",
+        (
+            f"| software | Python {m['python']}, PyTorch {m['torch']}, "
+            f"transformers {m.get('transformers', '?')}, {m['os']} |"
+        ),
         f"| measured | {results['date']} |",
         "",
     ]
     nbs = results.get("notebooks")
     if nbs:
         total = sum(r["seconds"] for r in nbs)
-        lines += ["## Every chapter against its budget", "",
-                  f"Each notebook executed top to bottom as nbval executes it (a fresh kernel, offline, CPU). Budget: "
-                  f"{BUDGET_DEFAULT // 60} min a chapter ({BUDGET_LONG // 60} min for chapters {' and '.join(LONG_CHAPTERS)}), "
-                  f"{BUDGET_BOOK // 60} min for the book.", "",
-                  "| chapter | seconds | budget | |", "|---|---:|---:|---|"]
+        lines += [
+            "## Every chapter against its budget",
+            "",
+            (
+                f"Each notebook executed top to bottom as nbval executes it (a fresh kernel, offline, CPU). Budget: "
+                f"{BUDGET_DEFAULT // 60} min a chapter "
+                f"({BUDGET_LONG // 60} min for chapters {' and '.join(LONG_CHAPTERS)}), "
+                f"{BUDGET_BOOK // 60} min for the book."
+            ),
+            "",
+            "| chapter | seconds | budget | |",
+            "|---|---:|---:|---|",
+        ]
         for r in nbs:
             flag = "✓" if r["within_budget"] else ("**error**" if r["error"] else "**over budget**")
             lines.append(f"| {r['notebook']} | {r['seconds']:.0f} | {r['budget']} | {flag} |")
@@ -471,70 +541,126 @@ def render(results: dict) -> str:
         lines += [f"| **the whole book** | **{total:.0f}** | {BUDGET_BOOK} | {flag} |", ""]
         metric_rows = [(r["notebook"], x) for r in nbs for x in r["metrics"]]
         if metric_rows:
-            lines += ["## What the training chapters reach", "",
-                      "The headline figure of each training chapter (asserted in the chapter itself) and the seconds its training took.", "",
-                      "| chapter | metric | value | training seconds |", "|---|---|---:|---:|"]
+            lines += [
+                "## What the training chapters reach",
+                "",
+                (
+                    "The headline figure of each training chapter (asserted in the chapter itself) "
+                    "and the seconds its training took."
+                ),
+                "",
+                "| chapter | metric | value | training seconds |",
+                "|---|---|---:|---:|",
+            ]
             for nb, x in metric_rows:
                 sec = "" if x["seconds"] is None else f"{x['seconds']:.0f}"
                 lines.append(f"| {nb} | {x['name']} | {x['value']:.3f} | {sec} |")
             lines.append("")
     side = []
     for dev, r in results.get("mha", {}).items():
-        side.append(f"| `MultiHeadAttention` vs `torch.nn.MultiheadAttention`, forward + backward ({r['shape']}) | {dev} | "
-                    f"{r['ours_ms']:.2f} ms vs {r['torch_ms']:.2f} ms | **{r['ratio_ours_vs_torch']:.2f}×** time "
-                    f"(with `use_sdpa=True`: {r['ratio_ours_sdpa_vs_torch']:.2f}×) |")
+        side.append(
+            f"| `MultiHeadAttention` vs `torch.nn.MultiheadAttention`, forward + backward ({r['shape']}) | {dev} | "
+            f"{r['ours_ms']:.2f} ms vs {r['torch_ms']:.2f} ms | **{r['ratio_ours_vs_torch']:.2f}×** time "
+            f"(with `use_sdpa=True`: {r['ratio_ours_sdpa_vs_torch']:.2f}×) |"
+        )
     for dev, r in (results.get("gpt_vs_minimal") or {}).items():
-        side.append(f"| course `GPT` vs a minimal fused GPT-2 (`bench/minimal_gpt.py`), training ({r['config']}, "
-                    f"{r['steps']} steps of {r['batch']}, the two in turn) | {dev} | "
-                    f"{r['ours_tokens_per_s']:.0f} vs {r['minimal_tokens_per_s']:.0f} tokens/s (median step); validation loss "
-                    f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f} | **{r['throughput_ratio']:.2f}×** throughput |")
+        side.append(
+            f"| course `GPT` vs a minimal fused GPT-2 (`bench/minimal_gpt.py`), training ({r['config']}, "
+            f"{r['steps']} steps of {r['batch']}, the two in turn) | {dev} | "
+            f"{r['ours_tokens_per_s']:.0f} vs {r['minimal_tokens_per_s']:.0f} tokens/s (median step); validation loss "
+            f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f} | **{r['throughput_ratio']:.2f}×** throughput |"
+        )
     for dev, r in (results.get("gpt_vs_hf") or {}).items():
-        side.append(f"| course `GPT` vs `GPT2LMHeadModel`, training ({r['config']}, {r['steps']} steps of {r['batch']}) | {dev} | "
-                    f"{r['ours_tokens_per_s']:.0f} vs {r['hf_tokens_per_s']:.0f} tokens/s; validation loss "
-                    f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} | **{r['throughput_ratio']:.2f}×** throughput, "
-                    f"**{r['val_loss_ratio']:.3f}×** loss |")
+        side.append(
+            f"| course `GPT` vs `GPT2LMHeadModel`, training ({r['config']}, {r['steps']} steps of {r['batch']}) "
+            f"| {dev} | "
+            f"{r['ours_tokens_per_s']:.0f} vs {r['hf_tokens_per_s']:.0f} tokens/s; validation loss "
+            f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} | **{r['throughput_ratio']:.2f}×** throughput, "
+            f"**{r['val_loss_ratio']:.3f}×** loss |"
+        )
     for dev, r in (results.get("encoder_vs_bert") or {}).items():
-        side.append(f"| course encoder with MiniLM weights vs `BertModel`, inference ({r['shape']}) | {dev} | "
-                    f"{r['ours_ms']:.1f} ms vs {r['bert_ms']:.1f} ms | **{r['ratio_ours_vs_bert']:.2f}×** time |")
+        side.append(
+            f"| course encoder with MiniLM weights vs `BertModel`, inference ({r['shape']}) | {dev} | "
+            f"{r['ours_ms']:.1f} ms vs {r['bert_ms']:.1f} ms | **{r['ratio_ours_vs_bert']:.2f}×** time |"
+        )
     if side:
-        lines += ["## The course's models side by side with the libraries'", "",
-                  "Same configuration, same data, same steps, in one run. A time ratio above 1 means ours is slower; "
-                  "a throughput ratio below 1 means ours is slower.", "",
-                  "| comparison | device | measured | ratio |", "|---|---|---|---|", *side, "",
-                  "Where ours is slower, the reason is the explicit attention the chapters teach: it materialises the "
-                  "score matrix, runs a separate softmax, masks with `masked_fill` and multiplies again, three passes over "
-                  "an n×n tensor, where PyTorch's `scaled_dot_product_attention` runs one fused kernel. The course modules "
-                  "offer that fast path: `MultiHeadAttention(..., use_sdpa=True)` gives the "
-                  "same outputs (checked in `tests/test_attention.py`) and computes attention weights only when asked "
-                  "for (`need_weights=True`). The GPT of chapter 10 is written for speed throughout: one fused "
-                  "query/key/value matrix and fused attention told `is_causal=True` instead of a mask tensor, as in "
-                  "the minimal reference it is measured against. The two do the same arithmetic operation for "
-                  "operation (their validation losses agree to the last digit), so what separates their throughput "
-                  "is per-call overhead (the course's model checks its token ids on every call) and the spread "
-                  "between runs.", ""]
+        lines += [
+            "## The course's models side by side with the libraries'",
+            "",
+            (
+                "Same configuration, same data, same steps, in one run. A time ratio above 1 means ours is slower; "
+                "a throughput ratio below 1 means ours is slower."
+            ),
+            "",
+            "| comparison | device | measured | ratio |",
+            "|---|---|---|---|",
+            *side,
+            "",
+            (
+                "Where ours is slower, the reason is the explicit attention the chapters teach: it materialises the "
+                "score matrix, runs a separate softmax, masks with `masked_fill` and multiplies again, three passes "
+                "over an n×n tensor, where PyTorch's `scaled_dot_product_attention` runs one fused kernel. The course "
+                "modules "
+                "offer that fast path: `MultiHeadAttention(..., use_sdpa=True)` gives the "
+                "same outputs (checked in `tests/test_attention.py`) and computes attention weights only when asked "
+                "for (`need_weights=True`). The GPT of chapter 10 is written for speed throughout: one fused "
+                "query/key/value matrix and fused attention told `is_causal=True` instead of a mask tensor, as in "
+                "the minimal reference it is measured against. The two do the same arithmetic operation for "
+                "operation (their validation losses agree to the last digit), so what separates their throughput "
+                "is per-call overhead (the course's model checks its token ids on every call) and the spread "
+                "between runs."
+            ),
+            "",
+        ]
     sc = results.get("scaling")
     if sc:
-        lines += ["## Scaling with sequence length", "",
-                  "`scaled_dot_product_attention` on one head with d_k = 64. Peak extra memory is the growth of the "
-                  "process's resident memory while the attention runs (Linux's high-water mark, reset just before, in a fresh process for each length).", "",
-                  "```{image} figures/bench_scaling.png", ":alt: attention time and memory against sequence length, log-log", "```", "",
-                  "| n | time (ms) | peak extra memory (MiB) | one n×n float32 matrix (MiB) |", "|---:|---:|---:|---:|"]
+        lines += [
+            "## Scaling with sequence length",
+            "",
+            (
+                "`scaled_dot_product_attention` on one head with d_k = 64. Peak extra memory is the growth of the "
+                "process's resident memory while the attention runs (Linux's high-water mark, reset just before, in a "
+                "fresh process for each length)."
+            ),
+            "",
+            "```{image} figures/bench_scaling.png",
+            ":alt: attention time and memory against sequence length, log-log",
+            "```",
+            "",
+            "| n | time (ms) | peak extra memory (MiB) | one n×n float32 matrix (MiB) |",
+            "|---:|---:|---:|---:|",
+        ]
         for r in sc["rows"]:
             peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:.1f}"
             lines.append(f"| {r['n']} | {r['ms']:.2f} | {peak} | {r['score_matrix_mib']:.1f} |")
         lines.append("")
     kv = results.get("kv_cache")
     if kv:
-        lines += ["## KV cache", "", f"Greedy generation from a one-token prompt with a randomly initialised GPT ({kv['model']}): "
-                  "without the cache every step re-reads the whole prefix; with it, only the new token.", "",
-                  "| new tokens | without cache (s) | with cache (s) | speed-up |", "|---:|---:|---:|---:|"]
+        lines += [
+            "## KV cache",
+            "",
+            (
+                f"Greedy generation from a one-token prompt with a randomly initialised GPT ({kv['model']}): "
+                "without the cache every step re-reads the whole prefix; with it, only the new token."
+            ),
+            "",
+            "| new tokens | without cache (s) | with cache (s) | speed-up |",
+            "|---:|---:|---:|---:|",
+        ]
         for r in kv["rows"]:
             lines.append(f"| {r['new_tokens']} | {r['no_cache_s']:.3f} | {r['cache_s']:.3f} | {r['speedup']:.1f}× |")
         lines.append("")
     site = results.get("site")
     if site:
-        lines += ["## The site", "", f"`jupyter-book build --all` took {site['build_seconds']:.0f} s; the built site is "
-                  f"{site['html_mib']:.1f} MiB in {site['files']} files.", ""]
+        lines += [
+            "## The site",
+            "",
+            (
+                f"`jupyter-book build --all` took {site['build_seconds']:.0f} s; the built site is "
+                f"{site['html_mib']:.1f} MiB in {site['files']} files."
+            ),
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -20,12 +20,12 @@ except ImportError:  # running alone, outside the repository
     course_config = None
 
 
-def pytest_configure(config):  # noqa: ARG001 - pytest hook signature
+def pytest_configure(config):  # pytest hook signature: arguments unused
     if course_config is not None:
         os.environ.update(course_config.COURSE_ENV)
 
 
-def pytest_collection_modifyitems(session, config, items):  # noqa: ARG001 - pytest hook signature
+def pytest_collection_modifyitems(session, config, items):  # pytest hook signature: arguments unused
     for item in items:
         parent = getattr(item, "parent", None)
         skip = getattr(parent, "skip_compare", None)

@@ -45,7 +45,10 @@ def names_read(expression: str) -> set[str]:
 
 
 def test_top_level_names_sees_unpacking_loops_and_imports():
-    src = "import numpy as np\nfrom x import y\na, (b, c) = 1, (2, 3)\nfor d in []: pass\nwith f() as g: pass\ndef h(): k = 1\n"
+    src = (
+        "import numpy as np\nfrom x import y\na, (b, c) = 1, (2, 3)\n"
+        "for d in []: pass\nwith f() as g: pass\ndef h(): k = 1\n"
+    )
     assert top_level_names(src) == {"np", "y", "a", "b", "c", "d", "g", "h"}
 
 
@@ -59,4 +62,6 @@ def test_every_metric_reads_names_the_chapter_defines(chapter):
     for name, value, seconds in BENCH.CHAPTER_METRICS[chapter]:
         for expression in filter(None, (value, seconds)):
             missing = names_read(expression) - defined
-            assert not missing, f"{source.name}: bench metric {name!r} reads {sorted(missing)}, which the chapter never assigns"
+            assert not missing, (
+                f"{source.name}: bench metric {name!r} reads {sorted(missing)}, which the chapter never assigns"
+            )

@@ -24,8 +24,8 @@ from transformer_course.hf_bert import (
     train_wordpiece,
     wordpiece_subset,
 )
-from transformer_course.tasks.python_docs import python_docs_prose
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool
+from transformer_course.tasks.python_docs import python_docs_prose
 
 PAIR_A = ["The cat sat on the mat.", "A much longer first sentence, with commas, and many more words in it."]
 PAIR_B = ["It was asleep.", "Short."]
@@ -63,9 +63,9 @@ def test_parity_with_bertmodel_on_padded_pair_batch(minilm, ours):
         out = ours(**batch)
     assert len(out.hidden_states) == len(ref.hidden_states) == 7
     assert (out.last_hidden_state - ref.last_hidden_state).abs().max().item() <= 1e-4
-    for a, b in zip(out.hidden_states, ref.hidden_states):
+    for a, b in zip(out.hidden_states, ref.hidden_states, strict=True):
         assert (a - b).abs().max().item() <= 1e-4
-    for a, b in zip(out.attentions, ref.attentions):
+    for a, b in zip(out.attentions, ref.attentions, strict=True):
         assert (a - b).abs().max().item() <= 1e-5
     # padding keys receive exactly zero attention
     pad_keys = (batch["attention_mask"] == 0)[:, None, None, :]  # (batch, 1, 1, keys)
@@ -115,8 +115,15 @@ def test_state_dict_mapping_roundtrip():
     from transformers import BertModel
 
     hf = BertModel(
-        HFConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
-                 max_position_embeddings=12, attn_implementation="eager")
+        HFConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=32,
+            max_position_embeddings=12,
+            attn_implementation="eager",
+        )
     ).eval()
     model = bert_from_hf(hf)
     ids = torch.randint(1, 50, (3, 7))
@@ -125,7 +132,10 @@ def test_state_dict_mapping_roundtrip():
     types = torch.zeros_like(ids)
     types[:, 5:] = 1
     with torch.no_grad():
-        diff = model(ids, mask, types).last_hidden_state - hf(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        diff = (
+            model(ids, mask, types).last_hidden_state
+            - hf(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        )
     assert diff.abs().max().item() < 1e-5
     # every course parameter is covered exactly once
     assert set(hf_to_course_state_dict(hf.state_dict())) == set(model.state_dict())
@@ -137,8 +147,15 @@ def test_task_model_prefix_and_unknown_keys():
     from transformers import BertForSequenceClassification
 
     hf = BertForSequenceClassification(
-        HFConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=32,
-                 max_position_embeddings=12, num_labels=2)
+        HFConfig(
+            vocab_size=50,
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=32,
+            max_position_embeddings=12,
+            num_labels=2,
+        )
     )
     load_bert_weights(model, hf.state_dict())  # "bert." prefix and classifier are handled
     assert torch.equal(model.embeddings.word.weight, hf.bert.embeddings.word_embeddings.weight)
@@ -270,8 +287,9 @@ def test_pretrain_mlm_lowers_the_loss():
     ids = torch.tensor([t for _ in range(50) for t in tok(texts[0], add_special_tokens=False)["input_ids"] + [3]])
     torch.manual_seed(0)
     model = BertForMLM(BertConfig(vocab_size=len(tok), d_model=32, num_layers=1, num_heads=2, d_ff=64, max_len=16))
-    losses = pretrain_mlm(model, ids, tok, steps=60, batch_size=16, lr=3e-3, warmup=5,
-                          generator=torch.Generator().manual_seed(0)).loss
+    losses = pretrain_mlm(
+        model, ids, tok, steps=60, batch_size=16, lr=3e-3, warmup=5, generator=torch.Generator().manual_seed(0)
+    ).loss
     assert len(losses) == 60 and not model.training
     assert sum(losses[-10:]) < 0.7 * sum(losses[:10])  # from ln 60 = 4.1 towards the ambiguity of the text
 

@@ -10,7 +10,11 @@ from transformer_course.bert import BertConfig
 from transformer_course.gpt import GPTConfig
 from transformer_course.transformer import Transformer, TransformerConfig
 
-CONFIGS = [TransformerConfig(11, 13, d_model=16, num_heads=2), GPTConfig(d_model=32, n_head=4), BertConfig(d_model=32, num_heads=4)]
+CONFIGS = [
+    TransformerConfig(11, 13, d_model=16, num_heads=2),
+    GPTConfig(d_model=32, n_head=4),
+    BertConfig(d_model=32, num_heads=4),
+]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: type(c).__name__)

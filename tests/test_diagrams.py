@@ -4,11 +4,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-from transformer_course import diagrams  # noqa: E402
+from transformer_course import diagrams
 
 ALL = {
     "soft_lookup": diagrams.soft_lookup,

@@ -8,6 +8,9 @@ import pytest
 import torch
 
 from transformer_course.attention import KVCache
+from transformer_course.generation import generate, next_token_probs, top_k_filter, top_p_filter
+from transformer_course.gpt import GPT, Block, GPTConfig, lm_loss
+from transformer_course.masking import causal_mask
 from transformer_course.tasks.python_docs import (
     CHARS,
     corpus_fingerprint,
@@ -15,12 +18,8 @@ from transformer_course.tasks.python_docs import (
     normalize_text,
     train_val_split,
 )
-from transformer_course.gpt import Block, GPT, GPTConfig, lm_loss
 from transformer_course.tokenization import CharTokenizer
-from transformer_course.train_gpt import evaluate, get_batch, load_checkpoint, save_checkpoint
-from transformer_course.generation import generate, next_token_probs, top_k_filter, top_p_filter
-from transformer_course.train_gpt import train
-from transformer_course.masking import causal_mask
+from transformer_course.train_gpt import evaluate, get_batch, load_checkpoint, save_checkpoint, train
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters
 
@@ -61,11 +60,18 @@ def block_as_encoder_layer(block: Block, d_model: int, n_head: int, activation: 
     layer = EncoderLayer(d_model, n_head, 4 * d_model, dropout=0.0, activation=activation, norm_first=True).eval()
     sa = layer.self_attn
     with torch.no_grad():
-        for part, w, b in zip((sa.W_q, sa.W_k, sa.W_v), block.attn.qkv.weight.chunk(3), block.attn.qkv.bias.chunk(3)):
+        for part, w, b in zip(
+            (sa.W_q, sa.W_k, sa.W_v), block.attn.qkv.weight.chunk(3), block.attn.qkv.bias.chunk(3), strict=True
+        ):
             part.weight.copy_(w)
             part.bias.copy_(b)
-        for mine, theirs in ((sa.W_o, block.attn.proj), (layer.ff.linear1, block.mlp.fc),
-                             (layer.ff.linear2, block.mlp.proj), (layer.norm1, block.norm1), (layer.norm2, block.norm2)):
+        for mine, theirs in (
+            (sa.W_o, block.attn.proj),
+            (layer.ff.linear1, block.mlp.fc),
+            (layer.ff.linear2, block.mlp.proj),
+            (layer.norm1, block.norm1),
+            (layer.norm2, block.norm2),
+        ):
             mine.weight.copy_(theirs.weight)
             mine.bias.copy_(theirs.bias)
     return layer
@@ -134,7 +140,9 @@ def test_cache_forward_matches_full_forward():
 
 def test_loss_shape_check_and_value():
     logits = torch.zeros(2, 3, 5)
-    assert lm_loss(logits, torch.zeros(2, 3, dtype=torch.long)).item() == pytest.approx(torch.log(torch.tensor(5.0)).item())
+    assert lm_loss(logits, torch.zeros(2, 3, dtype=torch.long)).item() == pytest.approx(
+        torch.log(torch.tensor(5.0)).item()
+    )
     with pytest.raises(ValueError, match="targets"):
         lm_loss(logits, torch.zeros(2, 4, dtype=torch.long))
 
@@ -192,7 +200,9 @@ def test_evaluate_equals_manual_loss_and_uniform_model():
     windows = data.unfold(0, 13, 12)  # (3, 13) windows overlapping by one
     manual = lm_loss(m(windows[:, :-1]), windows[:, 1:]).item()
     assert evaluate(m, data, batch_size=2) == pytest.approx(manual, rel=1e-5)
-    assert evaluate(m, data, max_windows=1) == pytest.approx(lm_loss(m(windows[:1, :-1]), windows[:1, 1:]).item(), rel=1e-5)
+    assert evaluate(m, data, max_windows=1) == pytest.approx(
+        lm_loss(m(windows[:1, :-1]), windows[:1, 1:]).item(), rel=1e-5
+    )
     assert evaluate(m, data, max_windows=5) == pytest.approx(manual, rel=1e-5)  # fewer windows than asked: all
 
 
@@ -302,8 +312,18 @@ def test_train_lowers_the_loss_on_a_repetitive_text():
     ids = torch.tensor(tok.encode("abcdefgh" * 60))
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2, d_model=32))
-    hist = train(m, ids, ids, steps=60, batch_size=8, lr=1e-2, warmup=5, eval_every=20,
-                 generator=torch.Generator().manual_seed(0), show_progress=False)
+    hist = train(
+        m,
+        ids,
+        ids,
+        steps=60,
+        batch_size=8,
+        lr=1e-2,
+        warmup=5,
+        eval_every=20,
+        generator=torch.Generator().manual_seed(0),
+        show_progress=False,
+    )
     assert hist.eval_steps == [0, 20, 40, 60] and len(hist.loss) == len(hist.lr) == 60
     assert hist.evals["val_loss"][-1] < 0.5 * hist.evals["val_loss"][0]
     assert max(hist.lr) == pytest.approx(1e-2) and hist.lr[-1] == pytest.approx(1e-3, rel=0.05)

@@ -6,10 +6,8 @@ import pytest
 import torch
 
 from transformer_course import hf_gpt2
-from transformer_course.tasks.python_docs import CHARS, normalize_text
-from transformer_course.gpt import GPT, GPTConfig
-from transformer_course.tokenization import CharTokenizer
 from transformer_course.generation import generate
+from transformer_course.gpt import GPT, GPTConfig
 from transformer_course.hf_gpt2 import (
     bpe_merges,
     from_hf,
@@ -21,13 +19,15 @@ from transformer_course.hf_gpt2 import (
     to_hf_config,
     train_bpe,
 )
+from transformer_course.tasks.python_docs import CHARS, normalize_text
+from transformer_course.tokenization import CharTokenizer
 
 
 def tiny() -> GPT:
     torch.manual_seed(0)
     m = GPT(GPTConfig(vocab_size=96, block_size=16, n_layer=2, n_head=4, d_model=32))
     with torch.no_grad():  # non-trivial norms and biases, so a mix-up in the mapping shows
-        for name, p in m.named_parameters():
+        for p in m.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     return m.eval()
@@ -51,7 +51,14 @@ def no_network(monkeypatch):
 
 def test_config_mapping():
     cfg = to_hf_config(GPTConfig(vocab_size=96, block_size=16, n_layer=3, n_head=4, d_model=32))
-    assert (cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.n_inner) == (96, 16, 32, 3, 4, 128)
+    assert (cfg.vocab_size, cfg.n_positions, cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.n_inner) == (
+        96,
+        16,
+        32,
+        3,
+        4,
+        128,
+    )
     assert cfg.activation_function == "gelu" and cfg.tie_word_embeddings
     assert cfg.eos_token_id is None
 
@@ -151,12 +158,20 @@ def random_gpt2(n_layer: int = 2, n_embd: int = 64, n_head: int = 4, vocab: int 
     import transformers
 
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=n_embd, n_layer=n_layer,
-                                  n_head=n_head, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = transformers.GPT2Config(
+        vocab_size=vocab,
+        n_positions=positions,
+        n_embd=n_embd,
+        n_layer=n_layer,
+        n_head=n_head,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     assert cfg.activation_function == "gelu_new"
     hf = transformers.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():  # larger than GPT-2's initialisation: logits of order 10, GELU inputs of order 1
-        for name, p in hf.named_parameters():
+        for p in hf.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
             else:
@@ -260,7 +275,9 @@ def test_load_gpt2_with_network_converts_the_hub_model(monkeypatch):
     hf = random_gpt2()
     calls = []
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda name: calls.append(("tok", name)) or "T")
-    monkeypatch.setattr(transformers.GPT2LMHeadModel, "from_pretrained", lambda name: calls.append(("model", name)) or hf)
+    monkeypatch.setattr(
+        transformers.GPT2LMHeadModel, "from_pretrained", lambda name: calls.append(("model", name)) or hf
+    )
     model, tok = load_gpt2(probe=lambda: True)
     assert tok == "T" and calls == [("tok", "gpt2"), ("model", "gpt2")]
     assert isinstance(model, GPT) and model.config.activation == "gelu_tanh"

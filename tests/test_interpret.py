@@ -3,13 +3,13 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.collections import LineCollection  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.collections import LineCollection
 
-from transformer_course.interpret import (  # noqa: E402
+from transformer_course.interpret import (
     attention_rollout,
     leave_one_out,
     plot_attention_flow,

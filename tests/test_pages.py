@@ -51,7 +51,7 @@ def offending(text: str) -> list[str]:
     hits = []
     for pattern in FORBIDDEN:
         for m in pattern.finditer(text):
-            hits.append(text[max(0, m.start() - 40): m.end() + 40].replace("\n", " "))
+            hits.append(text[max(0, m.start() - 40) : m.end() + 40].replace("\n", " "))
     return hits
 
 
@@ -127,5 +127,7 @@ def test_detector_allows(text):
 def test_no_output_shows_a_memory_address(nb_path):
     """A cell that ends in a call returning an object prints its repr, e.g. ``<torch._C.Generator at 0x7f...>``."""
     outputs = [(where, text) for where, text in page_texts(nb_path) if where.endswith("output")]
-    hits = [f"{where}: {m.group(0)}" for where, text in outputs for m in re.finditer(r"<[^<>]* at 0x[0-9a-fA-F]+>", text)]
+    hits = [
+        f"{where}: {m.group(0)}" for where, text in outputs for m in re.finditer(r"<[^<>]* at 0x[0-9a-fA-F]+>", text)
+    ]
     assert not hits, f"{nb_path.name} prints a memory address (end the cell with an assignment):\n" + "\n".join(hits)

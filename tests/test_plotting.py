@@ -1,11 +1,11 @@
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import pytest
+import torch
 
-from transformer_course.plotting import plot_attention, plot_attention_grid  # noqa: E402
+from transformer_course.plotting import plot_attention, plot_attention_grid
 
 
 def test_plot_attention_labels_axes():
@@ -39,6 +39,7 @@ def test_plot_attention_grid_shape():
 
 
 # --- Figures readable at the page's width ---------------------------------------------------------
+
 
 def _drawn(fig):
     fig.canvas.draw()

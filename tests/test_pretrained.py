@@ -16,7 +16,6 @@ import torch
 
 from transformer_course import pretrained as P
 
-
 # ----------------------------------------------------------------------------- offline switch
 
 
@@ -234,7 +233,9 @@ def test_attentions_are_returned():
 
 def test_embeddings_are_semantic(minilm):
     tokenizer, model = minilm
-    e = P.embed_sentences(["A cat sleeps on the sofa.", "A kitten naps on the couch.", "Stock prices fell sharply."], tokenizer, model)
+    e = P.embed_sentences(
+        ["A cat sleeps on the sofa.", "A kitten naps on the couch.", "Stock prices fell sharply."], tokenizer, model
+    )
     sim = e @ e.T
     assert sim[0, 1] > sim[0, 2] + 0.3
 

@@ -81,7 +81,7 @@ def test_confusion_matrix():
     cm = S.confusion_matrix(p, y, num_classes=3)
     for i in range(3):
         for j in range(3):
-            assert cm[i, j] == sum(1 for a, b in zip(y.tolist(), p.tolist()) if a == i and b == j)
+            assert cm[i, j] == sum(1 for a, b in zip(y.tolist(), p.tolist(), strict=True) if a == i and b == j)
     assert cm.sum() == 50
     assert accuracy(p, y) == pytest.approx(cm.diag().sum().item() / 50)
     assert S.confusion_matrix([1, 1], [0, 1]).tolist() == [[0, 1], [0, 1]]  # rows: true class
@@ -127,9 +127,15 @@ def tiny_classifier(vocab_size: int):
 
     torch.manual_seed(0)
     cfg = BertConfig(
-        vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=64, num_labels=2,
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        vocab_size=vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        num_labels=2,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
     )
     return BertForSequenceClassification(cfg)
 
@@ -142,8 +148,17 @@ def test_fine_tune_learns_a_toy_task(tokenizer):
     frozen.requires_grad_(False)
     before = frozen.clone()
     dev = S.ReviewSplit(["superb", "awful mess"], [1, 0])
-    history = S.fine_tune(model, tokenizer, texts, labels, epochs=25, batch_size=4, lr=5e-3,
-                          generator=torch.Generator().manual_seed(0), dev=dev)
+    history = S.fine_tune(
+        model,
+        tokenizer,
+        texts,
+        labels,
+        epochs=25,
+        batch_size=4,
+        lr=5e-3,
+        generator=torch.Generator().manual_seed(0),
+        dev=dev,
+    )
     losses, dev_accuracy = history.loss, history.evals["dev_accuracy"]
     assert len(losses) == 25 * 2 and len(dev_accuracy) == 25 and dev_accuracy[-1] == 1.0
     assert history.eval_steps == list(range(2, 51, 2))  # after every epoch of 2 batches
@@ -214,7 +229,10 @@ def test_train_dev_split_is_balanced_disjoint_and_seeded(data):
     tr, dev = S.train_dev_split(train, 150, seed=0)
     assert len(dev) == 150 and sum(dev.labels) == 75 and len(tr) == len(train) - 150
     assert not set(tr.texts) & set(dev.texts) and set(tr.texts) | set(dev.texts) == set(train.texts)
-    assert dict(zip(dev.texts, dev.labels)).items() <= dict(zip(train.texts, train.labels)).items()
+    assert (
+        dict(zip(dev.texts, dev.labels, strict=True)).items()
+        <= dict(zip(train.texts, train.labels, strict=True)).items()
+    )
     assert S.train_dev_split(train, 150, seed=0)[1].texts == dev.texts
     assert S.train_dev_split(train, 150, seed=1)[1].texts != dev.texts
     with pytest.raises(ValueError, match="even"):

@@ -12,6 +12,17 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
 from transformer_course.masking import make_seq2seq_masks
+from transformer_course.seq2seq import (
+    Seq2SeqDataset,
+    collate_batch,
+    exact_match,
+    greedy_decode,
+    sequence_loss,
+    shift_right,
+    smoothed_targets,
+    train_seq2seq,
+    translate,
+)
 from transformer_course.tasks.dates import (
     FIRST_DATE,
     FORMATS,
@@ -24,17 +35,6 @@ from transformer_course.tasks.dates import (
     source_tokenizer,
     target_tokenizer,
     wrong_fields,
-)
-from transformer_course.seq2seq import (
-    Seq2SeqDataset,
-    collate_batch,
-    exact_match,
-    greedy_decode,
-    sequence_loss,
-    shift_right,
-    smoothed_targets,
-    train_seq2seq,
-    translate,
 )
 from transformer_course.tokenization import CharTokenizer
 from transformer_course.training import warmup_decay
@@ -49,7 +49,17 @@ SRC, TGT = source_tokenizer(), target_tokenizer()
 
 def test_ordinals():
     assert [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 31)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "31st",
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "21st",
+        "22nd",
+        "23rd",
+        "31st",
     ]
 
 
@@ -128,7 +138,7 @@ def test_collate_pads_each_side_to_the_longest_in_the_batch():
     assert tgt.shape == (3, 12)  # <bos> + 10 + <eos>
     assert src.dtype == tgt.dtype == torch.long
     lengths = [len(s) + 1 for s, _ in pairs]
-    for row, n in zip(src, lengths):
+    for row, n in zip(src, lengths, strict=True):
         assert row[n - 1] == SRC.eos_id
         assert (row[n:] == SRC.pad_id).all() and (row[:n] != SRC.pad_id).all()
     assert (tgt[2, 9:] == TGT.pad_id).all() and tgt[2, 8] == TGT.eos_id
@@ -151,8 +161,18 @@ def test_masks_are_built_for_exactly_the_shifted_tensors():
     real = (tgt_in[1] != TGT.pad_id).sum().item()
     assert not tgt_mask[1, 0, :, real:].any()
     assert not torch.triu(tgt_mask[0, 0], diagonal=1).any()
-    model = Transformer(TransformerConfig(len(SRC), len(TGT), d_model=16, num_heads=2, num_encoder_layers=1,
-                        num_decoder_layers=1, d_ff=32, dropout=0.0))
+    model = Transformer(
+        TransformerConfig(
+            len(SRC),
+            len(TGT),
+            d_model=16,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            d_ff=32,
+            dropout=0.0,
+        )
+    )
     logits = model(src, tgt_in, src_mask, tgt_mask, mem_mask)
     assert logits.shape == (2, tgt_in.size(1), len(TGT))
     with pytest.raises(ValueError, match="cannot broadcast"):  # the seed's bug: masks built for unshifted tgt
@@ -207,14 +227,25 @@ def tiny_trained():
     ds = Seq2SeqDataset([(e.source, e.target) for e in splits.train], SRC, TGT)
     col = functools.partial(collate_batch, pad_id=SRC.pad_id)
     train = DataLoader(ds, batch_size=32, shuffle=True, collate_fn=col, generator=g)
-    val = DataLoader(Seq2SeqDataset([(e.source, e.target) for e in splits.val], SRC, TGT), batch_size=64,
-                     collate_fn=col)
-    model = Transformer(TransformerConfig(len(SRC), len(TGT), d_model=32, num_heads=2, num_encoder_layers=1,
-                        num_decoder_layers=1, d_ff=64, dropout=0.0, max_len=64))
+    val = DataLoader(
+        Seq2SeqDataset([(e.source, e.target) for e in splits.val], SRC, TGT), batch_size=64, collate_fn=col
+    )
+    model = Transformer(
+        TransformerConfig(
+            len(SRC),
+            len(TGT),
+            d_model=32,
+            num_heads=2,
+            num_encoder_layers=1,
+            num_decoder_layers=1,
+            d_ff=64,
+            dropout=0.0,
+            max_len=64,
+        )
+    )
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, 10, 60))
-    hist = train_seq2seq(model, train, 60, opt, SRC.pad_id, sched, val_loader=val, eval_every=20,
-                         show_progress=False)
+    hist = train_seq2seq(model, train, 60, opt, SRC.pad_id, sched, val_loader=val, eval_every=20, show_progress=False)
     yield model, splits, hist
     torch.set_num_threads(threads)
 
@@ -297,6 +328,8 @@ def test_wrong_fields_names_each_wrong_field():
 
 def test_greedy_decode_runs_without_autograd():
     set_seed(0)
-    model = Transformer(TransformerConfig(10, 10, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32))
+    model = Transformer(
+        TransformerConfig(10, 10, d_model=16, num_heads=2, num_encoder_layers=1, num_decoder_layers=1, d_ff=32)
+    )
     ids = greedy_decode(model, torch.tensor([[4, 5, 2]]), 0, 1, 2, max_len=4)
     assert torch.is_inference(ids) and ids.shape[0] == 1

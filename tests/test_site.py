@@ -6,12 +6,9 @@ import re
 import sys
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import course_config  # noqa: E402
-
 
 _toc_files = course_config.toc_files
 
@@ -70,7 +67,16 @@ def test_site_check_finds_broken_links(tmp_path):
     page = tmp_path / "book" / "a.html"
     page.write_text("<h1 id='top'>A</h1><p id='here'>x</p>")
     (tmp_path / "index.html").write_text("<p>index</p>")
-    links = ["#here", "a.html#top", "../index.html", "https://example.org/x", "mailto:x@y",
-             "#missing", "b.html", "a.html#nowhere"]
+    links = [
+        "#here",
+        "a.html#top",
+        "../index.html",
+        "https://example.org/x",
+        "mailto:x@y",
+        "#missing",
+        "b.html",
+        "a.html#nowhere",
+    ]
     assert check_site.broken_links(links, page, tmp_path) == sorted(
-        ["#missing (no such anchor)", "a.html#nowhere (no such anchor)", "b.html"])
+        ["#missing (no such anchor)", "a.html#nowhere (no such anchor)", "b.html"]
+    )

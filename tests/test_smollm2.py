@@ -90,4 +90,4 @@ def test_load_smollm2_answers_and_pads_left():
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
     enc = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     out = model.generate(**enc, max_new_tokens=12, do_sample=False)
-    assert "Paris" in tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "Paris" in tok.decode(out[0, enc["input_ids"].shape[1] :], skip_special_tokens=True)

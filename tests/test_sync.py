@@ -68,14 +68,17 @@ def test_stored_streams_are_settled(nb_path):
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             assert build_notebooks.settle_streams(copy.deepcopy(cell.outputs)) == cell.outputs, (
-                f"{nb_path.name} cell {i} stores unsettled stream output: run `make notebooks CHAPTERS={nb_path.stem[:2]}`"
+                f"{nb_path.name} cell {i} stores unsettled stream output: "
+                f"run `make notebooks CHAPTERS={nb_path.stem[:2]}`"
             )
 
 
 def test_settle_streams_keeps_what_a_terminal_shows():
-    out = [nbformat.v4.new_output("stream", name="stderr", text="\rtraining:   0%"),
-           nbformat.v4.new_output("stream", name="stderr", text="\rtraining: 100%\n"),
-           nbformat.v4.new_output("stream", name="stdout", text="done\r\n")]
+    out = [
+        nbformat.v4.new_output("stream", name="stderr", text="\rtraining:   0%"),
+        nbformat.v4.new_output("stream", name="stderr", text="\rtraining: 100%\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="done\r\n"),
+    ]
     assert build_notebooks.settle_streams(out) == [
         nbformat.v4.new_output("stream", name="stderr", text="training: 100%\n"),
         nbformat.v4.new_output("stream", name="stdout", text="done\n"),
@@ -120,8 +123,10 @@ def test_no_output_is_an_object_repr_with_a_memory_address(nb_path):
         for out in cell.get("outputs", []):
             for text in _output_texts(out):
                 m = ADDRESS_REPR.search(text)
-                assert not m, (f"{nb_path.name} cell {i} shows {m.group(0)!r}: don't end a cell with an expression "
-                               "whose value is an object (assign it, or end the line with ';')")
+                assert not m, (
+                    f"{nb_path.name} cell {i} shows {m.group(0)!r}: don't end a cell with an expression "
+                    "whose value is an object (assign it, or end the line with ';')"
+                )
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -136,13 +141,20 @@ def test_no_empty_streams_and_no_progress_bars_on_stderr(nb_path):
             assert text.strip(), f"{nb_path.name} cell {i} stores an empty {out['name']} block"
             if out["name"] == "stderr":
                 assert not PROGRESS_BAR.search(text), (
-                    f"{nb_path.name} cell {i} shows a progress bar on stderr: use transformer_course.utils.progress")
+                    f"{nb_path.name} cell {i} shows a progress bar on stderr: use transformer_course.utils.progress"
+                )
 
 
 def _exercise_code_cells(nb):
-    heading = next((i for i, c in enumerate(nb.cells)
-                    if c.cell_type == "markdown" and re.search(r"^## Exercises", c.source, re.M)), None)
-    return heading, [c for c in nb.cells[(heading or 0):] if c.cell_type == "code"] if heading else []
+    heading = next(
+        (
+            i
+            for i, c in enumerate(nb.cells)
+            if c.cell_type == "markdown" and re.search(r"^## Exercises", c.source, re.M)
+        ),
+        None,
+    )
+    return heading, [c for c in nb.cells[(heading or 0) :] if c.cell_type == "code"] if heading else []
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
@@ -155,15 +167,18 @@ def test_exercise_solutions_are_folded(src):
     for c in cells:
         tags = c.metadata.get("tags", [])
         assert build_notebooks.SOLUTION_TAG in tags, (
-            f"{src.name}: a code cell of the exercises is not tagged 'solution': {c.source[:60]!r}")
+            f"{src.name}: a code cell of the exercises is not tagged 'solution': {c.source[:60]!r}"
+        )
         assert "hide-cell" in tags and "hide-input" not in tags
         assert c.metadata["mystnb"] == build_notebooks.SOLUTION_METADATA
 
 
 def test_settle_streams_drops_empty_blocks():
-    out = [nbformat.v4.new_output("stream", name="stderr", text="\n"),
-           nbformat.v4.new_output("stream", name="stdout", text=""),
-           nbformat.v4.new_output("stream", name="stdout", text="\n")]
+    out = [
+        nbformat.v4.new_output("stream", name="stderr", text="\n"),
+        nbformat.v4.new_output("stream", name="stdout", text=""),
+        nbformat.v4.new_output("stream", name="stdout", text="\n"),
+    ]
     assert build_notebooks.settle_streams(out) == [nbformat.v4.new_output("stream", name="stdout", text="\n")]
 
 

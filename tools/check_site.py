@@ -35,7 +35,6 @@ import http.server
 import json
 import mimetypes
 import shutil
-import socket
 import ssl
 import subprocess
 import sys
@@ -46,7 +45,7 @@ import urllib.parse
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import course_config  # noqa: E402
+import course_config
 
 ROOT = course_config.ROOT
 HTML = ROOT / "_build" / "html"
@@ -70,9 +69,17 @@ PHONE = (390, 844)
 MAX_SHOT_HEIGHT = 16000  # px; longer pages are cut there (Chromium's limit for one capture)
 
 CHROMIUM_FLAGS = [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-    "--ignore-certificate-errors", "--hide-scrollbars", "--force-color-profile=srgb",
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+    "--ignore-certificate-errors",
+    "--hide-scrollbars",
+    "--force-color-profile=srgb",
 ]
 
 
@@ -80,12 +87,15 @@ CHROMIUM_FLAGS = [
 # The browser and the outside scripts
 # ---------------------------------------------------------------------------------------------
 
+
 def find_chromium() -> tuple[str, str]:
     browser = next(filter(None, map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), None)
     driver = shutil.which("chromedriver")
     if not (browser and driver):
-        raise SystemExit("Chromium or chromedriver is missing: run `make setup-browser` "
-                         "(installs Debian's chromium and chromium-driver, and the pages' outside scripts)")
+        raise SystemExit(
+            "Chromium or chromedriver is missing: run `make setup-browser` "
+            "(installs Debian's chromium and chromium-driver, and the pages' outside scripts)"
+        )
     return browser, driver
 
 
@@ -94,7 +104,7 @@ def local_copy(url: str) -> Path | None:
     url = url.split("#")[0].split("?")[0]
     for prefix, rel in OUTSIDE.items():
         if prefix.endswith("/") and url.startswith(prefix):
-            path = (ASSETS / rel / url[len(prefix):]).resolve()
+            path = (ASSETS / rel / url[len(prefix) :]).resolve()
             if ASSETS.resolve() in path.parents and path.is_file():
                 return path
         elif url == prefix or url == prefix.removesuffix(".js"):  # require.js asks without ".js"
@@ -116,9 +126,26 @@ class OutsideProxy:
         self.served: set[str] = set()
         self._tmp = tempfile.mkdtemp(prefix="site-proxy-")
         cert, key = f"{self._tmp}/cert.pem", f"{self._tmp}/key.pem"
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                        "-subj", "/CN=course-site-check", "-keyout", key, "-out", cert],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=course-site-check",
+                "-keyout",
+                key,
+                "-out",
+                cert,
+            ],
+            check=True,
+            capture_output=True,
+        )
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.load_cert_chain(cert, key)
         self.tls.set_alpn_protocols(["http/1.1"])
@@ -131,7 +158,7 @@ class OutsideProxy:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def do_CONNECT(self) -> None:  # noqa: N802 - http.server's naming
+            def do_CONNECT(self) -> None:  # http.server's naming
                 self.send_response(200, "Connection established")
                 self.end_headers()
                 self.wfile.flush()
@@ -147,7 +174,7 @@ class OutsideProxy:
                 while not self.close_connection:
                     self.handle_one_request()
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            def do_GET(self) -> None:  # http.server's naming
                 url = f"https://{self.tunnel_host}{self.path}" if self.tunnel_host else self.path
                 path = local_copy(url)
                 if path is None:
@@ -199,8 +226,11 @@ def start_browser(proxy: OutsideProxy):  # -> selenium WebDriver
     opts.binary_location = browser
     profile = tempfile.mkdtemp(prefix="chromium-profile-")
     # Loopback (the site itself) is reached directly; every other host goes to the proxy.
-    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={profile}", f"--proxy-server=http://{proxy.address}",
-                                  f"--window-size={DESKTOP[0]},{DESKTOP[1]}"]:
+    for flag in CHROMIUM_FLAGS + [
+        f"--user-data-dir={profile}",
+        f"--proxy-server=http://{proxy.address}",
+        f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
+    ]:
         opts.add_argument(flag)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(driver_path), options=opts)
@@ -271,13 +301,16 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
   if (document.documentElement.scrollWidth > vw + 1) {
     for (const el of document.querySelectorAll('body *')) {
       const r = el.getBoundingClientRect();
-      if (r.right > vw + 1 && r.width > 0 && !el.closest('.skip-link') && !Array.from(el.children).some(c => c.getBoundingClientRect().right > vw + 1)) {
+      if (r.right > vw + 1 && r.width > 0 && !el.closest('.skip-link')
+          && !Array.from(el.children).some(c => c.getBoundingClientRect().right > vw + 1)) {
         let scrolls = false;
         for (let a = el.parentElement; a; a = a.parentElement) {
           const ox = getComputedStyle(a).overflowX;
           if (ox === 'auto' || ox === 'scroll' || ox === 'hidden' || ox === 'clip') { scrolls = true; break; }
         }
-        if (!scrolls) wide.push(el.tagName.toLowerCase() + (el.className && el.className.baseVal === undefined ? '.' + String(el.className).split(' ')[0] : '') + ': ' + (el.textContent || '').trim().slice(0, 50));
+        if (!scrolls) wide.push(el.tagName.toLowerCase()
+          + (el.className && el.className.baseVal === undefined ? '.' + String(el.className).split(' ')[0] : '')
+          + ': ' + (el.textContent || '').trim().slice(0, 50));
         if (wide.length >= 5) break;
       }
     }
@@ -308,7 +341,7 @@ class _Ids(html.parser.HTMLParser):
                 self.ids.add(v)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def anchors(path: Path) -> frozenset[str]:
     p = _Ids()
     p.feed(path.read_text(encoding="utf-8", errors="replace"))
@@ -336,8 +369,9 @@ def broken_links(links: list[str], page_file: Path, site: Path) -> list[str]:
 
 def set_width(driver, size: tuple[int, int], mobile: bool) -> None:
     w, h = size
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": mobile})
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": mobile}
+    )
 
 
 def screenshot(driver, path: Path, height: int, size: tuple[int, int], mobile: bool) -> None:
@@ -345,16 +379,25 @@ def screenshot(driver, path: Path, height: int, size: tuple[int, int], mobile: b
     import base64
 
     h = min(max(height, 1), MAX_SHOT_HEIGHT)
-    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": size[0], "height": h, "deviceScaleFactor": 1, "mobile": mobile})
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": size[0], "height": h, "deviceScaleFactor": 1, "mobile": mobile}
+    )
     time.sleep(0.3)
     shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
     path.write_bytes(base64.b64decode(shot["data"]))
     set_width(driver, size, mobile)
 
 
-def check_page(driver, url: str, page_file: Path, site: Path, size: tuple[int, int], mobile: bool,
-               shot: Path | None, expect_viz: dict[str, dict] | None = None) -> tuple[list[str], dict]:
+def check_page(
+    driver,
+    url: str,
+    page_file: Path,
+    site: Path,
+    size: tuple[int, int],
+    mobile: bool,
+    shot: Path | None,
+    expect_viz: dict[str, dict] | None = None,
+) -> tuple[list[str], dict]:
     """Open ``url`` at ``size`` and return (problems, probe result)."""
     set_width(driver, size, mobile)
     driver.get_log("browser")  # drop what earlier pages logged
@@ -366,7 +409,9 @@ def check_page(driver, url: str, page_file: Path, site: Path, size: tuple[int, i
     if not info["title"].strip() or not info["h1"].strip():
         problems.append("no title or no first heading")
     if info["untypeset"]:
-        problems.append(f"{len(info['untypeset'])} of {info['maths']} formulas left untypeset, e.g. {info['untypeset'][:3]}")
+        problems.append(
+            f"{len(info['untypeset'])} of {info['maths']} formulas left untypeset, e.g. {info['untypeset'][:3]}"
+        )
     if info["raw_latex"]:
         problems.append(f"raw LaTeX in the page's text: {info['raw_latex'][:3]}")
     if info["broken"]:
@@ -377,11 +422,15 @@ def check_page(driver, url: str, page_file: Path, site: Path, size: tuple[int, i
     if bad:
         problems.append(f"links inside the site that do not resolve: {bad[:5]}")
     if mobile and info["doc_width"] > info["viewport"] + 1:
-        problems.append(f"at {size[0]} px the page scrolls sideways (document {info['doc_width']} px wide); "
-                        f"too wide: {info['wide'][:3]}")
+        problems.append(
+            f"at {size[0]} px the page scrolls sideways (document {info['doc_width']} px wide); "
+            f"too wide: {info['wide'][:3]}"
+        )
     for v in info["viz"]:
         if v["svgs"] == 0 or not (v["texts"] or v["thumbs"]):
-            problems.append(f"bertviz output {v['id']} draws nothing (svg: {v['svgs']}, token texts: {len(v['texts'])})")
+            problems.append(
+                f"bertviz output {v['id']} draws nothing (svg: {v['svgs']}, token texts: {len(v['texts'])})"
+            )
             continue
         expected = (expect_viz or {}).get(v["id"])
         if expect_viz is not None and expected is None:
@@ -394,9 +443,11 @@ def check_page(driver, url: str, page_file: Path, site: Path, size: tuple[int, i
             if cells and v["thumbs"] != cells:
                 problems.append(f"bertviz model view {v['id']} shows {v['thumbs']} of {cells} layer x head views")
         if v["clipped"] or (not mobile and v["offscreen"]):
-            problems.append(f"bertviz output {v['id']}: {v['clipped'] + (0 if mobile else v['offscreen'])} of its "
-                            f"{v['thumbs']} layer x head views are cut off (at {size[0]} px every view must show; "
-                            "on a phone it may scroll inside its box)")
+            problems.append(
+                f"bertviz output {v['id']}: {v['clipped'] + (0 if mobile else v['offscreen'])} of its "
+                f"{v['thumbs']} layer x head views are cut off (at {size[0]} px every view must show; "
+                "on a phone it may scroll inside its box)"
+            )
     if shot is not None:
         screenshot(driver, shot, info["height"], size, mobile)
     return [f"[{label}] {p}" for p in problems], info
@@ -406,36 +457,60 @@ def check_page(driver, url: str, page_file: Path, site: Path, size: tuple[int, i
 # Proof that every check can fail
 # ---------------------------------------------------------------------------------------------
 
+
 def _fixture(body: str, head: str = "") -> str:
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'>"
-            "<meta name='viewport' content='width=device-width, initial-scale=1'><title>fixture</title>"
-            "<link rel='icon' href='data:,'>"
-            f"{head}</head><body><main><h1>Fixture</h1>{body}</main></body></html>")
+    return (
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'><title>fixture</title>"
+        "<link rel='icon' href='data:,'>"
+        f"{head}</head><body><main><h1>Fixture</h1>{body}</main></body></html>"
+    )
 
 
-MATHJAX = ("<script>MathJax = {options: {processHtmlClass: 'math'}};</script>"
-           "<script defer src='https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js'></script>")
+MATHJAX = (
+    "<script>MathJax = {options: {processHtmlClass: 'math'}};</script>"
+    "<script defer src='https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js'></script>"
+)
 
 FIXTURES = {
     # name: (html, the problem text that must be reported, or None for a page that must pass)
-    "clean": (_fixture("<p>Score <span class='math notranslate nohighlight'>\\(q k^\\top / \\sqrt{d_k}\\)</span>"
-                       " and <a href='clean.html#ok'>a link</a>.</p><p id='ok'>ok</p>"
-                       "<div style='overflow-x:auto'><table><tr><td style='white-space:nowrap'>"
-                       + "wide_table_cell " * 60 + "</td></tr></table></div>", MATHJAX), None),
-    "no_mathjax": (_fixture("<p><span class='math notranslate nohighlight'>\\(\\sqrt{d_k}\\)</span></p>"),
-                   "left untypeset"),
+    "clean": (
+        _fixture(
+            "<p>Score <span class='math notranslate nohighlight'>\\(q k^\\top / \\sqrt{d_k}\\)</span>"
+            " and <a href='clean.html#ok'>a link</a>.</p><p id='ok'>ok</p>"
+            "<div style='overflow-x:auto'><table><tr><td style='white-space:nowrap'>"
+            + "wide_table_cell " * 60
+            + "</td></tr></table></div>",
+            MATHJAX,
+        ),
+        None,
+    ),
+    "no_mathjax": (
+        _fixture("<p><span class='math notranslate nohighlight'>\\(\\sqrt{d_k}\\)</span></p>"),
+        "left untypeset",
+    ),
     "raw_latex": (_fixture("<p>Why divide by \\(\\sqrt{d_k}\\)?</p>"), "raw LaTeX"),
     "js_error": (_fixture("<script>undefined_function_of_the_page();</script>"), "JavaScript errors"),
     "broken_image": (_fixture("<img src='missing.png' alt='x'>"), "images that did not load"),
     "broken_link": (_fixture("<a href='nowhere.html'>x</a> <a href='#no-anchor'>y</a>"), "do not resolve"),
-    "sideways": (_fixture("<p><code style='white-space:nowrap'>" + "a_very_long_name_" * 40 + "</code></p>"),
-                 "scrolls sideways"),
+    "sideways": (
+        _fixture("<p><code style='white-space:nowrap'>" + "a_very_long_name_" * 40 + "</code></p>"),
+        "scrolls sideways",
+    ),
     "empty_viz": (_fixture(f"<div id='bertviz-{'0' * 32}'></div>"), "draws nothing"),
-    "cut_viz": (_fixture("<div style='width:300px;overflow:hidden'><div id='bertviz-" + "1" * 32 + "'>"
-                         "<div style='width:700px'>" + "".join(
-                             f"<svg width='100' height='60'><text x='5' y='20'>{i}</text>"
-                             "<rect class='attn_background' x='0' y='0' width='90' height='50'/></svg>" for i in range(6))
-                         + "</div></div></div>"), "cut off"),
+    "cut_viz": (
+        _fixture(
+            "<div style='width:300px;overflow:hidden'><div id='bertviz-" + "1" * 32 + "'>"
+            "<div style='width:700px'>"
+            + "".join(
+                f"<svg width='100' height='60'><text x='5' y='20'>{i}</text>"
+                "<rect class='attn_background' x='0' y='0' width='90' height='50'/></svg>"
+                for i in range(6)
+            )
+            + "</div></div></div>"
+        ),
+        "cut off",
+    ),
 }
 
 
@@ -451,8 +526,7 @@ def self_test(driver) -> list[str]:
             for name, (_, expected) in FIXTURES.items():
                 mobile = name == "sideways" or name == "clean"
                 size = PHONE if mobile else DESKTOP
-                problems, _ = check_page(driver, f"{base}/{name}.html", site / f"{name}.html", site, size,
-                                         mobile, None)
+                problems, _ = check_page(driver, f"{base}/{name}.html", site / f"{name}.html", site, size, mobile, None)
                 if expected is None and problems:
                     misses.append(f"{name}: a clean page was reported: {problems}")
                 elif expected is not None and not any(expected in p for p in problems):
@@ -488,11 +562,10 @@ def expected_bertviz(notebook: Path) -> dict[str, dict]:
                 m = re.search(r"const params = ", text)
                 if not m:
                     continue
-                params, _ = json.JSONDecoder().raw_decode(text[m.end():])
+                params, _ = json.JSONDecoder().raw_decode(text[m.end() :])
                 model = "include_heads" in params
                 cells = len(params["include_layers"]) * len(params["include_heads"]) if model else 0
-                found[params["root_div_id"]] = {"tokens": params["attention"][0]["left_text"],
-                                                "model_cells": cells}
+                found[params["root_div_id"]] = {"tokens": params["attention"][0]["left_text"], "model_cells": cells}
     return found
 
 
@@ -511,8 +584,9 @@ def main() -> None:
     try:
         misses = self_test(driver)
         if misses:
-            raise SystemExit("The site check's self-test failed (a check that cannot fail):\n"
-                             + "\n".join(f"- {m}" for m in misses))
+            raise SystemExit(
+                "The site check's self-test failed (a check that cannot fail):\n" + "\n".join(f"- {m}" for m in misses)
+            )
         print(f"Self-test: each of the {len(FIXTURES) - 1} faults is caught, a clean page passes")
         if args.self_test:
             return
@@ -526,19 +600,35 @@ def main() -> None:
                 viz = expected_bertviz(nb)
                 row = {"page": page}
                 for size, mobile, tag in ((DESKTOP, False, "desktop"), (PHONE, True, "phone")):
-                    found, info = check_page(driver, f"{base}/{page}.html", HTML / f"{page}.html", HTML,
-                                             size, mobile, SHOTS / f"{name}-{tag}.png", viz)
+                    found, info = check_page(
+                        driver,
+                        f"{base}/{page}.html",
+                        HTML / f"{page}.html",
+                        HTML,
+                        size,
+                        mobile,
+                        SHOTS / f"{name}-{tag}.png",
+                        viz,
+                    )
                     problems += [f"{page}.html {p}" for p in found]
-                    row[tag] = {"maths": info["maths"], "images": info["images"], "problems": len(found),
-                                "viz": [(v["id"], v["thumbs"], len(v["texts"])) for v in info["viz"]]}
+                    row[tag] = {
+                        "maths": info["maths"],
+                        "images": info["images"],
+                        "problems": len(found),
+                        "viz": [(v["id"], v["thumbs"], len(v["texts"])) for v in info["viz"]],
+                    }
                     if not mobile and nb.exists():
                         expected = course_config.colab_url(nb.name)
                         if expected not in info["colab"]:
-                            problems.append(f"{page}.html: the Colab button links to {info['colab']}, expected {expected}")
+                            problems.append(
+                                f"{page}.html: the Colab button links to {info['colab']}, expected {expected}"
+                            )
                     shown = {v["id"] for v in info["viz"]}
                     if not mobile and set(viz) - shown:
-                        problems.append(f"{page}.html: bertviz outputs of the notebook missing on the page: "
-                                        f"{sorted(set(viz) - shown)}")
+                        problems.append(
+                            f"{page}.html: bertviz outputs of the notebook missing on the page: "
+                            f"{sorted(set(viz) - shown)}"
+                        )
                 report.append(row)
         finally:
             server.shutdown()
@@ -547,17 +637,20 @@ def main() -> None:
         proxy.close()
         shutil.rmtree(driver.profile_dir, ignore_errors=True)
     if proxy.missing:
-        problems.append("pages asked for outside addresses with no local copy (add them to OUTSIDE and "
-                        f"tools/site_assets/package.json): {sorted(proxy.missing)}")
+        problems.append(
+            "pages asked for outside addresses with no local copy (add them to OUTSIDE and "
+            f"tools/site_assets/package.json): {sorted(proxy.missing)}"
+        )
     (SHOTS / "report.json").write_text(json.dumps(report, indent=1))
     for r in report:
         d = r["desktop"]
-        print(f"  {r['page']:45s} formulas={d['maths']:3d} images={d['images']:3d} "
-              f"bertviz={[v[1] for v in d['viz']]}")
+        print(f"  {r['page']:45s} formulas={d['maths']:3d} images={d['images']:3d} bertviz={[v[1] for v in d['viz']]}")
     if problems:
         raise SystemExit("Site check failed:\n" + "\n".join(f"- {p}" for p in problems))
-    print(f"Site check: {len(report)} pages at {DESKTOP[0]} px and {PHONE[0]} px, outside scripts served "
-          f"from local copies ({len(proxy.served)} addresses); screenshots in {SHOTS.relative_to(ROOT)}/")
+    print(
+        f"Site check: {len(report)} pages at {DESKTOP[0]} px and {PHONE[0]} px, outside scripts served "
+        f"from local copies ({len(proxy.served)} addresses); screenshots in {SHOTS.relative_to(ROOT)}/"
+    )
 
 
 if __name__ == "__main__":

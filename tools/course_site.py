@@ -17,7 +17,9 @@ from typing import Any
 STATIC = Path(__file__).resolve().parent / "course_static"
 
 
-def _dedupe_scripts(app: Any, pagename: str, templatename: str, context: dict, doctree: Any) -> None:  # noqa: ARG001
+def _dedupe_scripts(
+    app: Any, pagename: str, templatename: str, context: dict, doctree: Any
+) -> None:  # Sphinx event signature
     scripts = context.get("script_files")
     if not scripts:
         return

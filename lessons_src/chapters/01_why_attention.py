@@ -41,7 +41,6 @@ import torch.nn.functional as F
 
 from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
 from transformer_course.plotting import plot_attention
-from transformer_course.utils import count_parameters, set_seed, show_source
 from transformer_course.tasks.why_attention import (
     AttendThenLinear,
     AttentionClassifier,
@@ -52,6 +51,7 @@ from transformer_course.tasks.why_attention import (
     steps_to_reach,
     train_classifier,
 )
+from transformer_course.utils import count_parameters, set_seed, show_source
 
 # One CPU thread: these models are so small that a second thread only adds waiting (a fixed
 # thread count also keeps the printed numbers the same run after run).

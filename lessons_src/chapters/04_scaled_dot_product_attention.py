@@ -385,7 +385,7 @@ def time_attention(n: int, d: int = 64, repeats: int = 5) -> tuple[float, int]:
     for _ in range(repeats):
         t0 = time.perf_counter()
         scores = q @ k.T / math.sqrt(d)
-        out = torch.softmax(scores, dim=-1) @ v
+        _out = torch.softmax(scores, dim=-1) @ v
         times.append(time.perf_counter() - t0)
     return min(times), scores.untyped_storage().nbytes()
 

@@ -521,9 +521,9 @@ def train_reversal(norm_first: bool, steps: int = 100, lr: float = 3e-3, warmup:
 
 
 runs = {"post-norm": train_reversal(norm_first=False), "pre-norm": train_reversal(norm_first=True)}
-final = {name: sum(l[-10:]) / 10 for name, (l, _) in runs.items()}
-for name, (l, sim) in runs.items():
-    print(f"{name}: loss at step 1 {l[0]:.2f}, step 50 {l[49]:.2f}, mean of the last 10 steps {final[name]:.3f}")
+final = {name: sum(losses[-10:]) / 10 for name, (losses, _) in runs.items()}
+for name, (losses, sim) in runs.items():
+    print(f"{name}: loss at step 1 {losses[0]:.2f}, step 50 {losses[49]:.2f}, mean of the last 10 steps {final[name]:.3f}")
     print(f"{' ' * len(name)}  token similarity at step 0 {sim[0]:.2f}, step 2 {sim[2]:.2f}, "
           f"step 10 {sim[10]:.2f}, step 100 {abs(sim[100]):.2f}")  # abs: no "-0.00"
 
@@ -535,8 +535,8 @@ assert post_sim[0] < 0.6 and min(v for s, v in post_sim.items() if s >= 5) > 0.9
 assert pre_sim[100] < 0.2  # pre-norm's tokens are distinct again
 
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4), sharex=True)
-for name, (l, sim) in runs.items():
-    axes[0].plot(range(1, len(l) + 1), l, label=name)
+for name, (losses, sim) in runs.items():
+    axes[0].plot(range(1, len(losses) + 1), losses, label=name)
     axes[1].plot(list(sim), list(sim.values()), "o-", ms=3, label=name)
 axes[0].axhline(math.log(VOCAB), color="gray", ls=":", label=r"guessing ($\ln 12$)")
 axes[0].set_ylabel("cross-entropy")

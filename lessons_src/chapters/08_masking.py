@@ -251,7 +251,7 @@ assert on_padding == 0 and on_words == 0
 # positions whatever the padded tokens are, once `attention_mask` marks them with 0.
 
 # %%
-import warnings  # noqa: E402 - only this cell needs these imports
+import warnings  # only this cell needs these imports
 
 with warnings.catch_warnings():  # importing transformers may warn about optional widgets
     warnings.simplefilter("ignore")

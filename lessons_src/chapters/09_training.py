@@ -50,18 +50,6 @@ from torch.utils.data import DataLoader
 
 from transformer_course.masking import make_seq2seq_masks
 from transformer_course.plotting import plot_attention
-from transformer_course.tasks.dates import (
-    FIRST_DATE,
-    FORMATS,
-    LAST_DATE,
-    MONTHS,
-    UNSEEN_FORMATS,
-    make_splits,
-    render_date,
-    source_tokenizer,
-    target_tokenizer,
-    wrong_fields,
-)
 from transformer_course.seq2seq import (
     Seq2SeqDataset,
     collate_batch,
@@ -73,6 +61,18 @@ from transformer_course.seq2seq import (
     teacher_forced_logits,
     train_seq2seq,
     translate,
+)
+from transformer_course.tasks.dates import (
+    FIRST_DATE,
+    FORMATS,
+    LAST_DATE,
+    MONTHS,
+    UNSEEN_FORMATS,
+    make_splits,
+    render_date,
+    source_tokenizer,
+    target_tokenizer,
+    wrong_fields,
 )
 from transformer_course.training import fit, warmup_decay
 from transformer_course.transformer import Transformer, TransformerConfig

@@ -29,7 +29,13 @@ from transformer_course.attention import KVCache
 from transformer_course.generation import generate, next_token_probs, top_k_filter, top_p_filter
 from transformer_course.gpt import GPT, Block, CausalSelfAttention, GPTConfig, lm_loss
 from transformer_course.masking import causal_mask
-from transformer_course.tasks.python_docs import CHARS, corpus_fingerprint, load_python_docs, normalize_text, train_val_split
+from transformer_course.tasks.python_docs import (
+    CHARS,
+    corpus_fingerprint,
+    load_python_docs,
+    normalize_text,
+    train_val_split,
+)
 from transformer_course.tokenization import CharTokenizer
 from transformer_course.train_gpt import evaluate, get_batch, load_checkpoint, train
 from transformer_course.training import warmup_decay
@@ -504,11 +510,11 @@ for kwargs in (dict(do_sample=False), dict(do_sample=True, temperature=0.8, top_
 # running); the tokens must be identical in every row.
 
 # %% tags=["nbval-ignore-output"]
-def timed(fn, repeats=3):
+def timed(fn, *args, repeats=3, **kwargs):
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        out = fn()
+        out = fn(*args, **kwargs)
         best = min(best, time.perf_counter() - t0)
     return best, out
 
@@ -516,8 +522,8 @@ def timed(fn, repeats=3):
 one = torch.tensor([big_tok.encode("\n")])
 print(f"{'new tokens':>10} {'no cache':>10} {'KV cache':>10} {'speed-up':>9}")
 for n in (32, 64, 127):  # a 1-character prompt + 127 new ones fill the 128 positions
-    t_plain, a = timed(lambda: generate(big, one, n, use_cache=False))
-    t_cache, b = timed(lambda: generate(big, one, n, use_cache=True))
+    t_plain, a = timed(generate, big, one, n, use_cache=False)
+    t_cache, b = timed(generate, big, one, n, use_cache=True)
     assert torch.equal(a, b)
     print(f"{n:>10} {t_plain:>9.2f}s {t_cache:>9.2f}s {t_plain / t_cache:>8.1f}x")
 

@@ -32,7 +32,6 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
@@ -44,7 +43,14 @@ with warnings.catch_warnings():
 from transformer_course.generation import generate
 from transformer_course.gpt import GPT, GPTConfig, lm_loss
 from transformer_course.hf_gpt2 import (
-    bpe_merges, from_hf, hf_char_tokenizer, hf_state_dict, load_gpt2, to_hf, to_hf_config, train_bpe,
+    bpe_merges,
+    from_hf,
+    hf_char_tokenizer,
+    hf_state_dict,
+    load_gpt2,
+    to_hf,
+    to_hf_config,
+    train_bpe,
 )
 from transformer_course.pretrained import hub_available, load_smollm2
 from transformer_course.tasks.python_docs import load_python_docs, train_val_split

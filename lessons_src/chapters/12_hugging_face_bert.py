@@ -52,12 +52,27 @@ with warnings.catch_warnings():  # tqdm's "IProgress not found" notice, printed 
     from bertviz import head_view, model_view
     from datasets import Dataset
     from datasets.utils.logging import disable_progress_bar as disable_datasets_progress_bar
-    from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, PrinterCallback, Trainer,
-                              TrainingArguments, pipeline)
+    from transformers import (
+        AutoModelForSequenceClassification,
+        DataCollatorWithPadding,
+        PrinterCallback,
+        Trainer,
+        TrainingArguments,
+        pipeline,
+    )
     from transformers.utils import logging as hf_logging
 
-from transformer_course.bert import (BertConfig, BertEmbeddings, BertEncoder, BertForMLM, cosine_similarity, mask_tokens,
-                                     mlm_windows, pretrain_mlm, semantic_search)
+from transformer_course.bert import (
+    BertConfig,
+    BertEmbeddings,
+    BertEncoder,
+    BertForMLM,
+    cosine_similarity,
+    mask_tokens,
+    mlm_windows,
+    pretrain_mlm,
+    semantic_search,
+)
 from transformer_course.hf_bert import bert_from_hf, to_hf_masked_lm, wordpiece_subset
 from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool, minilm_path
@@ -640,7 +655,7 @@ def fresh_classifier(seed: int):
     """MiniLM with a new, randomly initialised 2-way classification head (the pitfall above)."""
     set_seed(seed, num_threads=1)
     return AutoModelForSequenceClassification.from_pretrained(
-        MODEL, num_labels=2, id2label=dict(enumerate(LABELS)), label2id={l: i for i, l in enumerate(LABELS)})
+        MODEL, num_labels=2, id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})
 
 # %% [markdown]
 # Loading it once with transformers' warnings switched on (this book's build hides them

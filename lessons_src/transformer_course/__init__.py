@@ -37,6 +37,6 @@ module                      what it holds                                       
 
 __version__ = "0.1.0"
 
-from transformer_course.plotting import use_course_style as _use_course_style  # noqa: E402
+from transformer_course.plotting import use_course_style as _use_course_style
 
 _use_course_style()  # figures sized and lettered for the page's content column

@@ -59,13 +59,10 @@ def scaled_dot_product_attention(
         )
     if q.size(-1) != k.size(-1):
         raise ValueError(
-            f"queries and keys must have the same feature size d_k, got q {tuple(q.shape)} "
-            f"and k {tuple(k.shape)}"
+            f"queries and keys must have the same feature size d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}"
         )
     if k.size(-2) != v.size(-2):
-        raise ValueError(
-            f"keys and values must have the same length, got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
+        raise ValueError(f"keys and values must have the same length, got k {tuple(k.shape)} and v {tuple(v.shape)}")
     for name, other in (("k", k), ("v", v)):
         try:
             torch.broadcast_shapes(q.shape[:-2], other.shape[:-2])

@@ -55,8 +55,9 @@ class BertConfig(ModelConfig):
     eps: float = 1e-12
 
     def __post_init__(self) -> None:
-        self.check_sizes("vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len", "type_vocab_size",
-                         heads="num_heads")
+        self.check_sizes(
+            "vocab_size", "d_model", "num_layers", "num_heads", "d_ff", "max_len", "type_vocab_size", heads="num_heads"
+        )
 
     @classmethod
     def from_hf(cls, hf_config: Any) -> BertConfig:
@@ -181,7 +182,7 @@ class BertEncoder(nn.Module):
             x = layer(x, mask)
             hidden.append(x)
             attentions.append(layer.attn_weights)
-        return EncoderOutput(x, tuple(hidden), tuple(attentions))
+        return EncoderOutput(x, tuple(hidden), tuple(attentions))  # type: ignore[arg-type]
 
 
 def cosine_similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

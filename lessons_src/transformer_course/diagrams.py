@@ -39,18 +39,54 @@ def _canvas(width: float, height: float) -> tuple[Figure, plt.Axes]:
     return fig, ax
 
 
-def _box(ax: plt.Axes, x: float, y: float, w: float, h: float, text: str, color: str,
-         size: float = MIN_FONT_PT + 1, weight: str = "normal") -> None:
+def _box(
+    ax: plt.Axes,
+    x: float,
+    y: float,
+    w: float,
+    h: float,
+    text: str,
+    color: str,
+    size: float = MIN_FONT_PT + 1,
+    weight: str = "normal",
+) -> None:
     """A rounded box centred on (x, y)."""
-    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.02,rounding_size=0.08",
-                                facecolor=color, edgecolor="#333333", linewidth=1.2))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2, y - h / 2),
+            w,
+            h,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+            facecolor=color,
+            edgecolor="#333333",
+            linewidth=1.2,
+        )
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=size, fontweight=weight)
 
 
-def _arrow(ax: plt.Axes, start: tuple[float, float], end: tuple[float, float], color: str = "#333333",
-           width: float = 1.4, style: str = "-|>", connection: str = "arc3") -> None:
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=16, color=color,
-                                 linewidth=width, connectionstyle=connection, shrinkA=0, shrinkB=0))
+def _arrow(
+    ax: plt.Axes,
+    start: tuple[float, float],
+    end: tuple[float, float],
+    color: str = "#333333",
+    width: float = 1.4,
+    style: str = "-|>",
+    connection: str = "arc3",
+) -> None:
+    ax.add_patch(
+        FancyArrowPatch(
+            start,
+            end,
+            arrowstyle=style,
+            mutation_scale=16,
+            color=color,
+            linewidth=width,
+            connectionstyle=connection,
+            shrinkA=0,
+            shrinkB=0,
+        )
+    )
 
 
 def _text(ax: plt.Axes, x: float, y: float, text: str, size: float = MIN_FONT_PT, **kwargs) -> None:
@@ -75,12 +111,20 @@ def soft_lookup(scores: list[float] | tuple[float, ...] = (0.5, 2.5, 1.2, -0.5))
     _text(ax, 2.05, height - 0.25, "key", ha="center", va="top", fontweight="bold")
     _text(ax, 3.15, height - 0.25, "weight", ha="center", va="top", fontweight="bold")
     _text(ax, 5.05, height - 0.25, "value", ha="center", va="top", fontweight="bold")
-    for i, (s, w) in enumerate(zip(scores, weights)):
+    for i, (_s, w) in enumerate(zip(scores, weights)):
         y = top - i * row_h
         _box(ax, 2.05, y, 0.8, 0.5, f"k{i + 1}", COLORS["key"])
         _arrow(ax, (0.75, top + 0.55), (1.62, y), connection="arc3,rad=0.1")
-        ax.add_patch(FancyBboxPatch((2.6, y - 0.2), 1.25 * w + 0.01, 0.4, boxstyle="square,pad=0",
-                                    facecolor=COLORS["attn"], edgecolor="#333333"))
+        ax.add_patch(
+            FancyBboxPatch(
+                (2.6, y - 0.2),
+                1.25 * w + 0.01,
+                0.4,
+                boxstyle="square,pad=0",
+                facecolor=COLORS["attn"],
+                edgecolor="#333333",
+            )
+        )
         _text(ax, 2.65 + 1.25 * w + 0.05, y, f"{w:.2f}", va="center")
         _box(ax, 5.05, y, 0.8, 0.5, f"v{i + 1}", COLORS["value"])
     bottom = top - (n - 1) * row_h
@@ -144,8 +188,15 @@ def _block(ax: plt.Axes, x: float, pre_norm: bool, title: str) -> None:
     stream_x = x - 0.6
     y_in, y_out = 0.35, height - 1.0
     # the residual stream: a thick grey line from input to output
-    ax.plot([stream_x, stream_x], [y_in + 0.3, y_out - 0.3], color=COLORS["stream"], linewidth=6,
-            solid_capstyle="butt", zorder=0, alpha=0.6)
+    ax.plot(
+        [stream_x, stream_x],
+        [y_in + 0.3, y_out - 0.3],
+        color=COLORS["stream"],
+        linewidth=6,
+        solid_capstyle="butt",
+        zorder=0,
+        alpha=0.6,
+    )
     _box(ax, stream_x, y_in, 1.0, 0.55, "x", COLORS["io"], weight="bold")
     plus_y = 4.2 if pre_norm else 3.5
     ax.add_patch(plt.Circle((stream_x, plus_y), 0.24, facecolor="white", edgecolor="#333333", linewidth=1.5, zorder=3))
@@ -158,14 +209,30 @@ def _block(ax: plt.Axes, x: float, pre_norm: bool, title: str) -> None:
         _arrow(ax, (side, 1.83), (side, 2.37))
         _arrow(ax, (side, 3.13), (stream_x + 0.24, plus_y), connection="arc3,rad=0.3")
         _box(ax, stream_x, y_out, 1.0, 0.55, "out", COLORS["io"], weight="bold")
-        _text(ax, stream_x + 0.35, 5.3, "x + f(LN(x))\nthe stream is\nnever normalised", ha="left", va="center", size=MIN_FONT_PT)
+        _text(
+            ax,
+            stream_x + 0.35,
+            5.3,
+            "x + f(LN(x))\nthe stream is\nnever normalised",
+            ha="left",
+            va="center",
+            size=MIN_FONT_PT,
+        )
     else:
         _box(ax, side, 1.95, 1.4, 0.75, "sublayer\n+ dropout", COLORS["attn"])
         _arrow(ax, (stream_x, 1.05), (side - 0.7, 1.95), connection="arc3,rad=-0.3")
         _arrow(ax, (side, 2.33), (stream_x + 0.24, plus_y), connection="arc3,rad=0.3")
         _box(ax, stream_x, 4.6, 1.4, 0.55, "LayerNorm", COLORS["norm"])
         _box(ax, stream_x, y_out, 1.0, 0.55, "out", COLORS["io"], weight="bold")
-        _text(ax, stream_x + 0.35, 5.4, "LN(x + f(x))\nthe stream is\nnormalised", ha="left", va="center", size=MIN_FONT_PT)
+        _text(
+            ax,
+            stream_x + 0.35,
+            5.4,
+            "LN(x + f(x))\nthe stream is\nnormalised",
+            ha="left",
+            va="center",
+            size=MIN_FONT_PT,
+        )
 
 
 def norm_placement() -> Figure:
@@ -177,8 +244,9 @@ def norm_placement() -> Figure:
     return fig
 
 
-def _stack(ax: plt.Axes, x: float, w: float, bottom: str, blocks: list[tuple[str, str]], top: str,
-           num_layers: int) -> list[float]:
+def _stack(
+    ax: plt.Axes, x: float, w: float, bottom: str, blocks: list[tuple[str, str]], top: str, num_layers: int
+) -> list[float]:
     """One stack drawn bottom-up: input, embedding, the repeated blocks (dashed frame, × N), the top.
 
     Returns the y of every box, bottom to top.
@@ -189,13 +257,24 @@ def _stack(ax: plt.Axes, x: float, w: float, bottom: str, blocks: list[tuple[str
     hs = [0.6, 0.75] + [0.75] * len(blocks) + [0.75 if "\n" in top else 0.6]
     _box(ax, x, ys[0], w, hs[0], bottom, COLORS["io"])
     _box(ax, x, ys[1], w, hs[1], "embedding\n+ position", COLORS["linear"])
-    ax.add_patch(FancyBboxPatch((x - w / 2 - 0.12, 2.3), w + 0.24, frame_top - 2.3, boxstyle="round,pad=0.02",
-                                facecolor="none", edgecolor="#333333", linestyle="--"))
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2 - 0.12, 2.3),
+            w + 0.24,
+            frame_top - 2.3,
+            boxstyle="round,pad=0.02",
+            facecolor="none",
+            edgecolor="#333333",
+            linestyle="--",
+        )
+    )
     for y, (text, kind) in zip(ys[2:-1], blocks):
         _box(ax, x, y, w - 0.2, 0.75, text, COLORS[kind], weight="bold" if kind == "query" else "normal")
     _text(ax, x + w / 2 + 0.1, frame_top + 0.05, f"× {num_layers}", ha="right", va="bottom", fontweight="bold")
     is_memory = top == "memory"
-    _box(ax, x, ys[-1], w, hs[-1], top, COLORS["value" if is_memory else "io"], weight="bold" if is_memory else "normal")
+    _box(
+        ax, x, ys[-1], w, hs[-1], top, COLORS["value" if is_memory else "io"], weight="bold" if is_memory else "normal"
+    )
     for (a, ha), (b, hb) in zip(zip(ys, hs), zip(ys[1:], hs[1:])):
         _arrow(ax, (x, a + ha / 2), (x, b - hb / 2))
     return ys
@@ -208,16 +287,24 @@ def encoder_decoder(num_layers: int = 6) -> Figure:
         raise ValueError(f"num_layers must be positive, got {num_layers}")
     fig, ax = _canvas(MAX_WIDTH_IN, 7.9)
     ex, dx, w = 1.35, 4.45, 2.3
-    enc = _stack(ax, ex, w, "source tokens", [("self-\nattention", "attn"), ("feed-forward", "ffn")], "memory",
-                 num_layers)
-    dec = _stack(ax, dx, w, "target so far",
-                 [("masked self-\nattention", "attn"), ("cross-\nattention", "query"), ("feed-forward", "ffn")],
-                 "linear + softmax\nnext token", num_layers)
+    enc = _stack(
+        ax, ex, w, "source tokens", [("self-\nattention", "attn"), ("feed-forward", "ffn")], "memory", num_layers
+    )
+    dec = _stack(
+        ax,
+        dx,
+        w,
+        "target so far",
+        [("masked self-\nattention", "attn"), ("cross-\nattention", "query"), ("feed-forward", "ffn")],
+        "linear + softmax\nnext token",
+        num_layers,
+    )
     _text(ax, ex, 7.85, "encoder", ha="center", va="top", size=MIN_FONT_PT + 2, fontweight="bold")
     _text(ax, dx, 7.85, "decoder", ha="center", va="top", size=MIN_FONT_PT + 2, fontweight="bold")
     # memory -> every decoder layer's cross-attention, as keys and values
-    _arrow(ax, (ex + w / 2, enc[-1]), (dx - (w - 0.2) / 2, dec[3]), color="#c1121f", width=2.2,
-           connection="arc3,rad=-0.25")
+    _arrow(
+        ax, (ex + w / 2, enc[-1]), (dx - (w - 0.2) / 2, dec[3]), color="#c1121f", width=2.2, connection="arc3,rad=-0.25"
+    )
     _text(ax, 3.0, enc[-1] + 0.1, "K, V", ha="center", va="bottom", color="#c1121f", fontweight="bold")
     _text(ax, dx - 0.1, dec[3] - 0.57, "Q", ha="right", va="center", color="#c1121f", fontweight="bold")
     return fig
@@ -228,8 +315,10 @@ def model_families(num_layers: int = 12) -> Figure:
     if num_layers <= 0:
         raise ValueError(f"num_layers must be positive, got {num_layers}")
     fig, ax = _canvas(MAX_WIDTH_IN, 6.8)
-    for x, title, attention, top in ((1.5, "encoder-only (BERT)", "self-attention\n(padding mask)", "a vector\nper token"),
-                                     (4.5, "decoder-only (GPT)", "masked self-\nattention", "next-token\nscores")):
+    for x, title, attention, top in (
+        (1.5, "encoder-only (BERT)", "self-attention\n(padding mask)", "a vector\nper token"),
+        (4.5, "decoder-only (GPT)", "masked self-\nattention", "next-token\nscores"),
+    ):
         _stack(ax, x, 2.6, "tokens", [(attention, "attn"), ("feed-forward", "ffn")], top, num_layers)
         _text(ax, x, 6.75, title, ha="center", va="top", size=MIN_FONT_PT + 1, fontweight="bold")
     return fig

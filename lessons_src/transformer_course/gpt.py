@@ -21,8 +21,9 @@ character tokeniser in ``tokenization``, batches, evaluation, training and check
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -102,6 +103,7 @@ class MLP(nn.Module):
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
+        assert c.d_ff is not None  # GPTConfig.__post_init__ sets it
         self.fc = nn.Linear(c.d_model, c.d_ff)
         self.proj = nn.Linear(c.d_ff, c.d_model)
         self.act = ACTIVATIONS[c.activation]
@@ -148,7 +150,7 @@ class GPT(nn.Module):
         self.apply(self._init_weights)
         # GPT-2: scale the projections that write into the residual stream by 1/sqrt(2 n_layer),
         # so the variance of the stream does not grow with depth.
-        for block in self.blocks:
+        for block in cast(Iterable[Block], self.blocks):
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
 

@@ -130,8 +130,13 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int = 4000) -> Any:
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
     )
     return BertTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
-        mask_token="[MASK]", do_lower_case=True,
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
+        do_lower_case=True,
     )
 
 
@@ -140,11 +145,19 @@ def hf_bert_config(config: BertConfig, **kwargs: Any) -> Any:
     from transformers import BertConfig as HFBertConfig
 
     return HFBertConfig(
-        vocab_size=config.vocab_size, hidden_size=config.d_model, num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads, intermediate_size=config.d_ff, hidden_act="gelu",
-        hidden_dropout_prob=config.dropout, attention_probs_dropout_prob=config.dropout,
-        max_position_embeddings=config.max_len, type_vocab_size=config.type_vocab_size,
-        layer_norm_eps=config.eps, pad_token_id=0, **kwargs,
+        vocab_size=config.vocab_size,
+        hidden_size=config.d_model,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        intermediate_size=config.d_ff,
+        hidden_act="gelu",
+        hidden_dropout_prob=config.dropout,
+        attention_probs_dropout_prob=config.dropout,
+        max_position_embeddings=config.max_len,
+        type_vocab_size=config.type_vocab_size,
+        layer_norm_eps=config.eps,
+        pad_token_id=0,
+        **kwargs,
     )
 
 
@@ -183,7 +196,9 @@ def to_hf_masked_lm(model: BertForMLM) -> nn.Module:
         else:
             raise KeyError(f"{key}: no BertForMLM weight corresponds to it")
         if ours[name].shape != tensor.shape:
-            raise ValueError(f"{key}: BertForMLM has shape {tuple(ours[name].shape)}, Hugging Face {tuple(tensor.shape)}")
+            raise ValueError(
+                f"{key}: BertForMLM has shape {tuple(ours[name].shape)}, Hugging Face {tuple(tensor.shape)}"
+            )
         state[key] = ours[name]
     hf.load_state_dict(state, strict=False)
     missing = [k for k in hf.state_dict() if k not in state and not k.endswith(("position_ids", "token_type_ids"))]
@@ -205,7 +220,9 @@ def wordpiece_subset(tokenizer: Any, texts: Sequence[str]) -> Any:
     if isinstance(texts, str) or not texts:
         raise ValueError("texts must be a non-empty list of strings (not one string)")
     used = sorted({i for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"] for i in ids})
-    pieces = list(BERT_SPECIAL_TOKENS) + [t for t in tokenizer.convert_ids_to_tokens(used) if t not in BERT_SPECIAL_TOKENS]
+    pieces = list(BERT_SPECIAL_TOKENS) + [
+        t for t in tokenizer.convert_ids_to_tokens(used) if t not in BERT_SPECIAL_TOKENS
+    ]
     tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(pieces)}, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -214,6 +231,11 @@ def wordpiece_subset(tokenizer: Any, texts: Sequence[str]) -> Any:
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
     )
     return BertTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
-        mask_token="[MASK]", do_lower_case=True,
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
+        do_lower_case=True,
     )

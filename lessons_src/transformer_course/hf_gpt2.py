@@ -19,9 +19,9 @@ from typing import Any
 
 import torch
 
-from .tasks.python_docs import _TYPOGRAPHY, CHARS
 from .gpt import GPT, GPTConfig
 from .pretrained import ModelNotAvailableError, hub_available, offline_forced
+from .tasks.python_docs import _TYPOGRAPHY, CHARS
 
 GPT2_HUB_ID = "gpt2"
 """The smallest GPT-2 (124M parameters) on the Hugging Face Hub."""
@@ -77,8 +77,14 @@ def to_hf_config(config: GPTConfig, attn_implementation: str | None = None):  # 
 
 
 #: GPT-2's name of each part of a block -> the course's.  The Conv1D matrices are transposed.
-_HF_BLOCK_NAMES = (("ln_1", "norm1"), ("attn.c_attn", "attn.qkv"), ("attn.c_proj", "attn.proj"),
-                   ("ln_2", "norm2"), ("mlp.c_fc", "mlp.fc"), ("mlp.c_proj", "mlp.proj"))
+_HF_BLOCK_NAMES = (
+    ("ln_1", "norm1"),
+    ("attn.c_attn", "attn.qkv"),
+    ("attn.c_proj", "attn.proj"),
+    ("ln_2", "norm2"),
+    ("mlp.c_fc", "mlp.fc"),
+    ("mlp.c_proj", "mlp.proj"),
+)
 _TRANSPOSED = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"}
 
 
@@ -98,9 +104,9 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     }
     for i, block in enumerate(model.blocks):
         for theirs, mine in _HF_BLOCK_NAMES:
-            weight = block.get_submodule(mine).weight
+            weight = block.get_parameter(f"{mine}.weight")
             sd[f"transformer.h.{i}.{theirs}.weight"] = weight.T if mine in _TRANSPOSED else weight
-            sd[f"transformer.h.{i}.{theirs}.bias"] = block.get_submodule(mine).bias
+            sd[f"transformer.h.{i}.{theirs}.bias"] = block.get_parameter(f"{mine}.bias")
     return {k: v.detach().clone().contiguous() for k, v in sd.items()}
 
 
@@ -165,7 +171,9 @@ def train_bpe(
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     if vocab_size <= 256 + len(special_tokens):
-        raise ValueError(f"vocab_size must exceed the 256 bytes + {len(special_tokens)} special tokens, got {vocab_size}")
+        raise ValueError(
+            f"vocab_size must exceed the 256 bytes + {len(special_tokens)} special tokens, got {vocab_size}"
+        )
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()

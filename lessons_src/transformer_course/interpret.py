@@ -37,10 +37,12 @@ def _as_tensor(weights: Weights, name: str) -> torch.Tensor:
 
 def _check_rows(w: torch.Tensor, name: str, fix: str) -> None:
     """Attention rows are softmax outputs: non-negative, each summing to 1."""
-    if not torch.isfinite(w).all() or (w < 0).any() or not torch.allclose(w.sum(-1), torch.ones(()).double(), atol=1e-2):
-        raise ValueError(
-            f"{name} does not look like attention weights (non-negative rows that sum to 1); {fix}"
-        )
+    if (
+        not torch.isfinite(w).all()
+        or (w < 0).any()
+        or not torch.allclose(w.sum(-1), torch.ones(()).double(), atol=1e-2)
+    ):
+        raise ValueError(f"{name} does not look like attention weights (non-negative rows that sum to 1); {fix}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,10 +159,20 @@ def plot_attention_flow(
         ax.set_title(title, fontsize=fontsize)
     if legend:
         handles = [
-            Line2D([], [], color=color, lw=max_width * v, alpha=0.15 + 0.85 * v, label=f"{v:g}") for v in (0.1, 0.5, 1.0)
+            Line2D([], [], color=color, lw=max_width * v, alpha=0.15 + 0.85 * v, label=f"{v:g}")
+            for v in (0.1, 0.5, 1.0)
         ]
-        ax.legend(handles=handles, title="weight", loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
-                  fontsize=fontsize - 1, title_fontsize=fontsize - 1, frameon=False, handlelength=2.2)
+        ax.legend(
+            handles=handles,
+            title="weight",
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=3,
+            fontsize=fontsize - 1,
+            title_fontsize=fontsize - 1,
+            frameon=False,
+            handlelength=2.2,
+        )
     return ax
 
 
@@ -193,7 +205,9 @@ def attention_rollout(attentions: Sequence[Weights] | torch.Tensor, residual: fl
     shape = layers[0].shape
     for i, a in enumerate(layers):
         if a.shape != shape:
-            raise ValueError(f"every layer needs the same shape; layer 0 has {tuple(shape)}, layer {i} {tuple(a.shape)}")
+            raise ValueError(
+                f"every layer needs the same shape; layer 0 has {tuple(shape)}, layer {i} {tuple(a.shape)}"
+            )
     if len(shape) not in (2, 3, 4) or shape[-1] != shape[-2]:
         raise ValueError(
             f"each layer's attention must be (batch, heads, tokens, tokens), (heads, tokens, tokens) or "
@@ -236,7 +250,9 @@ def leave_one_out(
     positions that were not deleted.
     """
     if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int64, torch.int32):
-        raise TypeError("input_ids must be a tensor of token ids, e.g. tokenizer(text, return_tensors='pt')['input_ids']")
+        raise TypeError(
+            "input_ids must be a tensor of token ids, e.g. tokenizer(text, return_tensors='pt')['input_ids']"
+        )
     if input_ids.dim() == 2 and input_ids.shape[0] == 1:
         input_ids = input_ids[0]
     if input_ids.dim() != 1:

@@ -10,6 +10,7 @@ figure's text appears at least ``MIN_TEXT_PT`` points tall.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -44,7 +45,7 @@ UNREADABLE: list[tuple[int | None, float, str]] = []
 
 def use_course_style() -> None:
     """Apply the course's figure defaults (done once when ``transformer_course`` is imported)."""
-    matplotlib.rcParams.update(COURSE_STYLE)
+    matplotlib.rcParams.update(COURSE_STYLE)  # type: ignore[arg-type]  # rcParams' keys are typed as literals
 
 
 def smallest_text_pt(fig: Figure, content_px: int = CONTENT_PX) -> tuple[float, str]:
@@ -53,7 +54,7 @@ def smallest_text_pt(fig: Figure, content_px: int = CONTENT_PX) -> tuple[float, 
     The figure is saved like a notebook saves it (``bbox_inches="tight"``, at ``savefig.dpi``)
     and shown at most ``content_px`` CSS pixels wide; 1 pt is 96/72 CSS px.
     """
-    renderer = fig.canvas.get_renderer()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg-based canvases (inline, Agg) have one
     dpi = fig.dpi if matplotlib.rcParams["savefig.dpi"] == "figure" else float(matplotlib.rcParams["savefig.dpi"])
     width_px = (fig.get_tightbbox(renderer).width + 2 * matplotlib.rcParams["savefig.pad_inches"]) * dpi
     shrink = min(1.0, content_px / width_px)
@@ -64,7 +65,7 @@ def smallest_text_pt(fig: Figure, content_px: int = CONTENT_PX) -> tuple[float, 
         bbox = text.get_window_extent(renderer)
         if bbox.width == 0 or not fig.bbox.overlaps(bbox):
             continue
-        shown = text.get_fontsize() * dpi / 96 * shrink
+        shown = cast(float, text.get_fontsize()) * dpi / 96 * shrink
         if shown < smallest:
             smallest, which = shown, text.get_text()
     return float(smallest), which
@@ -75,7 +76,7 @@ def _check_readability(event) -> None:
     size, text = smallest_text_pt(fig)
     if size < MIN_TEXT_PT:
         try:
-            cell = get_ipython().execution_count  # type: ignore[name-defined]  # noqa: F821
+            cell = get_ipython().execution_count  # type: ignore[name-defined]
         except NameError:
             cell = None
         UNREADABLE.append((cell, round(float(size), 1), text))
@@ -139,8 +140,15 @@ def plot_attention(
         hi = arr.max() if arr.size else 1.0
         for i in range(n_q):
             for j in range(n_k):
-                ax.text(j, i, f"{arr[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                        color="black" if arr[i, j] > 0.6 * hi else "white")
+                ax.text(
+                    j,
+                    i,
+                    f"{arr[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="black" if arr[i, j] > 0.6 * hi else "white",
+                )
     if colorbar:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
     return ax

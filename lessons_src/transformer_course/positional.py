@@ -36,6 +36,8 @@ class PositionalEncoding(nn.Module):
     ``(batch, length, d_model)``, and a sequence (plus ``offset``) longer than ``max_len``.
     """
 
+    pe: torch.Tensor  # the table, registered as a buffer in __init__
+
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
         super().__init__()
         self.d_model = d_model

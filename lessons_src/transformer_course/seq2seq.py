@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -24,8 +25,11 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from .masking import causal_mask, make_seq2seq_masks, padding_mask
-from .tokenization import CharTokenizer
+from .tokenization import BOS, EOS, PAD, CharTokenizer
 from .training import History, fit
+
+if TYPE_CHECKING:
+    from .transformer import Transformer
 
 # ---------------------------------------------------------------------------------------------
 # Dataset and collate
@@ -38,9 +42,7 @@ class Seq2SeqDataset(Dataset):
     Items are ``(src_ids, tgt_ids)``, two 1-D ``LongTensor`` s of different lengths.
     """
 
-    def __init__(
-        self, pairs: Sequence[tuple[str, str]], src_tok: CharTokenizer, tgt_tok: CharTokenizer
-    ) -> None:
+    def __init__(self, pairs: Sequence[tuple[str, str]], src_tok: CharTokenizer, tgt_tok: CharTokenizer) -> None:
         self.pairs = list(pairs)
         self.src = [torch.tensor(src_tok.encode(s), dtype=torch.long) for s, _ in self.pairs]
         self.tgt = [torch.tensor(tgt_tok.encode(t, add_bos=True), dtype=torch.long) for _, t in self.pairs]
@@ -107,7 +109,8 @@ def sequence_loss(
     """
     if logits.dim() != 3 or labels.shape != logits.shape[:2]:
         raise ValueError(
-            f"logits must be (batch, L, vocab) and labels (batch, L), got {tuple(logits.shape)} and {tuple(labels.shape)}"
+            "logits must be (batch, L, vocab) and labels (batch, L), "
+            f"got {tuple(logits.shape)} and {tuple(labels.shape)}"
         )
     if not 0.0 <= label_smoothing < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
@@ -195,13 +198,22 @@ def train_seq2seq(
     evaluate = None
     if val_loader is not None:
         evaluate = lambda: {"val_loss": evaluate_loss(model, val_loader, pad_id, label_smoothing, device)}  # noqa: E731
-    return fit(model, step_loss, num_steps, optimizer, scheduler, clip_norm=clip_norm, evaluate=evaluate,
-               eval_every=eval_every, show_progress=show_progress)
+    return fit(
+        model,
+        step_loss,
+        num_steps,
+        optimizer,
+        scheduler,
+        clip_norm=clip_norm,
+        evaluate=evaluate,
+        eval_every=eval_every,
+        show_progress=show_progress,
+    )
 
 
 @torch.inference_mode()
 def greedy_decode(
-    model: nn.Module,
+    model: Transformer,
     src: torch.Tensor,
     pad_id: int,
     bos_id: int,
@@ -240,7 +252,7 @@ def greedy_decode(
 
 
 def translate(
-    model: nn.Module,
+    model: Transformer,
     texts: Sequence[str],
     src_tok: CharTokenizer,
     tgt_tok: CharTokenizer,
@@ -249,11 +261,12 @@ def translate(
     device: torch.device | str = "cpu",
 ) -> list[str]:
     """Greedy-decode a list of source texts into target texts (in batches)."""
+    pad, bos, eos = src_tok.special_id(PAD), tgt_tok.special_id(BOS), tgt_tok.special_id(EOS)
     out: list[str] = []
     for i in range(0, len(texts), batch_size):
         chunk = [torch.tensor(src_tok.encode(t), dtype=torch.long) for t in texts[i : i + batch_size]]
-        src = nn.utils.rnn.pad_sequence(chunk, batch_first=True, padding_value=src_tok.pad_id).to(device)
-        ids = greedy_decode(model, src, src_tok.pad_id, tgt_tok.bos_id, tgt_tok.eos_id, max_len)
+        src = nn.utils.rnn.pad_sequence(chunk, batch_first=True, padding_value=pad).to(device)
+        ids = greedy_decode(model, src, pad, bos, eos, max_len)
         out += [tgt_tok.decode(row.tolist()) for row in ids.cpu()]
     return out
 

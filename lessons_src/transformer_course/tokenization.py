@@ -51,11 +51,18 @@ class CharTokenizer:
             )
         if add_eos is None:
             add_eos = self.eos_id is not None
-        for wanted, token_id, name in ((add_bos, self.bos_id, BOS), (add_eos, self.eos_id, EOS)):
-            if wanted and token_id is None:
-                raise ValueError(f"this tokenizer has no {name} token; create it with specials=(..., {name!r})")
         ids = [self.index[c] for c in text]
-        return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])  # type: ignore[list-item]
+        if add_bos:
+            ids.insert(0, self.special_id(BOS))
+        if add_eos:
+            ids.append(self.special_id(EOS))
+        return ids
+
+    def special_id(self, token: str) -> int:
+        """The id of a special token (``"<pad>"``, ``"<bos>"``, ``"<eos>"``); an error if it has none."""
+        if token not in self.specials:
+            raise ValueError(f"this tokenizer has no {token} token; create it with specials=(..., {token!r})")
+        return self.index[token]
 
     def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
         """Text of ``ids``: stops at the first ``<eos>``, skips ``<pad>`` and ``<bos>``."""

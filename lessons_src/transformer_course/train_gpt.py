@@ -21,6 +21,7 @@ import argparse
 import platform
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -70,7 +71,7 @@ def evaluate(
     logits ``(batch, T, vocab)``.  ``exp`` of the result is the perplexity.
     """
     if block_size is None:
-        block_size = model.config.block_size
+        block_size = cast(GPTConfig, model.config).block_size
     if max_windows is not None and max_windows < 1:
         raise ValueError(f"max_windows must be at least 1, got {max_windows}")
     n = (data.numel() - 1) // block_size
@@ -94,6 +95,7 @@ def evaluate(
         ).item()
     model.train(was_training)
     return total / (n * block_size)
+
 
 # ----------------------------------------------------------------------------------------------
 # Training
@@ -150,8 +152,18 @@ def train(
             on_eval(done[0], tr, va)
         return {"train_loss": tr, "val_loss": va}
 
-    return fit(model, step_loss, steps, opt, sched, clip_norm=grad_clip or None, evaluate=measure,
-               eval_every=eval_every, eval_at_start=True, show_progress=show_progress)
+    return fit(
+        model,
+        step_loss,
+        steps,
+        opt,
+        sched,
+        clip_norm=grad_clip or None,
+        evaluate=measure,
+        eval_every=eval_every,
+        eval_at_start=True,
+        show_progress=show_progress,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -218,8 +230,11 @@ def main(argv: list[str] | None = None) -> None:
         "(pydoc_data.topics) and save <out>.safetensors + <out>.json.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--out", default=str(checkpoint_dir() / CHECKPOINT_NAME),
-                        help="checkpoint path without suffix; the default is the checkpoint shipped in the package")
+    parser.add_argument(
+        "--out",
+        default=str(checkpoint_dir() / CHECKPOINT_NAME),
+        help="checkpoint path without suffix; the default is the checkpoint shipped in the package",
+    )
     parser.add_argument("--steps", type=int, default=5000, help="optimiser steps")
     parser.add_argument("--batch-size", type=int, default=8, help="windows per step")
     parser.add_argument("--block-size", type=int, default=128, help="context length in characters")
@@ -234,8 +249,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: PyTorch's choice)")
     parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: the best available)")
-    parser.add_argument("--keep-latest", action="store_true",
-                        help="also save the model at every loss measurement, to <out>-latest")
+    parser.add_argument(
+        "--keep-latest", action="store_true", help="also save the model at every loss measurement, to <out>-latest"
+    )
     args = parser.parse_args(argv)
 
     generator = set_seed(args.seed, num_threads=args.threads)
@@ -246,12 +262,19 @@ def main(argv: list[str] | None = None) -> None:
     train_ids = torch.tensor(tok.encode(train_text))
     val_ids = torch.tensor(tok.encode(val_text))
     config = GPTConfig(
-        vocab_size=tok.vocab_size, block_size=args.block_size, n_layer=args.n_layer,
-        n_head=args.n_head, d_model=args.d_model, dropout=args.dropout,
+        vocab_size=tok.vocab_size,
+        block_size=args.block_size,
+        n_layer=args.n_layer,
+        n_head=args.n_head,
+        d_model=args.d_model,
+        dropout=args.dropout,
     )
     model = GPT(config).to(device)
-    print(f"{count_parameters(model):,} parameters on {device}; {len(train_ids):,} training and "
-          f"{len(val_ids):,} validation characters", flush=True)
+    print(
+        f"{count_parameters(model):,} parameters on {device}; {len(train_ids):,} training and "
+        f"{len(val_ids):,} validation characters",
+        flush=True,
+    )
 
     def report(step: int, tr: float, va: float) -> None:
         print(f"step {step:6d}  train {tr:.4f}  val {va:.4f}", flush=True)
@@ -259,9 +282,18 @@ def main(argv: list[str] | None = None) -> None:
             save_checkpoint(model, f"{args.out}-latest", {"step": step, "val_loss_first_windows": round(va, 4)})
 
     history = train(
-        model, train_ids, val_ids, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-        warmup=args.warmup, weight_decay=args.weight_decay, eval_every=args.eval_every,
-        generator=generator, show_progress=False, on_eval=report,
+        model,
+        train_ids,
+        val_ids,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup=args.warmup,
+        weight_decay=args.weight_decay,
+        eval_every=args.eval_every,
+        generator=generator,
+        show_progress=False,
+        on_eval=report,
     )
     model.cpu().eval()
     val_loss = evaluate(model, val_ids)
@@ -278,11 +310,17 @@ def main(argv: list[str] | None = None) -> None:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "corpus_sha256": corpus_fingerprint(text),
-        "history": {"step": history.eval_steps, **{k: [round(v, 4) for v in vals] for k, vals in history.evals.items()}},
+        "history": {
+            "step": history.eval_steps,
+            **{k: [round(v, 4) for v in vals] for k, vals in history.evals.items()},
+        },
     }
     save_checkpoint(model, args.out, record)
-    print(f"validation loss {val_loss:.4f} nats/char after {record['train_seconds']} s; wrote {args.out}"
-          ".safetensors and .json", flush=True)
+    print(
+        f"validation loss {val_loss:.4f} nats/char after {record['train_seconds']} s; wrote {args.out}"
+        ".safetensors and .json",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

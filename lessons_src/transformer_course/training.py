@@ -136,7 +136,9 @@ def warmup_decay(
     Use as ``LambdaLR(optimizer, lambda s: warmup_decay(s, warmup, total))``.
     """
     if warmup_steps < 0 or total_steps < max(warmup_steps, 1):
-        raise ValueError(f"need 0 <= warmup_steps <= total_steps and total_steps >= 1, got {warmup_steps} and {total_steps}")
+        raise ValueError(
+            f"need 0 <= warmup_steps <= total_steps and total_steps >= 1, got {warmup_steps} and {total_steps}"
+        )
     if decay not in ("cosine", "linear"):
         raise ValueError(f"decay must be 'cosine' or 'linear', got {decay!r}")
     if step < warmup_steps:

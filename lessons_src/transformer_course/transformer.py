@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -58,9 +59,7 @@ class EncoderLayer(nn.Module):
         self.attn_weights = None if w is None else w.detach()
         return self.dropout1(out)
 
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask, cache)
             return x + self.dropout2(self.ff(self.norm2(x)))
@@ -212,8 +211,17 @@ class TransformerConfig(ModelConfig):
     norm_first: bool = False
 
     def __post_init__(self) -> None:
-        self.check_sizes("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_encoder_layers",
-                         "num_decoder_layers", "d_ff", "max_len", heads="num_heads")
+        self.check_sizes(
+            "src_vocab_size",
+            "tgt_vocab_size",
+            "d_model",
+            "num_heads",
+            "num_encoder_layers",
+            "num_decoder_layers",
+            "d_ff",
+            "max_len",
+            heads="num_heads",
+        )
 
 
 class Transformer(nn.Module):
@@ -307,11 +315,11 @@ def copy_weights_to_torch(
             raise ValueError(f"the layers differ in {name}: ours {mine!r}, PyTorch's {its!r}")
     _copy_attention(ours.self_attn, theirs.self_attn)
     if isinstance(ours, DecoderLayer):
-        _copy_attention(ours.cross_attn, theirs.multihead_attn)
+        _copy_attention(ours.cross_attn, cast(nn.TransformerDecoderLayer, theirs).multihead_attn)
     same = {"ff.linear1": "linear1", "ff.linear2": "linear2", "norm1": "norm1", "norm2": "norm2"}
     if isinstance(ours, DecoderLayer):
         same["norm3"] = "norm3"
     for mine, its in same.items():
-        theirs.get_submodule(its).weight.copy_(ours.get_submodule(mine).weight)
-        theirs.get_submodule(its).bias.copy_(ours.get_submodule(mine).bias)
+        theirs.get_parameter(f"{its}.weight").copy_(ours.get_parameter(f"{mine}.weight"))
+        theirs.get_parameter(f"{its}.bias").copy_(ours.get_parameter(f"{mine}.bias"))
     return theirs

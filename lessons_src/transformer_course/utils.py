@@ -74,21 +74,28 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "tokens") ->
     Returns ``ids`` unchanged.
     """
     if not isinstance(ids, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}; "
-                        f"wrap a list as torch.tensor([ids])")
+        raise TypeError(
+            f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}; wrap a list as torch.tensor([ids])"
+        )
     if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape (batch, length), got {tuple(ids.shape)}; "
-                         "add a batch dimension with ids.unsqueeze(0)")
+        raise ValueError(
+            f"{name} must have shape (batch, length), got {tuple(ids.shape)}; "
+            "add a batch dimension with ids.unsqueeze(0)"
+        )
     if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}; "
-                        "convert with ids.long() (ids, not embeddings or probabilities)")
+        raise TypeError(
+            f"{name} must hold integer token ids, got dtype {ids.dtype}; "
+            "convert with ids.long() (ids, not embeddings or probabilities)"
+        )
     if ids.numel():
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
-            raise ValueError(f"{name} holds id {bad}, outside the vocabulary 0..{vocab_size - 1}; "
-                             "encode the text with the model's own tokenizer, or build the model "
-                             "with a larger vocab_size")
+            raise ValueError(
+                f"{name} holds id {bad}, outside the vocabulary 0..{vocab_size - 1}; "
+                "encode the text with the model's own tokenizer, or build the model "
+                "with a larger vocab_size"
+            )
     return ids
 
 
@@ -133,7 +140,7 @@ def show_source(obj: object):  # -> IPython.display.Code
 
     from IPython.display import Code
 
-    return Code(inspect.getsource(obj), language="python")
+    return Code(inspect.getsource(obj), language="python")  # type: ignore[arg-type]
 
 
 def progress(iterable=None, **kwargs):  # -> tqdm

@@ -36,8 +36,18 @@ LAST_DATE = dt.date(2049, 12, 31)
 within this range every two-digit year names exactly one year."""
 
 MONTHS = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 )
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
@@ -50,7 +60,7 @@ def ordinal(n: int) -> str:
     """``1 -> "1st"``, ``2 -> "2nd"``, ``3 -> "3rd"``, ``11 -> "11th"``, ``22 -> "22nd"``."""
     if 11 <= n % 100 <= 13:
         return f"{n}th"
-    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+    return f"{n}{ {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th') }"
 
 
 def _d(x: dt.date) -> Part:
@@ -106,9 +116,7 @@ FORMATS: dict[str, Callable[[dt.date], list[Part]]] = {
     "the_ordinal": lambda x: [_sep("the "), ("day", ordinal(x.day)), _sep(" of "), _month(x), _sep(" "), _yyyy(x)],
     "month_ordinal": lambda x: [_month(x), _sep(" "), ("day", ordinal(x.day)), _sep(", "), _yyyy(x)],
     "weekday_long": lambda x: [_sep(WEEKDAYS[x.weekday()] + ", "), _d(x), _sep(" "), _month(x), _sep(" "), _yyyy(x)],
-    "weekday_short": lambda x: [
-        _sep(WEEKDAYS[x.weekday()][:3] + ", "), _mon(x), _sep(" "), _d(x), _sep(", '"), _yy(x)
-    ],
+    "weekday_short": lambda x: [_sep(WEEKDAYS[x.weekday()][:3] + ", "), _mon(x), _sep(" "), _d(x), _sep(", '"), _yy(x)],
 }
 """Name -> function from a date to its parts.  Formats with words are also written in lower
 or upper case now and then (see :func:`render_date`)."""
@@ -143,7 +151,7 @@ class DateExample:
 
 
 def render_date(
-    date: dt.date, fmt: str, case: str = "as_is", formats: dict[str, Callable] | None = None
+    date: dt.date, fmt: str, case: str = "as_is", formats: dict[str, Callable[[dt.date], list[Part]]] | None = None
 ) -> DateExample:
     """Write ``date`` in format ``fmt`` (a key of ``formats``, default :data:`FORMATS`).
 
@@ -168,7 +176,9 @@ def render_date(
     return DateExample(date, text, date.isoformat(), fmt, spans)
 
 
-def _random_example(rng: random.Random, date: dt.date, formats: dict[str, Callable]) -> DateExample:
+def _random_example(
+    rng: random.Random, date: dt.date, formats: dict[str, Callable[[dt.date], list[Part]]]
+) -> DateExample:
     fmt = rng.choice(sorted(formats))
     has_letters = any(c.isalpha() for c in render_date(date, fmt, formats=formats).source)
     case = rng.choices(("as_is", "lower", "upper"), weights=(0.7, 0.15, 0.15))[0] if has_letters else "as_is"
@@ -189,7 +199,7 @@ def make_splits(
     n_val: int = 500,
     n_test: int = 1000,
     seed: int = 0,
-    formats: dict[str, Callable] | None = None,
+    formats: dict[str, Callable[[dt.date], list[Part]]] | None = None,
 ) -> DateSplits:
     """Seeded data: ``n_test`` held-out examples on ``n_test`` distinct dates, ``n_val``
     validation examples on other dates, and ``n_train`` training examples drawn (with

@@ -17,9 +17,17 @@ import unicodedata
 CHARS = "\n" + "".join(chr(i) for i in range(32, 127))
 
 _TYPOGRAPHY = {
-    "\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"',
-    "\u2013": "-", "\u2014": "--", "\u2026": "...", "\u00df": "ss", "\u00b0": " degrees",
-    "\t": "    ", "\r": "",
+    "\u2018": "'",
+    "\u2019": "'",
+    "\u201c": '"',
+    "\u201d": '"',
+    "\u2013": "-",
+    "\u2014": "--",
+    "\u2026": "...",
+    "\u00df": "ss",
+    "\u00b0": " degrees",
+    "\t": "    ",
+    "\r": "",
 }
 
 
@@ -68,6 +76,7 @@ def python_docs_prose(min_words: int = 8) -> list[str]:
     """
     paragraphs = (re.sub(r"\s+", " ", p).strip() for p in load_python_docs().split("\n\n"))
     return [
-        p for p in paragraphs
+        p
+        for p in paragraphs
         if re.match(r"[A-Z][a-z]", p) and len(p.split()) >= min_words and not re.search(r"[*=]{3}|>>>|::=", p)
     ]

@@ -269,7 +269,8 @@ def train_dev_split(data: ReviewSplit, n_dev: int, seed: int = 0) -> tuple[Revie
             raise ValueError(f"only {len(idx)} reviews with label {label}, need {n_dev // 2}")
         dev |= {idx[j] for j in torch.randperm(len(idx), generator=g)[: n_dev // 2].tolist()}
     pick = lambda keep: ReviewSplit(  # noqa: E731
-        [t for i, t in enumerate(data.texts) if (i in dev) == keep], [y for i, y in enumerate(data.labels) if (i in dev) == keep]
+        [t for i, t in enumerate(data.texts) if (i in dev) == keep],
+        [y for i, y in enumerate(data.labels) if (i in dev) == keep],
     )
     return pick(False), pick(True)
 
@@ -291,7 +292,7 @@ def _batch(tokenizer: Any, texts: Sequence[str], max_length: int, device: torch.
     return {k: v.to(device) for k, v in enc.items()}
 
 
-def freeze_lower(model: nn.Module, num_layers: int) -> nn.Module:
+def freeze_lower(model: Any, num_layers: int) -> nn.Module:
     """Freeze a Hugging Face BERT classifier's embeddings and its lowest ``num_layers`` layers.
 
     ``num_layers=0`` freezes only the embeddings.  Frozen parameters get ``requires_grad=False``:
@@ -357,8 +358,17 @@ def fine_tune(
         evaluate = lambda: {  # noqa: E731
             "dev_accuracy": accuracy(predict_proba(model, tokenizer, dev.texts).argmax(dim=1), dev.labels)
         }
-    return fit(model, step_loss, total, opt, sched, clip_norm=1.0, evaluate=evaluate, eval_every=steps_per_epoch,
-               desc="fine-tuning")
+    return fit(
+        model,
+        step_loss,
+        total,
+        opt,
+        sched,
+        clip_norm=1.0,
+        evaluate=evaluate,
+        eval_every=steps_per_epoch,
+        desc="fine-tuning",
+    )
 
 
 @torch.inference_mode()

@@ -50,7 +50,9 @@ def first_token_data(
     """
     _check_positive(num_samples=num_samples, seq_len=seq_len)
     if not isinstance(vocab_size, int) or vocab_size < 2:
-        raise ValueError(f"vocab_size must be an int of at least 2 (else there is nothing to predict), got {vocab_size!r}")
+        raise ValueError(
+            f"vocab_size must be an int of at least 2 (else there is nothing to predict), got {vocab_size!r}"
+        )
     tokens = torch.randint(0, vocab_size, (num_samples, seq_len), generator=generator)
     return tokens, tokens[:, 0].clone()
 
@@ -254,8 +256,17 @@ def train_classifier(
         return F.cross_entropy(model(x), y)
 
     evaluate = None if eval_data is None else lambda: {"accuracy": held_out_accuracy(model, *eval_data)}
-    return fit(model, step_loss, steps, opt, clip_norm=None, evaluate=evaluate, eval_every=eval_every,
-               eval_at_start=bool(eval_every), show_progress=False)
+    return fit(
+        model,
+        step_loss,
+        steps,
+        opt,
+        clip_norm=None,
+        evaluate=evaluate,
+        eval_every=eval_every,
+        eval_at_start=bool(eval_every),
+        show_progress=False,
+    )
 
 
 def steps_to_reach(curve: list[tuple[int, float]], target: float = 0.95) -> int | None:
