@@ -189,8 +189,8 @@ def test_package_listings_are_folded(src):
     for c in nb.cells:
         if build_notebooks.only_lists_source(c):
             assert "hide-cell" in c.metadata["tags"] and c.metadata["mystnb"] == build_notebooks.source_metadata(c)
-            listed = c.source.split("show_source(", 1)[1].split(")", 1)[0].strip()
-            assert c.metadata["mystnb"]["code_prompt_show"] == f"Show the package's code: {listed}"
+            listed = [line.split("show_source(", 1)[1].split(")", 1)[0].strip() for line in c.source.splitlines()]
+            assert c.metadata["mystnb"]["code_prompt_show"] == f"Show the package's code: {', '.join(listed)}"
 
 
 def test_only_lists_source():
