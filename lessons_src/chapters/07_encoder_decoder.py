@@ -50,6 +50,7 @@ from transformer_course.transformer import (
     DecoderLayer,
     Encoder,
     EncoderLayer,
+    LayerStack,
     Transformer,
     TransformerConfig,
     copy_weights_to_torch,
@@ -258,9 +259,7 @@ show_source(transformer_module.TokenAndPositionEmbedding)
 # all there is. A pre-norm stack adds a final layer norm, for the reason given above.
 
 # %%
-show_source(transformer_module.LayerStack)
-
-# %%
+show_source(LayerStack)
 show_source(Encoder)
 show_source(Decoder)
 

@@ -440,11 +440,12 @@ assert int(np.argmax(planned)) == WARMUP - 1 and planned[-1] < 0.06 * PEAK_LR
 # the two curves can be compared. A progress bar (`tqdm`) shows the running loss.
 #
 # The steps after the loss are the same for every model in this course, so they live in one
-# function, `fit`, which chapters 10 and 12 use as well. Its heart is this loop:
+# function, `fit`, which chapters 10 and 12 use as well. Its heart is this loop, where
+# `step_loss` is the task's part (a batch, the forward pass, the loss):
 #
 # ```python
 # for step in range(steps):
-#     loss = step_loss(step)  # the task's part: a batch, the forward pass, the loss
+#     loss = step_loss(step)
 #     optimizer.zero_grad()
 #     loss.backward()
 #     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
