@@ -221,8 +221,9 @@ def bench_gpt_vs_hf(device: torch.device, steps: int = 60) -> dict | None:
     """Train the course GPT and GPT2LMHeadModel with the same config, data, init and steps."""
     try:
         from transformer_course import gpt as G
-        from transformer_course import python_docs, tokenization, train_gpt
+        from transformer_course import tokenization, train_gpt
         from transformer_course.hf_gpt2 import to_hf
+        from transformer_course.tasks import python_docs
     except ImportError as err:
         print(f"  (skipped GPT vs GPT-2: {err})")
         return None
@@ -281,7 +282,8 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
     recorded too)."""
     try:
         from transformer_course import gpt as G
-        from transformer_course import python_docs, tokenization, train_gpt
+        from transformer_course import tokenization, train_gpt
+        from transformer_course.tasks import python_docs
     except ImportError as err:
         print(f"  (skipped GPT vs minimal GPT: {err})")
         return None

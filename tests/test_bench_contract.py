@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -65,3 +66,15 @@ def test_every_metric_reads_names_the_chapter_defines(chapter):
             assert not missing, (
                 f"{source.name}: bench metric {name!r} reads {sorted(missing)}, which the chapter never assigns"
             )
+
+
+def test_the_bench_imports_what_the_package_has():
+    """Every ``from transformer_course... import name`` in bench/ names a module and an attribute that exist
+    (the bench skips a measurement on ImportError, so a renamed module would silently drop it)."""
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("transformer_course"):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    found = hasattr(module, alias.name) or importlib.util.find_spec(f"{node.module}.{alias.name}")
+                    assert found, f"{path.name}: {node.module} has no {alias.name}"
