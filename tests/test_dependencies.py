@@ -174,7 +174,8 @@ def test_requirements_txt_says_how_it_is_made():
     rule = re.search(r"^requirements:.*\n((?:\t.*\n)+)", makefile, re.M)
     assert rule, "the Makefile has no `requirements` target (the command requirements.txt names)"
     assert re.search(r"uv pip compile pyproject\.toml requirements\.in ", makefile), (
-        "`make requirements` must compile pyproject.toml and requirements.in with uv pip compile")
+        "`make requirements` must compile pyproject.toml and requirements.in with uv pip compile"
+    )
     assert f'--custom-compile-command "{COMPILE_COMMAND}"' in makefile
 
 
@@ -183,12 +184,15 @@ def test_every_pin_says_what_needs_it():
     pins = _compiled()
     assert pins, "requirements.txt pins nothing"
     for name, (version, via) in pins.items():
-        assert via, (f"requirements.txt pins {name}=={version} with no '# via' line: nothing asks for it. "
-                     f"Remove it from requirements.in (or add it there) and run `{COMPILE_COMMAND}`")
+        assert via, (
+            f"requirements.txt pins {name}=={version} with no '# via' line: nothing asks for it. "
+            f"Remove it from requirements.in (or add it there) and run `{COMPILE_COMMAND}`"
+        )
         for source in via:
             assert source in ("-r requirements.in", "transformer-course (pyproject.toml)") or _norm(source) in pins, (
                 f"requirements.txt: {name}=={version} is pinned via {source!r}, which is not pinned: "
-                f"run `{COMPILE_COMMAND}`")
+                f"run `{COMPILE_COMMAND}`"
+            )
 
 
 def test_every_requirement_is_pinned_within_its_range():
@@ -202,10 +206,14 @@ def test_every_requirement_is_pinned_within_its_range():
     for text, where in wanted:
         req = Requirement(text)
         name = _norm(req.name)
-        assert name in pins, f"{where} asks for {req.name}, which requirements.txt does not pin: run `{COMPILE_COMMAND}`"
+        assert name in pins, (
+            f"{where} asks for {req.name}, which requirements.txt does not pin: run `{COMPILE_COMMAND}`"
+        )
         version = pins[name][0]
         assert req.specifier.contains(version, prereleases=True), (
-            f"requirements.txt pins {req.name}=={version}, outside what {where} allows ({text}): run `{COMPILE_COMMAND}`")
+            f"requirements.txt pins {req.name}=={version}, outside what {where} allows ({text}): "
+            f"run `{COMPILE_COMMAND}`"
+        )
         source = "-r requirements.in" if where == "requirements.in" else "transformer-course (pyproject.toml)"
         assert source in pins[name][1], f"requirements.txt does not say that {req.name} is pinned via {where}"
 
@@ -219,7 +227,8 @@ def test_the_build_backend_is_pinned():
         req = Requirement(text)
         assert _norm(req.name) in pins and req.specifier.contains(pins[_norm(req.name)][0]), (
             f"pyproject.toml builds with {text}, which requirements.txt does not pin in that range: "
-            f"`pip install --no-build-isolation -e .` would fail. Add it to requirements.in, run `{COMPILE_COMMAND}`")
+            f"`pip install --no-build-isolation -e .` would fail. Add it to requirements.in, run `{COMPILE_COMMAND}`"
+        )
         assert "-r requirements.in" in pins[_norm(req.name)][1], f"requirements.in must name {req.name} itself"
 
 
@@ -227,7 +236,8 @@ def test_no_cuda_build_of_torch():
     cuda = sorted(n for n in _compiled() if CUDA_PACKAGES.match(n))
     assert not cuda, (
         f"requirements.txt pins {', '.join(cuda)}: the CUDA dependencies of PyPI's torch, which the CPU build the "
-        f"course installs does not need. Add them to requirements-excludes.txt and run `{COMPILE_COMMAND}`")
+        f"course installs does not need. Add them to requirements-excludes.txt and run `{COMPILE_COMMAND}`"
+    )
 
 
 def test_compiled_file_parser_catches_what_it_must(tmp_path):

