@@ -570,7 +570,7 @@ def render(results: dict) -> str:
             f"| course `GPT` vs a minimal fused GPT-2 (`bench/minimal_gpt.py`), training ({r['config']}, "
             f"{r['steps']} steps of {r['batch']}, the two in turn) | {dev} | "
             f"{r['ours_tokens_per_s']:.0f} vs {r['minimal_tokens_per_s']:.0f} tokens/s (median step); validation loss "
-            f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f} | **{r['throughput_ratio']:.2f}×** throughput |"
+            f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f} | **{r['throughput_ratio']:.3f}×** throughput |"
         )
     for dev, r in (results.get("gpt_vs_hf") or {}).items():
         side.append(
