@@ -573,8 +573,8 @@ for bad in [(padding_mask(tgt_in, PAD), causal_mask(n).float()),
 #   ANDs them, `make_seq2seq_masks` returns the three masks of an encoder–decoder step.
 # * Blocked keys get weight exactly 0; a query with no allowed key gets zero weights and a zero
 #   output, never NaN.
-# * Tested by experiment (and in `tests/test_masking.py`): padded tokens change no real output;
-#   no decoder output depends on later tokens; fully masked rows stay finite.
+# * Checked by experiment above: padded tokens change no real output; no decoder output
+#   depends on later tokens; fully masked rows stay finite.
 # * Build masks from exactly the tensors the model gets, and convert explicitly when crossing
 #   into a library with another convention.
 #

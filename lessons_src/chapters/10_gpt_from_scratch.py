@@ -262,6 +262,8 @@ history = train(model, train_ids, val_ids, steps=1000, batch_size=16, lr=3e-3, w
 train_seconds = time.perf_counter() - wall0
 print(f"trained in {train_seconds:.0f} s ({1000 / train_seconds:.1f} steps/s, "
       f"CPU time {time.process_time() - cpu0:.0f} s)")
+assert len(history.loss) == 1000 and history.eval_steps == list(range(0, 1001, 100))
+assert history.evals["val_loss"][-1] < 0.6 * history.evals["val_loss"][0]  # the model learned
 
 # %% [markdown]
 # The curves were measured on 256 windows of 64 characters spread over each text. On the whole

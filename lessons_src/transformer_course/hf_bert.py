@@ -104,27 +104,12 @@ def bert_from_hf(hf_model: nn.Module) -> BertEncoder:
 BERT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-def train_wordpiece(texts: Sequence[str], vocab_size: int = 4000) -> Any:
-    """Train an uncased WordPiece vocabulary on ``texts``; returns a Hugging Face ``BertTokenizerFast``.
-
-    The same recipe as BERT's tokenizer (lower-casing, accents stripped, split at spaces and
-    punctuation, ``##`` continuation pieces, ``[CLS] ... [SEP]`` around every input), with a
-    vocabulary learned from ``texts``.  Ids 0-4 are ``[PAD] [UNK] [CLS] [SEP] [MASK]``.
-    """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+def _as_bert_tokenizer(tok: Any) -> Any:
+    """A ``tokenizers.Tokenizer`` as BERT's ``BertTokenizerFast``: ``[CLS] A [SEP]`` (``B [SEP]``
+    for a pair) and BERT's special tokens."""
+    from tokenizers import processors
     from transformers import BertTokenizerFast
 
-    if isinstance(texts, str) or not texts:
-        raise ValueError("texts must be a non-empty list of strings (not one string)")
-    if vocab_size <= len(BERT_SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(
-        list(texts), trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIAL_TOKENS))
-    )
     cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
         single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
@@ -138,6 +123,29 @@ def train_wordpiece(texts: Sequence[str], vocab_size: int = 4000) -> Any:
         mask_token="[MASK]",
         do_lower_case=True,
     )
+
+
+def train_wordpiece(texts: Sequence[str], vocab_size: int = 4000) -> Any:
+    """Train an uncased WordPiece vocabulary on ``texts``; returns a Hugging Face ``BertTokenizerFast``.
+
+    The same recipe as BERT's tokenizer (lower-casing, accents stripped, split at spaces and
+    punctuation, ``##`` continuation pieces, ``[CLS] ... [SEP]`` around every input), with a
+    vocabulary learned from ``texts``.  Ids 0-4 are ``[PAD] [UNK] [CLS] [SEP] [MASK]``.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    if isinstance(texts, str) or not texts:
+        raise ValueError("texts must be a non-empty list of strings (not one string)")
+    if vocab_size <= len(BERT_SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must exceed the {len(BERT_SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(
+        list(texts), trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(BERT_SPECIAL_TOKENS))
+    )
+    return _as_bert_tokenizer(tok)
 
 
 def hf_bert_config(config: BertConfig, **kwargs: Any) -> Any:
@@ -214,8 +222,7 @@ def wordpiece_subset(tokenizer: Any, texts: Sequence[str]) -> Any:
     run): the pieces keep ``tokenizer``'s order, after ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (ids 0-4).
     A word of new text whose pieces are not all kept becomes ``[UNK]``.
     """
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-    from transformers import BertTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 
     if isinstance(texts, str) or not texts:
         raise ValueError("texts must be a non-empty list of strings (not one string)")
@@ -227,15 +234,4 @@ def wordpiece_subset(tokenizer: Any, texts: Sequence[str]) -> Any:
     tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
-    )
-    return BertTokenizerFast(
-        tokenizer_object=tok,
-        unk_token="[UNK]",
-        sep_token="[SEP]",
-        pad_token="[PAD]",
-        cls_token="[CLS]",
-        mask_token="[MASK]",
-        do_lower_case=True,
-    )
+    return _as_bert_tokenizer(tok)
