@@ -433,7 +433,7 @@ show_source(copy_weights_to_torch)
 #   pieces: a `(L_tgt, L_tgt)` causal `tgt_mask`, and `(batch, length)` key-padding masks. So we
 #   pass the negations (`~`) of our masks' pieces.
 #
-# Exercise 2 repeats the check for a pre-norm decoder layer with GELU.
+# Here the post-norm decoder layer with ReLU; exercise 2 checks a pre-norm one with GELU.
 
 # %%
 ours = DecoderLayer(d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False).eval()
