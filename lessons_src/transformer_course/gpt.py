@@ -177,8 +177,9 @@ class GPT(nn.Module):
                 "the model has learned position embeddings for that many positions only; "
                 "crop the input to its last block_size tokens"
             )
-        positions = torch.arange(past, past + n, device=tokens.device)
-        x = self.drop(self.tok_emb(tokens) + self.pos_emb(positions))
+        # Positions past..past+n-1 embed as those rows of the table: a slice gives what a lookup
+        # of torch.arange(past, past + n) gives, without the index and its scatter backward.
+        x = self.drop(self.tok_emb(tokens) + self.pos_emb.weight[past : past + n])
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i])
         return self.lm_head(self.norm(x))

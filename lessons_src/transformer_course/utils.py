@@ -88,7 +88,7 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "tokens") ->
             "convert with ids.long() (ids, not embeddings or probabilities)"
         )
     if ids.numel():
-        low, high = int(ids.min()), int(ids.max())
+        low, high = (int(v) for v in torch.aminmax(ids))
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
             raise ValueError(
