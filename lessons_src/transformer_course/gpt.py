@@ -177,8 +177,8 @@ class GPT(nn.Module):
                 "the model has learned position embeddings for that many positions only; "
                 "crop the input to its last block_size tokens"
             )
-        # Positions past..past+n-1 embed as those rows of the table: a slice gives what a lookup
-        # of torch.arange(past, past + n) gives, without the index and its scatter backward.
+        # Positions past..past+n-1 are rows past..past+n-1 of the table: a slice,
+        # the same as looking up torch.arange(past, past + n), minus the lookup.
         x = self.drop(self.tok_emb(tokens) + self.pos_emb.weight[past : past + n])
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i])
