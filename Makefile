@@ -56,8 +56,9 @@ test-package: setup
 	$(BIN)/python -m pytest tests
 
 # The lowest versions pyproject.toml's ranges allow (uv pip install --resolution lowest-direct) in a
-# fresh venv on requires-python's floor (Python 3.10: on PATH, or LOWEST_PYTHON=/path/to/python), each range checked to be installed at its lower bound, then the package tests (less the
-# checks of the repository's pinned tool chain) and notebooks 04 and 07 under strict nbval.
+# fresh venv on requires-python's floor (Python 3.10: on PATH, or LOWEST_PYTHON=/path/to/python),
+# each range checked to be installed at its lower bound, then the package tests (less the checks of
+# the repository's pinned tool chain) and notebooks 04 and 07 under strict nbval.
 # See tools/test_lowest.py.
 test-lowest: setup
 	$(BIN)/python tools/test_lowest.py

@@ -348,9 +348,9 @@ def bench_gpt_vs_minimal(device: torch.device, steps: int = 300, warmup: int = 1
 def bench_gpt_vs_minimal_runs(device: torch.device, runs: int = 3) -> dict | None:
     """``bench_gpt_vs_minimal`` in ``runs`` fresh processes, one after the other.
 
-    The two models run the same kernels, so their difference is smaller than what moves from one
-    process to the next (where the allocator puts the tensors, what the machine does meanwhile):
-    one run is a draw, the median of a few is the figure, and their range is the spread."""
+    The two models run the same kernels, so their difference is no larger than what moves from one
+    run to the next (two instances of the same model differ by a few tenths of a percent): one run
+    is a draw, the median of a few is the figure, and their range is the spread."""
     out = []
     for _ in range(runs):
         proc = subprocess.run(
