@@ -561,8 +561,7 @@ def render(results: dict) -> str:
             "## Every chapter against its budget",
             "",
             (
-                "Each notebook executed top to bottom the way a learner runs it: a fresh kernel, offline, "
-                f"on the CPU. Budget: "
+                "Each notebook executed top to bottom in a fresh kernel, offline, on the CPU. Budget: "
                 f"{BUDGET_DEFAULT // 60} min a chapter "
                 f"({BUDGET_LONG // 60} min for chapters {' and '.join(LONG_CHAPTERS)}), "
                 f"{BUDGET_BOOK // 60} min for the book."
