@@ -131,3 +131,40 @@ def test_no_output_shows_a_memory_address(nb_path):
         f"{where}: {m.group(0)}" for where, text in outputs for m in re.finditer(r"<[^<>]* at 0x[0-9a-fA-F]+>", text)
     ]
     assert not hits, f"{nb_path.name} prints a memory address (end the cell with an assignment):\n" + "\n".join(hits)
+
+
+# The widest code line the page column shows at 1280 px without scrolling sideways; the
+# formatter's line length for everything under lessons_src/ (chapters and the package).
+CODE_WIDTH = int(
+    re.search(r"^line-length\s*=\s*(\d+)", (ROOT / "lessons_src" / "ruff.toml").read_text(), re.M).group(1)
+)
+
+
+def too_wide(text: str) -> list[str]:
+    return [f"({len(line)}) {line}" for line in text.splitlines() if len(line) > CODE_WIDTH]
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_fits_the_column(nb_path):
+    """Every line of a code cell, and of a package listing a cell shows (``show_source``), fits
+    the page's code column: a reader never scrolls sideways to read code."""
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    problems = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or build_notebooks.INSTALL_TAG in cell["metadata"].get("tags", []):
+            continue
+        source = "".join(cell["source"])
+        problems += [f"cell {i} code: {line}" for line in too_wide(source)]
+        if "show_source(" in source:
+            for out in cell.get("outputs", []):
+                listing = "".join(out.get("data", {}).get("text/plain", ""))
+                problems += [f"cell {i} listing: {line}" for line in too_wide(listing)]
+    assert not problems, (
+        f"{nb_path.name}: lines wider than {CODE_WIDTH} characters (the page's code column); "
+        "wrap them in lessons_src/ and re-execute the chapter:\n" + "\n".join(problems)
+    )
+
+
+def test_width_check_catches_a_long_line():
+    assert too_wide("x = 1\n" + "y = " + "1 + " * 30 + "1")
+    assert not too_wide("x = 1\n" + "#" * CODE_WIDTH)

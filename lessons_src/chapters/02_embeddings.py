@@ -55,7 +55,8 @@ print("ids:", ids.tolist())
 one_hot = F.one_hot(torch.arange(len(vocab)), num_classes=len(vocab)).float()
 print(one_hot)
 gram = one_hot @ one_hot.T  # all pairwise dot products
-assert torch.equal(gram, torch.eye(len(vocab)))  # 1 with itself, 0 with every other token
+# 1 with itself, 0 with every other token
+assert torch.equal(gram, torch.eye(len(vocab)))
 
 # %% [markdown]
 # ### An embedding is a lookup table
@@ -68,13 +69,15 @@ assert torch.equal(gram, torch.eye(len(vocab)))  # 1 with itself, 0 with every o
 # Here $d = 3$ and we write the numbers by hand; in a real model they are learned.
 
 # %%
-E = torch.tensor([
-    [0.1, 0.2, 0.3],  # hello
-    [0.4, 0.5, 0.6],  # world
-    [0.7, 0.8, 0.9],  # transformer
-    [1.0, 1.1, 1.2],  # example
-    [1.3, 1.4, 1.5],  # embedding
-])
+E = torch.tensor(
+    [
+        [0.1, 0.2, 0.3],  # hello
+        [0.4, 0.5, 0.6],  # world
+        [0.7, 0.8, 0.9],  # transformer
+        [1.0, 1.1, 1.2],  # example
+        [1.3, 1.4, 1.5],  # embedding
+    ]
+)
 print("E has shape", tuple(E.shape), "= (vocabulary size, embedding size)")
 print("row of 'transformer':", E[token_to_id["transformer"]])
 
@@ -91,7 +94,8 @@ print("one-hot:", one_hot[i].tolist())
 print("one-hot @ E:", one_hot[i] @ E)
 assert torch.equal(one_hot[i] @ E, E[i])
 
-# A whole sentence at once: index with the id tensor, or multiply its one-hot matrix.
+# A whole sentence at once: index with the id tensor, or multiply its one-hot
+# matrix.
 looked_up = E[ids]  # (sequence length, d)
 multiplied = F.one_hot(ids, len(vocab)).float() @ E
 assert torch.equal(looked_up, multiplied)
@@ -109,13 +113,22 @@ print("sentence", sentence, "->", tuple(looked_up.shape))
 emb = nn.Embedding(num_embeddings=len(vocab), embedding_dim=3)
 with torch.no_grad():
     emb.weight.copy_(E)
-batch = torch.tensor([[0, 2, 1],   # hello transformer world
-                      [3, 3, 4]])  # example example embedding
+batch = torch.tensor(
+    [
+        [0, 2, 1],  # hello transformer world
+        [3, 3, 4],  # example example embedding
+    ]
+)
 out = emb(batch)
 print("input ids", tuple(batch.shape), "-> embeddings", tuple(out.shape))
 assert torch.equal(out, E[batch])
 assert torch.equal(out, F.embedding(batch, E))
-print("weight is a Parameter:", isinstance(emb.weight, nn.Parameter), "| trainable numbers:", count_parameters(emb))
+print(
+    "weight is a Parameter:",
+    isinstance(emb.weight, nn.Parameter),
+    "| trainable numbers:",
+    count_parameters(emb),
+)
 
 # %% [markdown]
 # The table is a parameter, so gradients reach it. Which rows do they reach? Only the rows
@@ -130,7 +143,8 @@ emb.zero_grad()
 batch = torch.tensor([[0, 2, 4], [3, 3, 2]])  # no id 1 ("world")
 target = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(0))
 out = emb(batch)
-out.retain_grad()  # keep the gradient with respect to the looked-up vectors too
+# keep the gradient with respect to the looked-up vectors too
+out.retain_grad()
 loss = F.mse_loss(out, target)
 loss.backward()
 row_grad_norm = emb.weight.grad.norm(dim=1)
@@ -138,12 +152,14 @@ for tok, g in zip(vocab, row_grad_norm):
     print(f"{tok:>12}: gradient norm {g:.4f}")
 used = torch.zeros(len(vocab), dtype=torch.bool)
 used[batch.unique()] = True
-assert torch.all(row_grad_norm[used] > 0) and torch.all(row_grad_norm[~used] == 0)
+assert torch.all(row_grad_norm[used] > 0)
+assert torch.all(row_grad_norm[~used] == 0)
 
 before = emb.weight.detach().clone()
 torch.optim.SGD(emb.parameters(), lr=0.5).step()
 changed = (emb.weight.detach() != before).any(dim=1)
-print("rows changed by one SGD step:", [tok for tok, c in zip(vocab, changed) if c])
+changed_rows = [tok for tok, c in zip(vocab, changed) if c]
+print("rows changed by one SGD step:", changed_rows)
 assert torch.equal(changed, used)
 
 # %% [markdown]
@@ -151,10 +167,12 @@ assert torch.equal(changed, used)
 # gradients of both occurrences, because both read the same row:
 
 # %%
-occurrences = out.grad[batch == 3]  # gradient at each place "example" was looked up: (2, 3)
+# gradient at each place "example" was looked up: (2, 3)
+occurrences = out.grad[batch == 3]
 print("gradient of the row 'example':     ", emb.weight.grad[3])
 print("sum over its two occurrences:      ", occurrences.sum(dim=0))
-assert occurrences.shape == (2, 3) and torch.allclose(emb.weight.grad[3], occurrences.sum(dim=0))
+assert occurrences.shape == (2, 3)
+assert torch.allclose(emb.weight.grad[3], occurrences.sum(dim=0))
 
 # %% [markdown]
 # A real embedding table is trained this
@@ -168,9 +186,16 @@ assert occurrences.shape == (2, 3) and torch.allclose(emb.weight.grad[3], occurr
 # Subword tokenizers (below) keep the vocabulary at 30,000–50,000 entries.
 
 # %%
-for name, V, d in [("word2vec, Google News", 3_000_000, 300), ("BERT / MiniLM", 30_522, 384), ("GPT-2 small", 50_257, 768)]:
+for name, V, d in [
+    ("word2vec, Google News", 3_000_000, 300),
+    ("BERT / MiniLM", 30_522, 384),
+    ("GPT-2 small", 50_257, 768),
+]:
     n = V * d
-    print(f"{name:>22}: {V:>9,} x {d} = {n / 1e6:6.1f} M numbers = {4 * n / 2**20:7.1f} MiB in float32")
+    print(
+        f"{name:>22}: {V:>9,} x {d} = {n / 1e6:6.1f} M numbers "
+        f"= {4 * n / 2**20:7.1f} MiB in float32"
+    )
 
 # %% [markdown]
 # ## A real, pretrained embedding table
@@ -186,10 +211,18 @@ for name, V, d in [("word2vec, Google News", 3_000_000, 300), ("BERT / MiniLM", 
 from transformer_course.pretrained import MINILM_DIM, load_minilm
 
 tokenizer, model = load_minilm()
-table = model.embeddings.word_embeddings.weight.detach()  # an nn.Embedding, like ours
-print("embedding table:", tuple(table.shape), "= (vocabulary size, embedding size)")
-print(f"parameters: embedding table {table.numel():,} of {count_parameters(model):,} in the model "
-      f"({table.numel() / count_parameters(model):.0%})")
+# word_embeddings is an nn.Embedding, like ours
+table = model.embeddings.word_embeddings.weight.detach()
+print(
+    "embedding table:",
+    tuple(table.shape),
+    "= (vocabulary size, embedding size)",
+)
+print(
+    f"parameters: embedding table {table.numel():,} "
+    f"of {count_parameters(model):,} in the model "
+    f"({table.numel() / count_parameters(model):.0%})"
+)
 assert table.shape == (tokenizer.vocab_size, MINILM_DIM)
 
 # %% [markdown]
@@ -200,7 +233,8 @@ assert table.shape == (tokenizer.vocab_size, MINILM_DIM)
 # %%
 for word in ["cat", "transformer", "embeddings", "unbelievable"]:
     pieces = tokenizer.tokenize(word)
-    print(f"{word:>13} -> {pieces} -> ids {tokenizer.convert_tokens_to_ids(pieces)}")
+    piece_ids = tokenizer.convert_tokens_to_ids(pieces)
+    print(f"{word:>13} -> {pieces} -> ids {piece_ids}")
 assert tokenizer.tokenize("embeddings") == ["em", "##bed", "##ding", "##s"]
 
 # %% [markdown]
@@ -218,29 +252,38 @@ groups = {
     "colours": ["red", "green", "blue", "yellow", "purple"],
 }
 words = [w for ws in groups.values() for w in ws]
-group_of = torch.tensor([g for g, ws in enumerate(groups.values()) for _ in ws])
+group_of = torch.tensor(
+    [g for g, ws in enumerate(groups.values()) for _ in ws]
+)
 word_ids = tokenizer.convert_tokens_to_ids(words)
-assert tokenizer.unk_token_id not in word_ids  # every word is one token of the vocabulary
+# every word is one token of the vocabulary
+assert tokenizer.unk_token_id not in word_ids
 
-vectors = table[word_ids]                     # (20, 384): twenty rows of the table
-unit = F.normalize(vectors, dim=-1)           # unit length, so dot product = cosine
+vectors = table[word_ids]  # (20, 384): twenty rows of the table
+unit = F.normalize(vectors, dim=-1)  # unit length, so dot product = cosine
 cos = unit @ unit.T
 
 same_group = group_of[:, None] == group_of[None, :]
 off_diagonal = ~torch.eye(len(words), dtype=torch.bool)
 within = cos[same_group & off_diagonal].mean().item()
 between = cos[~same_group].mean().item()
-print(f"mean cosine similarity within a group: {within:.3f}, between groups: {between:.3f}")
+print(
+    f"mean cosine similarity within a group: {within:.3f}, "
+    f"between groups: {between:.3f}"
+)
 assert within > between + 0.1
 
 nearest = cos.masked_fill(~off_diagonal, -2).argmax(dim=1)
 agree = (group_of[nearest] == group_of).float().mean().item()
-print(f"the nearest other word is in the same group for {agree:.0%} of the words")
+print(
+    f"the nearest other word is in the same group for {agree:.0%} of the words"
+)
 assert agree >= 0.8
 
 # %%
 fig, ax = plt.subplots(figsize=(6.4, 5.6))
-shown = cos.clone().fill_diagonal_(float("nan"))  # the diagonal (always 1) left blank, for contrast
+# the diagonal (always 1) left blank, for contrast
+shown = cos.clone().fill_diagonal_(float("nan"))
 im = ax.imshow(shown, cmap="viridis", vmin=-0.1, vmax=0.6)
 ax.set_xticks(range(len(words)), words, rotation=90)
 ax.set_yticks(range(len(words)), words)
@@ -258,6 +301,7 @@ plt.show()
 # fruit stands out: "orange" is also a colour, and its row is closer to the colours than to
 # the other fruit.
 
+
 # %%
 def mean_cos(word: str, group: str) -> float:
     """Mean cosine similarity of `word` with the other words of `group`."""
@@ -265,7 +309,10 @@ def mean_cos(word: str, group: str) -> float:
     return cos[words.index(word), others].mean().item()
 
 
-print(f"orange vs colours: {mean_cos('orange', 'colours'):.3f}, orange vs other fruit: {mean_cos('orange', 'fruit'):.3f}")
+print(
+    f"orange vs colours: {mean_cos('orange', 'colours'):.3f}, "
+    f"orange vs other fruit: {mean_cos('orange', 'fruit'):.3f}"
+)
 assert mean_cos("orange", "colours") > mean_cos("orange", "fruit")
 
 # %% [markdown]
@@ -276,27 +323,37 @@ assert mean_cos("orange", "colours") > mean_cos("orange", "fruit")
 # decomposition, keep the first two right singular vectors. (A singular vector's sign is
 # arbitrary; we fix it so the picture is the same on every machine.)
 
+
 # %%
 def pca_2d(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Project the rows of x onto their first two principal components.
 
-    Returns the (n, 2) coordinates and the fraction of the variance each component explains.
+    Returns the (n, 2) coordinates and the fraction of the variance each
+    component explains.
     """
     centred = x - x.mean(dim=0)
     _, s, vh = torch.linalg.svd(centred, full_matrices=False)
     components = vh[:2]
-    signs = torch.sign(components[torch.arange(2), components.abs().argmax(dim=1)])
-    components = components * signs[:, None]  # largest entry of each component positive
+    largest = components.abs().argmax(dim=1)
+    signs = torch.sign(components[torch.arange(2), largest])
+    # largest entry of each component positive
+    components = components * signs[:, None]
     return centred @ components.T, (s[:2] ** 2) / (s**2).sum()
 
 
 xy, explained = pca_2d(unit)
-print("variance explained by the two components:", [round(v, 3) for v in explained.tolist()])
+print(
+    "variance explained by the two components:",
+    [round(v, 3) for v in explained.tolist()],
+)
 
 distance = torch.cdist(xy, xy)
 within_2d = distance[same_group & off_diagonal].mean().item()
 between_2d = distance[~same_group].mean().item()
-print(f"mean distance in the plot within a group: {within_2d:.3f}, between groups: {between_2d:.3f}")
+print(
+    f"mean distance in the plot within a group: {within_2d:.3f}, "
+    f"between groups: {between_2d:.3f}"
+)
 assert within_2d < between_2d
 
 fig, ax = plt.subplots(figsize=(6.5, 5))
@@ -305,7 +362,9 @@ for g, name in enumerate(groups):
     pts = xy[group_of == g]
     ax.scatter(pts[:, 0], pts[:, 1], color=colours(g), label=name, s=40)
 for (x, y), w in zip(xy.tolist(), words):
-    ax.annotate(w, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=9)
+    ax.annotate(
+        w, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=9
+    )
 ax.set_xlabel(f"first principal component ({explained[0]:.0%} of variance)")
 ax.set_ylabel(f"second principal component ({explained[1]:.0%} of variance)")
 ax.set_title("Twenty rows of MiniLM's embedding table, projected to 2-D")
@@ -335,17 +394,25 @@ bank_sentences = [
 ]
 enc = tokenizer(bank_sentences, padding=True, return_tensors="pt")
 with torch.no_grad():
-    hidden = model(**enc).last_hidden_state  # (4, length, 384): one vector per token
+    # (4, length, 384): one vector per token
+    hidden = model(**enc).last_hidden_state
 print("model output:", tuple(hidden.shape), "= (sentences, tokens, 384)")
 
 bank_id = tokenizer.convert_tokens_to_ids("bank")
-at_bank = torch.stack([hidden[s, enc["input_ids"][s].tolist().index(bank_id)] for s in range(len(bank_sentences))])
+# where "bank" sits in each sentence
+bank_pos = [row.tolist().index(bank_id) for row in enc["input_ids"]]
+at_bank = torch.stack([hidden[s, p] for s, p in enumerate(bank_pos)])
 bank_cos = F.normalize(at_bank, dim=-1) @ F.normalize(at_bank, dim=-1).T
-print("cosine similarity of the contextual 'bank' vectors (river, river, money, money):")
+print(
+    "cosine similarity of the contextual 'bank' vectors "
+    "(river, river, money, money):"
+)
 print(bank_cos.numpy().round(2))
-# The input row is one and the same; the outputs differ, and the two river banks are
-# closer to each other than to either money bank (and likewise for the two money banks).
-assert bank_cos[0, 1] > bank_cos[0, 2:].max() and bank_cos[2, 3] > bank_cos[2, :2].max()
+# The input row is one and the same; the outputs differ, and the two river
+# banks are closer to each other than to either money bank (and likewise for
+# the two money banks).
+assert bank_cos[0, 1] > bank_cos[0, 2:].max()
+assert bank_cos[2, 3] > bank_cos[2, :2].max()
 
 # %% [markdown]
 # A **sentence embedding** is one vector for a whole sentence. all-MiniLM-L6-v2 makes it by
@@ -361,10 +428,15 @@ show_source(mean_pool)
 
 # %%
 pooled = mean_pool(hidden, enc["attention_mask"])
-# By hand for the first sentence: the average over its real (non-padding) tokens.
+# By hand for the first sentence: the average over its real (non-padding)
+# tokens.
 n_real = int(enc["attention_mask"][0].sum())
 assert torch.allclose(pooled[0], hidden[0, :n_real].mean(dim=0), atol=1e-6)
-assert torch.allclose(F.normalize(pooled, dim=-1), embed_sentences(bank_sentences, tokenizer, model), atol=1e-6)
+assert torch.allclose(
+    F.normalize(pooled, dim=-1),
+    embed_sentences(bank_sentences, tokenizer, model),
+    atol=1e-6,
+)
 print("sentence embeddings:", tuple(pooled.shape))
 
 # %% [markdown]
@@ -383,25 +455,31 @@ sentences = [
     "It will rain tomorrow afternoon.",
     "Expect showers and cloudy skies later.",
 ]
-sent_emb = embed_sentences(sentences, tokenizer, model)  # (8, 384), unit length
+# (8, 384), unit length
+sent_emb = embed_sentences(sentences, tokenizer, model)
 sent_cos = sent_emb @ sent_emb.T
 
 fig, ax = plt.subplots(figsize=(4.6, 4.2))
 im = ax.imshow(sent_cos, cmap="viridis", vmin=-0.1, vmax=1)
 ax.set_xticks(range(len(sentences)), [f"S{k}" for k in range(len(sentences))])
-ax.set_yticks(range(len(sentences)), [f"S{k}: {s}" for k, s in enumerate(sentences)])
+ax.set_yticks(
+    range(len(sentences)), [f"S{k}: {s}" for k, s in enumerate(sentences)]
+)
 for r in range(len(sentences)):
     for c in range(len(sentences)):
-        ax.text(c, r, f"{sent_cos[r, c]:.2f}", ha="center", va="center", fontsize=9,
-                color="black" if sent_cos[r, c] > 0.6 else "white")
+        text = f"{sent_cos[r, c]:.2f}"
+        colour = "black" if sent_cos[r, c] > 0.6 else "white"
+        ax.text(c, r, text, ha="center", va="center", fontsize=9, color=colour)
 fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="cosine similarity")
 ax.set_title("Sentence embeddings (mean-pooled MiniLM)")
 fig.tight_layout()
 plt.show()
 
 pair = torch.arange(len(sentences)) // 2
-mate = sent_cos[torch.arange(len(sentences)), torch.arange(len(sentences)) ^ 1]  # S0<->S1, S2<->S3, ...
-others = sent_cos.masked_fill(pair[:, None] == pair[None, :], -2).max(dim=1).values
+idx = torch.arange(len(sentences))
+mate = sent_cos[idx, idx ^ 1]  # S0<->S1, S2<->S3, ...
+same_pair = pair[:, None] == pair[None, :]
+others = sent_cos.masked_fill(same_pair, -2).max(dim=1).values
 print("similarity to its pair:", mate.numpy().round(2))
 print("best other sentence:   ", others.numpy().round(2))
 assert torch.all(mate > others)
@@ -413,9 +491,13 @@ assert torch.all(mate > others)
 # embeddings*, the subject of the next chapter.
 
 # %%
-print(f"cos('The cat chased the dog.', 'The dog chased the cat.') = {sent_cos[0, 1]:.3f}")
+print(
+    "cos('The cat chased the dog.', 'The dog chased the cat.') = "
+    f"{sent_cos[0, 1]:.3f}"
+)
 assert sent_cos[0, 1] > 0.95
-assert sent_cos[0, 1] == sent_cos.masked_fill(torch.eye(len(sentences), dtype=torch.bool), -2).max()
+eye = torch.eye(len(sentences), dtype=torch.bool)
+assert sent_cos[0, 1] == sent_cos.masked_fill(eye, -2).max()
 
 # %% [markdown]
 # ## Summary
@@ -440,9 +522,11 @@ unit_table = F.normalize(table, dim=-1)  # (30522, 384)
 
 
 def neighbours(word: str, k: int = 8) -> list[str]:
-    """The k tokens whose embedding rows are most similar (cosine) to the row of `word`."""
+    """The k tokens whose embedding rows are most similar (cosine) to the row
+    of `word`."""
     row = unit_table[tokenizer.convert_tokens_to_ids(word)]
-    return tokenizer.convert_ids_to_tokens((unit_table @ row).topk(k).indices.tolist())
+    top = (unit_table @ row).topk(k).indices.tolist()
+    return tokenizer.convert_ids_to_tokens(top)
 
 
 for w in ["king", "coffee", "happy"]:
@@ -483,9 +567,11 @@ assert torch.equal(toy.weight.detach()[untouched], start[untouched])
 # returns the sentence whose embedding is most similar to the query's. Which sentence does
 # "Will I need an umbrella?" find? And "My pet is asleep."?
 
+
 # %% tags=["solution"]
 def search(query: str) -> str:
-    """The sentence of `sentences` whose embedding is closest (cosine) to the query's."""
+    """The sentence of `sentences` whose embedding is closest (cosine) to the
+    query's."""
     q = embed_sentences([query], tokenizer, model)[0]
     return sentences[int((sent_emb @ q).argmax())]
 

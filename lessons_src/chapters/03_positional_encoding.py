@@ -57,9 +57,16 @@ x2 = embed(torch.tensor([[vocab[w] for w in s2]])).detach()
 out1, _ = scaled_dot_product_attention(x1, x1, x1)
 out2, _ = scaled_dot_product_attention(x2, x2, x2)
 
-perm = torch.tensor([s1.index(w) for w in s2])  # where each word of s2 sits in s1: [2, 1, 0]
-print("output rows of s2 == output rows of s1, reordered:", torch.allclose(out2, out1[:, perm], atol=1e-6))
-print("mean over positions identical:", torch.allclose(out1.mean(dim=1), out2.mean(dim=1), atol=1e-6))
+# where each word of s2 sits in s1: [2, 1, 0]
+perm = torch.tensor([s1.index(w) for w in s2])
+print(
+    "output rows of s2 == output rows of s1, reordered:",
+    torch.allclose(out2, out1[:, perm], atol=1e-6),
+)
+print(
+    "mean over positions identical:",
+    torch.allclose(out1.mean(dim=1), out2.mean(dim=1), atol=1e-6),
+)
 assert torch.allclose(out2, out1[:, perm], atol=1e-6)
 assert torch.allclose(out1.mean(dim=1), out2.mean(dim=1), atol=1e-6)
 
@@ -74,7 +81,8 @@ p1, p2 = pos_enc(x1), pos_enc(x2)
 out1_pos, _ = scaled_dot_product_attention(p1, p1, p1)
 out2_pos, _ = scaled_dot_product_attention(p2, p2, p2)
 gap = (out1_pos.mean(dim=1) - out2_pos.mean(dim=1)).abs().max().item()
-dog_gap = (out1_pos[0, 0] - out2_pos[0, 2]).abs().max().item()  # "dog" first vs "dog" last
+# "dog" first vs "dog" last
+dog_gap = (out1_pos[0, 0] - out2_pos[0, 2]).abs().max().item()
 print(f"largest difference between the two sentence averages: {gap:.3f}")
 print(f"largest difference between the two outputs of 'dog':  {dog_gap:.3f}")
 assert gap > 0.05 and dog_gap > 0.05
@@ -105,11 +113,14 @@ assert gap > 0.05 and dog_gap > 0.05
 # %%
 pos, d_small = 2, 8
 by_hand = []
-for i in range(d_small // 2):                 # i = 0, 1, 2, 3: the pair index
+for i in range(d_small // 2):  # i = 0, 1, 2, 3: the pair index
     angle = pos / 10000 ** (2 * i / d_small)  # exponent 2i / d_model
     by_hand += [math.sin(angle), math.cos(angle)]
-    print(f"pair {i}: dims {2 * i},{2 * i + 1}  angle = {pos} / 10000^({2 * i}/{d_small}) = {angle:.4f}"
-          f"  ->  sin {math.sin(angle):+.4f}, cos {math.cos(angle):+.4f}")
+    print(
+        f"pair {i}: dims {2 * i},{2 * i + 1}  "
+        f"angle = {pos} / 10000^({2 * i}/{d_small}) = {angle:.4f}"
+        f"  ->  sin {math.sin(angle):+.4f}, cos {math.cos(angle):+.4f}"
+    )
 
 # %% [markdown]
 # The course's module builds the whole table at once, with tensors, and adds it to its
@@ -134,18 +145,22 @@ show_source(sinusoidal_table)
 # computes $10000^{4i/d_{model}}$. Nothing crashes and the result looks like a positional
 # encoding; only a comparison with a trusted implementation shows the difference.
 
+
 # %%
 def doubled_loop_row(pos: int, d_model: int) -> torch.Tensor:
-    """The pitfall: i runs over even dimensions, yet the exponent is 2*i/d_model."""
+    """The pitfall: i runs over even dimensions, yet the exponent is
+    2*i/d_model."""
     row = torch.zeros(d_model)
     for i in range(0, d_model, 2):
-        row[i] = math.sin(pos / (10000 ** (2 * i / d_model)))      # wrong: i is already 2i
+        # wrong: i is already 2i
+        row[i] = math.sin(pos / (10000 ** (2 * i / d_model)))
         row[i + 1] = math.cos(pos / (10000 ** (2 * i / d_model)))
     return row
 
 
 def correct_loop_row(pos: int, d_model: int) -> torch.Tensor:
-    """The same loop with the exponent fixed: i / d_model, since i is already the even dimension."""
+    """The same loop with the exponent fixed: i / d_model, since i is already
+    the even dimension."""
     row = torch.zeros(d_model)
     for i in range(0, d_model, 2):
         row[i] = math.sin(pos / (10000 ** (i / d_model)))
@@ -177,10 +192,15 @@ wavelength = {
 }
 for name, wl in wavelength.items():
     frozen = int(((n_pos - 1) * 2 * math.pi / wl < 0.1).sum())
-    print(f"{name:>26}: longest wavelength {wl.max().item():.3g} positions; "
-          f"{frozen} of {d_big // 2} pairs nearly constant over {n_pos} positions")
-frozen_right = int(((n_pos - 1) * 2 * math.pi / wavelength["correct: 10000^(2i/d)"] < 0.1).sum())
-frozen_wrong = int(((n_pos - 1) * 2 * math.pi / wavelength["doubled: 10000^(4i/d)"] < 0.1).sum())
+    print(
+        f"{name:>26}: longest wavelength {wl.max().item():.3g} positions; "
+        f"{frozen} of {d_big // 2} pairs nearly constant "
+        f"over {n_pos} positions"
+    )
+wl_right = wavelength["correct: 10000^(2i/d)"]
+wl_wrong = wavelength["doubled: 10000^(4i/d)"]
+frozen_right = int(((n_pos - 1) * 2 * math.pi / wl_right < 0.1).sum())
+frozen_wrong = int(((n_pos - 1) * 2 * math.pi / wl_wrong < 0.1).sum())
 assert frozen_wrong > 2 * frozen_right
 
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -208,10 +228,17 @@ show_source(PositionalEncoding)
 # %%
 d_model = 128
 pe = PositionalEncoding(d_model, max_len=512)
-print("trainable parameters:", sum(p.numel() for p in pe.parameters()), "| buffers:", [n for n, _ in pe.named_buffers()])
-x = torch.zeros(2, 10, d_model)  # a batch of two 10-token "sentences" of zero embeddings
+print(
+    "trainable parameters:",
+    sum(p.numel() for p in pe.parameters()),
+    "| buffers:",
+    [n for n, _ in pe.named_buffers()],
+)
+# a batch of two 10-token "sentences" of zero embeddings
+x = torch.zeros(2, 10, d_model)
 print("input", tuple(x.shape), "-> output", tuple(pe(x).shape))
-assert torch.equal(pe(x)[1], pe.pe[:10])  # with zero embeddings, the output is the table
+# with zero embeddings, the output is the table
+assert torch.equal(pe(x)[1], pe.pe[:10])
 assert sum(p.numel() for p in pe.parameters()) == 0
 
 # %% [markdown]
@@ -224,7 +251,9 @@ assert sum(p.numel() for p in pe.parameters()) == 0
 
 # %%
 table = pe.pe[:100]  # positions 0..99
-fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(6.4, 7.6), gridspec_kw={"height_ratios": [1.2, 1]})
+fig, (ax1, ax2) = plt.subplots(
+    2, 1, figsize=(6.4, 7.6), gridspec_kw={"height_ratios": [1.2, 1]}
+)
 im = ax1.imshow(table, cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
 ax1.set_xlabel("dimension")
 ax1.set_ylabel("position")
@@ -232,7 +261,12 @@ ax1.set_title(f"Sinusoidal encoding, d_model = {d_model}, positions 0-99")
 fig.colorbar(im, ax=ax1, fraction=0.046, pad=0.04)
 for dim in [0, 20, 40, 60]:
     wl = 2 * math.pi * 10000 ** (dim / d_model)
-    ax2.plot(table[:, dim], marker="." if dim == 0 else None, ms=3, label=f"dim {dim}: wavelength {wl:.0f}")
+    ax2.plot(
+        table[:, dim],
+        marker="." if dim == 0 else None,
+        ms=3,
+        label=f"dim {dim}: wavelength {wl:.0f}",
+    )
 ax2.set_xlabel("position")
 ax2.set_ylabel("value")
 ax2.set_title("A few sine dimensions as curves")
@@ -249,9 +283,15 @@ plt.show()
 # %%
 table512 = pe.pe.double()
 dists = torch.cdist(table512, table512).fill_diagonal_(float("inf"))
-print(f"smallest distance between two different positions (of 512): {dists.min():.3f}")
-print(f"vector length of every position: {table512.norm(dim=1).min():.3f} .. {table512.norm(dim=1).max():.3f}"
-      f" (= sqrt(d_model / 2) = {math.sqrt(d_model / 2):.3f})")
+print(
+    "smallest distance between two different positions (of 512): "
+    f"{dists.min():.3f}"
+)
+norms = table512.norm(dim=1)
+print(
+    f"vector length of every position: {norms.min():.3f} .. {norms.max():.3f}"
+    f" (= sqrt(d_model / 2) = {math.sqrt(d_model / 2):.3f})"
+)
 assert dists.min() > 0.5
 
 # %% [markdown]
@@ -271,9 +311,16 @@ gram = table512 @ table512.T
 for k in [0, 1, 10, 50]:
     diag = gram.diagonal(k)
     same = torch.allclose(diag, diag[0].expand_as(diag), atol=1e-4)
-    print(f"distance {k:>2}: PE_p . PE_(p+{k}) = {diag[0]:7.3f}, the same for every p: {same}")
+    print(
+        f"distance {k:>2}: PE_p . PE_(p+{k}) = {diag[0]:7.3f}, "
+        f"the same for every p: {same}"
+    )
     assert same
-assert torch.allclose(gram.diagonal(), torch.full((512,), d_model / 2, dtype=torch.float64), atol=1e-4)
+assert torch.allclose(
+    gram.diagonal(),
+    torch.full((512,), d_model / 2, dtype=torch.float64),
+    atol=1e-4,
+)
 
 # %%
 centre = 100
@@ -287,7 +334,10 @@ fig.tight_layout()
 plt.show()
 near = gram[centre, centre + 1 : centre + 6].mean()
 far = gram[centre, centre + 50 :].mean()
-print(f"mean dot product at distance 1-5: {near:.2f}, at distance 50-100: {far:.2f}")
+print(
+    f"mean dot product at distance 1-5: {near:.2f}, "
+    f"at distance 50-100: {far:.2f}"
+)
 assert near > far
 
 # %% [markdown]
@@ -300,13 +350,17 @@ assert near > far
 
 # %%
 k = 3
-omega = 1.0 / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # 2i = 0, 2, 4, ...
+omega = 1.0 / 10000 ** (two_i / d_model)
 M = torch.zeros(d_model, d_model, dtype=torch.float64)
 for j, w in enumerate(omega.tolist()):
     c, s = math.cos(k * w), math.sin(k * w)
     M[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = torch.tensor([[c, s], [-s, c]])
 err = (table512[:-k] @ M.T - table512[k:]).abs().max().item()
-print(f"PE_(pos+{k}) == M_{k} PE_pos for all {len(table512) - k} positions (to 1e-6): {err < 1e-6}")
+print(
+    f"PE_(pos+{k}) == M_{k} PE_pos for all {len(table512) - k} positions "
+    f"(to 1e-6): {err < 1e-6}"
+)
 assert err < 1e-6
 
 # %% [markdown]
@@ -323,31 +377,49 @@ assert err < 1e-6
 # the score depends on the contents $q$, $k$ and on the **relative** position $r - p$ only. The
 # cell builds $M_p$ exactly as $M_k$ above and checks this on random vectors.
 
+
 # %%
 def rotation(shift: int) -> torch.Tensor:
-    """The block-diagonal matrix that rotates pair i by the angle shift * omega_i (M_k above)."""
+    """The block-diagonal matrix that rotates pair i by the angle
+    shift * omega_i (M_k above)."""
     R = torch.zeros(d_model, d_model, dtype=torch.float64)
     for j, w in enumerate(omega.tolist()):
         c, s = math.cos(shift * w), math.sin(shift * w)
-        R[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+        block = torch.tensor([[c, s], [-s, c]], dtype=torch.float64)
+        R[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = block
     return R
 
 
 def rope_score(q: torch.Tensor, p: int, k: torch.Tensor, r: int) -> float:
-    return ((rotation(p) @ q) @ (rotation(r) @ k)).item()  # rotate the query by p, the key by r
+    # rotate the query by p, the key by r
+    return ((rotation(p) @ q) @ (rotation(r) @ k)).item()
 
 
-assert torch.allclose(rotation(k), M, atol=1e-7)  # the same matrix as M_3 above
-q_vec, k_vec = torch.randn(2, d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+# the same matrix as M_3 above
+assert torch.allclose(rotation(k), M, atol=1e-7)
+q_vec, k_vec = torch.randn(
+    2, d_model, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+)
 for p, r in ((0, 5), (10, 15), (300, 305), (5, 0), (305, 300)):
-    print(f"query at {p:3d}, key at {r:3d} (offset {r - p:+d}): score {rope_score(q_vec, p, k_vec, r):8.4f}")
+    print(
+        f"query at {p:3d}, key at {r:3d} (offset {r - p:+d}): "
+        f"score {rope_score(q_vec, p, k_vec, r):8.4f}"
+    )
 plus5 = [rope_score(q_vec, p, k_vec, p + 5) for p in range(0, 500, 7)]
 minus5 = [rope_score(q_vec, p + 5, k_vec, p) for p in range(0, 500, 7)]
-assert max(plus5) - min(plus5) < 1e-9 and max(minus5) - min(minus5) < 1e-9  # only the offset matters
+# only the offset matters
+assert max(plus5) - min(plus5) < 1e-9 and max(minus5) - min(minus5) < 1e-9
 assert abs(plus5[0] - minus5[0]) > 0.1  # and its sign: +5 and -5 differ
-added = [((q_vec + table512[p]) @ (k_vec + table512[p + 5])).item() for p in (0, 10, 300)]
-print("the same vectors with the encoding *added* instead, offset +5:", [f"{v:.2f}" for v in added])
-assert max(added) - min(added) > 1.0  # additive: the score also depends on where the pair sits
+added = [
+    ((q_vec + table512[p]) @ (k_vec + table512[p + 5])).item()
+    for p in (0, 10, 300)
+]
+print(
+    "the same vectors with the encoding *added* instead, offset +5:",
+    [f"{v:.2f}" for v in added],
+)
+# additive: the score also depends on where the pair sits
+assert max(added) - min(added) > 1.0
 
 # %% [markdown]
 # Offset $+5$ gives one score wherever the pair sits (0 and 5, 10 and 15, 300 and 305), offset
@@ -374,13 +446,18 @@ from transformer_course.pretrained import minilm_path
 
 with safe_open(str(minilm_path() / "model.safetensors"), framework="pt") as f:
     learned = f.get_tensor("embeddings.position_embeddings.weight")
-print("MiniLM's learned position table:", tuple(learned.shape), "= (max_len, d_model)")
+print(
+    "MiniLM's learned position table:",
+    tuple(learned.shape),
+    "= (max_len, d_model)",
+)
 assert learned.shape == (512, 384)
 
 # %% [markdown]
 # Nobody asked these rows to form a pattern, yet neighbouring positions ended up similar, as
 # in the sinusoidal table. We compare the cosine similarity of the first 128 positions in
 # both.
+
 
 # %%
 def cosine_matrix(t: torch.Tensor) -> torch.Tensor:
@@ -392,7 +469,8 @@ n = 128
 sin_cos = cosine_matrix(sinusoidal_table(n, 384))
 learned_cos = cosine_matrix(learned[:n])
 fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.5))
-for ax, mat, title in zip(axes, [sin_cos, learned_cos], ["sinusoidal (fixed)", "MiniLM (learned)"]):
+titles = ["sinusoidal (fixed)", "MiniLM (learned)"]
+for ax, mat, title in zip(axes, [sin_cos, learned_cos], titles):
     im = ax.imshow(mat, cmap="viridis", vmin=-0.2, vmax=1)
     ax.set_title(title)
     ax.set_xlabel("position")
@@ -404,7 +482,10 @@ plt.show()
 for name, mat in [("sinusoidal", sin_cos), ("learned", learned_cos)]:
     adjacent = mat.diagonal(1).mean().item()
     distant = torch.cat([mat.diagonal(k) for k in range(40, n)]).mean().item()
-    print(f"{name:>10}: mean cosine at distance 1 = {adjacent:.3f}, at distance >= 40 = {distant:.3f}")
+    print(
+        f"{name:>10}: mean cosine at distance 1 = {adjacent:.3f}, "
+        f"at distance >= 40 = {distant:.3f}"
+    )
     assert adjacent > distant + 0.3
 
 # %% [markdown]
@@ -456,9 +537,11 @@ else:
 # `max_len * d_model` trainable parameters and that a gradient reaches only the rows of the
 # positions used.
 
+
 # %% tags=["solution"]
 class LearnedPositionalEmbedding(nn.Module):
-    """x + P[:length], with P a trainable (max_len, d_model) table, as in BERT and GPT."""
+    """x + P[:length], with P a trainable (max_len, d_model) table, as in BERT
+    and GPT."""
 
     def __init__(self, max_len: int, d_model: int) -> None:
         super().__init__()
@@ -468,7 +551,9 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n = x.size(1)
         if n > self.max_len:
-            raise ValueError(f"sequence of length {n} is longer than max_len={self.max_len}")
+            raise ValueError(
+                f"sequence of length {n} is longer than max_len={self.max_len}"
+            )
         return x + self.table(torch.arange(n, device=x.device))
 
 
@@ -478,7 +563,8 @@ n_params = sum(p.numel() for p in lpe.parameters())
 print("trainable parameters:", n_params)
 assert n_params == 20 * 8
 lpe(torch.randn(2, 5, 8)).pow(2).sum().backward()
-rows_with_grad = (lpe.table.weight.grad.abs().sum(dim=1) > 0).nonzero().flatten().tolist()
+has_grad = lpe.table.weight.grad.abs().sum(dim=1) > 0
+rows_with_grad = has_grad.nonzero().flatten().tolist()
 print("rows that received a gradient:", rows_with_grad)
 assert rows_with_grad == [0, 1, 2, 3, 4]
 try:
@@ -492,17 +578,21 @@ except ValueError as err:
 # does the dot-product-versus-distance curve change? Compare the mean dot product at
 # distances 50–100 for both bases.
 
+
 # %% tags=["solution"]
 def table_with_base(max_len: int, d_model: int, base: float) -> torch.Tensor:
     """Sinusoidal table with `base` in place of 10000."""
     position = torch.arange(max_len, dtype=torch.float64)[:, None]
-    angle = position / base ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    angle = position / base ** (two_i / d_model)
     out = torch.empty(max_len, d_model, dtype=torch.float64)
     out[:, 0::2], out[:, 1::2] = torch.sin(angle), torch.cos(angle)
     return out
 
 
-assert torch.allclose(table_with_base(512, d_model, 10000).float(), pe.pe, atol=1e-6)
+assert torch.allclose(
+    table_with_base(512, d_model, 10000).float(), pe.pe, atol=1e-6
+)
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 far_mean = {}
 for base in [10000, 100]:
@@ -510,15 +600,21 @@ for base in [10000, 100]:
     row = t[centre] @ t[others].T
     ax.plot(others - centre, row, label=f"base {base}")
     far_mean[base] = row[150:].mean().item()  # distances 50..100
-    print(f"base {base:>5}: mean dot product at distance 50-100 = {far_mean[base]:.2f}")
+    print(
+        f"base {base:>5}: "
+        f"mean dot product at distance 50-100 = {far_mean[base]:.2f}"
+    )
 ax.set_xlabel("distance")
 ax.set_ylabel("dot product")
 ax.legend()
 fig.tight_layout()
 plt.show()
-# With base 100 even the slowest pair turns within a few hundred positions, so distant
-# positions look unrelated (dot product near 0); base 10000 keeps slow pairs that stay alike.
-slowest = {b: 2 * math.pi * b ** ((d_model - 2) / d_model) for b in (10000, 100)}
+# With base 100 even the slowest pair turns within a few hundred positions, so
+# distant positions look unrelated (dot product near 0); base 10000 keeps slow
+# pairs that stay alike.
+slowest = {
+    b: 2 * math.pi * b ** ((d_model - 2) / d_model) for b in (10000, 100)
+}
 print("slowest wavelength:", {b: round(w) for b, w in slowest.items()})
 assert abs(far_mean[100]) < abs(far_mean[10000]) and slowest[100] < 1000
 
@@ -536,6 +632,10 @@ for order in permutations(["dog", "bites", "man"]):
     out, _ = scaled_dot_product_attention(x, x, x)
     pooled[" ".join(order)] = out.mean(dim=1)[0]
 names = list(pooled)
-closest = min((pooled[a] - pooled[b]).abs().max().item() for a in names for b in names if a < b)
-print(f"{len(names)} orderings; smallest max-difference between two of them: {closest:.3f}")
+pairs = [(a, b) for a in names for b in names if a < b]
+closest = min((pooled[a] - pooled[b]).abs().max().item() for a, b in pairs)
+print(
+    f"{len(names)} orderings; "
+    f"smallest max-difference between two of them: {closest:.3f}"
+)
 assert closest > 1e-3

@@ -39,7 +39,8 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # positive and sum to one, and the answer is a blend of all values, dominated by the best match:
 
 # %%
-soft_lookup([0.5, 2.5, 1.2, -0.5])  # the scores q·k_i/sqrt(d_k) of four keys; the weights are their softmax
+# the scores q·k_i/sqrt(d_k) of four keys; the weights are their softmax
+soft_lookup([0.5, 2.5, 1.2, -0.5])
 plt.show()
 
 # %% [markdown]
@@ -49,12 +50,10 @@ plt.show()
 # (chapter 05); here we simply write them down.
 
 # %%
-Q = torch.tensor([[1.0, 0.0, 1.0],   # query of word 1
-                  [0.0, 1.0, 1.0]])  # query of word 2
-K = torch.tensor([[1.0, 2.0, 1.0],   # key of word 1
-                  [2.0, 1.0, 0.0]])  # key of word 2
-V = torch.tensor([[0.5, 0.8],        # value of word 1
-                  [0.2, 0.3]])       # value of word 2
+# one row per word: the first row belongs to word 1, the second to word 2
+Q = torch.tensor([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])  # queries
+K = torch.tensor([[1.0, 2.0, 1.0], [2.0, 1.0, 0.0]])  # keys
+V = torch.tensor([[0.5, 0.8], [0.2, 0.3]])  # values
 d_k = Q.shape[-1]
 print("Q:", tuple(Q.shape), " K:", tuple(K.shape), " V:", tuple(V.shape))
 
@@ -82,7 +81,9 @@ print("scaled scores:\n", scaled)
 print("weights:\n", weights)
 by_hand = 1 / (1 + math.exp(-(3 - 1) / math.sqrt(3)))
 print(f"word 2 -> word 1, by hand: {by_hand:.4f}")
-assert torch.allclose(weights, torch.tensor([[0.5, 0.5], [0.7604, 0.2396]]), atol=1e-4)
+assert torch.allclose(
+    weights, torch.tensor([[0.5, 0.5], [0.7604, 0.2396]]), atol=1e-4
+)
 assert math.isclose(weights[1, 0].item(), by_hand, rel_tol=1e-6)
 assert torch.allclose(weights.sum(dim=-1), torch.ones(2))
 
@@ -94,8 +95,11 @@ assert torch.allclose(weights.sum(dim=-1), torch.ones(2))
 output = weights @ V
 print(output)
 assert torch.allclose(output[0], 0.5 * V[0] + 0.5 * V[1])
-assert torch.allclose(output, torch.tensor([[0.35, 0.55], [0.4281, 0.6802]]), atol=1e-4)
-assert ((V.min(0).values <= output) & (output <= V.max(0).values)).all()  # never outside the values' range
+assert torch.allclose(
+    output, torch.tensor([[0.35, 0.55], [0.4281, 0.6802]]), atol=1e-4
+)
+# never outside the values' range
+assert ((V.min(0).values <= output) & (output <= V.max(0).values)).all()
 
 # %% [markdown]
 # Because the weights of a row are positive and sum to one, every output lies *between* the
@@ -112,6 +116,7 @@ assert ((V.min(0).values <= output) & (output <= V.max(0).values)).all()  # neve
 # because softmax does not change when the same constant is subtracted from every score:
 # subtract the row's maximum first, so the largest exponent is $e^0 = 1$.
 
+
 # %%
 def softmax_naive(z: torch.Tensor) -> torch.Tensor:
     e = torch.exp(z)
@@ -119,7 +124,8 @@ def softmax_naive(z: torch.Tensor) -> torch.Tensor:
 
 
 def softmax(z: torch.Tensor) -> torch.Tensor:
-    e = torch.exp(z - z.max(dim=-1, keepdim=True).values)  # the same result, no overflow
+    # subtract the row's maximum: the same result, no overflow
+    e = torch.exp(z - z.max(dim=-1, keepdim=True).values)
     return e / e.sum(dim=-1, keepdim=True)
 
 
@@ -134,7 +140,8 @@ print("stable on [1000, 1001]:", softmax(big))
 r = torch.randn(64, 10, generator=g) * 5
 assert torch.allclose(softmax(r), torch.softmax(r, dim=-1), atol=1e-7)
 assert torch.allclose(softmax_naive(z), torch.softmax(z, dim=-1), atol=1e-7)
-assert softmax_naive(big).isnan().all() and torch.allclose(softmax(big), torch.softmax(big, dim=-1))
+assert softmax_naive(big).isnan().all()
+assert torch.allclose(softmax(big), torch.softmax(big, dim=-1))
 
 # %% [markdown]
 # `torch.softmax` does the same subtraction internally. We use it from now on.
@@ -154,17 +161,25 @@ assert softmax_naive(big).isnan().all() and torch.allclose(softmax(big), torch.s
 # the average largest weight of a softmax over 16 keys, and the size of the gradient that flows
 # back through that softmax.
 
+
 # %%
-def score_statistics(d: int, n_queries: int = 1000, n_keys: int = 16) -> dict[str, float]:
+def score_statistics(
+    d: int, n_queries: int = 1000, n_keys: int = 16
+) -> dict[str, float]:
     q = torch.randn(n_queries, 1, d, generator=g)
-    k = torch.randn(n_queries, n_keys, d, generator=g)  # fresh keys for every query
+    # fresh keys for every query
+    k = torch.randn(n_queries, n_keys, d, generator=g)
     raw = (q * k).sum(-1)  # (n_queries, n_keys) dot products
-    stats = {"var_raw": raw.var().item(), "var_scaled": (raw / math.sqrt(d)).var().item()}
+    stats = {
+        "var_raw": raw.var().item(),
+        "var_scaled": (raw / math.sqrt(d)).var().item(),
+    }
     upstream = torch.randn(n_queries, n_keys, generator=g)
     for name, s in (("raw", raw), ("scaled", raw / math.sqrt(d))):
         s = s.detach().requires_grad_(True)
         w = torch.softmax(s, dim=-1)
-        (w * upstream).sum().backward()  # a random signal from "the rest of the network"
+        # a random signal from "the rest of the network"
+        (w * upstream).sum().backward()
         stats[f"max_w_{name}"] = w.max(dim=-1).values.mean().item()
         stats[f"grad_{name}"] = s.grad.norm(dim=-1).mean().item()
     return stats
@@ -172,31 +187,64 @@ def score_statistics(d: int, n_queries: int = 1000, n_keys: int = 16) -> dict[st
 
 dims = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 stats = {d: score_statistics(d) for d in dims}
-print(" d_k   var(q.k)  var(q.k/sqrt d)  max weight raw/scaled  grad raw/scaled")
+print(
+    " d_k   var(q.k)  var(q.k/sqrt d)  max weight raw/scaled  grad raw/scaled"
+)
 for d in dims:
     s = stats[d]
-    print(f"{d:4d} {s['var_raw']:9.1f} {s['var_scaled']:12.2f} {s['max_w_raw']:14.2f} / {s['max_w_scaled']:.2f}"
-          f" {s['grad_raw']:11.3f} / {s['grad_scaled']:.3f}")
+    print(
+        f"{d:4d} {s['var_raw']:9.1f} {s['var_scaled']:12.2f}"
+        f" {s['max_w_raw']:14.2f} / {s['max_w_scaled']:.2f}"
+        f" {s['grad_raw']:11.3f} / {s['grad_scaled']:.3f}"
+    )
 
 # %%
-for d in dims:  # the variance of q.k is d_k (to sampling noise); scaled it is 1
-    assert abs(stats[d]["var_raw"] / d - 1) < 0.1 and abs(stats[d]["var_scaled"] - 1) < 0.1
-assert stats[1024]["max_w_raw"] > 0.95 and stats[1024]["max_w_scaled"] < 0.35  # saturation, and its cure
-grad_ratio = {d: stats[d]["grad_scaled"] / stats[d]["grad_raw"] for d in (64, 1024)}
-print(f"gradient with scaling / without: {grad_ratio[64]:.1f}x at d_k = 64, {grad_ratio[1024]:.1f}x at d_k = 1024")
-assert 1.5 < grad_ratio[64] < 3 and 4 < grad_ratio[1024] < 10  # the numbers the text below quotes
+# the variance of q.k is d_k (to sampling noise); scaled it is 1
+for d in dims:
+    assert abs(stats[d]["var_raw"] / d - 1) < 0.1
+    assert abs(stats[d]["var_scaled"] - 1) < 0.1
+assert stats[1024]["max_w_raw"] > 0.95  # saturation
+assert stats[1024]["max_w_scaled"] < 0.35  # and its cure
+grad_ratio = {
+    d: stats[d]["grad_scaled"] / stats[d]["grad_raw"] for d in (64, 1024)
+}
+print(
+    f"gradient with scaling / without: {grad_ratio[64]:.1f}x at d_k = 64, "
+    f"{grad_ratio[1024]:.1f}x at d_k = 1024"
+)
+# the numbers the text below quotes
+assert 1.5 < grad_ratio[64] < 3 and 4 < grad_ratio[1024] < 10
 
 fig, axes = plt.subplots(3, 1, figsize=(6.4, 8.4), sharex=True)
 col = {"raw": "tab:red", "scaled": "tab:blue"}
-axes[0].loglog(dims, [stats[d]["var_raw"] for d in dims], "o-", color=col["raw"], label=r"$q\cdot k$")
-axes[0].loglog(dims, [stats[d]["var_scaled"] for d in dims], "o-", color=col["scaled"], label=r"$q\cdot k/\sqrt{d_k}$")
+axes[0].loglog(
+    dims,
+    [stats[d]["var_raw"] for d in dims],
+    "o-",
+    color=col["raw"],
+    label=r"$q\cdot k$",
+)
+axes[0].loglog(
+    dims,
+    [stats[d]["var_scaled"] for d in dims],
+    "o-",
+    color=col["scaled"],
+    label=r"$q\cdot k/\sqrt{d_k}$",
+)
 axes[0].loglog(dims, dims, "k:", label="$d_k$")
 axes[0].set_title("variance of the scores")
-for ax, key, title in ((axes[1], "max_w", "mean largest softmax weight (16 keys)"),
-                       (axes[2], "grad", "gradient norm through the softmax")):
+for ax, key, title in (
+    (axes[1], "max_w", "mean largest softmax weight (16 keys)"),
+    (axes[2], "grad", "gradient norm through the softmax"),
+):
     for name in ("raw", "scaled"):
-        ax.semilogx(dims, [stats[d][f"{key}_{name}"] for d in dims], "o-", color=col[name],
-                    label="unscaled" if name == "raw" else r"scaled by $1/\sqrt{d_k}$")
+        ax.semilogx(
+            dims,
+            [stats[d][f"{key}_{name}"] for d in dims],
+            "o-",
+            color=col[name],
+            label="unscaled" if name == "raw" else r"scaled by $1/\sqrt{d_k}$",
+        )
     ax.set_title(title)
 axes[1].axhline(1 / 16, color="gray", ls=":", label="uniform (1/16)")
 axes[-1].set_xlabel("$d_k$")
@@ -219,8 +267,11 @@ plt.show()
 # only, so the same lines work for a single sequence `(L, d_k)` and for a batch of heads
 # `(batch, heads, L, d_k)`:
 
+
 # %%
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., L_q, L_k)
     weights = torch.softmax(scores, dim=-1)  # each row sums to 1
     return weights @ v, weights  # (..., L_q, d_v), (..., L_q, L_k)
@@ -228,7 +279,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.
 
 out, w = attention(Q, K, V)
 print("output:", tuple(out.shape), " weights:", tuple(w.shape))
-assert torch.allclose(w, weights) and torch.allclose(out, output)  # the hand computation above
+# the hand computation above
+assert torch.allclose(w, weights) and torch.allclose(out, output)
 
 # %% [markdown]
 # The course's package keeps the same computation as `scaled_dot_product_attention` in
@@ -238,9 +290,15 @@ assert torch.allclose(w, weights) and torch.allclose(out, output)  # the hand co
 # (its full source is folded below):
 
 # %%
-qb, kb, vb = (torch.randn(2, 4, 5, 8, generator=g) for _ in range(3))  # (batch, heads, length, d_k)
-gap = (attention(qb, kb, vb)[0] - scaled_dot_product_attention(qb, kb, vb)[0]).abs().max().item()
-print("max |minimal - package| on a (2, 4, 5, 8) batch:", "below 1e-6" if gap < 1e-6 else gap)
+# (batch, heads, length, d_k)
+qb, kb, vb = (torch.randn(2, 4, 5, 8, generator=g) for _ in range(3))
+minimal, _ = attention(qb, kb, vb)
+package, _ = scaled_dot_product_attention(qb, kb, vb)
+gap = (minimal - package).abs().max().item()
+print(
+    "max |minimal - package| on a (2, 4, 5, 8) batch:",
+    "below 1e-6" if gap < 1e-6 else gap,
+)
 assert gap < 1e-6
 
 # %% tags=["hide-input"]
@@ -258,17 +316,23 @@ assert torch.equal(w, weights) and torch.equal(out, output)
 # %%
 q = torch.randn(2, 4, 6, 16, generator=g)  # (batch, heads, queries, d_k)
 k = torch.randn(2, 4, 9, 16, generator=g)  # (batch, heads, keys, d_k)
-v = torch.randn(2, 4, 9, 8, generator=g)   # (batch, heads, keys, d_v)
-mask = torch.rand(2, 1, 6, 9, generator=g) < 0.7  # True = may attend; the same for all heads
-mask[..., 0] = True  # every query keeps at least one key (see below for what happens otherwise)
+v = torch.randn(2, 4, 9, 8, generator=g)  # (batch, heads, keys, d_v)
+# True = may attend; the same for all heads
+mask = torch.rand(2, 1, 6, 9, generator=g) < 0.7
+# every query keeps at least one key (see below for what happens otherwise)
+mask[..., 0] = True
 
 ours, _ = scaled_dot_product_attention(q, k, v)
 ours_masked, w_masked = scaled_dot_product_attention(q, k, v, mask)
 err = (ours - F.scaled_dot_product_attention(q, k, v)).abs().max().item()
-err_masked = (ours_masked - F.scaled_dot_product_attention(q, k, v, attn_mask=mask)).abs().max().item()
+torch_masked = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+err_masked = (ours_masked - torch_masked).abs().max().item()
 print("output shape:", tuple(ours.shape))
 print("max |ours - torch|, no mask:  ", "below 1e-6" if err < 1e-6 else err)
-print("max |ours - torch|, with mask:", "below 1e-6" if err_masked < 1e-6 else err_masked)
+print(
+    "max |ours - torch|, with mask:",
+    "below 1e-6" if err_masked < 1e-6 else err_masked,
+)
 assert err < 1e-6 and err_masked < 1e-6
 
 # %% [markdown]
@@ -296,7 +360,8 @@ causal = torch.ones(4, 4, dtype=torch.bool).tril()  # query i may see keys 0..i
 _, w_causal = scaled_dot_product_attention(x4, x4, x4, causal)
 print(causal)
 print(w_causal)
-assert torch.equal(w_causal.triu(diagonal=1), torch.zeros(4, 4))  # nothing above the diagonal
+# nothing above the diagonal
+assert torch.equal(w_causal.triu(diagonal=1), torch.zeros(4, 4))
 assert torch.allclose(w_causal.sum(-1), torch.ones(4))
 assert w_causal[0, 0] == 1  # the first word can only look at itself
 
@@ -316,14 +381,17 @@ except TypeError as e:
 # %%
 blocked = causal.clone()
 blocked[2] = False  # query 2 may attend to no key at all
-naive_w = torch.softmax((x4 @ x4.T / math.sqrt(8)).masked_fill(~blocked, float("-inf")), dim=-1)
+naive_w = torch.softmax(
+    (x4 @ x4.T / math.sqrt(8)).masked_fill(~blocked, float("-inf")), dim=-1
+)
 out_b, w_b = scaled_dot_product_attention(x4, x4, x4, blocked)
 print("naive -inf fill, row 2:", naive_w[2])
 print("package, row 2:        ", w_b[2], " output:", out_b[2])
 ref_b = F.scaled_dot_product_attention(x4, x4, x4, attn_mask=blocked)
 print("torch's output, row 2: ", ref_b[2])
 assert naive_w[2].isnan().all()
-assert torch.equal(w_b[2], torch.zeros(4)) and torch.equal(out_b[2], torch.zeros(8))
+assert torch.equal(w_b[2], torch.zeros(4))
+assert torch.equal(out_b[2], torch.zeros(8))
 assert not out_b.isnan().any() and torch.allclose(out_b, ref_b, atol=1e-6)
 
 # %% [markdown]
@@ -342,17 +410,30 @@ features = {  # determiner, noun, animal, verb, preposition
     "the": [1.0, 0.0, 0.0, 0.0, 0.0],
     "cat": [0.0, 1.0, 1.0, 0.0, 0.0],
     "sat": [0.0, 0.0, 0.3, 1.0, 0.0],
-    "on":  [0.0, 0.0, 0.0, 0.3, 1.0],
+    "on": [0.0, 0.0, 0.0, 0.3, 1.0],
     "mat": [0.0, 1.0, 0.0, 0.0, 0.0],
 }
-X = 2.5 * torch.tensor([features[t] for t in tokens])  # larger vectors -> sharper attention
+# larger vectors -> sharper attention
+X = 2.5 * torch.tensor([features[t] for t in tokens])
 _, w_sent = scaled_dot_product_attention(X, X, X)
 mask6 = torch.ones(6, 6, dtype=torch.bool).tril()
 _, w_sent_causal = scaled_dot_product_attention(X, X, X, mask6)
 
 fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.4))
-plot_attention(w_sent, tokens, ax=axes[0], annotate=True, title="self-attention, Q = K = V = X")
-plot_attention(w_sent_causal, tokens, ax=axes[1], annotate=True, title="with a causal mask")
+plot_attention(
+    w_sent,
+    tokens,
+    ax=axes[0],
+    annotate=True,
+    title="self-attention, Q = K = V = X",
+)
+plot_attention(
+    w_sent_causal,
+    tokens,
+    ax=axes[1],
+    annotate=True,
+    title="with a causal mask",
+)
 fig.tight_layout()
 plt.show()
 
@@ -363,9 +444,12 @@ for i, t in enumerate(tokens):  # the most attended *other* word of each query
     row[i] = -1
     top_other[f"{t}@{i}"] = tokens[row.argmax()]
 print(top_other)
-assert top_other["the@0"] == "the" and top_other["the@4"] == "the"  # the two "the"s find each other
-assert top_other["cat@1"] == "mat" and top_other["mat@5"] == "cat"  # the nouns find each other
-assert torch.equal(w_sent[0], w_sent[4])  # identical words ask identical questions
+# the two "the"s find each other
+assert top_other["the@0"] == "the" and top_other["the@4"] == "the"
+# the nouns find each other
+assert top_other["cat@1"] == "mat" and top_other["mat@5"] == "cat"
+# identical words ask identical questions
+assert torch.equal(w_sent[0], w_sent[4])
 
 # %% [markdown]
 # ## The price: $O(n^2)$
@@ -377,9 +461,13 @@ assert torch.equal(w_sent[0], w_sent[4])  # identical words ask identical questi
 # the machine and vary from run to run (we keep the fastest of five runs, on one thread, which
 # other programs on the machine disturb least); the memory is exact: $4n^2$ bytes in 32-bit floats.
 
+
 # %% tags=["nbval-ignore-output"]
 def time_attention(n: int, d: int = 64, repeats: int = 5) -> tuple[float, int]:
-    """Fastest time of ``softmax(q k^T / sqrt d) v`` for length ``n``, and the score matrix's bytes."""
+    """Fastest time of ``softmax(q k^T / sqrt d) v`` for length ``n``.
+
+    Returns it with the score matrix's size in bytes.
+    """
     q, k, v = (torch.randn(n, d, generator=g) for _ in range(3))
     times = []
     for _ in range(repeats):
@@ -398,18 +486,39 @@ try:
 finally:
     torch.set_num_threads(threads)
 for n in lengths:
-    print(f"n = {n:5d}: {1000 * cost[n][0]:8.2f} ms, score matrix {cost[n][1] / 2**20:6.1f} MiB")
-assert all(cost[n][1] == 4 * n * n for n in lengths)  # exactly n^2 float32 numbers
-assert cost[4096][0] > 4 * cost[1024][0]  # 16x the entries: far more than 4x the time
+    seconds, nbytes = cost[n]
+    print(
+        f"n = {n:5d}: {1000 * seconds:8.2f} ms, "
+        f"score matrix {nbytes / 2**20:6.1f} MiB"
+    )
+# exactly n^2 float32 numbers
+assert all(cost[n][1] == 4 * n * n for n in lengths)
+# 16x the entries: far more than 4x the time
+assert cost[4096][0] > 4 * cost[1024][0]
 
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
 ns = torch.tensor(lengths, dtype=torch.float64)
-axes[0].loglog(lengths, [1000 * cost[n][0] for n in lengths], "o-", label="measured")
-axes[0].loglog(lengths, (1000 * cost[1024][0] * (ns / 1024) ** 2).tolist(), "k:", label=r"$\propto n^2$")
+axes[0].loglog(
+    lengths, [1000 * cost[n][0] for n in lengths], "o-", label="measured"
+)
+axes[0].loglog(
+    lengths,
+    (1000 * cost[1024][0] * (ns / 1024) ** 2).tolist(),
+    "k:",
+    label=r"$\propto n^2$",
+)
 axes[0].set_title("time of one attention step")
 axes[0].set_ylabel("milliseconds")
-axes[1].loglog(lengths, [cost[n][1] / 2**20 for n in lengths], "o-", color="tab:orange", label="score matrix")
-axes[1].loglog(lengths, (4 * ns**2 / 2**20).tolist(), "k:", label=r"$4n^2$ bytes")
+axes[1].loglog(
+    lengths,
+    [cost[n][1] / 2**20 for n in lengths],
+    "o-",
+    color="tab:orange",
+    label="score matrix",
+)
+axes[1].loglog(
+    lengths, (4 * ns**2 / 2**20).tolist(), "k:", label=r"$4n^2$ bytes"
+)
 axes[1].set_title("memory of the score matrix")
 axes[1].set_ylabel("MiB")
 for ax in axes:
@@ -462,8 +571,10 @@ assert 4 * 131_072**2 / 2**30 == 64.0
 for tau in (0.01, 1.0, 100.0):
     w_tau = torch.softmax(scores / tau, dim=-1)[1]
     print(f"tau = {tau:6}: word 2's weights [{w_tau[0]:.4f}, {w_tau[1]:.4f}]")
-assert torch.allclose(torch.softmax(scores / 0.01, dim=-1)[1], torch.tensor([1.0, 0.0]))  # argmax
-assert torch.allclose(torch.softmax(scores / 100.0, dim=-1)[1], torch.tensor([0.5, 0.5]), atol=0.01)  # uniform
+w_cold = torch.softmax(scores / 0.01, dim=-1)[1]
+w_hot = torch.softmax(scores / 100.0, dim=-1)[1]
+assert torch.allclose(w_cold, torch.tensor([1.0, 0.0]))  # argmax
+assert torch.allclose(w_hot, torch.tensor([0.5, 0.5]), atol=0.01)  # uniform
 
 # %% [markdown]
 # **2. A mask written the other way round.** Someone hands you an attention function that expects
@@ -471,6 +582,7 @@ assert torch.allclose(torch.softmax(scores / 100.0, dim=-1)[1], torch.tensor([0.
 # Transformer tutorial).
 # Convert the causal mask above to that convention, implement the function, and check that it gives
 # the same weights as the package function with the course's boolean mask.
+
 
 # %% tags=["solution"]
 def attention_additive(q, k, v, blocked_mask):
@@ -493,10 +605,12 @@ assert torch.allclose(w_add, w_causal, atol=1e-6)
 # %% tags=["solution"]
 qc = torch.randn(3, 16, generator=g)
 kc, vc = torch.randn(5, 16, generator=g), torch.randn(5, 4, generator=g)
-real = torch.tensor([[True, True, True, False, False]])  # (1, 5): the same for every query
+# (1, 5): the same for every query
+real = torch.tensor([[True, True, True, False, False]])
 out_c, w_c = scaled_dot_product_attention(qc, kc, vc, real)
 out_short, _ = scaled_dot_product_attention(qc, kc[:3], vc[:3])
-print("output:", tuple(out_c.shape), " weights on the padding:", w_c[:, 3:].tolist())
+on_padding = w_c[:, 3:].tolist()
+print("output:", tuple(out_c.shape), " weights on the padding:", on_padding)
 assert out_c.shape == (3, 4)
 assert torch.equal(w_c[:, 3:], torch.zeros(3, 2))
 assert torch.allclose(out_c, out_short, atol=1e-6)

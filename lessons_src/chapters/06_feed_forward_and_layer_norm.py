@@ -25,9 +25,15 @@ from transformer_course.attention import MultiHeadAttention
 from transformer_course.diagrams import norm_placement
 from transformer_course.layers import LayerNorm, PositionwiseFeedForward
 from transformer_course.transformer import EncoderLayer
-from transformer_course.utils import count_parameters, progress, set_seed, show_source
+from transformer_course.utils import (
+    count_parameters,
+    progress,
+    set_seed,
+    show_source,
+)
 
-g = set_seed(0, num_threads=1)  # the models of this chapter are tiny: one thread is enough
+# the models of this chapter are tiny: one thread is enough
+g = set_seed(0, num_threads=1)
 torch.set_printoptions(precision=4, sci_mode=False)
 
 # %% [markdown]
@@ -41,13 +47,11 @@ torch.set_printoptions(precision=4, sci_mode=False)
 
 # %%
 x = torch.tensor([0.5, -0.2, 0.1, 0.8])
-W1 = torch.tensor([[0.1, 0.2],
-                   [-0.1, 0.1],
-                   [0.3, -0.2],
-                   [0.2, 0.1]])           # (d_model=4, d_ff=2)
+# W1: (d_model=4, d_ff=2)
+W1 = torch.tensor([[0.1, 0.2], [-0.1, 0.1], [0.3, -0.2], [0.2, 0.1]])
 b1 = torch.tensor([0.01, 0.02])
-W2 = torch.tensor([[1.0, -0.5, 0.8, 0.2],
-                   [0.5, 0.3, -0.2, 0.4]])  # (d_ff=2, d_model=4)
+# W2: (d_ff=2, d_model=4)
+W2 = torch.tensor([[1.0, -0.5, 0.8, 0.2], [0.5, 0.3, -0.2, 0.4]])
 b2 = torch.tensor([0.03, -0.01, 0.02, 0.01])
 
 pre_activation = x @ W1 + b1
@@ -56,9 +60,14 @@ ffn_out = hidden @ W2 + b2
 print("x W1 + b1:     ", pre_activation)
 print("after the ReLU:", hidden)
 print("FFN(x):        ", ffn_out)
-# the first hidden unit, written out: 0.5*0.1 + (-0.2)*(-0.1) + 0.1*0.3 + 0.8*0.2 + 0.01
-assert math.isclose(pre_activation[0].item(), 0.05 + 0.02 + 0.03 + 0.16 + 0.01, rel_tol=1e-6)
-assert torch.allclose(ffn_out, torch.tensor([0.38, -0.097, 0.204, 0.128]), atol=1e-6)
+# the first hidden unit, written out:
+# 0.5*0.1 + (-0.2)*(-0.1) + 0.1*0.3 + 0.8*0.2 + 0.01
+assert math.isclose(
+    pre_activation[0].item(), 0.05 + 0.02 + 0.03 + 0.16 + 0.01, rel_tol=1e-6
+)
+assert torch.allclose(
+    ffn_out, torch.tensor([0.38, -0.097, 0.204, 0.128]), atol=1e-6
+)
 
 # %% [markdown]
 # Both hidden units are positive here, so the ReLU lets them through unchanged; for a negative
@@ -79,7 +88,12 @@ with torch.no_grad():
     ffn.linear1.bias.copy_(b1)
     ffn.linear2.weight.copy_(W2.T)
     ffn.linear2.bias.copy_(b2)
-print("linear1.weight:", tuple(ffn.linear1.weight.shape), " FFN(x):", ffn(x).detach())
+print(
+    "linear1.weight:",
+    tuple(ffn.linear1.weight.shape),
+    " FFN(x):",
+    ffn(x).detach(),
+)
 assert torch.allclose(ffn(x), ffn_out, atol=1e-7)
 
 # %% [markdown]
@@ -94,8 +108,10 @@ seq = torch.randn(2, 5, 4, generator=g)  # (batch, length, d_model)
 out = ffn(seq)
 perm = torch.tensor([3, 0, 4, 1, 2])
 print("sequence in:", tuple(seq.shape), " out:", tuple(out.shape))
-assert torch.allclose(out[:, 2], ffn(seq[:, 2]), atol=1e-7)      # one position alone
-assert torch.allclose(ffn(seq[:, perm]), out[:, perm], atol=1e-7)  # shuffle in = shuffle out
+# one position alone
+assert torch.allclose(out[:, 2], ffn(seq[:, 2]), atol=1e-7)
+# shuffle in = shuffle out
+assert torch.allclose(ffn(seq[:, perm]), out[:, perm], atol=1e-7)
 
 # %% [markdown]
 # Within a Transformer layer, most parameters live here. In the paper's base model
@@ -105,8 +121,12 @@ assert torch.allclose(ffn(seq[:, perm]), out[:, perm], atol=1e-7)  # shuffle in 
 # %%
 n_attn = count_parameters(MultiHeadAttention(512, 8))
 n_ffn = count_parameters(PositionwiseFeedForward(512, 2048))
-print(f"attention {n_attn:,}   feed-forward {n_ffn:,}   share of the FFN {n_ffn / (n_attn + n_ffn):.1%}")
-assert n_attn == 4 * 512 * 512 + 4 * 512 and n_ffn == 2 * 512 * 2048 + 2048 + 512
+print(
+    f"attention {n_attn:,}   feed-forward {n_ffn:,}   "
+    f"share of the FFN {n_ffn / (n_attn + n_ffn):.1%}"
+)
+assert n_attn == 4 * 512 * 512 + 4 * 512
+assert n_ffn == 2 * 512 * 2048 + 2048 + 512
 assert 0.66 < n_ffn / (n_attn + n_ffn) < 0.67
 
 # %% [markdown]
@@ -116,11 +136,18 @@ assert 0.66 < n_ffn / (n_attn + n_ffn) < 0.67
 
 # %%
 L, dm, vocab, ctx = 12, 768, 50_257, 1024
-parts = {"feed-forward": L * (2 * dm * 4 * dm + 4 * dm + dm), "attention": L * (4 * dm * dm + 4 * dm),
-         "embeddings": vocab * dm + ctx * dm}
+parts = {
+    "feed-forward": L * (2 * dm * 4 * dm + 4 * dm + dm),
+    "attention": L * (4 * dm * dm + 4 * dm),
+    "embeddings": vocab * dm + ctx * dm,
+}
 total = sum(parts.values())
-print(", ".join(f"{k} {v / 1e6:.1f} M ({v / total:.0%})" for k, v in parts.items()), f"of {total / 1e6:.1f} M")
-assert 0.45 < parts["feed-forward"] / total < 0.5 and 0.3 < parts["embeddings"] / total < 0.35
+shares = ", ".join(
+    f"{k} {v / 1e6:.1f} M ({v / total:.0%})" for k, v in parts.items()
+)
+print(shares, f"of {total / 1e6:.1f} M")
+assert 0.45 < parts["feed-forward"] / total < 0.5
+assert 0.3 < parts["embeddings"] / total < 0.35
 
 # %% [markdown]
 # BERT and GPT replace the ReLU with the GELU, $x\,\Phi(x)$ where $\Phi$ is the standard normal
@@ -139,8 +166,10 @@ ax.legend()
 ax.set_title("the two activations of the FFN")
 plt.show()
 gelu_min = F.gelu(xs).min().item()
-print(f"GELU's minimum: {gelu_min:.4f} at x = {xs[F.gelu(xs).argmin()].item():.2f}")
-assert -0.18 < gelu_min < -0.16 and torch.allclose(F.gelu(xs[-1:]), xs[-1:], atol=1e-3)
+x_min = xs[F.gelu(xs).argmin()].item()
+print(f"GELU's minimum: {gelu_min:.4f} at x = {x_min:.2f}")
+assert -0.18 < gelu_min < -0.16
+assert torch.allclose(F.gelu(xs[-1:]), xs[-1:], atol=1e-3)
 
 # %% [markdown]
 # ## Layer normalisation
@@ -178,18 +207,23 @@ assert (LayerNorm(4, eps=eps)(v) - torch_ln(v)).abs().max() < 1e-6
 # `torch.Tensor.std` is the **unbiased** standard deviation (divide by $d - 1$), and $\varepsilon$ is
 # added to the standard deviation instead of the variance. Its output for our vector:
 
+
 # %%
 def layer_norm_std_eps(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """The pitfall (not what PyTorch computes): unbiased std, eps added to it."""
+    """The pitfall (not what PyTorch computes): unbiased std, eps added
+    to it."""
     return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps)
 
 
 std_out = layer_norm_std_eps(v)
 diff = (std_out - torch_ln(v)).abs().max().item()
 print("(x - mean) / (std + eps):", std_out)
-print(f"max |that - torch| = {diff:.4f};  ratio of the two = {(torch_ln(v) / std_out)[0].item():.4f}"
-      f" = sqrt(4/3) = {math.sqrt(4 / 3):.4f}")
-assert diff > 0.16 and math.isclose((torch_ln(v) / std_out)[0].item(), math.sqrt(4 / 3), rel_tol=1e-4)
+ratio = (torch_ln(v) / std_out)[0].item()
+print(
+    f"max |that - torch| = {diff:.4f};  ratio of the two = {ratio:.4f}"
+    f" = sqrt(4/3) = {math.sqrt(4 / 3):.4f}"
+)
+assert diff > 0.16 and math.isclose(ratio, math.sqrt(4 / 3), rel_tol=1e-4)
 
 # %% [markdown]
 # The unbiased standard deviation is larger by $\sqrt{d/(d-1)}$, so every output shrinks by that
@@ -201,12 +235,22 @@ assert diff > 0.16 and math.isclose((torch_ln(v) / std_out)[0].item(), math.sqrt
 
 # %%
 rows = []
-for name, t in (("[2, -1, 3, 0]", v), ("[2, -1, 3, 0] / 1000", v / 1000), ("random, d=384", torch.randn(384, generator=g))):
+for name, t in (
+    ("[2, -1, 3, 0]", v),
+    ("[2, -1, 3, 0] / 1000", v / 1000),
+    ("random, d=384", torch.randn(384, generator=g)),
+):
     ln_t = nn.LayerNorm(t.numel(), eps=eps)
-    rows.append((name, (layer_norm_std_eps(t) - ln_t(t)).abs().max().item(), (LayerNorm(t.numel())(t) - ln_t(t)).abs().max().item()))
-print(f"{'input':22s} {'max |std+eps - torch|':>21s} {'max |package - torch|':>22s}")
+    d_std = (layer_norm_std_eps(t) - ln_t(t)).abs().max().item()
+    d_pkg = (LayerNorm(t.numel())(t) - ln_t(t)).abs().max().item()
+    rows.append((name, d_std, d_pkg))
+print(
+    f"{'input':22s} {'max |std+eps - torch|':>21s}"
+    f" {'max |package - torch|':>22s}"
+)
 for name, d_std, d_pkg in rows:
-    print(f"{name:22s} {d_std:21.4f} {'below 1e-6' if d_pkg < 1e-6 else d_pkg:>22}")
+    pkg = "below 1e-6" if d_pkg < 1e-6 else d_pkg
+    print(f"{name:22s} {d_std:21.4f} {pkg:>22}")
 print("tiny vector, torch:   ", nn.LayerNorm(4, eps=eps)(v / 1000).detach())
 print("tiny vector, std+eps: ", layer_norm_std_eps(v / 1000))
 assert all(d_pkg < 1e-6 for _, _, d_pkg in rows)
@@ -229,11 +273,17 @@ with torch.no_grad():
 ln_torch.load_state_dict(ln_ours.state_dict())
 batch = 3 * torch.randn(2, 7, 64, generator=g) + 1
 err = (ln_ours(batch) - ln_torch(batch)).abs().max().item()
-print("max |package - torch| on a (2, 7, 64) batch:", "below 1e-6" if err < 1e-6 else err)
+print(
+    "max |package - torch| on a (2, 7, 64) batch:",
+    "below 1e-6" if err < 1e-6 else err,
+)
 assert err < 1e-6
-plain = LayerNorm(64)(batch)  # gamma = 1, beta = 0: each vector has mean 0, variance 1
-assert plain.mean(-1).abs().max() < 1e-5 and (plain.var(-1, unbiased=False) - 1).abs().max() < 1e-3
-assert torch.allclose(ln_ours(batch)[1], ln_ours(batch[1:2])[0])  # no mixing across the batch
+# gamma = 1, beta = 0: each vector has mean 0, variance 1
+plain = LayerNorm(64)(batch)
+assert plain.mean(-1).abs().max() < 1e-5
+assert (plain.var(-1, unbiased=False) - 1).abs().max() < 1e-3
+# no mixing across the batch
+assert torch.allclose(ln_ours(batch)[1], ln_ours(batch[1:2])[0])
 
 # %% [markdown]
 # Unlike batch normalisation, nothing is averaged over the batch: each token is normalised on its
@@ -257,9 +307,12 @@ depth, d = 30, 64
 
 
 def ffn_stack_gradients(residual: bool) -> tuple[list[float], torch.Tensor]:
-    """Gradient norm of each block's ``linear1.weight`` after one backward pass, and the output."""
+    """Gradient norm of each block's ``linear1.weight`` after one backward
+    pass, and the output."""
     torch.manual_seed(0)  # the same weights for both stacks
-    blocks = nn.ModuleList(PositionwiseFeedForward(d, 4 * d) for _ in range(depth))
+    blocks = nn.ModuleList(
+        PositionwiseFeedForward(d, 4 * d) for _ in range(depth)
+    )
     h = inputs
     for block in blocks:
         h = h + block(h) if residual else block(h)
@@ -271,12 +324,17 @@ inputs = torch.randn(32, d, generator=g)
 grads_plain, out_plain = ffn_stack_gradients(residual=False)
 grads_res, out_res = ffn_stack_gradients(residual=True)
 for layer in (0, 9, 19, 29):
-    print(f"block {layer + 1:2d}: gradient norm without residuals {grads_plain[layer]:.1e}, with {grads_res[layer]:.1e}")
+    print(
+        f"block {layer + 1:2d}: gradient norm without residuals "
+        f"{grads_plain[layer]:.1e}, with {grads_res[layer]:.1e}"
+    )
 
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 blocks_idx = range(1, depth + 1)
 ax.semilogy(blocks_idx, grads_plain, "o-", label=r"plain: $x \leftarrow f(x)$")
-ax.semilogy(blocks_idx, grads_res, "o-", label=r"residual: $x \leftarrow x + f(x)$")
+ax.semilogy(
+    blocks_idx, grads_res, "o-", label=r"residual: $x \leftarrow x + f(x)$"
+)
 ax.set_xlabel("block (1 = next to the input)")
 ax.set_ylabel("gradient norm of $W_1$")
 ax.set_title(f"{depth} feed-forward blocks, one backward pass")
@@ -284,10 +342,14 @@ ax.legend()
 plt.show()
 
 # %%
-assert grads_plain[0] < 1e-10 < 1e-2 < grads_res[0]  # first block: vanished vs. healthy
-assert grads_plain[-1] > 1e10 * grads_plain[0]  # exponential decay towards the input
-assert max(grads_res) / min(grads_res) < 10  # with residuals every block gets a similar gradient
-# The plain stack has forgotten its input: a completely different input gives the same output.
+# first block: vanished vs. healthy
+assert grads_plain[0] < 1e-10 < 1e-2 < grads_res[0]
+# exponential decay towards the input
+assert grads_plain[-1] > 1e10 * grads_plain[0]
+# with residuals every block gets a similar gradient
+assert max(grads_res) / min(grads_res) < 10
+# The plain stack has forgotten its input: a completely different input
+# gives the same output.
 torch.manual_seed(0)
 blocks = nn.ModuleList(PositionwiseFeedForward(d, 4 * d) for _ in range(depth))
 h1, h2 = inputs, torch.randn(32, d, generator=g)
@@ -295,8 +357,12 @@ with torch.no_grad():
     for block in blocks:
         h1, h2 = block(h1), block(h2)
 change = (h1 - h2).abs().max().item()
-print(f"plain stack: largest output change for a different input is below 1e-6: {change < 1e-6}")
-assert torch.allclose(h1, out_plain) and change < 1e-6  # float rounding, nothing more
+print(
+    "plain stack: largest output change for a different input "
+    f"is below 1e-6: {change < 1e-6}"
+)
+# float rounding, nothing more
+assert torch.allclose(h1, out_plain) and change < 1e-6
 
 # %% [markdown]
 # Without residual connections the gradient at the first block is more than ten orders of magnitude
@@ -314,42 +380,59 @@ assert torch.allclose(h1, out_plain) and change < 1e-6  # float rounding, nothin
 # We also feed each stack two unrelated inputs and measure how alike its two outputs are (mean
 # cosine similarity over the 32 rows; for the two inputs themselves it is about 0).
 
+
 # %%
 def he_init_(block: PositionwiseFeedForward) -> PositionwiseFeedForward:
-    nn.init.kaiming_normal_(block.linear1.weight, nonlinearity="relu")  # variance 2 / fan_in
-    nn.init.kaiming_normal_(block.linear2.weight, nonlinearity="linear")  # variance 1 / fan_in
+    # variance 2 / fan_in
+    nn.init.kaiming_normal_(block.linear1.weight, nonlinearity="relu")
+    # variance 1 / fan_in
+    nn.init.kaiming_normal_(block.linear2.weight, nonlinearity="linear")
     nn.init.zeros_(block.linear1.bias)
     nn.init.zeros_(block.linear2.bias)
     return block
 
 
 def stack_report(residual: bool, he: bool) -> tuple[list[float], float]:
-    """Gradient norms of each block's W1 after one backward pass, and the cosine similarity of the
-    outputs for two unrelated inputs."""
+    """Gradient norms of each block's W1 after one backward pass, and the
+    cosine similarity of the outputs for two unrelated inputs."""
     torch.manual_seed(0)
     blocks = [PositionwiseFeedForward(d, 4 * d) for _ in range(depth)]
     blocks = [he_init_(b) for b in blocks] if he else blocks
     h, other = inputs, other_inputs
     for block in blocks:
-        h, other = (h + block(h), other + block(other)) if residual else (block(h), block(other))
+        if residual:
+            h, other = h + block(h), other + block(other)
+        else:
+            h, other = block(h), block(other)
     h.pow(2).mean().backward()
-    return [b.linear1.weight.grad.norm().item() for b in blocks], F.cosine_similarity(h, other, dim=-1).mean().item()
+    grads = [b.linear1.weight.grad.norm().item() for b in blocks]
+    cos = F.cosine_similarity(h, other, dim=-1).mean().item()
+    return grads, cos
 
 
 other_inputs = torch.randn(32, d, generator=g)
-print(f"two inputs: cosine similarity {F.cosine_similarity(inputs, other_inputs, dim=-1).mean().item():.2f}")
-print(f"{'stack':34s} {'grad block 1':>13s} {'grad block 30':>14s} {'outputs alike':>14s}")
+cos_in = F.cosine_similarity(inputs, other_inputs, dim=-1).mean().item()
+print(f"two inputs: cosine similarity {cos_in:.2f}")
+print(
+    f"{'stack':34s} {'grad block 1':>13s} {'grad block 30':>14s}"
+    f" {'outputs alike':>14s}"
+)
 report = {}
-for name, residual, he in (("plain, PyTorch default init", False, False), ("plain, He init", False, True),
-                           ("residual, PyTorch default init", True, False)):
+for name, residual, he in (
+    ("plain, PyTorch default init", False, False),
+    ("plain, He init", False, True),
+    ("residual, PyTorch default init", True, False),
+):
     report[name] = stack_report(residual, he)
     grads, cos = report[name]
     print(f"{name:34s} {grads[0]:13.1e} {grads[-1]:14.1e} {cos:14.2f}")
 
 # %% tags=["remove-input"]
-assert report["plain, PyTorch default init"][0][0] < 1e-10 and report["plain, PyTorch default init"][1] > 0.99
+default_grads, default_cos = report["plain, PyTorch default init"]
+assert default_grads[0] < 1e-10 and default_cos > 0.99
 he_grads, he_cos = report["plain, He init"]
-assert he_grads[0] > 0.1 and max(he_grads) / min(he_grads) < 100  # He init: the gradient survives 30 blocks
+# He init: the gradient survives 30 blocks
+assert he_grads[0] > 0.1 and max(he_grads) / min(he_grads) < 100
 assert he_cos > 0.9  # ... but the two outputs are nearly parallel
 assert report["residual, PyTorch default init"][1] < 0.7
 
@@ -406,8 +489,11 @@ drop_all = EncoderLayer(16, 2, 64, dropout=1.0, norm_first=True)
 xd = torch.randn(2, 5, 16, generator=g)
 train_out = drop_all.train()(xd)
 eval_out = drop_all.eval()(xd)
-print("training mode, dropout 1.0: output == input:", torch.equal(train_out, xd))
-print(f"evaluation mode: largest change {(eval_out - xd).abs().max().item():.2f}")
+print(
+    "training mode, dropout 1.0: output == input:", torch.equal(train_out, xd)
+)
+eval_change = (eval_out - xd).abs().max().item()
+print(f"evaluation mode: largest change {eval_change:.2f}")
 assert torch.equal(train_out, xd) and (eval_out - xd).abs().max() > 0.1
 
 # %% [markdown]
@@ -418,11 +504,19 @@ assert torch.equal(train_out, xd) and (eval_out - xd).abs().max() > 0.1
 # the same length $\sqrt{d}$, and the path from a layer to the output passes through all later layer
 # norms. A stack of 12 layers ($d = 32$) shows the first difference directly:
 
+
 # %%
-def stream_norms(norm_first: bool, n_layers: int = 12, d_model: int = 32) -> list[float]:
-    """Mean length of the token vectors entering each layer and leaving the last one."""
+def stream_norms(
+    norm_first: bool, n_layers: int = 12, d_model: int = 32
+) -> list[float]:
+    """Mean length of the token vectors entering each layer and leaving
+    the last one."""
     torch.manual_seed(0)
-    layers = [EncoderLayer(d_model, 2, 4 * d_model, dropout=0.0, norm_first=norm_first) for _ in range(n_layers)]
+    d_ff = 4 * d_model
+    layers = [
+        EncoderLayer(d_model, 2, d_ff, dropout=0.0, norm_first=norm_first)
+        for _ in range(n_layers)
+    ]
     h = torch.randn(4, 8, d_model, generator=torch.Generator().manual_seed(1))
     norms = [h.norm(dim=-1).mean().item()]
     with torch.no_grad():
@@ -436,8 +530,10 @@ post_norms, pre_norms = stream_norms(False), stream_norms(True)
 print("layer:      ", " ".join(f"{i:5d}" for i in range(0, 13, 2)))
 print("post-norm: ", " ".join(f"{n:5.2f}" for n in post_norms[::2]))
 print("pre-norm:  ", " ".join(f"{n:5.2f}" for n in pre_norms[::2]))
-assert all(abs(n - math.sqrt(32)) < 1e-3 for n in post_norms[1:])  # every layer's output: length sqrt(d)
-assert all(b > a for a, b in zip(pre_norms, pre_norms[1:]))  # pre-norm's stream keeps growing
+# every layer's output: length sqrt(d)
+assert all(abs(n - math.sqrt(32)) < 1e-3 for n in post_norms[1:])
+# pre-norm's stream keeps growing
+assert all(b > a for a, b in zip(pre_norms, pre_norms[1:]))
 
 # %% [markdown]
 # Why does that matter for training? Post-norm is known to be touchy: the original Transformer and
@@ -459,16 +555,20 @@ VOCAB, LENGTH, D_MODEL, LAYERS = 12, 8, 32, 12
 
 
 class ReversalModel(nn.Module):
-    """Embeddings + learned positions, ``LAYERS`` encoder layers, a linear read-out per position."""
+    """Embeddings + learned positions, ``LAYERS`` encoder layers, a linear
+    read-out per position."""
 
     def __init__(self, norm_first: bool) -> None:
         super().__init__()
         self.tok = nn.Embedding(VOCAB, D_MODEL)
         self.pos = nn.Parameter(torch.randn(LENGTH, D_MODEL))
+        d_ff = 4 * D_MODEL
         self.layers = nn.ModuleList(
-            EncoderLayer(D_MODEL, 2, 4 * D_MODEL, dropout=0.0, norm_first=norm_first) for _ in range(LAYERS)
+            EncoderLayer(D_MODEL, 2, d_ff, dropout=0.0, norm_first=norm_first)
+            for _ in range(LAYERS)
         )
-        self.norm = LayerNorm(D_MODEL) if norm_first else nn.Identity()  # pre-norm: one final norm
+        # pre-norm: one final norm
+        self.norm = LayerNorm(D_MODEL) if norm_first else nn.Identity()
         self.head = nn.Linear(D_MODEL, VOCAB)
 
     def encode(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -481,7 +581,9 @@ class ReversalModel(nn.Module):
         return self.head(self.encode(tokens))
 
 
-def reversal_batch(gen: torch.Generator, batch_size: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+def reversal_batch(
+    gen: torch.Generator, batch_size: int = 32
+) -> tuple[torch.Tensor, torch.Tensor]:
     tokens = torch.randint(0, VOCAB, (batch_size, LENGTH), generator=gen)
     return tokens, tokens.flip(1)
 
@@ -490,55 +592,79 @@ probe, _ = reversal_batch(torch.Generator().manual_seed(123), batch_size=16)
 
 
 def mean_cosine_similarity(h: torch.Tensor) -> float:
-    """Mean cosine similarity over all pairs of distinct token vectors in ``h`` (..., d)."""
+    """Mean cosine similarity over all pairs of distinct token vectors in
+    ``h`` (..., d)."""
     u = F.normalize(h.reshape(-1, h.size(-1)), dim=-1)
     n = u.size(0)
     return ((u @ u.T).sum().item() - n) / (n * (n - 1))
 
 
-def train_reversal(norm_first: bool, steps: int = 100, lr: float = 3e-3, warmup: int = 0):
-    """Train a ``ReversalModel`` with Adam; return the loss of every step and {step: similarity}."""
+def train_reversal(
+    norm_first: bool, steps: int = 100, lr: float = 3e-3, warmup: int = 0
+):
+    """Train a ``ReversalModel`` with Adam; return the loss of every step
+    and {step: similarity}."""
     torch.manual_seed(0)  # the same initial weights for post- and pre-norm
     model = ReversalModel(norm_first)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+    )
     gen = torch.Generator().manual_seed(0)
     losses, similarity = [], {}
-    for step in progress(range(steps), desc="pre-norm" if norm_first else "post-norm"):
+    desc = "pre-norm" if norm_first else "post-norm"
+    for step in progress(range(steps), desc=desc):
         if step % 5 == 0 or step < 5:
             with torch.no_grad():
                 similarity[step] = mean_cosine_similarity(model.encode(probe))
         tokens, target = reversal_batch(gen)
-        loss = F.cross_entropy(model(tokens).reshape(-1, VOCAB), target.reshape(-1))
+        loss = F.cross_entropy(
+            model(tokens).reshape(-1, VOCAB), target.reshape(-1)
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()
         schedule.step()
         losses.append(loss.item())
-    with torch.no_grad():
-        similarity[steps] = mean_cosine_similarity(model.encode(probe))  # after the last step
+    with torch.no_grad():  # after the last step
+        similarity[steps] = mean_cosine_similarity(model.encode(probe))
     return losses, similarity
 
 
-runs = {"post-norm": train_reversal(norm_first=False), "pre-norm": train_reversal(norm_first=True)}
+runs = {
+    "post-norm": train_reversal(norm_first=False),
+    "pre-norm": train_reversal(norm_first=True),
+}
 final = {name: sum(losses[-10:]) / 10 for name, (losses, _) in runs.items()}
 for name, (losses, sim) in runs.items():
-    print(f"{name}: loss at step 1 {losses[0]:.2f}, step 50 {losses[49]:.2f}, mean of the last 10 steps {final[name]:.3f}")
-    print(f"{' ' * len(name)}  token similarity at step 0 {sim[0]:.2f}, step 2 {sim[2]:.2f}, "
-          f"step 10 {sim[10]:.2f}, step 100 {abs(sim[100]):.2f}")  # abs: no "-0.00"
+    print(
+        f"{name}: loss at step 1 {losses[0]:.2f}, step 50 {losses[49]:.2f}, "
+        f"mean of the last 10 steps {final[name]:.3f}"
+    )
+    # abs() at step 100: no "-0.00"
+    print(
+        f"{' ' * len(name)}  token similarity at step 0 {sim[0]:.2f}, "
+        f"step 2 {sim[2]:.2f}, step 10 {sim[10]:.2f}, "
+        f"step 100 {abs(sim[100]):.2f}"
+    )
 
 # %%
 post_sim, pre_sim = runs["post-norm"][1], runs["pre-norm"][1]
 assert final["pre-norm"] < 0.2  # pre-norm has learned to reverse
-assert final["post-norm"] > 2.0  # post-norm is still near guessing (ln 12 = 2.48)
-assert post_sim[0] < 0.6 and min(v for s, v in post_sim.items() if s >= 5) > 0.99  # collapsed after a few steps, for good
+# post-norm is still near guessing (ln 12 = 2.48)
+assert final["post-norm"] > 2.0
+# collapsed after a few steps, for good
+assert post_sim[0] < 0.6
+assert min(v for s, v in post_sim.items() if s >= 5) > 0.99
 assert pre_sim[100] < 0.2  # pre-norm's tokens are distinct again
 
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4), sharex=True)
 for name, (losses, sim) in runs.items():
     axes[0].plot(range(1, len(losses) + 1), losses, label=name)
     axes[1].plot(list(sim), list(sim.values()), "o-", ms=3, label=name)
-axes[0].axhline(math.log(VOCAB), color="gray", ls=":", label=r"guessing ($\ln 12$)")
+axes[0].axhline(
+    math.log(VOCAB), color="gray", ls=":", label=r"guessing ($\ln 12$)"
+)
 axes[0].set_ylabel("cross-entropy")
 axes[0].set_title("12-layer encoder, Adam 3e-3, no warmup")
 axes[1].set_ylabel("mean cosine similarity")
@@ -588,8 +714,11 @@ plt.show()
 # and compare with `torch.nn.RMSNorm` on a random batch. When does it give the same result as
 # `LayerNorm`?
 
+
 # %% tags=["solution"]
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
+) -> torch.Tensor:
     return weight * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
@@ -598,11 +727,16 @@ gamma = torch.rand(16, generator=g) + 0.5
 ref = nn.RMSNorm(16, eps=1e-6)
 with torch.no_grad():
     ref.weight.copy_(gamma)
-print("max |ours - torch.nn.RMSNorm|:", "below 1e-6" if (rms_norm(xr, gamma) - ref(xr)).abs().max() < 1e-6 else "too large")
-assert (rms_norm(xr, gamma) - ref(xr)).abs().max() < 1e-6
+rms_gap = (rms_norm(xr, gamma) - ref(xr)).abs().max()
+print(
+    "max |ours - torch.nn.RMSNorm|:",
+    "below 1e-6" if rms_gap < 1e-6 else "too large",
+)
+assert rms_gap < 1e-6
 # For vectors with mean 0 the two coincide (up to the different eps):
 centred = xr - xr.mean(-1, keepdim=True)
-assert torch.allclose(rms_norm(centred, torch.ones(16), eps=1e-5), LayerNorm(16)(centred), atol=1e-5)
+rms_centred = rms_norm(centred, torch.ones(16), eps=1e-5)
+assert torch.allclose(rms_centred, LayerNorm(16)(centred), atol=1e-5)
 
 # %% [markdown]
 # **2. How deep can a plain stack go?** Rerun the residual experiment without residuals for depths
@@ -613,13 +747,20 @@ assert torch.allclose(rms_norm(centred, torch.ones(16), eps=1e-5), LayerNorm(16)
 first_grads = {}
 for n_blocks in (2, 5, 10, 20):
     torch.manual_seed(0)
-    stack = nn.Sequential(*(PositionwiseFeedForward(d, 4 * d) for _ in range(n_blocks)))
+    stack = nn.Sequential(
+        *(PositionwiseFeedForward(d, 4 * d) for _ in range(n_blocks))
+    )
     stack(inputs).pow(2).mean().backward()
     first_grads[n_blocks] = stack[0].linear1.weight.grad.norm().item()
-    print(f"depth {n_blocks:2d}: first block's gradient norm {first_grads[n_blocks]:.1e}")
+    print(
+        f"depth {n_blocks:2d}: first block's gradient norm "
+        f"{first_grads[n_blocks]:.1e}"
+    )
 factor = (first_grads[20] / first_grads[10]) ** (1 / 10)
 print(f"shrinks by about {factor:.2f} per block")
-assert all(first_grads[a] > first_grads[b] for a, b in ((2, 5), (5, 10), (10, 20)))
+assert all(
+    first_grads[a] > first_grads[b] for a, b in ((2, 5), (5, 10), (10, 20))
+)
 assert factor < 0.5
 
 # %% [markdown]
@@ -629,7 +770,11 @@ assert factor < 0.5
 
 # %% tags=["solution"]
 warm, warm_sim = train_reversal(norm_first=False, steps=150, warmup=50)
-print(f"post-norm with warmup: mean loss of the last 10 steps {sum(warm[-10:]) / 10:.3f}, "
-      f"token similarity at the end {abs(warm_sim[150]):.2f}")
-assert sum(warm[-10:]) / 10 < 0.2
-assert warm_sim[150] < 0.2  # the tokens are distinct: no lasting collapse this time
+warm_loss = sum(warm[-10:]) / 10
+print(
+    f"post-norm with warmup: mean loss of the last 10 steps {warm_loss:.3f}, "
+    f"token similarity at the end {abs(warm_sim[150]):.2f}"
+)
+assert warm_loss < 0.2
+# the tokens are distinct: no lasting collapse this time
+assert warm_sim[150] < 0.2

@@ -83,10 +83,10 @@ plt.show()
 
 # %%
 PAD = 0
-src = torch.tensor([[5, 9, 3, 7, 2, 0],
-                    [4, 8, 6, 0, 0, 0]])   # (batch=2, L_src=6)
-tgt_in = torch.tensor([[1, 11, 4, 13, 0],
-                       [1, 6, 15, 8, 9]])  # (batch=2, L_tgt=5)
+# (batch=2, L_src=6)
+src = torch.tensor([[5, 9, 3, 7, 2, 0], [4, 8, 6, 0, 0, 0]])
+# (batch=2, L_tgt=5)
+tgt_in = torch.tensor([[1, 11, 4, 13, 0], [1, 6, 15, 8, 9]])
 d_model, num_heads, d_ff = 32, 4, 64
 src_vocab, tgt_vocab = 20, 18
 
@@ -94,7 +94,8 @@ src_mask, tgt_mask, memory_mask = make_seq2seq_masks(src, tgt_in, PAD)
 
 
 def show(name: str, t: torch.Tensor) -> None:
-    """Print one step of the walk-through: its name and the shape of its result."""
+    """Print one step of the walk-through: its name and the shape of its
+    result."""
     print(f"{name:<46} {tuple(t.shape)}")
 
 
@@ -126,13 +127,23 @@ show("memory_mask (batch, 1, 1, L_src)", memory_mask)
 # %%
 x = 3 * torch.randn(2, 6, d_model, generator=g)
 for norm_first in (False, True):
-    layer = EncoderLayer(d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first).eval()
+    layer = EncoderLayer(
+        d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first
+    ).eval()
     y = layer(x)
-    print(f"norm_first={norm_first!s:<5}  per-position mean {y.mean(-1).abs().max():.3f}, "
-          f"std {y.std(-1, unbiased=False).mean():.3f}")
-    if not norm_first:  # post-norm: the output of the layer *is* a layer norm's output
-        assert y.mean(-1).abs().max() < 1e-5 and torch.allclose(y.std(-1, unbiased=False), torch.ones(2, 6), atol=1e-3)
-    else:               # pre-norm: the input's scale flows through the residual path
+    print(
+        f"norm_first={norm_first!s:<5}  "
+        f"per-position mean {y.mean(-1).abs().max():.3f}, "
+        f"std {y.std(-1, unbiased=False).mean():.3f}"
+    )
+    if not norm_first:
+        # post-norm: the output of the layer *is* a layer norm's output
+        assert y.mean(-1).abs().max() < 1e-5
+        assert torch.allclose(
+            y.std(-1, unbiased=False), torch.ones(2, 6), atol=1e-3
+        )
+    else:
+        # pre-norm: the input's scale flows through the residual path
         assert y.std(-1, unbiased=False).mean() > 2
 
 # %% [markdown]
@@ -150,8 +161,10 @@ x = torch.randn(2, 6, d_model, generator=g)
 show("x: embedded source", x)
 
 mha = enc_layer.self_attn
-show("  queries, split into heads (b, h, L, d_head)", mha.split_heads(mha.W_q(x)))
-attn_out, attn_w = mha(x, mask=src_mask)            # queries, keys and values all come from x
+q_heads = mha.split_heads(mha.W_q(x))
+show("  queries, split into heads (b, h, L, d_head)", q_heads)
+# queries, keys and values all come from x
+attn_out, attn_w = mha(x, mask=src_mask)
 show("  attention weights (b, h, L_q, L_k)", attn_w)
 show("1. self-attention output", attn_out)
 h = enc_layer.norm1(x + enc_layer.dropout1(attn_out))
@@ -163,7 +176,10 @@ y = enc_layer.norm2(h + enc_layer.dropout2(ff_out))
 show("4. add & norm = layer output", y)
 
 assert torch.equal(y, enc_layer(x, src_mask))
-print("by hand == EncoderLayer(x, src_mask):", torch.equal(y, enc_layer(x, src_mask)))
+print(
+    "by hand == EncoderLayer(x, src_mask):",
+    torch.equal(y, enc_layer(x, src_mask)),
+)
 
 # %% [markdown]
 # The package's `EncoderLayer` (source folded below) is these four lines, for both norm placements. Dropout sits on
@@ -209,7 +225,10 @@ out = dec_layer.norm3(h2 + dec_layer.dropout3(dec_layer.ff(h2)))
 show("3. feed-forward, add & norm = layer output", out)
 
 assert torch.equal(out, dec_layer(y, memory, tgt_mask, memory_mask))
-print("by hand == DecoderLayer(y, memory, ...):", torch.equal(out, dec_layer(y, memory, tgt_mask, memory_mask)))
+print(
+    "by hand == DecoderLayer(y, memory, ...):",
+    torch.equal(out, dec_layer(y, memory, tgt_mask, memory_mask)),
+)
 
 # %% [markdown]
 # Two things to notice. The output has the **target's** length (5), not the source's (6):
@@ -218,8 +237,14 @@ print("by hand == DecoderLayer(y, memory, ...):", torch.equal(out, dec_layer(y, 
 # second source.
 
 # %%
-print("self-attention weights of position 0 (sentence 0, head 0):", sa_w[0, 0, 0].tolist())
-print("cross-attention weights on source pads (sentence 1):", ca_w[1, :, :, 3:].abs().max().item())
+print(
+    "self-attention weights of position 0 (sentence 0, head 0):",
+    sa_w[0, 0, 0].tolist(),
+)
+print(
+    "cross-attention weights on source pads (sentence 1):",
+    ca_w[1, :, :, 3:].abs().max().item(),
+)
 assert torch.equal(sa_w[0, :, 0, 1:], torch.zeros(num_heads, 4))
 assert torch.all(ca_w[1, :, :, 3:] == 0)
 
@@ -240,13 +265,15 @@ show_source(DecoderLayer)
 
 # %%
 pe = PositionalEncoding(d_model, max_len=64).pe
-small_rows = torch.randn(src_vocab, d_model, generator=g) / math.sqrt(d_model)  # entries of size 1/sqrt(d)
+# entries of size 1/sqrt(d)
+small_rows = torch.randn(src_vocab, d_model, generator=g) / math.sqrt(d_model)
 rms = lambda t: t.pow(2).mean().sqrt().item()  # noqa: E731 - root mean square
 print(f"positional encoding          RMS per entry {rms(pe):.3f}")
 print(f"embedding rows ~ 1/sqrt(d)   RMS per entry {rms(small_rows):.3f}")
-print(f"  ... times sqrt(d_model)    RMS per entry {rms(small_rows * math.sqrt(d_model)):.3f}")
+scaled_rows = small_rows * math.sqrt(d_model)
+print(f"  ... times sqrt(d_model)    RMS per entry {rms(scaled_rows):.3f}")
 assert abs(rms(pe) - math.sqrt(0.5)) < 0.01  # sin^2 and cos^2 average 1/2
-assert 0.8 < rms(small_rows * math.sqrt(d_model)) < 1.2
+assert 0.8 < rms(scaled_rows) < 1.2
 
 # %% tags=["hide-input"]
 show_source(transformer_module.TokenAndPositionEmbedding)
@@ -264,8 +291,9 @@ show_source(Encoder)
 show_source(Decoder)
 
 # %%
-encoder = Encoder(src_vocab, d_model, num_layers=2, num_heads=num_heads, d_ff=d_ff, max_len=64).eval()
-decoder = Decoder(tgt_vocab, d_model, num_layers=2, num_heads=num_heads, d_ff=d_ff, max_len=64).eval()
+stack_sizes = dict(num_layers=2, num_heads=num_heads, d_ff=d_ff, max_len=64)
+encoder = Encoder(src_vocab, d_model, **stack_sizes).eval()
+decoder = Decoder(tgt_vocab, d_model, **stack_sizes).eval()
 
 h = encoder.embed(src)
 show("encoder embedding (b, L_src, d)", h)
@@ -306,25 +334,50 @@ show_source(Transformer)
 # function PyTorch calls after a module runs):
 
 # %%
-model = Transformer(TransformerConfig(src_vocab, tgt_vocab, d_model, num_heads, num_encoder_layers=2,
-                                      num_decoder_layers=2, d_ff=d_ff, max_len=64)).eval()
+config = TransformerConfig(
+    src_vocab,
+    tgt_vocab,
+    d_model,
+    num_heads,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    d_ff=d_ff,
+    max_len=64,
+)
+model = Transformer(config).eval()
 
 trace = []
+
+
 def record(name):
     def hook(module, inputs, output):
         if isinstance(output, tuple):  # attention returns (output, weights)
-            trace.append((name, tuple(output[0].shape), tuple(output[1].shape)))
+            trace.append(
+                (name, tuple(output[0].shape), tuple(output[1].shape))
+            )
         else:
             trace.append((name, tuple(output.shape), ""))
+
     return hook
 
-watched = (transformer_module.TokenAndPositionEmbedding, EncoderLayer, DecoderLayer, MultiHeadAttention, PositionwiseFeedForward)
-handles = [m.register_forward_hook(record(n)) for n, m in model.named_modules()
-           if isinstance(m, watched) or n == "out"]
+
+watched = (
+    transformer_module.TokenAndPositionEmbedding,
+    EncoderLayer,
+    DecoderLayer,
+    MultiHeadAttention,
+    PositionwiseFeedForward,
+)
+handles = [
+    m.register_forward_hook(record(n))
+    for n, m in model.named_modules()
+    if isinstance(m, watched) or n == "out"
+]
 logits = model(src, tgt_in, src_mask, tgt_mask, memory_mask)
 for h_ in handles:
     h_.remove()
-print(pd.DataFrame(trace, columns=["module", "output shape", "attention weights"]).to_string(index=False))
+columns = ["module", "output shape", "attention weights"]
+print(pd.DataFrame(trace, columns=columns).to_string(index=False))
 
 # %% [markdown]
 # The logits have shape `(batch, L_tgt, tgt_vocab)`: at every target position, one score per
@@ -337,7 +390,10 @@ logits_2 = model.decode(tgt_in, memory, tgt_mask, memory_mask)
 show("memory = model.encode(src, src_mask)", memory)
 show("logits = model.decode(tgt_in, memory, ...)", logits_2)
 probs = logits_2.softmax(-1)
-print("next-word probabilities sum to 1 at every position:", torch.allclose(probs.sum(-1), torch.ones(2, 5)))
+print(
+    "next-word probabilities sum to 1 at every position:",
+    torch.allclose(probs.sum(-1), torch.ones(2, 5)),
+)
 assert torch.equal(logits, logits_2) and logits.shape == (2, 5, tgt_vocab)
 assert torch.allclose(probs.sum(-1), torch.ones(2, 5))
 
@@ -357,43 +413,88 @@ assert torch.allclose(probs.sum(-1), torch.ones(2, 5))
 #
 # The table compares the formula with `count_parameters` on our model:
 
+
 # %%
-def attention_params(d): return 4 * (d * d + d)
-def ffn_params(d, d_ff): return 2 * d * d_ff + d_ff + d
-def encoder_layer_params(d, d_ff): return attention_params(d) + ffn_params(d, d_ff) + 2 * (2 * d)
-def decoder_layer_params(d, d_ff): return 2 * attention_params(d) + ffn_params(d, d_ff) + 3 * (2 * d)
+def attention_params(d):
+    return 4 * (d * d + d)
 
 
-assert encoder_layer_params(d_model, d_ff) == 4 * d_model**2 + 2 * d_model * d_ff + 9 * d_model + d_ff
-assert decoder_layer_params(d_model, d_ff) == 8 * d_model**2 + 2 * d_model * d_ff + 15 * d_model + d_ff
+def ffn_params(d, d_ff):
+    return 2 * d * d_ff + d_ff + d
+
+
+def encoder_layer_params(d, d_ff):
+    return attention_params(d) + ffn_params(d, d_ff) + 2 * (2 * d)
+
+
+def decoder_layer_params(d, d_ff):
+    return 2 * attention_params(d) + ffn_params(d, d_ff) + 3 * (2 * d)
+
+
+assert (
+    encoder_layer_params(d_model, d_ff)
+    == 4 * d_model**2 + 2 * d_model * d_ff + 9 * d_model + d_ff
+)
+assert (
+    decoder_layer_params(d_model, d_ff)
+    == 8 * d_model**2 + 2 * d_model * d_ff + 15 * d_model + d_ff
+)
 
 rows = [
     ("encoder embedding", "V_src·d", src_vocab * d_model, model.encoder.embed),
-    ("encoder layers", "N·(4d² + 2d·d_ff + 9d + d_ff)", 2 * encoder_layer_params(d_model, d_ff), model.encoder.layers),
+    (
+        "encoder layers",
+        "N·(4d² + 2d·d_ff + 9d + d_ff)",
+        2 * encoder_layer_params(d_model, d_ff),
+        model.encoder.layers,
+    ),
     ("decoder embedding", "V_tgt·d", tgt_vocab * d_model, model.decoder.embed),
-    ("decoder layers", "N·(8d² + 2d·d_ff + 15d + d_ff)", 2 * decoder_layer_params(d_model, d_ff), model.decoder.layers),
-    ("output layer", "d·V_tgt + V_tgt", d_model * tgt_vocab + tgt_vocab, model.out),
+    (
+        "decoder layers",
+        "N·(8d² + 2d·d_ff + 15d + d_ff)",
+        2 * decoder_layer_params(d_model, d_ff),
+        model.decoder.layers,
+    ),
+    (
+        "output layer",
+        "d·V_tgt + V_tgt",
+        d_model * tgt_vocab + tgt_vocab,
+        model.out,
+    ),
 ]
 table = pd.DataFrame(
     [(part, f, n, count_parameters(m)) for part, f, n, m in rows],
     columns=["part", "formula", "by formula", "counted"],
 )
-table.loc[len(table)] = ["total", "", table["by formula"].sum(), count_parameters(model)]
-table["share"] = (table["counted"] / count_parameters(model)).map("{:.1%}".format)
+n_model = count_parameters(model)
+table.loc[len(table)] = ["total", "", table["by formula"].sum(), n_model]
+table["share"] = (table["counted"] / n_model).map("{:.1%}".format)
 print(table.to_string(index=False))
 assert (table["by formula"] == table["counted"]).all()
-embedding_share = (src_vocab * d_model + tgt_vocab * d_model) / count_parameters(model)
-assert embedding_share < 0.05  # toy vocabularies: the layers hold almost everything
+embedding_share = (src_vocab * d_model + tgt_vocab * d_model) / n_model
+# toy vocabularies: the layers hold almost everything
+assert embedding_share < 0.05
 
 # %% [markdown]
 # PyTorch's layers hold exactly the same number of parameters (they differ only in how the
 # attention projections are stored: one stacked `in_proj` matrix instead of three):
 
 # %%
-for ours, theirs in [(EncoderLayer(d_model, num_heads, d_ff), nn.TransformerEncoderLayer(d_model, num_heads, d_ff)),
-                     (DecoderLayer(d_model, num_heads, d_ff), nn.TransformerDecoderLayer(d_model, num_heads, d_ff))]:
-    print(f"{type(ours).__name__:<13} ours {count_parameters(ours):>6,}   PyTorch {count_parameters(theirs):>6,}")
-    assert count_parameters(ours) == count_parameters(theirs)
+for ours, theirs in [
+    (
+        EncoderLayer(d_model, num_heads, d_ff),
+        nn.TransformerEncoderLayer(d_model, num_heads, d_ff),
+    ),
+    (
+        DecoderLayer(d_model, num_heads, d_ff),
+        nn.TransformerDecoderLayer(d_model, num_heads, d_ff),
+    ),
+]:
+    n_ours, n_theirs = count_parameters(ours), count_parameters(theirs)
+    print(
+        f"{type(ours).__name__:<13} ours {n_ours:>6,}   PyTorch {n_theirs:>6,}"
+    )
+    assert n_ours == n_theirs
 
 # %% [markdown]
 # In our toy model the vocabularies have only 20 and 18 words, so the two embedding tables hold
@@ -406,9 +507,17 @@ for ours, theirs in [(EncoderLayer(d_model, num_heads, d_ff), nn.TransformerEnco
 # %%
 d, dff = 512, 2048
 big_enc, big_dec = EncoderLayer(d, 8, dff), DecoderLayer(d, 8, dff)
-print(f"encoder layer (d=512): {count_parameters(big_enc):,} counted, {encoder_layer_params(d, dff):,} by formula")
-print(f"decoder layer (d=512): {count_parameters(big_dec):,} counted, {decoder_layer_params(d, dff):,} by formula")
-print(f"6 + 6 layers: {(6 * encoder_layer_params(d, dff) + 6 * decoder_layer_params(d, dff)) / 1e6:.1f} M parameters")
+print(
+    f"encoder layer (d=512): {count_parameters(big_enc):,} counted, "
+    f"{encoder_layer_params(d, dff):,} by formula"
+)
+print(
+    f"decoder layer (d=512): {count_parameters(big_dec):,} counted, "
+    f"{decoder_layer_params(d, dff):,} by formula"
+)
+base_layers = 6 * encoder_layer_params(d, dff)
+base_layers += 6 * decoder_layer_params(d, dff)
+print(f"6 + 6 layers: {base_layers / 1e6:.1f} M parameters")
 assert count_parameters(big_enc) == encoder_layer_params(d, dff)
 assert count_parameters(big_dec) == decoder_layer_params(d, dff)
 del big_enc, big_dec
@@ -436,9 +545,18 @@ show_source(copy_weights_to_torch)
 # Here the post-norm decoder layer with ReLU; exercise 2 checks a pre-norm one with GELU.
 
 # %%
-ours = DecoderLayer(d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False).eval()
-theirs = nn.TransformerDecoderLayer(d_model, num_heads, d_ff, dropout=0.0, activation="relu",
-                                    norm_first=False, batch_first=True).eval()
+ours = DecoderLayer(
+    d_model, num_heads, d_ff, dropout=0.0, activation="relu", norm_first=False
+).eval()
+theirs = nn.TransformerDecoderLayer(
+    d_model,
+    num_heads,
+    d_ff,
+    dropout=0.0,
+    activation="relu",
+    norm_first=False,
+    batch_first=True,
+).eval()
 copy_weights_to_torch(ours, theirs)
 
 y = torch.randn(2, 5, d_model, generator=g)
@@ -446,10 +564,11 @@ memory = torch.randn(2, 6, d_model, generator=g)
 with torch.no_grad():
     out_ours = ours(y, memory, tgt_mask, memory_mask)
     out_torch = theirs(
-        y, memory,
-        tgt_mask=~causal_mask(5)[0, 0],                 # (L_tgt, L_tgt), True = blocked
-        tgt_key_padding_mask=(tgt_in == PAD),           # (batch, L_tgt),  True = blocked
-        memory_key_padding_mask=(src == PAD),           # (batch, L_src),  True = blocked
+        y,
+        memory,
+        tgt_mask=~causal_mask(5)[0, 0],  # (L_tgt, L_tgt), True = blocked
+        tgt_key_padding_mask=(tgt_in == PAD),  # (batch, L_tgt), True = blocked
+        memory_key_padding_mask=(src == PAD),  # (batch, L_src), True = blocked
     )
 decoder_diff = (out_ours - out_torch).abs().max().item()
 print(f"decoder layer: max |ours - PyTorch| < 1e-5: {decoder_diff < 1e-5}")
@@ -459,12 +578,24 @@ assert decoder_diff < 1e-5
 # And the encoder layer, pre-norm with GELU this time:
 
 # %%
-ours = EncoderLayer(d_model, num_heads, d_ff, dropout=0.0, activation="gelu", norm_first=True).eval()
-theirs = copy_weights_to_torch(ours, nn.TransformerEncoderLayer(
-    d_model, num_heads, d_ff, dropout=0.0, activation="gelu", norm_first=True, batch_first=True).eval())
+ours = EncoderLayer(
+    d_model, num_heads, d_ff, dropout=0.0, activation="gelu", norm_first=True
+).eval()
+theirs = nn.TransformerEncoderLayer(
+    d_model,
+    num_heads,
+    d_ff,
+    dropout=0.0,
+    activation="gelu",
+    norm_first=True,
+    batch_first=True,
+).eval()
+theirs = copy_weights_to_torch(ours, theirs)
 x = torch.randn(2, 6, d_model, generator=g)
 with torch.no_grad():
-    encoder_diff = (ours(x, src_mask) - theirs(x, src_key_padding_mask=(src == PAD))).abs().max().item()
+    out_ours = ours(x, src_mask)
+    out_torch = theirs(x, src_key_padding_mask=(src == PAD))
+encoder_diff = (out_ours - out_torch).abs().max().item()
 print(f"encoder layer: max |ours - PyTorch| < 1e-5: {encoder_diff < 1e-5}")
 assert encoder_diff < 1e-5
 
@@ -506,16 +637,20 @@ plt.show()
 # the last two positions of the input changes nothing at the first four.
 
 # %%
-block = EncoderLayer(d_model, num_heads, d_ff, dropout=0.0, norm_first=True).eval()
+block = EncoderLayer(
+    d_model, num_heads, d_ff, dropout=0.0, norm_first=True
+).eval()
 x = torch.randn(1, 6, d_model, generator=g)
 x_changed = x.clone()
 x_changed[:, 4:] = torch.randn(1, 2, d_model, generator=g)
 with torch.no_grad():
     before, after = block(x, causal_mask(6)), block(x_changed, causal_mask(6))
-print("positions 0-3 unchanged:", torch.allclose(before[:, :4], after[:, :4], atol=1e-6))
-print("positions 4-5 changed:  ", not torch.allclose(before[:, 4:], after[:, 4:], atol=1e-3))
-assert torch.allclose(before[:, :4], after[:, :4], atol=1e-6)
-assert not torch.allclose(before[:, 4:], after[:, 4:], atol=1e-3)
+unchanged = torch.allclose(before[:, :4], after[:, :4], atol=1e-6)
+changed = not torch.allclose(before[:, 4:], after[:, 4:], atol=1e-3)
+print("positions 0-3 unchanged:", unchanged)
+print("positions 4-5 changed:  ", changed)
+assert unchanged
+assert changed
 
 # %% [markdown]
 # ## Summary
@@ -539,17 +674,23 @@ assert not torch.allclose(before[:, 4:], after[:, 4:], atol=1e-3)
 # `transformer_params(V, d, d_ff, N, tied)` from the formulas above (the output layer's bias
 # stays), and compute the count with and without tying. How close is the tied count to 65 M?
 
+
 # %% tags=["solution"]
 def transformer_params(V, d, d_ff, N, tied):
-    layers = N * encoder_layer_params(d, d_ff) + N * decoder_layer_params(d, d_ff)
-    embeddings = V * d if tied else 3 * V * d   # encoder, decoder, output layer
-    return layers + embeddings + V              # + the output layer's bias
+    enc_layers = N * encoder_layer_params(d, d_ff)
+    dec_layers = N * decoder_layer_params(d, d_ff)
+    embeddings = V * d if tied else 3 * V * d  # encoder, decoder, output layer
+    bias = V  # the output layer's bias
+    return enc_layers + dec_layers + embeddings + bias
 
 
 untied = transformer_params(37_000, 512, 2048, 6, tied=False)
 tied = transformer_params(37_000, 512, 2048, 6, tied=True)
-print(f"untied: {untied / 1e6:.1f} M   tied: {tied / 1e6:.1f} M   (paper: 65 M)")
-# the formula is the one checked against count_parameters above; a small model verifies the 3·V·d part
+print(
+    f"untied: {untied / 1e6:.1f} M   tied: {tied / 1e6:.1f} M   (paper: 65 M)"
+)
+# the formula is the one checked against count_parameters above;
+# a small model verifies the 3·V·d part
 small = Transformer(TransformerConfig(37, 37, 16, 2, 1, 1, 32, max_len=8))
 assert count_parameters(small) == transformer_params(37, 16, 32, 1, tied=False)
 assert abs(tied - 65e6) / 65e6 < 0.05
@@ -561,19 +702,42 @@ assert abs(tied - 65e6) / 65e6 < 0.05
 # ours with `norm_first=True`: what does `copy_weights_to_torch` say?
 
 # %% tags=["solution"]
-ours = DecoderLayer(d_model, num_heads, d_ff, dropout=0.0, activation="gelu", norm_first=True).eval()
-theirs = copy_weights_to_torch(ours, nn.TransformerDecoderLayer(
-    d_model, num_heads, d_ff, dropout=0.0, activation="gelu", norm_first=True, batch_first=True).eval())
+ours = DecoderLayer(
+    d_model, num_heads, d_ff, dropout=0.0, activation="gelu", norm_first=True
+).eval()
+theirs = nn.TransformerDecoderLayer(
+    d_model,
+    num_heads,
+    d_ff,
+    dropout=0.0,
+    activation="gelu",
+    norm_first=True,
+    batch_first=True,
+).eval()
+theirs = copy_weights_to_torch(ours, theirs)
 with torch.no_grad():
-    diff = (ours(y, memory, tgt_mask, memory_mask)
-            - theirs(y, memory, tgt_mask=~causal_mask(5)[0, 0], tgt_key_padding_mask=(tgt_in == PAD),
-                     memory_key_padding_mask=(src == PAD))).abs().max().item()
+    out_ours = ours(y, memory, tgt_mask, memory_mask)
+    out_torch = theirs(
+        y,
+        memory,
+        tgt_mask=~causal_mask(5)[0, 0],
+        tgt_key_padding_mask=(tgt_in == PAD),
+        memory_key_padding_mask=(src == PAD),
+    )
+diff = (out_ours - out_torch).abs().max().item()
 print(f"pre-norm GELU decoder layer agrees to 1e-5: {diff < 1e-5}")
 assert diff < 1e-5
 
+post_norm_torch = nn.TransformerDecoderLayer(
+    d_model,
+    num_heads,
+    d_ff,
+    activation="gelu",
+    norm_first=False,
+    batch_first=True,
+)
 try:
-    copy_weights_to_torch(ours, nn.TransformerDecoderLayer(d_model, num_heads, d_ff, activation="gelu",
-                                                           norm_first=False, batch_first=True))
+    copy_weights_to_torch(ours, post_norm_torch)
 except ValueError as err:
     print("ValueError:", err)
     assert "norm_first" in str(err)
@@ -593,9 +757,14 @@ for norm_first in (False, True):
     sizes = []
     with torch.no_grad():
         for _ in range(12):
-            h = EncoderLayer(d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first).eval()(h)
+            layer = EncoderLayer(
+                d_model, num_heads, d_ff, dropout=0.0, norm_first=norm_first
+            )
+            h = layer.eval()(h)
             sizes.append(rms(h))
     growth[norm_first] = sizes
     print(f"norm_first={norm_first!s:<5}", " ".join(f"{s:.2f}" for s in sizes))
-assert all(abs(s - 1) < 0.01 for s in growth[False])   # post-norm: every output is normalised
-assert growth[True][-1] > 1.2 * growth[True][0]        # pre-norm: each layer adds to the stream
+# post-norm: every output is normalised
+assert all(abs(s - 1) < 0.01 for s in growth[False])
+# pre-norm: each layer adds to the stream
+assert growth[True][-1] > 1.2 * growth[True][0]

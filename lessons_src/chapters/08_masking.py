@@ -33,8 +33,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_course.attention import MultiHeadAttention, scaled_dot_product_attention
-from transformer_course.masking import causal_mask, combine_masks, make_seq2seq_masks, padding_mask
+from transformer_course.attention import (
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+)
+from transformer_course.masking import (
+    causal_mask,
+    combine_masks,
+    make_seq2seq_masks,
+    padding_mask,
+)
 from transformer_course.plotting import plot_attention
 from transformer_course.transformer import Transformer, TransformerConfig
 from transformer_course.utils import set_seed, show_source
@@ -69,15 +77,22 @@ g = set_seed(0)
 # followed by `<eos>` (chapter 09 explains this *shift*).
 
 # %%
-vocab = ["<pad>", "<bos>", "<eos>", "the", "cat", "sat", "on", "mat", "dogs", "bark", "a", "bird", "sings"]
+specials = ["<pad>", "<bos>", "<eos>"]
+vocab = specials + "the cat sat on mat dogs bark a bird sings".split()
 PAD, BOS, EOS = 0, 1, 2
 word_id = {w: i for i, w in enumerate(vocab)}
 sentences = ["the cat sat on the mat", "dogs bark", "a bird sings"]
 
 
-def to_ids(texts: list[str], prefix: list[int] = (), suffix: list[int] = ()) -> torch.Tensor:
-    """Token ids of each text, with optional start/end tokens, padded with PAD to one length."""
-    rows = [list(prefix) + [word_id[w] for w in t.split()] + list(suffix) for t in texts]
+def to_ids(
+    texts: list[str], prefix: list[int] = (), suffix: list[int] = ()
+) -> torch.Tensor:
+    """Token ids of each text, with optional start/end tokens, padded with
+    PAD to one length."""
+    rows = [
+        list(prefix) + [word_id[w] for w in t.split()] + list(suffix)
+        for t in texts
+    ]
     n = max(len(r) for r in rows)
     return torch.tensor([r + [PAD] * (n - len(r)) for r in rows])
 
@@ -86,9 +101,10 @@ def words(ids: torch.Tensor) -> list[str]:
     return [vocab[i] for i in ids.tolist()]
 
 
-src = to_ids(sentences)                          # the encoder's input
+src = to_ids(sentences)  # the encoder's input
 tgt = to_ids(sentences, prefix=[BOS], suffix=[EOS])
-tgt_in, labels = tgt[:, :-1], tgt[:, 1:]         # decoder input and what it must predict
+# decoder input and what it must predict
+tgt_in, labels = tgt[:, :-1], tgt[:, 1:]
 print("src    ", tuple(src.shape))
 for row in src:
     print("  ", " ".join(f"{w:>5}" for w in words(row)))
@@ -108,8 +124,10 @@ for row in tgt_in:
 by_hand = (src != PAD)[:, None, None, :]
 print("shape:", tuple(by_hand.shape))
 print(by_hand[:, 0, 0].int())
-scores_shape = (src.size(0), 4, src.size(1), src.size(1))  # 4 heads, self-attention
-print("broadcasts to the scores", scores_shape, "->", tuple(torch.broadcast_shapes(by_hand.shape, scores_shape)))
+# 4 heads, self-attention
+scores_shape = (src.size(0), 4, src.size(1), src.size(1))
+broadcast = tuple(torch.broadcast_shapes(by_hand.shape, scores_shape))
+print("broadcasts to the scores", scores_shape, "->", broadcast)
 assert torch.equal(by_hand, padding_mask(src, PAD))
 
 # %%
@@ -153,7 +171,8 @@ print(dec_self[1, 0].int())  # "<bos> dogs bark <pad> ..."
 for b in range(3):
     for i in range(n):
         for j in range(n):
-            assert bool(dec_self[b, 0, i, j]) == (j <= i and tgt_in[b, j].item() != PAD)
+            expected = j <= i and tgt_in[b, j].item() != PAD
+            assert bool(dec_self[b, 0, i, j]) == expected
 
 # %% [markdown]
 # An encoder–decoder model needs three masks, one per kind of attention, and
@@ -170,9 +189,14 @@ show_source(make_seq2seq_masks)
 
 # %%
 src_mask, tgt_mask, memory_mask = make_seq2seq_masks(src, tgt_in, PAD)
-for name, m in [("src_mask", src_mask), ("tgt_mask", tgt_mask), ("memory_mask", memory_mask)]:
+for name, m in [
+    ("src_mask", src_mask),
+    ("tgt_mask", tgt_mask),
+    ("memory_mask", memory_mask),
+]:
     print(f"{name:<12} {tuple(m.shape)}  {m.dtype}")
-assert torch.equal(tgt_mask, dec_self) and torch.equal(memory_mask, padding_mask(src, PAD))
+assert torch.equal(tgt_mask, dec_self)
+assert torch.equal(memory_mask, padding_mask(src, PAD))
 
 # %% [markdown]
 # The three masks of the decoder's self-attention for the two padded sentences: dark cells are
@@ -188,8 +212,15 @@ for col, b in enumerate([1, 2]):
         ("combined (AND)", tgt_mask[b, 0]),
     ]
     for row, (title, m) in enumerate(panels):
-        plot_attention(m.float(), labels_b, ax=axes[row, col], cmap="Blues", colorbar=False, vmax=1.0,
-                       title=f"{title}:\n“{sentences[b]}”")
+        plot_attention(
+            m.float(),
+            labels_b,
+            ax=axes[row, col],
+            cmap="Blues",
+            colorbar=False,
+            vmax=1.0,
+            title=f"{title}:\n“{sentences[b]}”",
+        )
 fig.tight_layout()
 plt.show()
 
@@ -218,7 +249,12 @@ print("rows sum to 1:", torch.allclose(weights.sum(-1), torch.ones(3, 4, n)))
 assert torch.all(weights[blocked] == 0.0)
 assert torch.allclose(weights.sum(-1), torch.ones(3, 4, n))
 
-ax = plot_attention(weights[1, 0], words(tgt_in[1]), annotate=True, title="attention weights after masking (“dogs bark”, head 0)")
+ax = plot_attention(
+    weights[1, 0],
+    words(tgt_in[1]),
+    annotate=True,
+    title="attention weights after masking (“dogs bark”, head 0)",
+)
 plt.show()
 
 # %% [markdown]
@@ -229,20 +265,34 @@ plt.show()
 # %%
 out_ours, _ = scaled_dot_product_attention(q, k, v, tgt_mask)
 out_fused = F.scaled_dot_product_attention(q, k, v, attn_mask=tgt_mask)
-print("F.scaled_dot_product_attention agrees with our mask:", torch.allclose(out_ours, out_fused, atol=1e-6))
+print(
+    "F.scaled_dot_product_attention agrees with our mask:",
+    torch.allclose(out_ours, out_fused, atol=1e-6),
+)
 assert torch.allclose(out_ours, out_fused, atol=1e-6)
 
 torch_mha = nn.MultiheadAttention(16, 2, batch_first=True).eval()
 x = torch.randn(3, src.size(1), 16, generator=g)
 real_keys = padding_mask(src, PAD)[:, 0, 0]  # (batch, keys), True = real
 with torch.no_grad():
-    _, w_right = torch_mha(x, x, x, key_padding_mask=~real_keys)  # negated: True = blocked
-    _, w_wrong = torch_mha(x, x, x, key_padding_mask=real_keys)   # our mask as it is
-on_padding = w_right.masked_select(~real_keys[:, None, :].expand_as(w_right)).sum().item()
-# (sentences 1 and 2 only: sentence 0 has no padding, so our mask unchanged would block all its keys)
-on_words = w_wrong[1:].masked_select(real_keys[1:, None, :].expand_as(w_wrong[1:])).sum().item()
-print(f"nn.MultiheadAttention, key_padding_mask=~mask: total weight on padding    {on_padding:.4f}")
-print(f"nn.MultiheadAttention, key_padding_mask=mask:  total weight on real words {on_words:.4f}")
+    # negated: True = blocked
+    _, w_right = torch_mha(x, x, x, key_padding_mask=~real_keys)
+    # our mask as it is
+    _, w_wrong = torch_mha(x, x, x, key_padding_mask=real_keys)
+padding_keys = ~real_keys[:, None, :].expand_as(w_right)
+on_padding = w_right.masked_select(padding_keys).sum().item()
+# (sentences 1 and 2 only: sentence 0 has no padding, so our mask unchanged
+# would block all its keys)
+word_keys = real_keys[1:, None, :].expand_as(w_wrong[1:])
+on_words = w_wrong[1:].masked_select(word_keys).sum().item()
+print(
+    "nn.MultiheadAttention, key_padding_mask=~mask: "
+    f"total weight on padding    {on_padding:.4f}"
+)
+print(
+    "nn.MultiheadAttention, key_padding_mask=mask:  "
+    f"total weight on real words {on_words:.4f}"
+)
 assert on_padding == 0 and on_words == 0
 
 # %% [markdown]
@@ -253,23 +303,36 @@ assert on_padding == 0 and on_words == 0
 # %%
 import warnings  # only this cell needs these imports
 
-with warnings.catch_warnings():  # importing transformers may warn about optional widgets
+# importing transformers may warn about optional widgets
+with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from transformers import BertConfig, BertModel
 
 torch.manual_seed(0)
-tiny_bert = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
-                                 num_attention_heads=2, intermediate_size=32,
-                                 max_position_embeddings=16)).eval()
-attention_mask = (src != PAD).long()           # Hugging Face form: (batch, L), 1 = real token
+bert_config = BertConfig(
+    vocab_size=len(vocab),
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=16,
+)
+tiny_bert = BertModel(bert_config).eval()
+# Hugging Face form: (batch, L), 1 = real token
+attention_mask = (src != PAD).long()
 junk = torch.where(src == PAD, torch.full_like(src, word_id["cat"]), src)
 with torch.no_grad():
-    h1 = tiny_bert(input_ids=src, attention_mask=attention_mask).last_hidden_state
-    h2 = tiny_bert(input_ids=junk, attention_mask=attention_mask).last_hidden_state
+    out_real = tiny_bert(input_ids=src, attention_mask=attention_mask)
+    out_junk = tiny_bert(input_ids=junk, attention_mask=attention_mask)
+h1, h2 = out_real.last_hidden_state, out_junk.last_hidden_state
 real = src != PAD
-print("real positions unchanged:", torch.allclose(h1[real], h2[real], atol=1e-6))
+print(
+    "real positions unchanged:", torch.allclose(h1[real], h2[real], atol=1e-6)
+)
 assert torch.allclose(h1[real], h2[real], atol=1e-6)
-assert torch.equal(attention_mask.bool()[:, None, None, :], padding_mask(src, PAD))
+assert torch.equal(
+    attention_mask.bool()[:, None, None, :], padding_mask(src, PAD)
+)
 
 # %% [markdown]
 # ## Proof by experiment 1: padding changes nothing
@@ -282,17 +345,29 @@ assert torch.equal(attention_mask.bool()[:, None, None, :], padding_mask(src, PA
 
 # %%
 set_seed(0)
-model = Transformer(TransformerConfig(len(vocab), len(vocab), d_model=32, num_heads=4, num_encoder_layers=2,
-                                      num_decoder_layers=2, d_ff=64, dropout=0.0, max_len=32)).eval()
+config = TransformerConfig(
+    len(vocab),
+    len(vocab),
+    d_model=32,
+    num_heads=4,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    d_ff=64,
+    dropout=0.0,
+    max_len=32,
+)
+model = Transformer(config).eval()
 
-src_junk = torch.where(src == PAD, torch.randint(3, len(vocab), src.shape, generator=g), src)
+junk_ids = torch.randint(3, len(vocab), src.shape, generator=g)
+src_junk = torch.where(src == PAD, junk_ids, src)
 print("src with junk in the padding:")
 for row in src_junk:
     print("  ", " ".join(f"{w:>5}" for w in words(row)))
 
 real = src != PAD
 with torch.no_grad():
-    mem, mem_junk = model.encode(src, src_mask), model.encode(src_junk, src_mask)
+    mem = model.encode(src, src_mask)
+    mem_junk = model.encode(src_junk, src_mask)
     logits = model.decode(tgt_in, mem, tgt_mask, memory_mask)
     logits_junk = model.decode(tgt_in, mem_junk, tgt_mask, memory_mask)
     unmasked = model.encode(src), model.encode(src_junk)
@@ -300,9 +375,18 @@ with torch.no_grad():
 enc_change = (mem[real] - mem_junk[real]).abs().max().item()
 dec_change = (logits - logits_junk).abs().max().item()
 control = (unmasked[0][real] - unmasked[1][real]).abs().max().item()
-print(f"with masks:    largest change of the encoder output at real positions {enc_change:.6f}")
-print(f"               largest change of any decoder logit                   {dec_change:.6f}")
-print(f"without masks: largest change of the encoder output at real positions {control:.2f}")
+print(
+    "with masks:    "
+    f"largest change of the encoder output at real positions {enc_change:.6f}"
+)
+print(
+    "               "
+    f"largest change of any decoder logit                   {dec_change:.6f}"
+)
+print(
+    "without masks: "
+    f"largest change of the encoder output at real positions {control:.2f}"
+)
 assert enc_change < 1e-6 and dec_change < 1e-6 and control > 0.01
 
 # %% [markdown]
@@ -314,40 +398,64 @@ assert enc_change < 1e-6 and dec_change < 1e-6 and control > 0.01
 # tokens after $t$ (rows) are replaced; with the causal mask the cells on and left of the diagonal
 # are exactly 0. Without it (padding mask only) the change reaches every position.
 
+
 # %%
-def future_sensitivity(causal: torch.Tensor | None, b: int = 0) -> torch.Tensor:
-    """grid[t, i] = max |change of the logits at position i| when tokens after t are replaced,
-    with `causal` (None: the padding mask only) combined into the target mask."""
+def future_sensitivity(
+    causal: torch.Tensor | None, b: int = 0
+) -> torch.Tensor:
+    """grid[t, i] = max |change of the logits at position i| when tokens
+    after t are replaced, with `causal` (None: the padding mask only)
+    combined into the target mask."""
     grid = torch.zeros(n - 1, n)
     x = tgt_in[b : b + 1]
+    src_b = src[b : b + 1]
+    src_mask_b = padding_mask(src_b, PAD)
     with torch.no_grad():
-        memory = model.encode(src[b : b + 1], padding_mask(src[b : b + 1], PAD))
+        memory = model.encode(src_b, src_mask_b)
         for t in range(n - 1):
             changed = x.clone()
-            changed[:, t + 1 :] = torch.randint(3, len(vocab), (1, n - t - 1), generator=g)
+            changed[:, t + 1 :] = torch.randint(
+                3, len(vocab), (1, n - t - 1), generator=g
+            )
             outs = []
             for seq in (x, changed):
                 mask = combine_masks(padding_mask(seq, PAD), causal)
-                outs.append(model.decode(seq, memory, mask, padding_mask(src[b : b + 1], PAD)))
+                outs.append(model.decode(seq, memory, mask, src_mask_b))
             grid[t] = (outs[0] - outs[1]).abs().amax(-1)[0]
     return grid
 
 
-with_causal, without_causal = future_sensitivity(causal_mask(n)), future_sensitivity(None)
+with_causal = future_sensitivity(causal_mask(n))
+without_causal = future_sensitivity(None)
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.4))
-for ax, grid, title in [(axes[0], with_causal, "with the causal mask"), (axes[1], without_causal, "padding mask only")]:
-    plot_attention(grid, keys=[f"{i}" for i in range(n)], queries=[f"after {t}" for t in range(n - 1)],
-                   ax=ax, cmap="magma", title=title, vmax=float(without_causal.max()))
+for ax, grid, title in [
+    (axes[0], with_causal, "with the causal mask"),
+    (axes[1], without_causal, "padding mask only"),
+]:
+    plot_attention(
+        grid,
+        keys=[f"{i}" for i in range(n)],
+        queries=[f"after {t}" for t in range(n - 1)],
+        ax=ax,
+        cmap="magma",
+        title=title,
+        vmax=float(without_causal.max()),
+    )
     ax.set_xlabel("position whose logits are compared")
     ax.set_ylabel("tokens replaced")
 fig.tight_layout()
 plt.show()
 
 for t in range(n - 1):
-    assert torch.all(with_causal[t, : t + 1] == 0), f"position <= {t} saw the future"
+    assert torch.all(with_causal[t, : t + 1] == 0), (
+        f"position <= {t} saw the future"
+    )
     assert torch.all(with_causal[t, t + 1 :] > 0)
 assert torch.all(without_causal > 0)
-print("with the causal mask, logits at positions <= t never change:", bool((with_causal.tril() == 0).all()))
+print(
+    "with the causal mask, logits at positions <= t never change:",
+    bool((with_causal.tril() == 0).all()),
+)
 
 # %% [markdown]
 # ## Proof by experiment 3: a query that may see nothing
@@ -381,11 +489,18 @@ out_course, w_course = scaled_dot_product_attention(q4, k4, v4, mask)
 torch.set_printoptions(precision=3)
 print("row 0 with -inf:      ", w_inf[0, 0, 0])
 print("row 0 with -1e9 added:", w_add[0, 0, 0])
-print("row 0, course:        ", w_course[0, 0, 0], " output row 0:", out_course[0, 0, 0, :3], "...")
+print(
+    "row 0, course:        ",
+    w_course[0, 0, 0],
+    " output row 0:",
+    out_course[0, 0, 0, :3],
+    "...",
+)
 torch.set_printoptions(profile="default")
 assert torch.isnan(w_inf[0, 0, 0]).all()
 assert torch.allclose(w_add[0, 0, 0], torch.full((4,), 0.25))
-assert torch.all(w_course[0, 0, 0] == 0) and torch.all(out_course[0, 0, 0] == 0)
+assert torch.all(w_course[0, 0, 0] == 0)
+assert torch.all(out_course[0, 0, 0] == 0)
 assert torch.isfinite(out_course).all()
 
 # %% [markdown]
@@ -395,9 +510,11 @@ assert torch.isfinite(out_course).all()
 # sum of every query turns into NaN, and then the loss and every gradient. Two layers of the
 # $-\infty$ version on the left-padded row:
 
+
 # %%
 def attention_with_inf(x, mask):
-    """Self-attention (no projections) with the naive -inf fill: for this demonstration only."""
+    """Self-attention (no projections) with the naive -inf fill: for this
+    demonstration only."""
     s = x @ x.transpose(-2, -1) / math.sqrt(x.size(-1))
     return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ x
 
@@ -405,14 +522,23 @@ def attention_with_inf(x, mask):
 x = torch.randn(1, 1, 4, 8, generator=g)
 layer1 = attention_with_inf(x, mask)
 layer2 = attention_with_inf(layer1, mask)
-print("positions holding NaN after layer 1:", torch.isnan(layer1).any(-1)[0, 0].int().tolist())
-print("positions holding NaN after layer 2:", torch.isnan(layer2).any(-1)[0, 0].int().tolist())
+print(
+    "positions holding NaN after layer 1:",
+    torch.isnan(layer1).any(-1)[0, 0].int().tolist(),
+)
+print(
+    "positions holding NaN after layer 2:",
+    torch.isnan(layer2).any(-1)[0, 0].int().tolist(),
+)
 assert torch.isnan(layer2).any(-1).all()
 
 y = x
 for _ in range(2):
     y, _ = scaled_dot_product_attention(y, y, y, mask)
-print("the course's attention, two layers: all finite:", bool(torch.isfinite(y).all()))
+print(
+    "the course's attention, two layers: all finite:",
+    bool(torch.isfinite(y).all()),
+)
 assert torch.isfinite(y).all()
 
 # %% [markdown]
@@ -426,7 +552,10 @@ assert torch.isfinite(y).all()
 qg, kg, vg = (t.clone().requires_grad_() for t in (q4, k4, v4))
 out, _ = scaled_dot_product_attention(qg, kg, vg, mask)
 out.sum().backward()
-print("gradients finite:", all(bool(torch.isfinite(t.grad).all()) for t in (qg, kg, vg)))
+print(
+    "gradients finite:",
+    all(bool(torch.isfinite(t.grad).all()) for t in (qg, kg, vg)),
+)
 assert all(torch.isfinite(t.grad).all() for t in (qg, kg, vg))
 
 # %% [markdown]
@@ -463,27 +592,53 @@ assert all(torch.isfinite(t.grad).all() for t in (qg, kg, vg))
 # figure, dark cells are the pairs a mask lets through.
 
 # %%
-mixed_padding = (tgt_in == PAD).float()[:, None, None, :]         # 1 = padding (blocked)
-mixed_look_ahead = torch.triu(torch.ones(n, n), diagonal=1) == 0  # True = allowed
-mixed_combined = torch.max(mixed_padding, mixed_look_ahead[None])   # float, (batch, 1, n, n)
+# 1 = padding (blocked)
+mixed_padding = (tgt_in == PAD).float()[:, None, None, :]
+# True = allowed
+mixed_look_ahead = torch.triu(torch.ones(n, n), diagonal=1) == 0
+# float, (batch, 1, n, n)
+mixed_combined = torch.max(mixed_padding, mixed_look_ahead[None])
 print("the mixed combined mask for “dogs bark”:")
 print(mixed_combined[1, 0].int())
 
-mixed_lets_through = mixed_combined == 0  # attention that adds mask * -1e9: 0 = may attend
+# attention that adds mask * -1e9: 0 = may attend
+mixed_lets_through = mixed_combined == 0
 future = ~causal_mask(n)[0, 0]
 allowed = mixed_lets_through[1, 0]
-print("pairs it lets through:", int(allowed.sum()), "| of which in the future:", int((allowed & future).sum()),
-      "| a position attending to itself:", bool(allowed.diagonal().any()))
-assert torch.equal(allowed & ~future, torch.zeros(n, n, dtype=torch.bool))  # never the past or itself
+print(
+    "pairs it lets through:",
+    int(allowed.sum()),
+    "| of which in the future:",
+    int((allowed & future).sum()),
+    "| a position attending to itself:",
+    bool(allowed.diagonal().any()),
+)
+# never the past or itself
+assert torch.equal(allowed & ~future, torch.zeros(n, n, dtype=torch.bool))
 assert (allowed & future).any()
 
 fig, axes = plt.subplots(1, 3, figsize=(6.8, 3.6))
 for ax, m, title in [
-    (axes[0], mixed_lets_through[1, 0], "mixed, read as 1 = blocked:\nonly the future"),
-    (axes[1], mixed_combined[1, 0].bool(), "mixed, read as 1 = may attend:\npast and padding"),
+    (
+        axes[0],
+        mixed_lets_through[1, 0],
+        "mixed, read as 1 = blocked:\nonly the future",
+    ),
+    (
+        axes[1],
+        mixed_combined[1, 0].bool(),
+        "mixed, read as 1 = may attend:\npast and padding",
+    ),
     (axes[2], tgt_mask[1, 0], "combine_masks (AND):\npast, no padding"),
 ]:
-    plot_attention(m.float(), words(tgt_in[1]), ax=ax, cmap="Blues", colorbar=False, vmax=1.0)
+    plot_attention(
+        m.float(),
+        words(tgt_in[1]),
+        ax=ax,
+        cmap="Blues",
+        colorbar=False,
+        vmax=1.0,
+    )
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("")
     ax.set_ylabel("")
@@ -495,17 +650,22 @@ plt.show()
 # correct combination, and its negation equals ours:
 
 # %%
-blocked_padding = (tgt_in == PAD)[:, None, None, :]            # True = blocked
+blocked_padding = (tgt_in == PAD)[:, None, None, :]  # True = blocked
 blocked_future = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
 blocked = torch.maximum(blocked_padding, blocked_future[None, None])
-print("max of two 'blocked' masks == NOT our AND:", torch.equal(~blocked, tgt_mask))
+print(
+    "max of two 'blocked' masks == NOT our AND:",
+    torch.equal(~blocked, tgt_mask),
+)
 assert torch.equal(~blocked, tgt_mask)
 
 # %% [markdown]
 # Pitfall 2, run. Masks built from the full target, model fed the shifted one:
 
 # %%
-full_target_mask = combine_masks(padding_mask(tgt, PAD), causal_mask(tgt.size(1)))
+full_target_mask = combine_masks(
+    padding_mask(tgt, PAD), causal_mask(tgt.size(1))
+)
 memory = model.encode(src, src_mask)
 try:
     model.decode(tgt[:, :-1], memory, full_target_mask, memory_mask)
@@ -518,12 +678,19 @@ except ValueError as err:
 
 # %%
 unshifted_in, unshifted_labels = tgt, tgt
-m = combine_masks(padding_mask(unshifted_in, PAD), causal_mask(unshifted_in.size(1)))
+m = combine_masks(
+    padding_mask(unshifted_in, PAD), causal_mask(unshifted_in.size(1))
+)
 sees_own_label = m[:, 0].diagonal(dim1=-2, dim2=-1) & (unshifted_labels != PAD)
-print("real positions that can read the very token they must predict:", int(sees_own_label.sum()), "of",
-      int((unshifted_labels != PAD).sum()))
+print(
+    "real positions that can read the very token they must predict:",
+    int(sees_own_label.sum()),
+    "of",
+    int((unshifted_labels != PAD).sum()),
+)
 assert torch.equal(sees_own_label, unshifted_labels != PAD)
-# with the shift, the label of position t is token t + 1 of tgt, which the causal mask hides from it
+# with the shift, the label of position t is token t + 1 of tgt, which the
+# causal mask hides from it
 assert not (tgt_mask[:, 0].diagonal(offset=1, dim1=-2, dim2=-1)).any()
 
 # %% [markdown]
@@ -549,7 +716,10 @@ except TypeError as err:
 
 # %%
 converted = mixed_padding == 0
-print("mixed_padding == 0 equals padding_mask(tgt_in):", torch.equal(converted, padding_mask(tgt_in, PAD)))
+print(
+    "mixed_padding == 0 equals padding_mask(tgt_in):",
+    torch.equal(converted, padding_mask(tgt_in, PAD)),
+)
 assert torch.equal(converted, padding_mask(tgt_in, PAD))
 out, _ = mha(x, mask=converted)
 assert torch.isfinite(out).all()
@@ -558,8 +728,10 @@ assert torch.isfinite(out).all()
 # `combine_masks` checks the same two things:
 
 # %%
-for bad in [(padding_mask(tgt_in, PAD), causal_mask(n).float()),
-            (padding_mask(src, PAD), causal_mask(n))]:
+for bad in [
+    (padding_mask(tgt_in, PAD), causal_mask(n).float()),
+    (padding_mask(src, PAD), causal_mask(n)),
+]:
     try:
         combine_masks(*bad)
     except (TypeError, ValueError) as err:
@@ -590,15 +762,19 @@ rows = [[word_id[w] for w in ["<bos>"] + s.split()] for s in sentences]
 width = max(len(r) for r in rows)
 left = torch.tensor([[PAD] * (width - len(r)) + r for r in rows])
 left_mask = combine_masks(padding_mask(left, PAD), causal_mask(width))
-empty_rows = ~left_mask.any(-1)[:, 0]  # (batch, queries): True where no key is allowed
+# (batch, queries): True where no key is allowed
+empty_rows = ~left_mask.any(-1)[:, 0]
 print("queries with no allowed key (1 = empty row):")
 print(empty_rows.int())
 assert torch.equal(empty_rows, left == PAD)  # exactly the leading pads
 with torch.no_grad():
-    out = model.decode(left, model.encode(src, src_mask), left_mask, memory_mask)
+    out = model.decode(
+        left, model.encode(src, src_mask), left_mask, memory_mask
+    )
 print("all logits finite:", bool(torch.isfinite(out).all()))
 assert torch.isfinite(out).all()
-for b in range(3):  # the last real position sees every real token of its sentence
+# the last real position sees every real token of its sentence
+for b in range(3):
     assert torch.equal(left_mask[b, 0, -1], left[b] != PAD)
 
 # %% [markdown]
@@ -612,13 +788,21 @@ for b in range(3):  # the last real position sees every real token of its senten
 off_by_one = torch.ones(n, n, dtype=torch.bool).tril(diagonal=1)[None, None]
 grid = future_sensitivity(off_by_one)
 leaks = [t for t in range(n - 1) if grid[t, t] > 0]
-print("positions t whose logits change when tokens after t are replaced:", leaks)
+print(
+    "positions t whose logits change when tokens after t are replaced:", leaks
+)
 # position t now sees token t + 1: exactly the label it is trained to predict
 assert leaks == list(range(n - 1))
-# and the leak compounds over the 2 decoder layers: position i depends on tokens up to i + 2
+# and the leak compounds over the 2 decoder layers: position i depends on
+# tokens up to i + 2
 depth = len(model.decoder.layers)
-reach = torch.tensor([[i >= t + 1 - depth for i in range(n)] for t in range(n - 1)])
-print(f"with {depth} layers, position i depends on tokens up to i + {depth}:", torch.equal(grid > 0, reach))
+reach = torch.tensor(
+    [[i >= t + 1 - depth for i in range(n)] for t in range(n - 1)]
+)
+print(
+    f"with {depth} layers, position i depends on tokens up to i + {depth}:",
+    torch.equal(grid > 0, reach),
+)
 assert torch.equal(grid > 0, reach)
 
 # %% [markdown]
@@ -629,8 +813,9 @@ assert torch.equal(grid > 0, reach)
 # as ours for every row that has an allowed key.
 
 # %% tags=["solution"]
-repaired_padding = (tgt_in == PAD).float()[:, None, None, :]             # 1 = blocked
-repaired_future = torch.triu(torch.ones(n, n), diagonal=1)[None, None]   # 1 = blocked (the future)
+repaired_padding = (tgt_in == PAD).float()[:, None, None, :]  # 1 = blocked
+# 1 = blocked (the future)
+repaired_future = torch.triu(torch.ones(n, n), diagonal=1)[None, None]
 repaired = torch.max(repaired_padding, repaired_future)
 print("repaired == 1 - tgt_mask:", torch.equal(repaired, 1 - tgt_mask.float()))
 assert torch.equal(repaired, 1 - tgt_mask.float())
@@ -638,5 +823,8 @@ assert torch.equal(repaired, 1 - tgt_mask.float())
 scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
 w_additive = torch.softmax(scores + repaired * -1e9, dim=-1)
 _, w_course = scaled_dot_product_attention(q, k, v, tgt_mask)
-print("same weights as the course's attention:", torch.allclose(w_additive, w_course, atol=1e-6))
+print(
+    "same weights as the course's attention:",
+    torch.allclose(w_additive, w_course, atol=1e-6),
+)
 assert torch.allclose(w_additive, w_course, atol=1e-6)

@@ -76,7 +76,12 @@ from transformer_course.tasks.dates import (
 )
 from transformer_course.training import fit, warmup_decay
 from transformer_course.transformer import Transformer, TransformerConfig
-from transformer_course.utils import count_parameters, get_device, set_seed, show_source
+from transformer_course.utils import (
+    count_parameters,
+    get_device,
+    set_seed,
+    show_source,
+)
 
 g = set_seed(0, num_threads=1)
 device = get_device()
@@ -112,7 +117,8 @@ print("training on:", device)
 # %%
 example_date = dt.date(2021, 7, 14)
 showcase = pd.DataFrame(
-    [(name, render_date(example_date, name).source) for name in FORMATS], columns=["format", "source"]
+    [(name, render_date(example_date, name).source) for name in FORMATS],
+    columns=["format", "source"],
 )
 print(showcase.to_string(index=False))
 print("target:", render_date(example_date, "iso").target)
@@ -150,24 +156,40 @@ assert ex.source == "WEDNESDAY, 3 MARCH 2021" and ex.target == "2021-03-03"
 STEPS, BATCH = 800, 64
 splits = make_splits(n_train=STEPS * BATCH, n_val=500, n_test=1000, seed=0)
 assert (LAST_DATE - FIRST_DATE).days + 1 == 36_525
-print(f"train {len(splits.train)}, validation {len(splits.val)}, held-out test {len(splits.test)}")
+print(
+    f"train {len(splits.train)}, validation {len(splits.val)}, "
+    f"held-out test {len(splits.test)}"
+)
 
 train_dates = {e.date for e in splits.train}
 test_dates = {e.date for e in splits.test}
-print("distinct dates in train:", len(train_dates), "| held-out dates also in train:", len(test_dates & train_dates))
+print(
+    "distinct dates in train:",
+    len(train_dates),
+    "| held-out dates also in train:",
+    len(test_dates & train_dates),
+)
 assert len(test_dates) == 1000 and not test_dates & train_dates
 assert not {e.date for e in splits.val} & (train_dates | test_dates)
 assert not {e.source for e in splits.test} & {e.source for e in splits.train}
 
 every = splits.train + splits.val + splits.test
 source_lengths = [len(e.source) for e in every]
-print(f"source lengths {min(source_lengths)} to {max(source_lengths)} characters;",
-      "target lengths", sorted({len(e.target) for e in every}))
-assert (min(source_lengths), max(source_lengths)) == (6, 28) and {len(e.target) for e in every} == {10}
+target_lengths = {len(e.target) for e in every}
+shortest, longest = min(source_lengths), max(source_lengths)
+print(
+    f"source lengths {shortest} to {longest} characters;",
+    "target lengths",
+    sorted(target_lengths),
+)
+assert (shortest, longest) == (6, 28) and target_lengths == {10}
 
 formats_seen = Counter(e.format for e in splits.train)
-print(f"{len(formats_seen)} formats in training, from {min(formats_seen.values())} "
-      f"to {max(formats_seen.values())} examples each")
+print(
+    f"{len(formats_seen)} formats in training, "
+    f"from {min(formats_seen.values())} "
+    f"to {max(formats_seen.values())} examples each"
+)
 for e in splits.train[:5]:
     print(f"  {e.source!r:32} -> {e.target}")
 
@@ -185,16 +207,23 @@ for e in splits.train[:5]:
 # %%
 src_tok, tgt_tok = source_tokenizer(), target_tokenizer()
 PAD = src_tok.pad_id
-assert PAD == tgt_tok.pad_id == 0 and (tgt_tok.bos_id, tgt_tok.eos_id) == (1, 2)
-print(f"source vocabulary: {len(src_tok)} tokens:", " ".join(src_tok.tokens[:12]), "...")
+assert PAD == tgt_tok.pad_id == 0
+assert (tgt_tok.bos_id, tgt_tok.eos_id) == (1, 2)
+print(
+    f"source vocabulary: {len(src_tok)} tokens:",
+    " ".join(src_tok.tokens[:12]),
+    "...",
+)
 print(f"target vocabulary: {len(tgt_tok)} tokens:", " ".join(tgt_tok.tokens))
 
 e = splits.train[0]
-src_ids = src_tok.encode(e.source)  # the source ends with <eos>
-tgt_ids = tgt_tok.encode(e.target, add_bos=True)  # the target is framed by <bos> ... <eos>
+# the source ends with <eos>; the target is framed by <bos> ... <eos>
+src_ids = src_tok.encode(e.source)
+tgt_ids = tgt_tok.encode(e.target, add_bos=True)
 print(repr(e.source), "->", src_ids)
 print(repr(e.target), "->", tgt_ids)
-assert src_tok.decode(src_ids) == e.source and tgt_tok.decode(tgt_ids) == e.target
+assert src_tok.decode(src_ids) == e.source
+assert tgt_tok.decode(tgt_ids) == e.target
 
 # %% [markdown]
 # ## A `Dataset`, a `DataLoader` and a collate function that pads
@@ -208,11 +237,13 @@ assert src_tok.decode(src_ids) == e.source and tgt_tok.decode(tgt_ids) == e.targ
 show_source(collate_batch)
 
 # %%
-to_pairs = lambda examples: [(x.source, x.target) for x in examples]  # noqa: E731
+to_pairs = lambda xs: [(x.source, x.target) for x in xs]  # noqa: E731
 train_ds = Seq2SeqDataset(to_pairs(splits.train), src_tok, tgt_tok)
 val_ds = Seq2SeqDataset(to_pairs(splits.val), src_tok, tgt_tok)
 collate = functools.partial(collate_batch, pad_id=PAD)
-train_loader = DataLoader(train_ds, batch_size=BATCH, shuffle=True, collate_fn=collate, generator=g)
+train_loader = DataLoader(
+    train_ds, batch_size=BATCH, shuffle=True, collate_fn=collate, generator=g
+)
 val_loader = DataLoader(val_ds, batch_size=500, collate_fn=collate)
 
 src, tgt = next(iter(train_loader))
@@ -221,7 +252,10 @@ print("first 4 source rows (0 = <pad>):")
 print(src[:4])
 src_lengths = (src != PAD).sum(1)
 assert src.size(1) == src_lengths.max() and (src_lengths < src.size(1)).any()
-assert all((row[n:] == PAD).all() and row[n - 1] == src_tok.eos_id for row, n in zip(src, src_lengths.tolist()))
+assert all(
+    (row[n:] == PAD).all() and row[n - 1] == src_tok.eos_id
+    for row, n in zip(src, src_lengths.tolist())
+)
 
 # %% [markdown]
 # The source rows end with `<eos>` (2) and then padding (0). Every target has the same 10
@@ -230,7 +264,8 @@ assert all((row[n:] == PAD).all() and row[n - 1] == src_tok.eos_id for row, n in
 # all handle padded targets.
 
 # %%
-assert (tgt != PAD).all() and tgt.size(1) == 12  # <bos> + 10 characters + <eos>
+# <bos> + 10 characters + <eos>
+assert (tgt != PAD).all() and tgt.size(1) == 12
 
 # %% [markdown]
 # ## The model
@@ -240,8 +275,17 @@ assert (tgt != PAD).all() and tgt.size(1) == 12  # <bos> + 10 characters + <eos>
 # over-fit. The architecture is chapter 07's, unchanged.
 
 # %%
-config = TransformerConfig(src_vocab_size=len(src_tok), tgt_vocab_size=len(tgt_tok), d_model=64, num_heads=4,
-                           num_encoder_layers=2, num_decoder_layers=2, d_ff=256, dropout=0.0, max_len=64)
+config = TransformerConfig(
+    src_vocab_size=len(src_tok),
+    tgt_vocab_size=len(tgt_tok),
+    d_model=64,
+    num_heads=4,
+    num_encoder_layers=2,
+    num_decoder_layers=2,
+    d_ff=256,
+    dropout=0.0,
+    max_len=64,
+)
 model = Transformer(config).to(device)
 print(f"{count_parameters(model):,} parameters")
 
@@ -259,10 +303,13 @@ print(f"{count_parameters(model):,} parameters")
 
 # %%
 tgt_in, labels = shift_right(tgt)
-show = pd.DataFrame({
-    "decoder input": [tgt_tok.tokens[i] for i in tgt_in[0].tolist()],
-    "label (next character)": [tgt_tok.tokens[i] for i in labels[0].tolist()],
-})
+vocab = tgt_tok.tokens
+show = pd.DataFrame(
+    {
+        "decoder input": [vocab[i] for i in tgt_in[0].tolist()],
+        "label (next character)": [vocab[i] for i in labels[0].tolist()],
+    }
+)
 print(show.T.to_string(header=False))
 assert torch.equal(tgt_in[:, 1:], labels[:, :-1])
 
@@ -277,14 +324,25 @@ assert torch.equal(tgt_in[:, 1:], labels[:, :-1])
 
 # %%
 src_mask, tgt_mask, memory_mask = make_seq2seq_masks(src, tgt_in, PAD)
-for name, m in [("src_mask", src_mask), ("tgt_mask", tgt_mask), ("memory_mask", memory_mask)]:
+masks = dict(src_mask=src_mask, tgt_mask=tgt_mask, memory_mask=memory_mask)
+for name, m in masks.items():
     print(f"{name:12} {tuple(m.shape)}")
 assert tgt_mask.shape == (BATCH, 1, tgt_in.size(1), tgt_in.size(1))
 print("tgt_mask of the first example (1 = may attend):")
 print(tgt_mask[0, 0].int())
 
-logits = model(src.to(device), tgt_in.to(device), src_mask.to(device), tgt_mask.to(device), memory_mask.to(device))
-print("logits", tuple(logits.shape), "= (batch, decoder positions, target vocabulary)")
+logits = model(
+    src.to(device),
+    tgt_in.to(device),
+    src_mask.to(device),
+    tgt_mask.to(device),
+    memory_mask.to(device),
+)
+print(
+    "logits",
+    tuple(logits.shape),
+    "= (batch, decoder positions, target vocabulary)",
+)
 assert logits.shape == (BATCH, tgt_in.size(1), len(tgt_tok))
 
 # %% [markdown]
@@ -293,9 +351,16 @@ assert logits.shape == (BATCH, tgt_in.size(1), len(tgt_tok))
 # instead of silently broadcasting the wrong thing:
 
 # %%
-_, unshifted_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)  # the mistake: built for tgt
+# the mistake: built for tgt
+_, unshifted_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)
 try:
-    model(src.to(device), tgt_in.to(device), src_mask.to(device), unshifted_tgt_mask.to(device), memory_mask.to(device))
+    model(
+        src.to(device),
+        tgt_in.to(device),
+        src_mask.to(device),
+        unshifted_tgt_mask.to(device),
+        memory_mask.to(device),
+    )
 except ValueError as err:
     print("ValueError:", err)
 else:
@@ -342,12 +407,19 @@ show_source(sequence_loss)
 labels_d = labels.to(device)
 for eps in (0.0, 0.1):
     ours = sequence_loss(logits, labels_d, PAD, label_smoothing=eps)
-    ref = F.cross_entropy(logits.reshape(-1, len(tgt_tok)), labels_d.reshape(-1), ignore_index=PAD,
-                          label_smoothing=eps)
+    ref = F.cross_entropy(
+        logits.reshape(-1, len(tgt_tok)),
+        labels_d.reshape(-1),
+        ignore_index=PAD,
+        label_smoothing=eps,
+    )
     print(f"ε = {eps}: ours {ours.item():.4f}, PyTorch {ref.item():.4f}")
     assert torch.allclose(ours, ref, atol=1e-5)
-print(f"guessing uniformly would give ln({len(tgt_tok)}) = {math.log(len(tgt_tok)):.4f}; "
-      "the untrained model's random preferences do worse")
+print(
+    f"guessing uniformly would give ln({len(tgt_tok)}) = "
+    f"{math.log(len(tgt_tok)):.4f}; "
+    "the untrained model's random preferences do worse"
+)
 assert sequence_loss(logits, labels_d, PAD).item() > math.log(len(tgt_tok))
 
 # %% [markdown]
@@ -359,12 +431,17 @@ assert sequence_loss(logits, labels_d, PAD).item() > math.log(len(tgt_tok))
 cut = labels_d.clone()
 cut[:, 5:] = PAD
 noisy = logits.detach().clone()
-noisy[:, 5:] = 100 * torch.randn(noisy[:, 5:].shape, generator=torch.Generator().manual_seed(1)).to(device)
-print(f"loss with labels cut after 5:         {sequence_loss(logits, cut, PAD).item():.4f}")
-print(f"... with nonsense at padded positions: {sequence_loss(noisy, cut, PAD).item():.4f}")
-print(f"mean over the first 5 positions:       {sequence_loss(logits[:, :5], labels_d[:, :5], PAD).item():.4f}")
-assert torch.allclose(sequence_loss(noisy, cut, PAD), sequence_loss(logits, cut, PAD))
-assert torch.allclose(sequence_loss(logits, cut, PAD), sequence_loss(logits[:, :5], labels_d[:, :5], PAD))
+noise_gen = torch.Generator().manual_seed(1)
+noise = torch.randn(noisy[:, 5:].shape, generator=noise_gen)
+noisy[:, 5:] = 100 * noise.to(device)
+loss_cut = sequence_loss(logits, cut, PAD)
+loss_noisy = sequence_loss(noisy, cut, PAD)
+loss_first5 = sequence_loss(logits[:, :5], labels_d[:, :5], PAD)
+print(f"loss with labels cut after 5:         {loss_cut.item():.4f}")
+print(f"... with nonsense at padded positions: {loss_noisy.item():.4f}")
+print(f"mean over the first 5 positions:       {loss_first5.item():.4f}")
+assert torch.allclose(loss_noisy, loss_cut)
+assert torch.allclose(loss_cut, loss_first5)
 
 # %% [markdown]
 # The smoothed target for the label `3`, next to the plain one-hot target:
@@ -375,17 +452,24 @@ label_3 = torch.tensor([tgt_tok.index["3"]])
 q = smoothed_targets(label_3, len(tgt_tok), EPS)[0]
 fig, ax = plt.subplots(figsize=(7, 2.8))
 xs = np.arange(len(tgt_tok))
-ax.bar(xs - 0.2, F.one_hot(label_3, len(tgt_tok))[0].numpy(), width=0.4, label="one-hot (ε = 0)")
+one_hot = F.one_hot(label_3, len(tgt_tok))[0].numpy()
+ax.bar(xs - 0.2, one_hot, width=0.4, label="one-hot (ε = 0)")
 ax.bar(xs + 0.2, q.numpy(), width=0.4, label=f"smoothed (ε = {EPS})")
 ax.set_xticks(xs, tgt_tok.tokens, rotation=45)
 ax.set_ylabel("target probability")
-ax.text(xs[-1], 0.15, f"every other token: ε/K = {EPS / len(tgt_tok):.4f}", ha="right", fontsize=8)
+note = f"every other token: ε/K = {EPS / len(tgt_tok):.4f}"
+ax.text(xs[-1], 0.15, note, ha="right", fontsize=8)
 ax.set_title("The label '3' as a training target")
 ax.legend()
 fig.tight_layout()
 plt.show()
-print(f"label: {q[label_3].item():.4f} = 1 - ε + ε/K; every other token: {q[0].item():.4f} = ε/K; sum {q.sum().item():.4f}")
-assert abs(q[label_3].item() - (1 - EPS + EPS / len(tgt_tok))) < 1e-6 and abs(q.sum().item() - 1) < 1e-6
+print(
+    f"label: {q[label_3].item():.4f} = 1 - ε + ε/K; "
+    f"every other token: {q[0].item():.4f} = ε/K; "
+    f"sum {q.sum().item():.4f}"
+)
+assert abs(q[label_3].item() - (1 - EPS + EPS / len(tgt_tok))) < 1e-6
+assert abs(q.sum().item() - 1) < 1e-6
 
 # %% [markdown]
 # One consequence to remember when reading the loss curves: with label smoothing the loss cannot
@@ -394,7 +478,10 @@ assert abs(q[label_3].item() - (1 - EPS + EPS / len(tgt_tok))) < 1e-6 and abs(q.
 
 # %%
 floor = -(q * q.log()).sum().item()
-print(f"smallest possible smoothed loss (entropy of q): {floor:.4f} nats per token")
+print(
+    f"smallest possible smoothed loss (entropy of q): {floor:.4f} "
+    "nats per token"
+)
 
 # %% [markdown]
 # ## Optimiser and learning-rate schedule
@@ -414,8 +501,12 @@ show_source(warmup_decay)
 
 # %%
 PEAK_LR, WARMUP = 3e-3, 80
-optimizer = torch.optim.AdamW(model.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), weight_decay=0.01)
-scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: warmup_decay(s, WARMUP, STEPS))
+optimizer = torch.optim.AdamW(
+    model.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), weight_decay=0.01
+)
+scheduler = torch.optim.lr_scheduler.LambdaLR(
+    optimizer, lambda s: warmup_decay(s, WARMUP, STEPS)
+)
 
 planned = [PEAK_LR * warmup_decay(s, WARMUP, STEPS) for s in range(STEPS)]
 fig, ax = plt.subplots(figsize=(6.5, 2.8))
@@ -427,7 +518,11 @@ ax.set_ylabel("learning rate")
 ax.set_title("Linear warm-up, then cosine decay")
 fig.tight_layout()
 plt.show()
-print(f"step 0: {planned[0]:.1e}, step {WARMUP - 1}: {planned[WARMUP - 1]:.1e} (peak), step {STEPS - 1}: {planned[-1]:.1e}")
+print(
+    f"step 0: {planned[0]:.1e}, "
+    f"step {WARMUP - 1}: {planned[WARMUP - 1]:.1e} (peak), "
+    f"step {STEPS - 1}: {planned[-1]:.1e}"
+)
 assert int(np.argmax(planned)) == WARMUP - 1 and planned[-1] < 0.06 * PEAK_LR
 
 # %% [markdown]
@@ -463,8 +558,17 @@ show_source(train_seq2seq)
 
 # %% tags=["nbval-ignore-output"]
 history = train_seq2seq(
-    model, train_loader, STEPS, optimizer, PAD, scheduler=scheduler, label_smoothing=EPS,
-    clip_norm=1.0, val_loader=val_loader, eval_every=100, device=device,
+    model,
+    train_loader,
+    STEPS,
+    optimizer,
+    PAD,
+    scheduler=scheduler,
+    label_smoothing=EPS,
+    clip_norm=1.0,
+    val_loader=val_loader,
+    eval_every=100,
+    device=device,
 )
 assert len(history.loss) == STEPS
 
@@ -474,11 +578,16 @@ assert len(history.loss) == STEPS
 # %%
 final_train = float(np.mean(history.loss[-50:]))
 print(f"training loss, mean of the last 50 steps: {final_train:.3f}")
-print("validation loss every 100 steps:", [round(v, 3) for v in history.evals["val_loss"]])
+print(
+    "validation loss every 100 steps:",
+    [round(v, 3) for v in history.evals["val_loss"]],
+)
 print(f"floor (entropy of the smoothed target): {floor:.3f}")
 val_curve = history.evals["val_loss"]
-assert history.loss[0] > 3 and val_curve[2] < floor + 0.1 and val_curve[-1] < floor + 0.02
-assert np.allclose(history.lr, planned)  # the optimiser followed the planned schedule
+assert history.loss[0] > 3
+assert val_curve[2] < floor + 0.1 and val_curve[-1] < floor + 0.02
+# the optimiser followed the planned schedule
+assert np.allclose(history.lr, planned)
 
 # %% [markdown]
 # How long it took. Wall-clock time depends on what else the machine is doing, so the cell also
@@ -487,9 +596,16 @@ assert np.allclose(history.lr, planned)  # the optimiser followed the planned sc
 # checked against.
 
 # %% tags=["nbval-ignore-output"]
-print(f"{STEPS} steps in {history.wall_seconds:.1f} s wall-clock ({STEPS / history.wall_seconds:.1f} steps/s), "
-      f"{history.cpu_seconds:.1f} s of CPU time ({STEPS / history.cpu_seconds:.1f} steps per CPU-second)")
-assert history.cpu_seconds <= 120, "training took more than the chapter's budget of 120 s"
+wall_s, cpu_s = history.wall_seconds, history.cpu_seconds
+print(
+    f"{STEPS} steps in {wall_s:.1f} s wall-clock "
+    f"({STEPS / wall_s:.1f} steps/s), "
+    f"{cpu_s:.1f} s of CPU time "
+    f"({STEPS / cpu_s:.1f} steps per CPU-second)"
+)
+assert history.cpu_seconds <= 120, (
+    "training took more than the chapter's budget of 120 s"
+)
 
 # %% [markdown]
 # The loss curves. The training loss (one value per step, and its average over 25 steps) falls
@@ -502,9 +618,17 @@ steps = np.arange(1, STEPS + 1)
 ax.plot(steps, history.loss, color="C0", alpha=0.3, lw=0.8)
 smooth = np.convolve(history.loss, np.ones(25) / 25, mode="valid")
 ax.plot(steps[24:], smooth, color="C0", label="training (25-step average)")
-ax.plot(history.eval_steps, history.evals["val_loss"], "s-", color="C1", label="validation")
+ax.plot(history.eval_steps, val_curve, "s-", color="C1", label="validation")
 ax.axhline(floor, color="gray", ls=":", lw=1)
-ax.text(STEPS, floor - 0.05, "floor: entropy of the smoothed target", ha="right", va="top", fontsize=8, color="gray")
+ax.text(
+    STEPS,
+    floor - 0.05,
+    "floor: entropy of the smoothed target",
+    ha="right",
+    va="top",
+    fontsize=8,
+    color="gray",
+)
 ax.set_ylim(0, 3)
 ax.set_xlabel("step")
 ax.set_ylabel("label-smoothed loss (nats per token)")
@@ -530,16 +654,18 @@ plt.show()
 # %%
 example = next(x for x in splits.test if x.format == "weekday_short")
 one_src = torch.tensor([src_tok.encode(example.source)], device=device)
-one_mask = one_src != PAD
+one_mask = (one_src != PAD)[:, None, None, :]  # (1, 1, 1, source length)
 with torch.inference_mode():
-    memory = model.encode(one_src, one_mask[:, None, None, :])  # step 1: once
+    memory = model.encode(one_src, one_mask)  # step 1: once
     ys = torch.tensor([[tgt_tok.bos_id]], device=device)  # step 2
     for _ in range(12):
         n = ys.size(1)
-        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()[None, None]
-        next_id = model.decode(ys, memory, causal, one_mask[:, None, None, :])[:, -1].argmax(-1)  # step 3
+        causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
+        out = model.decode(ys, memory, causal[None, None], one_mask)
+        next_id = out[:, -1].argmax(-1)  # step 3
         ys = torch.cat([ys, next_id[:, None]], dim=1)
-        print(f"step {n}: + {tgt_tok.tokens[next_id.item()]:5} -> {tgt_tok.decode(ys[0].tolist())!r}")
+        token = tgt_tok.tokens[next_id.item()]
+        print(f"step {n}: + {token:5} -> {tgt_tok.decode(ys[0].tolist())!r}")
         if next_id.item() == tgt_tok.eos_id:  # step 4
             break
 print(f"{example.source!r} -> {tgt_tok.decode(ys[0].tolist())!r}")
@@ -555,21 +681,28 @@ assert tgt_tok.decode(ys[0].tolist()) == example.target
 show_source(greedy_decode)
 
 # %%
-ids = greedy_decode(model, one_src, PAD, tgt_tok.bos_id, tgt_tok.eos_id, max_len=16)
+ids = greedy_decode(
+    model, one_src, PAD, tgt_tok.bos_id, tgt_tok.eos_id, max_len=16
+)
 assert torch.equal(ids[0], ys[0, 1:])
 
 # %% [markdown]
 # One held-out example per format, decoded:
 
 # %%
-per_format = [next(x for x in splits.test if x.format == name) for name in FORMATS]
-predicted = translate(model, [x.source for x in per_format], src_tok, tgt_tok, device=device)
-table = pd.DataFrame({
-    "input": [x.source for x in per_format],
-    "prediction": predicted,
-    "target": [x.target for x in per_format],
-    "ok": ["✓" if p == x.target else "✗" for p, x in zip(predicted, per_format)],
-})
+per_format = [next(x for x in splits.test if x.format == f) for f in FORMATS]
+predicted = translate(
+    model, [x.source for x in per_format], src_tok, tgt_tok, device=device
+)
+ok = ["✓" if p == x.target else "✗" for p, x in zip(predicted, per_format)]
+table = pd.DataFrame(
+    {
+        "input": [x.source for x in per_format],
+        "prediction": predicted,
+        "target": [x.target for x in per_format],
+        "ok": ok,
+    }
+)
 print(table.to_string(index=False))
 
 # %% [markdown]
@@ -584,11 +717,24 @@ test_sources = [x.source for x in splits.test]
 test_targets = [x.target for x in splits.test]
 predictions = translate(model, test_sources, src_tok, tgt_tok, device=device)
 accuracy = exact_match(predictions, test_targets)
-print(f"exact match on the {len(test_targets)} held-out examples: {100 * accuracy:.1f} %")
-by_format = pd.Series([p == x.target for p, x in zip(predictions, splits.test)]).groupby(
-    [x.format for x in splits.test]).mean()
-print(f"accuracy per format: from {100 * by_format.min():.1f} % to {100 * by_format.max():.1f} %")
-mistakes = [(x.source, p, x.target) for p, x in zip(predictions, splits.test) if p != x.target]
+print(
+    f"exact match on the {len(test_targets)} held-out examples: "
+    f"{100 * accuracy:.1f} %"
+)
+by_format = (
+    pd.Series([p == x.target for p, x in zip(predictions, splits.test)])
+    .groupby([x.format for x in splits.test])
+    .mean()
+)
+print(
+    f"accuracy per format: from {100 * by_format.min():.1f} % "
+    f"to {100 * by_format.max():.1f} %"
+)
+mistakes = [
+    (x.source, p, x.target)
+    for p, x in zip(predictions, splits.test)
+    if p != x.target
+]
 print("mistakes:", mistakes if mistakes else "none")
 assert accuracy >= 0.99
 
@@ -603,17 +749,37 @@ assert accuracy >= 0.99
 # number, year, the same separators), each rendered for 200 of the held-out dates:
 
 # %%
-unseen = [render_date(x.date, name, formats=UNSEEN_FORMATS) for name in UNSEEN_FORMATS for x in splits.test[:200]]
-unseen_pred = translate(model, [x.source for x in unseen], src_tok, tgt_tok, device=device)
-ood = pd.DataFrame({"format": [x.format for x in unseen], "example": [x.source for x in unseen],
-                    "prediction": unseen_pred, "target": [x.target for x in unseen],
-                    "wrong": [wrong_fields(p, x.target) for p, x in zip(unseen_pred, unseen)]})
+unseen = [
+    render_date(x.date, name, formats=UNSEEN_FORMATS)
+    for name in UNSEEN_FORMATS
+    for x in splits.test[:200]
+]
+unseen_pred = translate(
+    model, [x.source for x in unseen], src_tok, tgt_tok, device=device
+)
+wrong = [wrong_fields(p, x.target) for p, x in zip(unseen_pred, unseen)]
+ood = pd.DataFrame(
+    {
+        "format": [x.format for x in unseen],
+        "example": [x.source for x in unseen],
+        "prediction": unseen_pred,
+        "target": [x.target for x in unseen],
+        "wrong": wrong,
+    }
+)
 ood["correct"] = ood["wrong"].map(len) == 0
-summary = ood.groupby("format", sort=False).agg(example=("example", "first"), exact_match=("correct", "mean"))
+summary = ood.groupby("format", sort=False).agg(
+    example=("example", "first"), exact_match=("correct", "mean")
+)
 print(summary.to_string(formatters={"exact_match": "{:.1%}".format}))
-print(f"all six formats: {ood['correct'].mean():.1%} exact match ({(~ood['correct']).sum()} mistakes out of {len(ood)})")
-assert set(ood["format"]) == set(UNSEEN_FORMATS) and not set(UNSEEN_FORMATS) & set(FORMATS)
-assert 0.2 < ood["correct"].mean() < 0.95 and summary["exact_match"].min() < 0.5
+print(
+    f"all six formats: {ood['correct'].mean():.1%} exact match "
+    f"({(~ood['correct']).sum()} mistakes out of {len(ood)})"
+)
+assert set(ood["format"]) == set(UNSEEN_FORMATS)
+assert not set(UNSEEN_FORMATS) & set(FORMATS)
+assert 0.2 < ood["correct"].mean() < 0.95
+assert summary["exact_match"].min() < 0.5
 
 # %% [markdown]
 # Now there are mistakes to analyse. `wrong_fields` compares a prediction with the target field
@@ -621,24 +787,46 @@ assert 0.2 < ood["correct"].mean() < 0.95 and summary["exact_match"].min() < 0.5
 # the fields that go wrong, per format, tells *what kind* of mistake each format provokes:
 
 # %%
-fields_wrong = (ood.explode("wrong").dropna(subset=["wrong"]).groupby(["format", "wrong"], sort=False).size()
-                .unstack(fill_value=0).reindex(index=list(UNSEEN_FORMATS), fill_value=0))
-fields_wrong = fields_wrong.reindex(columns=[c for c in ["year", "month", "day", "malformed"] if c in fields_wrong])
-print("number of predictions with this field wrong (a prediction can have several):")
+fields_wrong = (
+    ood.explode("wrong")
+    .dropna(subset=["wrong"])
+    .groupby(["format", "wrong"], sort=False)
+    .size()
+    .unstack(fill_value=0)
+    .reindex(index=list(UNSEEN_FORMATS), fill_value=0)
+)
+cols = [c for c in ["year", "month", "day", "malformed"] if c in fields_wrong]
+fields_wrong = fields_wrong.reindex(columns=cols)
+print(
+    "number of predictions with this field wrong "
+    "(a prediction can have several):"
+)
 print(fields_wrong.to_string())
 for name in UNSEEN_FORMATS:
     rows = ood[(ood["format"] == name) & ~ood["correct"]].head(2)
     for r in rows.itertuples():
-        print(f"  {name:24} {r.example!r:24} -> {r.prediction!r:14} (target {r.target}; wrong: {', '.join(r.wrong)})")
+        print(
+            f"  {name:24} {r.example!r:24} -> {r.prediction!r:14} "
+            f"(target {r.target}; wrong: {', '.join(r.wrong)})"
+        )
 
 # %%
 no_comma = ood[(ood["format"] == "month_day_year_no_comma") & ~ood["correct"]]
-lost_tens = (no_comma["prediction"].str[8:] == "0" + no_comma["target"].str[9]).mean()
-print(f"'July 14 2021' mistakes whose day is '0' + the last digit of the true day: {lost_tens:.0%}")
-assert summary.loc["iso_slash", "exact_match"] < 0.05 and summary.loc["year_month_day", "exact_match"] < 0.05
-assert fields_wrong.loc["day_mon_yyyy", ["month", "day"]].sum() == 0 < fields_wrong.loc["day_mon_yyyy", "year"]
-for name in ("month_day_year_no_comma", "mon_dot_day_year"):  # (nearly) only the day goes wrong
-    assert fields_wrong.loc[name, "day"] > 20 * fields_wrong.loc[name, ["year", "month"]].sum()
+predicted_day = no_comma["prediction"].str[8:]
+last_digit = no_comma["target"].str[9]
+lost_tens = (predicted_day == "0" + last_digit).mean()
+print(
+    "'July 14 2021' mistakes whose day is '0' + the last digit "
+    f"of the true day: {lost_tens:.0%}"
+)
+assert summary.loc["iso_slash", "exact_match"] < 0.05
+assert summary.loc["year_month_day", "exact_match"] < 0.05
+assert fields_wrong.loc["day_mon_yyyy", ["month", "day"]].sum() == 0
+assert fields_wrong.loc["day_mon_yyyy", "year"] > 0
+# (nearly) only the day goes wrong
+for name in ("month_day_year_no_comma", "mon_dot_day_year"):
+    others = fields_wrong.loc[name, ["year", "month"]].sum()
+    assert fields_wrong.loc[name, "day"] > 20 * others
 assert lost_tens > 0.4
 
 # %% [markdown]
@@ -695,22 +883,33 @@ pred = translate(model, [example.source], src_tok, tgt_tok, device=device)[0]
 one_tgt = torch.tensor([tgt_tok.encode(pred, add_bos=True)], device=device)
 with torch.inference_mode():
     teacher_forced_logits(model, one_src, one_tgt, PAD)
-weights = model.decoder.layers[-1].cross_attn_weights[0].mean(0)  # (L_tgt, L_src), heads averaged
-ax = plot_attention(weights, keys=list(example.source) + ["<eos>"], queries=list(pred) + ["<eos>"],
-                    title=f"cross-attention, last decoder layer: {example.source!r} -> {pred!r}")
+# (L_tgt, L_src), heads averaged
+weights = model.decoder.layers[-1].cross_attn_weights[0].mean(0)
+title = f"cross-attention, last decoder layer: {example.source!r} -> {pred!r}"
+ax = plot_attention(
+    weights,
+    keys=list(example.source) + ["<eos>"],
+    queries=list(pred) + ["<eos>"],
+    title=title,
+)
 ax.set_xlabel("source character")
 ax.set_ylabel("output character being produced")
 plt.show()
 
 # where each output character looks most
 looks_at = weights.argmax(-1).tolist()
-(ya, yz), (ma, mz), (da, dz) = (example.spans[f] for f in ("year", "month", "day"))
+ya, yz = example.spans["year"]
+ma, mz = example.spans["month"]
+da, dz = example.spans["day"]
 print("year digits look most at:", [example.source[j] for j in looks_at[0:4]])
 print("month digits look most at:", [example.source[j] for j in looks_at[5:7]])
 print("day digits look most at:", [example.source[j] for j in looks_at[8:10]])
-assert looks_at[0:4] == list(range(ya, yz))  # each year digit reads its own source digit
-assert all(ma <= j < mz for j in looks_at[5:7]) and all(da <= j < dz for j in looks_at[8:10])
-assert example.source.startswith("November") and [example.source[j] for j in looks_at[5:7]] == ["v", "v"]
+# each year digit reads its own source digit
+assert looks_at[0:4] == list(range(ya, yz))
+assert all(ma <= j < mz for j in looks_at[5:7])
+assert all(da <= j < dz for j in looks_at[8:10])
+assert example.source.startswith("November")
+assert [example.source[j] for j in looks_at[5:7]] == ["v", "v"]
 assert [m for m in MONTHS if "v" in m.lower()] == ["November"]
 
 # %% [markdown]
@@ -723,26 +922,39 @@ assert [m for m in MONTHS if "v" in m.lower()] == ["November"]
 
 # %%
 test_src = torch.nn.utils.rnn.pad_sequence(
-    [torch.tensor(src_tok.encode(s)) for s in test_sources], batch_first=True, padding_value=PAD).to(device)
-test_tgt = torch.tensor([tgt_tok.encode(t, add_bos=True) for t in test_targets], device=device)
+    [torch.tensor(src_tok.encode(s)) for s in test_sources],
+    batch_first=True,
+    padding_value=PAD,
+).to(device)
+test_tgt = torch.tensor(
+    [tgt_tok.encode(t, add_bos=True) for t in test_targets], device=device
+)
 with torch.inference_mode():
     teacher_forced_logits(model, test_src, test_tgt, PAD)
 
-out_rows = {"year": [0, 1, 2, 3], "month": [5, 6], "day": [8, 9]}  # positions in "YYYY-MM-DD"
+# positions in "YYYY-MM-DD"
+out_rows = {"year": [0, 1, 2, 3], "month": [5, 6], "day": [8, 9]}
 fields = list(out_rows)
 
 
 def field_share(layer: int) -> pd.DataFrame:
-    """Share of a decoder layer's cross-attention (heads averaged) from each output field to each source field."""
-    w = model.decoder.layers[layer].cross_attn_weights.mean(1).cpu()  # (1000, 11, L_src)
+    """Share of a decoder layer's cross-attention (heads averaged) from each
+    output field to each source field."""
+    # (1000, 11, L_src)
+    w = model.decoder.layers[layer].cross_attn_weights.mean(1).cpu()
     share = np.zeros((3, 3))  # [output field, source field]
     for b, x in enumerate(splits.test):
         for i, rows in enumerate(out_rows.values()):
-            per_src = w[b, rows].mean(0)  # attention of this output field, averaged over its characters
+            # attention of this output field, averaged over its characters
+            per_src = w[b, rows].mean(0)
             for j, field in enumerate(fields):
                 a, z = x.spans[field]
                 share[i, j] += per_src[a:z].sum().item() / len(splits.test)
-    return pd.DataFrame(share, index=[f"output {f}" for f in fields], columns=[f"source {f}" for f in fields])
+    return pd.DataFrame(
+        share,
+        index=[f"output {f}" for f in fields],
+        columns=[f"source {f}" for f in fields],
+    )
 
 
 share = field_share(-1)
@@ -770,16 +982,28 @@ assert first.min() < diag.min()
 # %%
 with tempfile.TemporaryDirectory() as tmp:
     path = Path(tmp) / "date_transformer.pt"
-    torch.save({"config": config.to_dict(), "state_dict": model.state_dict(),
-                "src_tokens": src_tok.tokens, "tgt_tokens": tgt_tok.tokens}, path)
+    torch.save(
+        {
+            "config": config.to_dict(),
+            "state_dict": model.state_dict(),
+            "src_tokens": src_tok.tokens,
+            "tgt_tokens": tgt_tok.tokens,
+        },
+        path,
+    )
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)
 
 restored = Transformer(TransformerConfig.from_dict(checkpoint["config"]))
 restored.load_state_dict(checkpoint["state_dict"])
 restored.to(device).eval()
-assert checkpoint["src_tokens"] == src_tok.tokens and checkpoint["tgt_tokens"] == tgt_tok.tokens
-print("saved:", sorted(checkpoint), f"| {len(checkpoint['state_dict'])} tensors")
-same = translate(restored, test_sources[:200], src_tok, tgt_tok, device=device) == predictions[:200]
+assert checkpoint["src_tokens"] == src_tok.tokens
+assert checkpoint["tgt_tokens"] == tgt_tok.tokens
+n_tensors = len(checkpoint["state_dict"])
+print("saved:", sorted(checkpoint), f"| {n_tensors} tensors")
+same = (
+    translate(restored, test_sources[:200], src_tok, tgt_tok, device=device)
+    == predictions[:200]
+)
 print("the restored model gives the same 200 predictions:", same)
 assert same
 
@@ -807,11 +1031,23 @@ assert same
 # `meta` device (shapes only, no memory for the weights):
 
 # %%
+base_config = TransformerConfig(
+    37_000,
+    37_000,
+    d_model=512,
+    num_heads=8,
+    num_encoder_layers=6,
+    num_decoder_layers=6,
+    d_ff=2048,
+)
 with torch.device("meta"):
-    base = Transformer(TransformerConfig(37_000, 37_000, d_model=512, num_heads=8, num_encoder_layers=6,
-                                         num_decoder_layers=6, d_ff=2048))
+    base = Transformer(base_config)
 n_base, n_ours = count_parameters(base), count_parameters(model)
-print(f"ours: {n_ours:,} parameters; base with separate 37k vocabularies: {n_base:,} (~{n_base / n_ours:.0f}x)")
+print(
+    f"ours: {n_ours:,} parameters; "
+    f"base with separate 37k vocabularies: {n_base:,} "
+    f"(~{n_base / n_ours:.0f}x)"
+)
 assert n_base > 400 * n_ours
 
 # %% [markdown]
@@ -845,38 +1081,71 @@ assert n_base > 400 * n_ours
 # on the unseen formats. Which is more confident? Compare both with the smoothed target's
 # $1 - \varepsilon + \varepsilon/K$. Does smoothing change the accuracy?
 
+
 # %% tags=["hide-input", "solution"]
 @torch.inference_mode()
 def mean_p_correct(m: torch.nn.Module) -> float:
-    """Average probability of the correct next token over the validation set (teacher-forced)."""
+    """Average probability of the correct next token over the validation set
+    (teacher-forced)."""
     m.eval()
     vsrc, vtgt = next(iter(val_loader))
-    vlogits, vlabels = teacher_forced_logits(m, vsrc.to(device), vtgt.to(device), PAD)
+    vlogits, vlabels = teacher_forced_logits(
+        m, vsrc.to(device), vtgt.to(device), PAD
+    )
     p = vlogits.softmax(-1).gather(-1, vlabels[..., None])[..., 0]
     return p[vlabels != PAD].mean().item()
 
 
 def run_250(eps: float) -> dict[str, float]:
-    """A fresh model (seed 0) trained 250 steps with label smoothing ``eps``; what it scores."""
+    """A fresh model (seed 0) trained 250 steps with label smoothing ``eps``;
+    what it scores."""
     set_seed(0, num_threads=1)
     m = Transformer(config).to(device)
-    opt = torch.optim.AdamW(m.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, 25, 250))
-    loader = DataLoader(train_ds, batch_size=BATCH, shuffle=True, collate_fn=collate,
-                        generator=torch.Generator().manual_seed(0))  # the same batches for both runs
-    train_seq2seq(m, loader, 250, opt, PAD, sched, label_smoothing=eps, device=device, show_progress=False)
-    return {"mean p(correct)": mean_p_correct(m),
-            "held-out": exact_match(translate(m, test_sources, src_tok, tgt_tok, device=device), test_targets),
-            "unseen formats": exact_match(translate(m, [x.source for x in unseen], src_tok, tgt_tok, device=device),
-                                          [x.target for x in unseen])}
+    opt = torch.optim.AdamW(
+        m.parameters(), lr=PEAK_LR, betas=(0.9, 0.98), weight_decay=0.01
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_decay(s, 25, 250)
+    )
+    # the same batches for both runs
+    loader = DataLoader(
+        train_ds,
+        batch_size=BATCH,
+        shuffle=True,
+        collate_fn=collate,
+        generator=torch.Generator().manual_seed(0),
+    )
+    train_seq2seq(
+        m,
+        loader,
+        250,
+        opt,
+        PAD,
+        sched,
+        label_smoothing=eps,
+        device=device,
+        show_progress=False,
+    )
+    p_correct = mean_p_correct(m)
+    held_out = translate(m, test_sources, src_tok, tgt_tok, device=device)
+    unseen_src = [x.source for x in unseen]
+    ood_pred = translate(m, unseen_src, src_tok, tgt_tok, device=device)
+    return {
+        "mean p(correct)": p_correct,
+        "held-out": exact_match(held_out, test_targets),
+        "unseen formats": exact_match(ood_pred, [x.target for x in unseen]),
+    }
 
 
 runs = pd.DataFrame({f"ε = {eps}": run_250(eps) for eps in (0.1, 0.0)}).T
 cap = 1 - EPS + EPS / len(tgt_tok)
 print(runs.round(3).to_string())
 print(f"smoothed target for the label: {cap:.3f}")
-assert runs.loc["ε = 0.0", "mean p(correct)"] > cap > runs.loc["ε = 0.1", "mean p(correct)"] - 0.01
-assert (runs["held-out"] < accuracy - 0.2).all()  # 250 steps are far from enough, with or without smoothing
+p_plain = runs.loc["ε = 0.0", "mean p(correct)"]
+p_smoothed = runs.loc["ε = 0.1", "mean p(correct)"]
+assert p_plain > cap > p_smoothed - 0.01
+# 250 steps are far from enough, with or without smoothing
+assert (runs["held-out"] < accuracy - 0.2).all()
 
 # %% [markdown]
 # At equal steps, the model trained without smoothing is more confident: its average
@@ -892,24 +1161,49 @@ assert (runs["held-out"] < accuracy - 0.2).all()  # 250 steps are far from enoug
 # `1e-2` (a bit over 3× ours): one with 80 warm-up steps, one with a single warm-up step (no warm-up),
 # both with the 800-step cosine. Compare their validation losses after 100 steps.
 
+
 # %% tags=["solution"]
 def short_run(peak: float, warmup: int, n_steps: int = 100) -> float:
-    """Validation loss of a fresh model after ``n_steps`` with the given peak LR and warm-up."""
+    """Validation loss of a fresh model after ``n_steps`` with the given
+    peak LR and warm-up."""
     set_seed(0, num_threads=1)
     m = Transformer(config).to(device)
-    opt = torch.optim.AdamW(m.parameters(), lr=peak, betas=(0.9, 0.98), weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, warmup, STEPS))
-    loader = DataLoader(train_ds, batch_size=BATCH, shuffle=True, collate_fn=collate,
-                        generator=torch.Generator().manual_seed(0))
-    h = train_seq2seq(m, loader, n_steps, opt, PAD, sched, label_smoothing=EPS, val_loader=val_loader,
-                      eval_every=n_steps, device=device, show_progress=False)
+    opt = torch.optim.AdamW(
+        m.parameters(), lr=peak, betas=(0.9, 0.98), weight_decay=0.01
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_decay(s, warmup, STEPS)
+    )
+    loader = DataLoader(
+        train_ds,
+        batch_size=BATCH,
+        shuffle=True,
+        collate_fn=collate,
+        generator=torch.Generator().manual_seed(0),
+    )
+    h = train_seq2seq(
+        m,
+        loader,
+        n_steps,
+        opt,
+        PAD,
+        sched,
+        label_smoothing=EPS,
+        val_loader=val_loader,
+        eval_every=n_steps,
+        device=device,
+        show_progress=False,
+    )
     return h.evals["val_loss"][-1]
 
 
 with_warmup, without_warmup = short_run(1e-2, 80), short_run(1e-2, 1)
-print(f"peak 1e-2, validation loss after 100 steps: with warm-up {with_warmup:.3f}, "
-      f"without {without_warmup:.3f}")
-assert without_warmup > with_warmup + 0.3  # the large early steps set training back
+print(
+    "peak 1e-2, validation loss after 100 steps: "
+    f"with warm-up {with_warmup:.3f}, without {without_warmup:.3f}"
+)
+# the large early steps set training back
+assert without_warmup > with_warmup + 0.3
 
 # %% [markdown]
 # **3. A new date format.** Add the format `"1962, October 23"` (year, full month name, day).
@@ -919,27 +1213,61 @@ assert without_warmup > with_warmup + 0.3  # the large early steps set training 
 # original held-out set: did it forget anything?
 
 # %% tags=["solution"]
-new_format = {"year_first": lambda d: [("year", str(d.year)), (None, ", "), ("month", MONTHS[d.month - 1]),
-                                       (None, " "), ("day", str(d.day))]}
-new_test = [render_date(x.date, "year_first", formats=new_format) for x in splits.test]
+new_format = {
+    "year_first": lambda d: [
+        ("year", str(d.year)),
+        (None, ", "),
+        ("month", MONTHS[d.month - 1]),
+        (None, " "),
+        ("day", str(d.day)),
+    ]
+}
+new_test = [
+    render_date(x.date, "year_first", formats=new_format) for x in splits.test
+]
 print("example:", new_test[0].source, "->", new_test[0].target)
 
 
 def accuracy_on(examples) -> float:
-    return exact_match(translate(model, [x.source for x in examples], src_tok, tgt_tok, device=device),
-                       [x.target for x in examples])
+    sources = [x.source for x in examples]
+    preds = translate(model, sources, src_tok, tgt_tok, device=device)
+    return exact_match(preds, [x.target for x in examples])
 
 
 before = accuracy_on(new_test)
-mix = [(render_date(x.date, "year_first", formats=new_format).source, x.target) for x in splits.train[:3000]]
+mix = [
+    (render_date(x.date, "year_first", formats=new_format).source, x.target)
+    for x in splits.train[:3000]
+]
 mix += to_pairs(splits.train[3000:6000])
-mix_loader = DataLoader(Seq2SeqDataset(mix, src_tok, tgt_tok), batch_size=BATCH, shuffle=True,
-                        collate_fn=collate, generator=torch.Generator().manual_seed(1))
-opt_ft = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01)
-sched_ft = torch.optim.lr_scheduler.LambdaLR(opt_ft, lambda s: warmup_decay(s, 20, 300))
-train_seq2seq(model, mix_loader, 300, opt_ft, PAD, sched_ft, label_smoothing=EPS, device=device,
-              show_progress=False)
+mix_loader = DataLoader(
+    Seq2SeqDataset(mix, src_tok, tgt_tok),
+    batch_size=BATCH,
+    shuffle=True,
+    collate_fn=collate,
+    generator=torch.Generator().manual_seed(1),
+)
+opt_ft = torch.optim.AdamW(
+    model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01
+)
+sched_ft = torch.optim.lr_scheduler.LambdaLR(
+    opt_ft, lambda s: warmup_decay(s, 20, 300)
+)
+train_seq2seq(
+    model,
+    mix_loader,
+    300,
+    opt_ft,
+    PAD,
+    sched_ft,
+    label_smoothing=EPS,
+    device=device,
+    show_progress=False,
+)
 after, old_after = accuracy_on(new_test), accuracy_on(splits.test)
-print(f"new format: {100 * before:.1f} % before fine-tuning, {100 * after:.1f} % after; "
-      f"original held-out set after: {100 * old_after:.1f} %")
+print(
+    f"new format: {100 * before:.1f} % before fine-tuning, "
+    f"{100 * after:.1f} % after; "
+    f"original held-out set after: {100 * old_after:.1f} %"
+)
 assert before < 0.5 and after >= 0.97 and old_after >= 0.99

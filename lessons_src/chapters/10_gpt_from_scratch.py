@@ -26,8 +26,19 @@ import matplotlib.pyplot as plt
 import torch
 
 from transformer_course.attention import KVCache
-from transformer_course.generation import generate, next_token_probs, top_k_filter, top_p_filter
-from transformer_course.gpt import GPT, Block, CausalSelfAttention, GPTConfig, lm_loss
+from transformer_course.generation import (
+    generate,
+    next_token_probs,
+    top_k_filter,
+    top_p_filter,
+)
+from transformer_course.gpt import (
+    GPT,
+    Block,
+    CausalSelfAttention,
+    GPTConfig,
+    lm_loss,
+)
 from transformer_course.masking import causal_mask
 from transformer_course.tasks.python_docs import (
     CHARS,
@@ -37,7 +48,12 @@ from transformer_course.tasks.python_docs import (
     train_val_split,
 )
 from transformer_course.tokenization import CharTokenizer
-from transformer_course.train_gpt import evaluate, get_batch, load_checkpoint, train
+from transformer_course.train_gpt import (
+    evaluate,
+    get_batch,
+    load_checkpoint,
+    train,
+)
 from transformer_course.training import warmup_decay
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters, set_seed, show_source
@@ -79,7 +95,10 @@ assert tok.decode(ids) == "def f(x):"
 train_text, val_text = train_val_split(text, val_fraction=0.1)
 train_ids = torch.tensor(tok.encode(train_text))
 val_ids = torch.tensor(tok.encode(val_text))
-print(f"train {len(train_ids):,} characters, validation {len(val_ids):,} characters")
+print(
+    f"train {len(train_ids):,} characters, "
+    f"validation {len(val_ids):,} characters"
+)
 print("validation starts with:", repr(val_text[:70]))
 yield_heading = 'The "yield" statement\n*****'
 assert yield_heading in val_text and yield_heading not in train_text
@@ -92,7 +111,9 @@ assert yield_heading in val_text and yield_heading not in train_text
 # %%
 x, y = get_batch(train_ids, batch_size=2, block_size=24, generator=g)
 for t in range(4):
-    print(f"context {tok.decode(x[0, :t + 1])!r:28} -> next {tok.decode(y[0, t:t + 1])!r}")
+    context = tok.decode(x[0, : t + 1])
+    target = tok.decode(y[0, t : t + 1])
+    print(f"context {context!r:28} -> next {target!r}")
 assert torch.equal(x[:, 1:], y[:, :-1])
 
 # %% [markdown]
@@ -113,15 +134,28 @@ assert torch.equal(x[:, 1:], y[:, :-1])
 # changing the *last* input position must leave every earlier output unchanged:
 
 # %%
-block = EncoderLayer(d_model=16, num_heads=2, d_ff=64, dropout=0.0, activation="gelu", norm_first=True).eval()
+block = EncoderLayer(
+    d_model=16,
+    num_heads=2,
+    d_ff=64,
+    dropout=0.0,
+    activation="gelu",
+    norm_first=True,
+).eval()
 h = torch.randn(1, 5, 16, generator=g)
 h2 = h.clone()
 h2[0, 4] = torch.randn(16, generator=g)  # a different last token
 mask = causal_mask(5)
 print(mask[0, 0].int())
 same = torch.allclose(block(h, mask)[:, :4], block(h2, mask)[:, :4])
-leaks = not torch.allclose(block(h)[:, :4], block(h2)[:, :4])  # no mask: the future leaks in
-print("causal: earlier outputs unchanged:", same, "| without the mask they change:", leaks)
+# no mask: the future leaks in
+leaks = not torch.allclose(block(h)[:, :4], block(h2)[:, :4])
+print(
+    "causal: earlier outputs unchanged:",
+    same,
+    "| without the mask they change:",
+    leaks,
+)
 assert same and leaks
 
 # %% [markdown]
@@ -140,14 +174,20 @@ with torch.no_grad():
     qkv, W = gpt_block.attn.qkv, (sa.W_q, sa.W_k, sa.W_v)
     qkv.weight.copy_(torch.cat([w.weight for w in W]))  # stacked rows
     qkv.bias.copy_(torch.cat([w.bias for w in W]))
-    same = {"attn.proj": sa.W_o, "mlp.fc": ff.linear1,
-            "mlp.proj": ff.linear2, "norm1": block.norm1,
-            "norm2": block.norm2}
+    same = {
+        "attn.proj": sa.W_o,
+        "mlp.fc": ff.linear1,
+        "mlp.proj": ff.linear2,
+        "norm1": block.norm1,
+        "norm2": block.norm2,
+    }
     for name, part in same.items():
         gpt_block.get_submodule(name).load_state_dict(part.state_dict())
     gap = (gpt_block(h) - block(h, mask)).abs().max().item()
-print("Block vs EncoderLayer + causal mask, largest difference below 1e-6:",
-      gap < 1e-6)
+print(
+    "Block vs EncoderLayer + causal mask, largest difference below 1e-6:",
+    gap < 1e-6,
+)
 assert gap < 1e-6
 
 # %% [markdown]
@@ -171,7 +211,9 @@ show_source(GPT)
 # of 64 characters.
 
 # %%
-config = GPTConfig(vocab_size=tok.vocab_size, block_size=64, n_layer=4, n_head=4, d_model=128)
+config = GPTConfig(
+    vocab_size=tok.vocab_size, block_size=64, n_layer=4, n_head=4, d_model=128
+)
 model = GPT(config)
 parts = {
     "token embedding (= output head)": model.tok_emb.weight.numel(),
@@ -184,9 +226,11 @@ for name, n in parts.items():
 print(f"{'total':32} {count_parameters(model):>9,}")
 assert model.lm_head.weight is model.tok_emb.weight
 assert sum(parts.values()) == count_parameters(model)
-# each block: qkv (d x 3d) and proj (d x d) with biases, two MLP matrices d*4d (+ biases), two LayerNorms
+# each block: qkv (d x 3d) and proj (d x d) with biases, two MLP matrices
+# d*4d (+ biases), two LayerNorms
 d = config.d_model
-assert parts["4 blocks"] == 4 * (4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d)
+per_block = 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d
+assert parts["4 blocks"] == 4 * per_block
 
 # %% [markdown]
 # Before training, the model should have no preference among the 96 characters, so its loss
@@ -212,7 +256,10 @@ with torch.no_grad():
     b[0, 41:] = torch.randint(0, 96, (config.block_size - 41,), generator=g)
     diff_past = (model(a)[0, :41] - model(b)[0, :41]).abs().max().item()
     diff_future = (model(a)[0, 41:] - model(b)[0, 41:]).abs().max().item()
-print(f"largest change of a past logit {diff_past:.1e}, of a later logit {diff_future:.1e}")
+print(
+    f"largest change of a past logit {diff_past:.1e}, "
+    f"of a later logit {diff_future:.1e}"
+)
 assert diff_past < 1e-6 < diff_future
 
 # %% [markdown]
@@ -223,7 +270,8 @@ assert diff_past < 1e-6 < diff_future
 # %%
 prompt = "The return statement"
 start = torch.tensor([tok.encode(prompt)])
-untrained = generate(model, start, 60, do_sample=True, generator=torch.Generator().manual_seed(1))
+rng = torch.Generator().manual_seed(1)
+untrained = generate(model, start, 60, do_sample=True, generator=rng)
 print(repr(tok.decode(untrained[0])))
 
 # %% [markdown]
@@ -241,7 +289,8 @@ show_source(train)
 
 # %%
 steps = [0, 50, 500, 999, 1000]
-lrs = [3e-3 * warmup_decay(s, 50, 1000, min_ratio=0.1) for s in steps]  # what train() sets
+# what train() sets
+lrs = [3e-3 * warmup_decay(s, 50, 1000, min_ratio=0.1) for s in steps]
 print("learning rate at steps", steps, "->", [f"{v:.1e}" for v in lrs])
 assert lrs[1] == max(lrs) and abs(lrs[-1] - 3e-4) < 1e-12
 
@@ -251,19 +300,36 @@ assert lrs[1] == max(lrs) and abs(lrs[-1] - 3e-4) < 1e-12
 # bar shows it).
 
 # %%
-print(f"{1000 * 16 * 64:,} characters = {1000 * 16 * 64 / len(train_ids):.2f} passes over the training text")
+print(
+    f"{1000 * 16 * 64:,} characters = "
+    f"{1000 * 16 * 64 / len(train_ids):.2f} passes over the training text"
+)
 
 # %% tags=["nbval-ignore-output"]
 set_seed(0)
 model = GPT(config)
 wall0, cpu0 = time.perf_counter(), time.process_time()
-history = train(model, train_ids, val_ids, steps=1000, batch_size=16, lr=3e-3, warmup=50,
-                eval_every=100, eval_windows=256, generator=torch.Generator().manual_seed(0))
+history = train(
+    model,
+    train_ids,
+    val_ids,
+    steps=1000,
+    batch_size=16,
+    lr=3e-3,
+    warmup=50,
+    eval_every=100,
+    eval_windows=256,
+    generator=torch.Generator().manual_seed(0),
+)
 train_seconds = time.perf_counter() - wall0
-print(f"trained in {train_seconds:.0f} s ({1000 / train_seconds:.1f} steps/s, "
-      f"CPU time {time.process_time() - cpu0:.0f} s)")
-assert len(history.loss) == 1000 and history.eval_steps == list(range(0, 1001, 100))
-assert history.evals["val_loss"][-1] < 0.6 * history.evals["val_loss"][0]  # the model learned
+print(
+    f"trained in {train_seconds:.0f} s ({1000 / train_seconds:.1f} steps/s, "
+    f"CPU time {time.process_time() - cpu0:.0f} s)"
+)
+assert len(history.loss) == 1000
+assert history.eval_steps == list(range(0, 1001, 100))
+# the model learned
+assert history.evals["val_loss"][-1] < 0.6 * history.evals["val_loss"][0]
 
 # %% [markdown]
 # The curves were measured on 256 windows of 64 characters spread over each text. On the whole
@@ -275,8 +341,14 @@ assert history.evals["val_loss"][-1] < 0.6 * history.evals["val_loss"][0]  # the
 # %% tags=["nbval-ignore-output"]
 val_loss = evaluate(model, val_ids)
 n_val_windows = (len(val_ids) - 1) // config.block_size
-print(f"whole validation text ({n_val_windows} windows): {val_loss:.3f} nats/char (perplexity {math.exp(val_loss):.2f})")
-print(f"last point of the validation curve (256 windows): {history.evals['val_loss'][-1]:.3f} nats/char")
+print(
+    f"whole validation text ({n_val_windows} windows): "
+    f"{val_loss:.3f} nats/char (perplexity {math.exp(val_loss):.2f})"
+)
+print(
+    "last point of the validation curve (256 windows): "
+    f"{history.evals['val_loss'][-1]:.3f} nats/char"
+)
 assert abs(val_loss - history.evals["val_loss"][-1]) < 0.05
 assert val_loss <= 1.7
 
@@ -291,27 +363,41 @@ assert val_loss <= 1.7
 # falling.
 
 # %% tags=["nbval-ignore-output"]
+v, t = history.evals["val_loss"], history.evals["train_loss"]
 fig, ax = plt.subplots(figsize=(6.5, 3.5))
-ax.plot(history.eval_steps, history.evals["train_loss"], "o-", label="training text")
-ax.plot(history.eval_steps, history.evals["val_loss"], "s-", label="validation text")
+ax.plot(history.eval_steps, t, "o-", label="training text")
+ax.plot(history.eval_steps, v, "s-", label="validation text")
 ax.axhline(math.log(96), color="gray", ls=":", lw=1)
-ax.text(1000, math.log(96) - 0.08, "uniform over 96 characters", ha="right", va="top", fontsize=8, color="gray")
+ax.text(
+    1000,
+    math.log(96) - 0.08,
+    "uniform over 96 characters",
+    ha="right",
+    va="top",
+    fontsize=8,
+    color="gray",
+)
 ax.set_xlabel("step")
 ax.set_ylabel("loss (nats per character)")
 ax.set_title("Training the small GPT on Python's documentation")
 ax.legend(loc="center right")
 fig.tight_layout()
 plt.show()
-v, t = history.evals["val_loss"], history.evals["train_loss"]
 print("step        " + " ".join(f"{s:>5}" for s in history.eval_steps))
 print("training    " + " ".join(f"{x:5.2f}" for x in t))
 print("validation  " + " ".join(f"{x:5.2f}" for x in v))
-assert v[0] - v[1] > 4 * (v[1] - v[2])  # the first 100 steps gain far more than the next 100
-assert all(a > b for a, b in zip(v, v[1:])) and all(a > b for a, b in zip(t, t[1:]))  # both keep falling
+# the first 100 steps gain far more than the next 100
+assert v[0] - v[1] > 4 * (v[1] - v[2])
+# both keep falling
+assert all(a > b for a, b in zip(v, v[1:]))
+assert all(a > b for a, b in zip(t, t[1:]))
 assert v[-1] < t[-1] + 0.05  # no sign of overfitting
 
 # %% tags=["nbval-ignore-output"]
-trained = generate(model, start, 200, do_sample=True, temperature=0.8, generator=torch.Generator().manual_seed(1))
+rng = torch.Generator().manual_seed(1)
+trained = generate(
+    model, start, 200, do_sample=True, temperature=0.8, generator=rng
+)
 sample = tok.decode(trained[0])
 print(sample)
 assert sample.startswith(prompt) and len(sample) == len(prompt) + 200
@@ -332,8 +418,11 @@ assert sample.startswith(prompt) and len(sample) == len(prompt) + 200
 # %%
 big, big_tok, record = load_checkpoint()
 print(f"{count_parameters(big):,} parameters, config {big.config}")
-print(f"recorded: validation loss {record['val_loss']} nats/char after {record['steps']} steps, "
-      f"trained {record['train_seconds'] / 60:.0f} min on {record['device']}")
+print(
+    f"recorded: validation loss {record['val_loss']} nats/char "
+    f"after {record['steps']} steps, "
+    f"trained {record['train_seconds'] / 60:.0f} min on {record['device']}"
+)
 assert record["val_loss"] <= 1.25 and big_tok.chars == tok.chars
 
 # %% [markdown]
@@ -343,11 +432,17 @@ assert record["val_loss"] <= 1.25 and big_tok.chars == tok.chars
 
 # %%
 big_val = evaluate(big, val_ids)
-print(f"validation loss {big_val:.3f} nats/char, perplexity {math.exp(big_val):.2f}")
+print(
+    f"validation loss {big_val:.3f} nats/char, "
+    f"perplexity {math.exp(big_val):.2f}"
+)
 if record["corpus_sha256"] == corpus_fingerprint(text):
     assert abs(big_val - record["val_loss"]) < 2e-3
 else:
-    print(f"(this Python's documentation differs from the one of the record, Python {record['python']})")
+    print(
+        "(this Python's documentation differs from the one of the record, "
+        f"Python {record['python']})"
+    )
     assert abs(big_val - record["val_loss"]) < 0.2
 
 # %% [markdown]
@@ -406,7 +501,10 @@ for ax, t in zip(axes, (0.5, 1.0, 2.0)):
 axes[0].set_ylabel("probability")
 axes[1].set_ylabel("probability")
 axes[0].set_ylabel("")
-fig.suptitle("Temperature reshapes the next-character distribution\n(the 12 most likely shown)")
+fig.suptitle(
+    "Temperature reshapes the next-character distribution\n"
+    "(the 12 most likely shown)"
+)
 fig.tight_layout()
 plt.show()
 entropies = []
@@ -417,11 +515,14 @@ assert entropies[0] < entropies[1] < entropies[2]
 
 # %%
 for k in (1, 5, 20):
-    print(f"top-k, k = {k:2}: keeps {int(torch.isfinite(top_k_filter(logits, k)).sum()):2} characters")
+    n_kept = int(torch.isfinite(top_k_filter(logits, k)).sum())
+    print(f"top-k, k = {k:2}: keeps {n_kept:2} characters")
 for p in (0.5, 0.9, 0.99):
     kept = torch.isfinite(top_p_filter(logits, p))
-    print(f"top-p, p = {p}: keeps {int(kept.sum()):2} characters, "
-          f"holding {probs[kept].sum().item():.3f} of the probability")
+    print(
+        f"top-p, p = {p}: keeps {int(kept.sum()):2} characters, "
+        f"holding {probs[kept].sum().item():.3f} of the probability"
+    )
     assert probs[kept].sum() >= p
 
 # %% [markdown]
@@ -436,11 +537,17 @@ strategies = {
 }
 outputs = {}
 for name, kwargs in strategies.items():
-    out = generate(big, ids, 160, generator=torch.Generator().manual_seed(0), **kwargs)
+    rng = torch.Generator().manual_seed(0)
+    out = generate(big, ids, 160, generator=rng, **kwargs)
     outputs[name] = big_tok.decode(out[0])
-    # repr() for greedy: it shows the newlines and the trailing spaces that print() hides
-    print(f"--- {name} ---\n{outputs[name]!r}\n" if name == "greedy" else f"--- {name} ---\n{outputs[name]}\n")
-assert all(o.startswith(prompt) and len(o) == len(prompt) + 160 for o in outputs.values())
+    # repr() for greedy: it shows the newlines and the trailing spaces that
+    # print() hides
+    shown = repr(outputs[name]) if name == "greedy" else outputs[name]
+    print(f"--- {name} ---\n{shown}\n")
+assert all(
+    o.startswith(prompt) and len(o) == len(prompt) + 160
+    for o in outputs.values()
+)
 greedy_text = outputs["greedy"]
 trailing = len(greedy_text) - len(greedy_text.rstrip(" "))
 print(f"the greedy text ends in {trailing} spaces")
@@ -459,9 +566,13 @@ assert trailing >= 40
 spaces = torch.tensor([big_tok.encode(" " * big.config.block_size)])
 with torch.no_grad():
     p_space = big(spaces)[0, -1].softmax(-1)
-print(f"after {big.config.block_size} spaces: P(space) = {p_space[big_tok.encode(' ')[0]]:.2f}, "
-      f"greedy picks {big_tok.decode([int(p_space.argmax())])!r}")
-assert big_tok.decode([int(p_space.argmax())]) == " "
+space_id = big_tok.encode(" ")[0]
+pick = big_tok.decode([int(p_space.argmax())])
+print(
+    f"after {big.config.block_size} spaces: "
+    f"P(space) = {p_space[space_id]:.2f}, greedy picks {pick!r}"
+)
+assert pick == " "
 
 # %% [markdown]
 # The samplers keep going, with the misspellings and non-sequiturs of a small model. Top-k and
@@ -499,9 +610,13 @@ print(causal_mask(past + new)[:, :, past:, :][0, 0].int())
 # tokens with and without it:
 
 # %%
-for kwargs in (dict(do_sample=False), dict(do_sample=True, temperature=0.8, top_p=0.9)):
-    a = generate(big, ids, 100, use_cache=False, generator=torch.Generator().manual_seed(3), **kwargs)
-    b = generate(big, ids, 100, use_cache=True, generator=torch.Generator().manual_seed(3), **kwargs)
+greedy = dict(do_sample=False)
+sampled = dict(do_sample=True, temperature=0.8, top_p=0.9)
+for kwargs in (greedy, sampled):
+    rng = torch.Generator().manual_seed(3)
+    a = generate(big, ids, 100, use_cache=False, generator=rng, **kwargs)
+    rng = torch.Generator().manual_seed(3)
+    b = generate(big, ids, 100, use_cache=True, generator=rng, **kwargs)
     print(kwargs, "same tokens:", torch.equal(a, b))
     assert torch.equal(a, b)
 
@@ -510,6 +625,7 @@ for kwargs in (dict(do_sample=False), dict(do_sample=True, temperature=0.8, top_
 # proportional to $t$ (the whole prefix goes through every layer), with it a constant amount
 # plus attention over $t$ cached keys. Timings depend on the machine (and on what else it is
 # running); the tokens must be identical in every row.
+
 
 # %% tags=["nbval-ignore-output"]
 def timed(fn, *args, repeats=3, **kwargs):
@@ -523,11 +639,13 @@ def timed(fn, *args, repeats=3, **kwargs):
 
 one = torch.tensor([big_tok.encode("\n")])
 print(f"{'new tokens':>10} {'no cache':>10} {'KV cache':>10} {'speed-up':>9}")
-for n in (32, 64, 127):  # a 1-character prompt + 127 new ones fill the 128 positions
+# a 1-character prompt + 127 new ones fill the 128 positions
+for n in (32, 64, 127):
     t_plain, a = timed(generate, big, one, n, use_cache=False)
     t_cache, b = timed(generate, big, one, n, use_cache=True)
     assert torch.equal(a, b)
-    print(f"{n:>10} {t_plain:>9.2f}s {t_cache:>9.2f}s {t_plain / t_cache:>8.1f}x")
+    speedup = t_plain / t_cache
+    print(f"{n:>10} {t_plain:>9.2f}s {t_cache:>9.2f}s {speedup:>8.1f}x")
 
 # %% [markdown]
 # With 128 positions the texts stay short, and so does the gain. The
@@ -545,6 +663,7 @@ for n in (32, 64, 127):  # a 1-character prompt + 127 new ones fill the 128 posi
 # fraction `m` of the most likely token's probability. Write `min_p_filter(logits, m)` in the
 # style of `top_k_filter` and check that it always keeps the most likely token and keeps more
 # tokens when the model is unsure.
+
 
 # %% tags=["solution"]
 def min_p_filter(logits: torch.Tensor, m: float) -> torch.Tensor:
@@ -568,9 +687,13 @@ assert n_sure < n_unsure
 
 # %% tags=["solution"]
 untied = GPT(config)
-untied.lm_head.weight = torch.nn.Parameter(untied.tok_emb.weight.detach().clone())
+head_weight = untied.tok_emb.weight.detach().clone()
+untied.lm_head.weight = torch.nn.Parameter(head_weight)
 extra = count_parameters(untied) - count_parameters(GPT(config))
-print(f"{extra:,} more parameters = vocab_size x d_model = {config.vocab_size} x {config.d_model}")
+print(
+    f"{extra:,} more parameters = vocab_size x d_model = "
+    f"{config.vocab_size} x {config.d_model}"
+)
 assert extra == config.vocab_size * config.d_model
 
 # %% [markdown]
@@ -580,9 +703,13 @@ assert extra == config.vocab_size * config.d_model
 # $\ln 96$).
 
 # %% tags=["solution"]
-cold = generate(big, ids, 40, do_sample=True, temperature=0.01, generator=torch.Generator().manual_seed(0))
+rng = torch.Generator().manual_seed(0)
+cold = generate(big, ids, 40, do_sample=True, temperature=0.01, generator=rng)
 assert torch.equal(cold, generate(big, ids, 40))
 hot = next_token_probs(logits, temperature=1000.0)
 hot_entropy = -(hot * hot.log()).sum().item()
-print(f"T = 0.01 gives the greedy text; entropy at T = 1000: {hot_entropy:.3f} nats, ln 96 = {math.log(96):.3f}")
+print(
+    "T = 0.01 gives the greedy text; "
+    f"entropy at T = 1000: {hot_entropy:.3f} nats, ln 96 = {math.log(96):.3f}"
+)
 assert abs(hot_entropy - math.log(96)) < 0.01

@@ -53,12 +53,16 @@ from transformer_course.hf_gpt2 import (
     train_bpe,
 )
 from transformer_course.pretrained import hub_available, load_smollm2
-from transformer_course.tasks.python_docs import load_python_docs, train_val_split
+from transformer_course.tasks.python_docs import (
+    load_python_docs,
+    train_val_split,
+)
 from transformer_course.train_gpt import evaluate, load_checkpoint
 from transformer_course.utils import count_parameters, set_seed, show_source
 
 g = set_seed(0)
-transformers.utils.logging.disable_progress_bar()  # no "Loading weights" bars on the page
+# no "Loading weights" bars on the page
+transformers.utils.logging.disable_progress_bar()
 print("transformers", transformers.__version__.split(".")[0] + ".x")
 
 # %% [markdown]
@@ -72,7 +76,15 @@ print("transformers", transformers.__version__.split(".")[0] + ".x")
 # %%
 ours, char_tok, record = load_checkpoint()
 hf_config = to_hf_config(ours.config)
-names = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "n_inner", "activation_function")
+names = (
+    "vocab_size",
+    "n_positions",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_inner",
+    "activation_function",
+)
 print({k: getattr(hf_config, k) for k in names})
 
 # %% [markdown]
@@ -92,9 +104,13 @@ with torch.no_grad():
     conv.weight.copy_(lin.weight.T)
     conv.bias.copy_(lin.bias)
     v = torch.randn(3, lin.in_features, generator=g)
-    print("Linear weight", tuple(lin.weight.shape), "| Conv1D weight", tuple(conv.weight.shape),
-          "| same output:", torch.allclose(lin(v), conv(v), atol=1e-6))
-    assert torch.allclose(lin(v), conv(v), atol=1e-6)
+    same = torch.allclose(lin(v), conv(v), atol=1e-6)
+    print(
+        f"Linear weight {tuple(lin.weight.shape)} "
+        f"| Conv1D weight {tuple(conv.weight.shape)} "
+        f"| same output: {same}"
+    )
+    assert same
 
 # %%
 show_source(hf_state_dict)
@@ -111,14 +127,20 @@ show_source(hf_state_dict)
 hf_model = to_hf(ours)
 save_dir = Path(tempfile.mkdtemp()) / "gpt-python-docs"
 hf_model.save_pretrained(save_dir)
-hf_char_tokenizer(char_tok.chars, model_max_length=ours.config.block_size).save_pretrained(save_dir)
+char_hf_tok = hf_char_tokenizer(
+    char_tok.chars, model_max_length=ours.config.block_size
+)
+char_hf_tok.save_pretrained(save_dir)
 print(sorted(p.name for p in save_dir.iterdir()))
 
 model = AutoModelForCausalLM.from_pretrained(save_dir).eval()
 tokenizer = AutoTokenizer.from_pretrained(save_dir)
-print(type(model).__name__, "+", type(tokenizer).__name__,
-      f"{count_parameters(model):,} parameters (ours: {count_parameters(ours):,})")
-assert count_parameters(model) == count_parameters(ours)
+n_hf, n_ours = count_parameters(model), count_parameters(ours)
+print(
+    f"{type(model).__name__} + {type(tokenizer).__name__}",
+    f"{n_hf:,} parameters (ours: {n_ours:,})",
+)
+assert n_hf == n_ours
 
 prompt = 'The "while" statement'
 batch = tokenizer(prompt, return_tensors="pt")
@@ -134,11 +156,17 @@ text = load_python_docs()
 train_text, val_text = train_val_split(text)
 val_ids = torch.tensor(char_tok.encode(val_text))
 block = ours.config.block_size
-windows = val_ids[: (len(val_ids) // block) * block].view(-1, block)[:100]  # the first 12,800 characters
+# the first 12,800 characters
+windows = val_ids[: (len(val_ids) // block) * block].view(-1, block)[:100]
 assert block == 128
 with torch.no_grad():
-    max_diff = (model(windows[:8]).logits - ours(windows[:8])).abs().max().item()
-print(f"max |logits(HF) - logits(ours)| = {max_diff:.1e}" if max_diff > 0 else "logits identical")
+    hf_logits = model(windows[:8]).logits
+    max_diff = (hf_logits - ours(windows[:8])).abs().max().item()
+print(
+    f"max |logits(HF) - logits(ours)| = {max_diff:.1e}"
+    if max_diff > 0
+    else "logits identical"
+)
 assert max_diff <= 1e-4
 
 # %% [markdown]
@@ -150,6 +178,7 @@ assert max_diff <= 1e-4
 # from the ones before them: once with our model and `lm_loss`, once through Hugging Face,
 # whose causal language models compute that loss themselves when given `labels` (they shift the
 # labels by one internally, so `labels=input_ids` is correct).
+
 
 # %%
 def perplexity_ours(m, windows, batch_size=64):
@@ -170,8 +199,12 @@ def perplexity_hf(m, windows, batch_size=64):
     return math.exp(total / len(windows))
 
 
-ppl_ours, ppl_hf = perplexity_ours(ours, windows), perplexity_hf(model, windows)
-print(f"{len(windows)} windows: perplexity {ppl_ours:.4f} (ours) vs {ppl_hf:.4f} (Hugging Face)")
+ppl_ours = perplexity_ours(ours, windows)
+ppl_hf = perplexity_hf(model, windows)
+print(
+    f"{len(windows)} windows: perplexity {ppl_ours:.4f} (ours) "
+    f"vs {ppl_hf:.4f} (Hugging Face)"
+)
 print(f"= {math.log(ppl_ours):.4f} nats per character")
 assert abs(ppl_ours - ppl_hf) < 1e-3
 
@@ -191,13 +224,20 @@ assert abs(val_loss - math.log(ppl_ours)) < 0.01
 
 # %%
 ids, mask = batch["input_ids"], batch["attention_mask"]
-greedy_hf = model.generate(ids, attention_mask=mask, max_new_tokens=60, do_sample=False)
+greedy_hf = model.generate(
+    ids, attention_mask=mask, max_new_tokens=60, do_sample=False
+)
 greedy_ours = generate(ours, ids, 60)
 print(repr(tokenizer.decode(greedy_hf[0])))
 assert torch.equal(greedy_hf, greedy_ours)
-short = model.generate(ids, attention_mask=mask, max_length=30, do_sample=False)
-print(f"prompt {ids.shape[1]} tokens; max_length=30 returns {short.shape[1]} tokens in all, "
-      f"{short.shape[1] - ids.shape[1]} of them new")
+short = model.generate(
+    ids, attention_mask=mask, max_length=30, do_sample=False
+)
+print(
+    f"prompt {ids.shape[1]} tokens; "
+    f"max_length=30 returns {short.shape[1]} tokens in all, "
+    f"{short.shape[1] - ids.shape[1]} of them new"
+)
 assert short.shape[1] == 30
 
 # %% [markdown]
@@ -225,7 +265,8 @@ gpt2_config.activation_function = "gelu_new"
 gpt2_style = transformers.GPT2LMHeadModel(gpt2_config).eval()
 gpt2_style.load_state_dict(model.state_dict())
 converted = from_hf(gpt2_style)
-exact_gelu = GPT(GPTConfig(**{**converted.config.to_dict(), "activation": "gelu"})).eval()
+gelu_settings = {**converted.config.to_dict(), "activation": "gelu"}
+exact_gelu = GPT(GPTConfig(**gelu_settings)).eval()
 exact_gelu.load_state_dict(converted.state_dict())
 with torch.no_grad():
     w8 = windows[:8]
@@ -234,9 +275,16 @@ with torch.no_grad():
     diff_tanh = (converted(w8) - reference).abs().max().item()
     diff_exact = (exact_gelu(w8) - reference).abs().max().item()
 print(f"activation read from the config: {converted.config.activation!r}")
-print(f"round trip ours -> GPT-2 -> ours: max logit difference {'< 1e-5' if round_trip < 1e-5 else f'{round_trip:.1e}'}")
-print(f"GPT-2 with tanh GELU vs from_hf: {'< 1e-4' if diff_tanh <= 1e-4 else f'{diff_tanh:.1e}'}; "
-      f"with the exact GELU instead: {diff_exact:.3f} (logits up to {reference.abs().max():.0f})")
+round_trip_text = "< 1e-5" if round_trip < 1e-5 else f"{round_trip:.1e}"
+diff_tanh_text = "< 1e-4" if diff_tanh <= 1e-4 else f"{diff_tanh:.1e}"
+print(
+    f"round trip ours -> GPT-2 -> ours: max logit difference {round_trip_text}"
+)
+print(
+    f"GPT-2 with tanh GELU vs from_hf: {diff_tanh_text}; "
+    f"with the exact GELU instead: {diff_exact:.3f} "
+    f"(logits up to {reference.abs().max():.0f})"
+)
 assert converted.config.activation == "gelu_tanh"
 assert round_trip < 1e-5 and diff_tanh <= 1e-4 < 1e-2 < diff_exact
 
@@ -249,12 +297,22 @@ assert round_trip < 1e-5 and diff_tanh <= 1e-4 < 1e-2 < diff_exact
 # %%
 if hub_available():
     gpt2, gpt2_tok = load_gpt2()
-    print(f"GPT-2's weights in the course's GPT: {count_parameters(gpt2) / 1e6:.0f}M parameters, {gpt2.config}")
-    start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")["input_ids"]
+    print(
+        "GPT-2's weights in the course's GPT: "
+        f"{count_parameters(gpt2) / 1e6:.0f}M parameters, {gpt2.config}"
+    )
+    gpt2_prompt = "In Python, a list comprehension"
+    start = gpt2_tok(gpt2_prompt, return_tensors="pt")["input_ids"]
     print(repr(gpt2_tok.decode(generate(gpt2, start, 30)[0])))
 else:
-    print("No network here: GPT-2's weights (Hugging Face Hub only) were not downloaded.")
-    print("The checks above ran the same conversion on a model with GPT-2's structure.")
+    print(
+        "No network here: GPT-2's weights (Hugging Face Hub only) "
+        "were not downloaded."
+    )
+    print(
+        "The checks above ran the same conversion on a model "
+        "with GPT-2's structure."
+    )
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct
@@ -274,10 +332,16 @@ assert smol.config.model_type == "llama" and smol_tok.padding_side == "left"
 
 # %%
 cfg = smol.config
-print(type(smol).__name__, f"{count_parameters(smol) / 1e6:.1f}M parameters:",
-      f"{cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_attention_heads} query heads,",
-      f"{cfg.num_key_value_heads} key/value heads, vocabulary {cfg.vocab_size:,}")
-assert type(smol).__name__ == "LlamaForCausalLM" and round(count_parameters(smol) / 1e6) == 135
+print(
+    type(smol).__name__,
+    f"{count_parameters(smol) / 1e6:.1f}M parameters:",
+    f"{cfg.num_hidden_layers} layers, width {cfg.hidden_size},",
+    f"{cfg.num_attention_heads} query heads,",
+    f"{cfg.num_key_value_heads} key/value heads,",
+    f"vocabulary {cfg.vocab_size:,}",
+)
+assert type(smol).__name__ == "LlamaForCausalLM"
+assert round(count_parameters(smol) / 1e6) == 135
 
 # %% [markdown]
 # ### Its tokenizer
@@ -289,11 +353,15 @@ assert type(smol).__name__ == "LlamaForCausalLM" and round(count_parameters(smol
 
 # %%
 smol_merges = bpe_merges(smol_tok.backend_tokenizer)
-print(f"{len(smol_tok):,} tokens, {len(smol_merges):,} merges; special:", smol_tok.all_special_tokens)
+print(
+    f"{len(smol_tok):,} tokens, {len(smol_merges):,} merges; special:",
+    smol_tok.all_special_tokens,
+)
 print("first merges:", smol_merges[:9])
 sentence = "The capital of France is Paris."
 print(smol_tok.convert_ids_to_tokens(smol_tok(sentence)["input_ids"]))
-assert smol_merges[8] == ("Ġt", "he") and smol_tok.decode(smol_tok(sentence)["input_ids"]) == sentence
+assert smol_merges[8] == ("Ġt", "he")
+assert smol_tok.decode(smol_tok(sentence)["input_ids"]) == sentence
 
 # %% [markdown]
 # An instruction-tuned model expects its input in the format it was tuned on. The tokenizer
@@ -302,8 +370,12 @@ assert smol_merges[8] == ("Ġt", "he") and smol_tok.decode(smol_tok(sentence)["i
 # `add_generation_prompt=True`, the opening of the assistant's turn.
 
 # %%
-messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
-print(smol_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+question = "What is the capital of France? Answer in one sentence."
+messages = [{"role": "user", "content": question}]
+chat_text = smol_tok.apply_chat_template(
+    messages, tokenize=False, add_generation_prompt=True
+)
+print(chat_text)
 
 # %% [markdown]
 # ### Our BPE against SmolLM2's
@@ -316,7 +388,10 @@ print(smol_tok.apply_chat_template(messages, tokenize=False, add_generation_prom
 # %%
 bpe = train_bpe(train_text, vocab_size=2000)
 merges = bpe_merges(bpe)
-print(f"our BPE: {bpe.get_vocab_size()} tokens = 256 bytes + 1 special token + {len(merges)} merges")
+print(
+    f"our BPE: {bpe.get_vocab_size()} tokens = "
+    f"256 bytes + 1 special token + {len(merges)} merges"
+)
 for i, (a, b) in enumerate(merges[:6]):
     print(f"merge {i}: {a!r} + {b!r} -> {a + b!r}")
 assert bpe.get_vocab_size() == 256 + 1 + len(merges) == 2000
@@ -328,32 +403,53 @@ assert bpe.get_vocab_size() == 256 + 1 + len(merges) == 2000
 
 # %%
 word_counts = Counter(
-    word for line in train_text.splitlines(keepends=True) for word, _ in bpe.pre_tokenizer.pre_tokenize_str(line)
+    word
+    for line in train_text.splitlines(keepends=True)
+    for word, _ in bpe.pre_tokenizer.pre_tokenize_str(line)
 )
 pair_counts = Counter()
 for word, n in word_counts.items():
     for a, b in zip(word, word[1:]):
         pair_counts[a, b] += n
 (top_pair, top_n), (second_pair, second_n) = pair_counts.most_common(2)
-print(f"most frequent pair {top_pair} seen {top_n:,} times (next: {second_pair}, {second_n:,})")
+print(
+    f"most frequent pair {top_pair} seen {top_n:,} times "
+    f"(next: {second_pair}, {second_n:,})"
+)
 assert top_pair == merges[0]
 
 # %%
 probes = {
     "documentation": val_text[:2000],
-    "Python code": "    for key, value in sorted(counts.items()):\n        print(f\"{key}: {value}\")\n",
-    "everyday English": "My grandmother baked an apple pie for the neighbours yesterday afternoon.",
+    "Python code": (
+        "    for key, value in sorted(counts.items()):\n"
+        '        print(f"{key}: {value}")\n'
+    ),
+    "everyday English": (
+        "My grandmother baked an apple pie for the neighbours "
+        "yesterday afternoon."
+    ),
 }
-print(f"{'characters per token':22} {'our BPE (2k)':>13} {'SmolLM2 (49k)':>14}")
+print(
+    f"{'characters per token':22} {'our BPE (2k)':>13} {'SmolLM2 (49k)':>14}"
+)
 ratios = {}
 for name, s in probes.items():
-    ratios[name] = (len(s) / len(bpe.encode(s).ids), len(s) / len(smol_tok(s)["input_ids"]))
+    ratios[name] = (
+        len(s) / len(bpe.encode(s).ids),
+        len(s) / len(smol_tok(s)["input_ids"]),
+    )
     print(f"{name:22} {ratios[name][0]:13.2f} {ratios[name][1]:14.2f}")
 for w in (" statement", " grandmother", " photosynthesis"):
-    print(f"{w!r:18} ours {bpe.encode(w).tokens}  SmolLM2 {smol_tok.tokenize(w)}")
-assert ratios["documentation"][1] > ratios["documentation"][0]  # the larger vocabulary compresses better
-assert ratios["everyday English"][1] > 1.5 * ratios["everyday English"][0]  # and outside our domain, much better
-assert len(bpe.encode(" statement").tokens) == 1 and len(bpe.encode(" grandmother").tokens) >= 3
+    print(
+        f"{w!r:18} ours {bpe.encode(w).tokens}  SmolLM2 {smol_tok.tokenize(w)}"
+    )
+# the larger vocabulary compresses better
+assert ratios["documentation"][1] > ratios["documentation"][0]
+# and outside our domain, much better
+assert ratios["everyday English"][1] > 1.5 * ratios["everyday English"][0]
+assert len(bpe.encode(" statement").tokens) == 1
+assert len(bpe.encode(" grandmother").tokens) >= 3
 
 # %% [markdown]
 # Our tokenizer knows the documentation's words (` statement` is one token) and little else:
@@ -367,7 +463,9 @@ assert len(bpe.encode(" statement").tokens) == 1 and len(bpe.encode(" grandmothe
 # the model's `eos_token`; `skip_special_tokens=True` leaves it out of the decoded text.
 
 # %%
-chat = smol_tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+chat = smol_tok.apply_chat_template(
+    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+)
 n_prompt = chat["input_ids"].shape[1]
 answer_ids = smol.generate(**chat, max_new_tokens=30, do_sample=False)
 answer = smol_tok.decode(answer_ids[0, n_prompt:], skip_special_tokens=True)
@@ -381,29 +479,37 @@ assert "Paris" in answer and answer_ids[0, -1].item() == smol_tok.eos_token_id
 # config says otherwise; pass `top_k=0` to switch it off where you mean pure temperature or top-p.
 
 # %%
-story = [{"role": "user", "content": "Write one sentence about a cat who learns to program."}]
-story_ids = smol_tok.apply_chat_template(story, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+request = "Write one sentence about a cat who learns to program."
+story = [{"role": "user", "content": request}]
+story_ids = smol_tok.apply_chat_template(
+    story, add_generation_prompt=True, return_tensors="pt", return_dict=True
+)
 settings = {
     "greedy": dict(do_sample=False),
     "temperature 0.7": dict(do_sample=True, temperature=0.7, top_k=0),
     "top-k, k = 20": dict(do_sample=True, top_k=20),
     "top-p, p = 0.9": dict(do_sample=True, top_p=0.9, top_k=0),
 }
+n_in = story_ids["input_ids"].shape[1]
 stories = {}
 for name, kwargs in settings.items():
     torch.manual_seed(0)
     out = smol.generate(**story_ids, max_new_tokens=32, **kwargs)
-    stories[name] = smol_tok.decode(out[0, story_ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    stories[name] = smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
     print(f"{name:16} {stories[name]!r}")
-assert all(len(s) > 20 for s in stories.values()) and len(set(stories.values())) >= 3
+assert all(len(s) > 20 for s in stories.values())
+assert len(set(stories.values())) >= 3
 
 # %% [markdown]
 # The `pipeline` wraps tokenizer, chat template, model and decoding into one call. Given a list
 # of messages it applies the template itself and returns the conversation with the answer added:
 
 # %%
-chatbot = pipeline("text-generation", model=smol, tokenizer=smol_tok, device="cpu")
-reply = chatbot(messages, max_new_tokens=30, do_sample=False)[0]["generated_text"][-1]
+chatbot = pipeline(
+    "text-generation", model=smol, tokenizer=smol_tok, device="cpu"
+)
+result = chatbot(messages, max_new_tokens=30, do_sample=False)
+reply = result[0]["generated_text"][-1]
 print(reply)
 assert reply["role"] == "assistant" and reply["content"] == answer
 
@@ -418,21 +524,36 @@ assert reply["role"] == "assistant" and reply["content"] == answer
 # `load_smollm2` sets `padding_side="left"`.
 
 # %%
-questions = ["What is 2 + 2?", "Name three colours of the rainbow, separated by commas."]
-texts = [smol_tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-         for q in questions]
+questions = [
+    "What is 2 + 2?",
+    "Name three colours of the rainbow, separated by commas.",
+]
+chats = [[{"role": "user", "content": q}] for q in questions]
+texts = [
+    smol_tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True)
+    for c in chats
+]
 padded = smol_tok(texts, return_tensors="pt", padding=True)
-print("pad token", repr(smol_tok.pad_token), "| padding side", smol_tok.padding_side)
-print("attention mask, first 12 positions:\n", padded["attention_mask"][:, :12])
+print(
+    f"pad token {smol_tok.pad_token!r}",
+    f"| padding side {smol_tok.padding_side}",
+)
+print(
+    "attention mask, first 12 positions:\n", padded["attention_mask"][:, :12]
+)
 together = smol.generate(**padded, max_new_tokens=12, do_sample=False)
 width = padded["input_ids"].shape[1]
 for i, text in enumerate(texts):
     alone_in = smol_tok(text, return_tensors="pt")
-    alone = smol.generate(**alone_in, max_new_tokens=12, do_sample=False)[0, alone_in["input_ids"].shape[1]:]
+    alone = smol.generate(**alone_in, max_new_tokens=12, do_sample=False)
+    alone = alone[0, alone_in["input_ids"].shape[1] :]
     batched = together[i, width:]
     batched = batched[: len(alone)]
-    print(f"{questions[i]!r}: {smol_tok.decode(batched, skip_special_tokens=True)!r} "
-          f"| same tokens as alone: {torch.equal(batched, alone)}")
+    print(
+        f"{questions[i]!r}: "
+        f"{smol_tok.decode(batched, skip_special_tokens=True)!r} "
+        f"| same tokens as alone: {torch.equal(batched, alone)}"
+    )
     assert torch.equal(batched, alone)
 
 # %% [markdown]
@@ -446,9 +567,11 @@ for i, text in enumerate(texts):
 # exponential is the perplexity. A sensible sentence is far more probable than the same words
 # in a random order:
 
+
 # %%
 def smol_nll(text: str) -> tuple[float, int]:
-    """Total negative log-likelihood (nats) of ``text``'s tokens after the first, and their number."""
+    """Total negative log-likelihood (nats) of ``text``'s tokens after the
+    first, and their number."""
     ids = smol_tok(text, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         mean = smol(input_ids=ids, labels=ids).loss.item()
@@ -457,7 +580,8 @@ def smol_nll(text: str) -> tuple[float, int]:
 
 fluent = "The cat sat on the mat and looked out of the window at the birds."
 words = fluent.rstrip(".").split()
-shuffled = " ".join(words[i] for i in torch.randperm(len(words), generator=torch.Generator().manual_seed(0))) + "."
+perm = torch.randperm(len(words), generator=torch.Generator().manual_seed(0))
+shuffled = " ".join(words[i] for i in perm) + "."
 ppl = {}
 for s in (fluent, shuffled):
     nll, n = smol_nll(s)
@@ -478,13 +602,19 @@ nll_smol, _ = smol_nll(snippet)
 first = smol_tok(snippet)["input_ids"][0]
 chars_scored_smol = len(snippet) - len(smol_tok.decode([first]))
 snippet_ids = torch.tensor([char_tok.encode(snippet)])
+starts = range(0, len(snippet) - block + 1, block - 1)
+nll_ours = 0
 with torch.no_grad():
-    nll_ours = sum(lm_loss(ours(snippet_ids[:, i : i + block])[:, :-1], snippet_ids[:, i + 1 : i + block]).item() * (block - 1)
-                   for i in range(0, len(snippet) - block + 1, block - 1))
-chars_ours = len(range(0, len(snippet) - block + 1, block - 1)) * (block - 1)
-print(f"our character GPT: {nll_ours / chars_ours:.3f} nats per character")
-print(f"SmolLM2:           {nll_smol / chars_scored_smol:.3f} nats per character")
-assert nll_smol / chars_scored_smol < nll_ours / chars_ours
+    for i in starts:
+        window_logits = ours(snippet_ids[:, i : i + block])[:, :-1]
+        window_targets = snippet_ids[:, i + 1 : i + block]
+        nll_ours += lm_loss(window_logits, window_targets).item() * (block - 1)
+chars_ours = len(starts) * (block - 1)
+per_char_ours = nll_ours / chars_ours
+per_char_smol = nll_smol / chars_scored_smol
+print(f"our character GPT: {per_char_ours:.3f} nats per character")
+print(f"SmolLM2:           {per_char_smol:.3f} nats per character")
+assert per_char_smol < per_char_ours
 
 # %% [markdown]
 # ## From GPT-2 to a modern decoder
@@ -493,23 +623,42 @@ assert nll_smol / chars_scored_smol < nll_ours / chars_ours
 # GPT-2), read off the two configs:
 
 # %%
+if hasattr(cfg, "rope_parameters"):
+    positions = f"rotary, theta = {cfg.rope_parameters['rope_theta']:,.0f}"
+else:
+    positions = "rotary"
+ratio = cfg.intermediate_size / cfg.hidden_size
 rows = {
-    "positions": ("learned table (wpe)", f"rotary, theta = {cfg.rope_parameters['rope_theta']:,.0f}"
-                  if hasattr(cfg, "rope_parameters") else "rotary"),
+    "positions": ("learned table (wpe)", positions),
     "normalisation": ("LayerNorm", "RMSNorm"),
-    "feed-forward": (f"GELU, {ours.config.d_ff} = 4 x {ours.config.d_model}",
-                     f"SwiGLU, {cfg.intermediate_size} = {cfg.intermediate_size / cfg.hidden_size:.2f} x {cfg.hidden_size}"),
-    "attention heads (query / key-value)": (f"{ours.config.n_head} / {ours.config.n_head}",
-                                            f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}"),
-    "biases in linear layers": ("yes", "yes" if cfg.attention_bias or cfg.mlp_bias else "no"),
-    "output head tied to embedding": ("yes", "yes" if cfg.tie_word_embeddings else "no"),
+    "feed-forward": (
+        f"GELU, {ours.config.d_ff} = 4 x {ours.config.d_model}",
+        f"SwiGLU, {cfg.intermediate_size} = {ratio:.2f} x {cfg.hidden_size}",
+    ),
+    "attention heads (query / key-value)": (
+        f"{ours.config.n_head} / {ours.config.n_head}",
+        f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}",
+    ),
+    "biases in linear layers": (
+        "yes",
+        "yes" if cfg.attention_bias or cfg.mlp_bias else "no",
+    ),
+    "output head tied to embedding": (
+        "yes",
+        "yes" if cfg.tie_word_embeddings else "no",
+    ),
 }
 print(f"{'':38}{'our GPT / GPT-2':24}SmolLM2 (Llama)")
 for k, (a, b) in rows.items():
     print(f"{k:38}{a:24}{b}")
 layer0 = smol.model.layers[0]
-print(type(layer0.input_layernorm).__name__, type(layer0.mlp).__name__, type(layer0.self_attn).__name__)
-assert not cfg.attention_bias and not cfg.mlp_bias and layer0.self_attn.q_proj.bias is None
+print(
+    type(layer0.input_layernorm).__name__,
+    type(layer0.mlp).__name__,
+    type(layer0.self_attn).__name__,
+)
+assert not cfg.attention_bias and not cfg.mlp_bias
+assert layer0.self_attn.q_proj.bias is None
 
 # %% [markdown]
 # Each difference fits in a few lines. We rebuild them here and check each one against the
@@ -519,15 +668,18 @@ assert not cfg.attention_bias and not cfg.mlp_bias and layer0.self_attn.q_proj.b
 # and scale, $\mathrm{RMSNorm}(x) = g \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$. It is
 # cheaper, and works as well in practice.
 
+
 # %%
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return weight * x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return w * x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
 
 
 x = torch.randn(2, 5, cfg.hidden_size, generator=g)
 with torch.no_grad():
-    diff = (rms_norm(x, layer0.input_layernorm.weight, cfg.rms_norm_eps) - layer0.input_layernorm(x)).abs().max().item()
-print(f"our RMSNorm vs the model's: max difference {'< 1e-5' if diff < 1e-5 else f'{diff:.1e}'}")
+    mine = rms_norm(x, layer0.input_layernorm.weight, cfg.rms_norm_eps)
+    diff = (mine - layer0.input_layernorm(x)).abs().max().item()
+diff_text = "< 1e-5" if diff < 1e-5 else f"{diff:.1e}"
+print(f"our RMSNorm vs the model's: max difference {diff_text}")
 assert diff < 1e-5
 
 # %% [markdown]
@@ -536,6 +688,7 @@ assert diff < 1e-5
 # $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$. Three matrices instead of two, so the
 # hidden width is about $\tfrac{8}{3}d$ instead of $4d$ for a similar parameter count.
 
+
 # %%
 def swiglu(x: torch.Tensor, mlp) -> torch.Tensor:
     return mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
@@ -543,7 +696,8 @@ def swiglu(x: torch.Tensor, mlp) -> torch.Tensor:
 
 with torch.no_grad():
     diff = (swiglu(x, layer0.mlp) - layer0.mlp(x)).abs().max().item()
-print(f"our SwiGLU vs the model's: max difference {'< 1e-5' if diff < 1e-5 else f'{diff:.1e}'}")
+diff_text = "< 1e-5" if diff < 1e-5 else f"{diff:.1e}"
+print(f"our SwiGLU vs the model's: max difference {diff_text}")
 assert diff < 1e-5
 
 # %% [markdown]
@@ -561,46 +715,67 @@ assert diff < 1e-5
 # We recompute the attention of layer 0 from its input with both ideas in a few lines, and
 # compare with what the layer itself output on the same text (a forward hook records both).
 
+
 # %%
 def rope(x: torch.Tensor, base: float) -> torch.Tensor:
     """Rotate (batch, heads, T, d) queries or keys by their position."""
     T, d = x.shape[-2], x.shape[-1]
     freqs = base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)  # (d/2,)
     angles = torch.arange(T, dtype=torch.float32)[:, None] * freqs  # (T, d/2)
-    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)  # (T, d), feature j pairs with j + d/2
+    # (T, d), feature j pairs with j + d/2
+    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)
     rotated_half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
     return x * cos + rotated_half * sin
 
 
-def llama_attention(h: torch.Tensor, attn, n_heads: int, n_kv: int, base: float) -> torch.Tensor:
+def llama_attention(
+    h: torch.Tensor, attn, n_heads: int, n_kv: int, base: float
+) -> torch.Tensor:
     B, T, _ = h.shape
     d = attn.q_proj.out_features // n_heads
     q = attn.q_proj(h).view(B, T, n_heads, d).transpose(1, 2)
     k = attn.k_proj(h).view(B, T, n_kv, d).transpose(1, 2)
     v = attn.v_proj(h).view(B, T, n_kv, d).transpose(1, 2)
     q, k = rope(q, base), rope(k, base)
-    k = k.repeat_interleave(n_heads // n_kv, dim=1)  # GQA: each key/value head serves a group of query heads
+    # GQA: each key/value head serves a group of query heads
+    k = k.repeat_interleave(n_heads // n_kv, dim=1)
     v = v.repeat_interleave(n_heads // n_kv, dim=1)
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     return attn.o_proj(out.transpose(1, 2).reshape(B, T, n_heads * d))
 
 
+def capture(module, args, kwargs, output):
+    """Forward hook: record the layer's input and output."""
+    seen["h"] = kwargs.get("hidden_states", args[0] if args else None)
+    seen["out"] = output[0]
+
+
 seen = {}
-hook = layer0.self_attn.register_forward_hook(
-    lambda module, args, kwargs, output: seen.update(h=kwargs.get("hidden_states", args[0] if args else None), out=output[0]),
-    with_kwargs=True,
-)
+hook = layer0.self_attn.register_forward_hook(capture, with_kwargs=True)
 with torch.no_grad():
     smol(**smol_tok(fluent, return_tensors="pt"))
 hook.remove()
-base = cfg.rope_parameters["rope_theta"] if hasattr(cfg, "rope_parameters") else cfg.rope_theta
+if hasattr(cfg, "rope_parameters"):
+    base = cfg.rope_parameters["rope_theta"]
+else:
+    base = cfg.rope_theta
+n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
 with torch.no_grad():
-    mine = llama_attention(seen["h"], layer0.self_attn, cfg.num_attention_heads, cfg.num_key_value_heads, base)
+    mine = llama_attention(seen["h"], layer0.self_attn, n_heads, n_kv, base)
 diff = (mine - seen["out"]).abs().max().item()
-print(f"layer 0 attention on {seen['h'].shape[1]} tokens, ours (RoPE + GQA) vs the model's: "
-      f"max difference {'< 1e-4' if diff < 1e-4 else f'{diff:.1e}'} (outputs up to {seen['out'].abs().max():.1f})")
-kv_ours = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
-print(f"KV cache per token: {kv_ours:,} numbers with 3 key/value heads, {3 * kv_ours:,} with 9")
+diff_text = "< 1e-4" if diff < 1e-4 else f"{diff:.1e}"
+print(
+    f"layer 0 attention on {seen['h'].shape[1]} tokens, "
+    "ours (RoPE + GQA) vs the model's: "
+    f"max difference {diff_text} "
+    f"(outputs up to {seen['out'].abs().max():.1f})"
+)
+head_dim = cfg.hidden_size // cfg.num_attention_heads
+kv_ours = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim
+print(
+    f"KV cache per token: {kv_ours:,} numbers with 3 key/value heads, "
+    f"{3 * kv_ours:,} with 9"
+)
 assert diff < 1e-4
 
 # %% [markdown]
@@ -614,8 +789,12 @@ for m, n in ((5, 2), (40, 37), (100, 97)):
     padded_q = torch.zeros(1, 1, m + 1, 64)
     padded_k = torch.zeros(1, 1, n + 1, 64)
     padded_q[0, 0, m], padded_k[0, 0, n] = qk[0], qk[1]
-    scores.append((rope(padded_q, base)[0, 0, m] @ rope(padded_k, base)[0, 0, n]).item())
-print("q.k at positions (5, 2), (40, 37), (100, 97):", [f"{s:.4f}" for s in scores])
+    q_m, k_n = rope(padded_q, base)[0, 0, m], rope(padded_k, base)[0, 0, n]
+    scores.append((q_m @ k_n).item())
+print(
+    "q.k at positions (5, 2), (40, 37), (100, 97):",
+    [f"{s:.4f}" for s in scores],
+)
 assert max(scores) - min(scores) < 1e-3
 
 # %% [markdown]
@@ -631,6 +810,7 @@ assert max(scores) - min(scores) < 1e-3
 # the total log-probability the model assigns to each continuation. Which is higher? (Beam
 # search maximises this sum approximately, greedy decoding only step by step.)
 
+
 # %% tags=["hide-input", "solution"]
 def continuation_logprob(m, seq: torch.Tensor, n_prompt: int) -> float:
     with torch.no_grad():
@@ -639,7 +819,9 @@ def continuation_logprob(m, seq: torch.Tensor, n_prompt: int) -> float:
     return logp[0, n_prompt - 1 : -1].gather(-1, targets[:, None]).sum().item()
 
 
-beam = model.generate(ids, attention_mask=mask, max_new_tokens=60, num_beams=4, do_sample=False)
+beam = model.generate(
+    ids, attention_mask=mask, max_new_tokens=60, num_beams=4, do_sample=False
+)
 lp_greedy = continuation_logprob(ours, greedy_hf, ids.shape[1])
 lp_beam = continuation_logprob(ours, beam, ids.shape[1])
 print(f"log-probability: greedy {lp_greedy:.2f}, beam search {lp_beam:.2f}")
@@ -665,12 +847,16 @@ assert cpt[500] < cpt[1000] < cpt[4000]
 # default, and ask the France question again.
 
 # %% tags=["hide-input", "solution"]
-custom = [{"role": "system", "content": "You are a geography teacher. Answer briefly."}] + messages
-rendered = smol_tok.apply_chat_template(custom, tokenize=False, add_generation_prompt=True)
+teacher = "You are a geography teacher. Answer briefly."
+custom = [{"role": "system", "content": teacher}] + messages
+rendered = smol_tok.apply_chat_template(
+    custom, tokenize=False, add_generation_prompt=True
+)
 print(rendered)
 assert "geography teacher" in rendered and "named SmolLM" not in rendered
 enc = smol_tok(rendered, return_tensors="pt", add_special_tokens=False)
 out = smol.generate(**enc, max_new_tokens=30, do_sample=False)
-reply = smol_tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+n_in = enc["input_ids"].shape[1]
+reply = smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
 print(repr(reply))
 assert "Paris" in reply

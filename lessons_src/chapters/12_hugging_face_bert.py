@@ -47,11 +47,14 @@ import matplotlib.pyplot as plt
 import torch
 from IPython.display import display
 
-with warnings.catch_warnings():  # tqdm's "IProgress not found" notice, printed when transformers is imported
+# tqdm's "IProgress not found" notice, printed when transformers is imported
+with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message="IProgress not found")
     from bertviz import head_view, model_view
     from datasets import Dataset
-    from datasets.utils.logging import disable_progress_bar as disable_datasets_progress_bar
+    from datasets.utils.logging import (
+        disable_progress_bar as disable_datasets_progress_bar,
+    )
     from transformers import (
         AutoModelForSequenceClassification,
         DataCollatorWithPadding,
@@ -73,24 +76,47 @@ from transformer_course.bert import (
     pretrain_mlm,
     semantic_search,
 )
-from transformer_course.hf_bert import bert_from_hf, to_hf_masked_lm, wordpiece_subset
+from transformer_course.hf_bert import (
+    bert_from_hf,
+    to_hf_masked_lm,
+    wordpiece_subset,
+)
 from transformer_course.plotting import plot_attention_grid
-from transformer_course.pretrained import embed_sentences, load_minilm, mean_pool, minilm_path
+from transformer_course.pretrained import (
+    embed_sentences,
+    load_minilm,
+    mean_pool,
+    minilm_path,
+)
 from transformer_course.tasks import reviews
 from transformer_course.tasks.python_docs import python_docs_prose
 from transformer_course.training import accuracy
-from transformer_course.utils import count_parameters, get_device, set_seed, show_source
+from transformer_course.utils import (
+    count_parameters,
+    get_device,
+    set_seed,
+    show_source,
+)
 
-set_seed(0, num_threads=1)  # one CPU thread, as in chapter 09: printed numbers can depend on the thread count
-hf_logging.disable_progress_bar()  # no "Loading weights" bars; our own training bar stays
+# one CPU thread, as in chapter 09:
+# printed numbers can depend on the thread count
+set_seed(0, num_threads=1)
+# no "Loading weights" bars; our own training bar stays
+hf_logging.disable_progress_bar()
 torch.set_printoptions(precision=4, sci_mode=False)
 
-tokenizer, bert = load_minilm(attn_implementation="eager", output_attentions=True)
+tokenizer, bert = load_minilm(
+    attn_implementation="eager", output_attentions=True
+)
 cfg = bert.config
-print(f"model_type {cfg.model_type!r}: {cfg.num_hidden_layers} layers, {cfg.num_attention_heads} heads, "
-      f"d_model {cfg.hidden_size}, d_ff {cfg.intermediate_size}, vocabulary {cfg.vocab_size}")
+print(
+    f"model_type {cfg.model_type!r}: {cfg.num_hidden_layers} layers, "
+    f"{cfg.num_attention_heads} heads, d_model {cfg.hidden_size}, "
+    f"d_ff {cfg.intermediate_size}, vocabulary {cfg.vocab_size}"
+)
 print(f"{count_parameters(bert):,} parameters")
-assert (cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) == ("bert", 6, 384, 30522)
+assert cfg.model_type == "bert" and cfg.vocab_size == 30522
+assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 
 # %% [markdown]
 # ## 1. WordPiece tokenisation
@@ -101,13 +127,16 @@ assert (cfg.model_type, cfg.num_hidden_layers, cfg.hidden_size, cfg.vocab_size) 
 # words are one piece; rare words become several, so no word is ever "unknown".
 
 # %%
-for text in ["Tokenisation splits unbelievably rare words like BERTology into pieces.",
-             "Café crosswords!"]:
+for text in [
+    "Tokenisation splits unbelievably rare words like BERTology into pieces.",
+    "Café crosswords!",
+]:
     print(tokenizer.tokenize(text))
 pieces = tokenizer.tokenize("unbelievably")
 print(pieces, "->", tokenizer.convert_tokens_to_string(pieces))
 assert pieces == ["un", "##bel", "##ie", "##va", "##bly"]
-assert tokenizer.convert_tokens_to_string(pieces) == "unbelievably"  # '##' glues a piece to the one before
+# '##' glues a piece to the one before
+assert tokenizer.convert_tokens_to_string(pieces) == "unbelievably"
 assert tokenizer.tokenize("Café") == ["cafe"]  # lower-cased, accent stripped
 
 # %% [markdown]
@@ -118,9 +147,18 @@ assert tokenizer.tokenize("Café") == ["cafe"]  # lower-cased, accent stripped
 # `bert-base-uncased`: MiniLM kept BERT's vocabulary file, token for token.
 
 # %%
-special = {t: tokenizer.convert_tokens_to_ids(t) for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]}
+special = {
+    t: tokenizer.convert_tokens_to_ids(t)
+    for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+}
 print(special)
-assert special == {"[PAD]": 0, "[UNK]": 100, "[CLS]": 101, "[SEP]": 102, "[MASK]": 103}
+assert special == {
+    "[PAD]": 0,
+    "[UNK]": 100,
+    "[CLS]": 101,
+    "[SEP]": 102,
+    "[MASK]": 103,
+}
 assert tokenizer.vocab_size == 30522
 
 # %% [markdown]
@@ -138,8 +176,13 @@ pair_tokens = tokenizer.convert_ids_to_tokens(pair["input_ids"])
 print("tokens:        ", " ".join(f"{t:>8s}" for t in pair_tokens))
 print("token_type_ids:", " ".join(f"{t:>8d}" for t in pair["token_type_ids"]))
 b_start = pair["token_type_ids"].index(1)
-assert pair_tokens[0] == "[CLS]" and pair_tokens[b_start - 1] == "[SEP]" and pair_tokens[-1] == "[SEP]"
-assert set(pair["token_type_ids"][:b_start]) == {0} and set(pair["token_type_ids"][b_start:]) == {1}
+assert (
+    pair_tokens[0] == "[CLS]"
+    and pair_tokens[b_start - 1] == "[SEP]"
+    and pair_tokens[-1] == "[SEP]"
+)
+assert set(pair["token_type_ids"][:b_start]) == {0}
+assert set(pair["token_type_ids"][b_start:]) == {1}
 
 # %% [markdown]
 # ### A padded batch: the attention mask
@@ -149,12 +192,19 @@ assert set(pair["token_type_ids"][:b_start]) == {0} and set(pair["token_type_ids
 # it becomes the padding mask of chapter 08, so that no token attends to padding.
 
 # %%
-batch = tokenizer(["I loved it.", "The plot was thin, but the acting saved it."], padding=True, return_tensors="pt")
+batch = tokenizer(
+    ["I loved it.", "The plot was thin, but the acting saved it."],
+    padding=True,
+    return_tensors="pt",
+)
 for row in range(2):
-    print(" ".join(f"{t:>6s}" for t in tokenizer.convert_ids_to_tokens(batch["input_ids"][row])))
+    row_tokens = tokenizer.convert_ids_to_tokens(batch["input_ids"][row])
+    print(" ".join(f"{t:>6s}" for t in row_tokens))
     print(" ".join(f"{m:>6d}" for m in batch["attention_mask"][row].tolist()))
 assert batch["input_ids"].shape == batch["attention_mask"].shape == (2, 13)
-assert torch.equal(batch["attention_mask"].bool(), batch["input_ids"] != special["[PAD]"])
+assert torch.equal(
+    batch["attention_mask"].bool(), batch["input_ids"] != special["[PAD]"]
+)
 
 # %% [markdown]
 # ## 2. Attention you can explore
@@ -170,14 +220,29 @@ assert torch.equal(batch["attention_mask"].bool(), batch["input_ids"] != special
 
 # %%
 with torch.no_grad():
-    pair_batch = tokenizer("I left my umbrella on the train.", "Where can I collect it?", return_tensors="pt")
-    pair_att = bert(**pair_batch).attentions  # 6 tensors of shape (1, heads, tokens, tokens)
-short = [a.double().round(decimals=3) for a in pair_att]  # short numbers keep the page small
-assert len(short) == 6 and short[0].shape == (1, 12, len(pair_tokens), len(pair_tokens))
+    pair_batch = tokenizer(
+        "I left my umbrella on the train.",
+        "Where can I collect it?",
+        return_tensors="pt",
+    )
+    # 6 tensors of shape (1, heads, tokens, tokens)
+    pair_att = bert(**pair_batch).attentions
+# short numbers keep the page small
+short = [a.double().round(decimals=3) for a in pair_att]
+assert len(short) == 6
+assert short[0].shape == (1, 12, len(pair_tokens), len(pair_tokens))
 
 # %% tags=["nbval-ignore-output"]
-view = head_view(short, pair_tokens, sentence_b_start=b_start, layer=3, heads=[1], html_action="return")
-assert "umbrella" in view.data and "bertviz-" in view.data  # the tokens and the view's container are there
+view = head_view(
+    short,
+    pair_tokens,
+    sentence_b_start=b_start,
+    layer=3,
+    heads=[1],
+    html_action="return",
+)
+# the tokens and the view's container are there
+assert "umbrella" in view.data and "bertviz-" in view.data
 display(view)
 
 # %% [markdown]
@@ -191,14 +256,33 @@ display(view)
 from transformer_course.interpret import plot_attention_flow
 
 fig, axes = plt.subplots(1, 2, figsize=(8.5, 8.2))
-plot_attention_flow(pair_att[3][0, 1], pair_tokens, top_k=2, min_weight=0.05, ax=axes[0], title="layer 3, head 1")
-plot_attention_flow(pair_att[3][0], pair_tokens, top_k=2, min_weight=0.05, ax=axes[1], title="layer 3, mean of 12 heads")
+plot_attention_flow(
+    pair_att[3][0, 1],
+    pair_tokens,
+    top_k=2,
+    min_weight=0.05,
+    ax=axes[0],
+    title="layer 3, head 1",
+)
+plot_attention_flow(
+    pair_att[3][0],
+    pair_tokens,
+    top_k=2,
+    min_weight=0.05,
+    ax=axes[1],
+    title="layer 3, mean of 12 heads",
+)
 fig.tight_layout()
 plt.show()
 it_pos, umbrella_pos = pair_tokens.index("it"), pair_tokens.index("umbrella")
-head_w, mean_w = pair_att[3][0, 1, it_pos, umbrella_pos].item(), pair_att[3][0, :, it_pos, umbrella_pos].mean().item()
-print(f"'it' -> 'umbrella': {head_w:.2f} in head 1, {mean_w:.2f} in the mean of layer 3's heads")
-assert head_w > 3 * mean_w  # averaging the heads blurs the one that links the pronoun
+head_w = pair_att[3][0, 1, it_pos, umbrella_pos].item()
+mean_w = pair_att[3][0, :, it_pos, umbrella_pos].mean().item()
+print(
+    f"'it' -> 'umbrella': {head_w:.2f} in head 1, "
+    f"{mean_w:.2f} in the mean of layer 3's heads"
+)
+# averaging the heads blurs the one that links the pronoun
+assert head_w > 3 * mean_w
 
 # %% [markdown]
 # In that head, "it" in sentence B sends most of its attention back across `[SEP]` to "umbrella"
@@ -209,10 +293,18 @@ assert head_w > 3 * mean_w  # averaging the heads blurs the one that links the p
 att_pair = torch.stack(pair_att)[:, 0]  # (layers, heads, queries, keys)
 it = pair_tokens.index("it")
 top = att_pair[3, 1, it].topk(3)
-print("layer 3, head 1, from 'it':", [(pair_tokens[k], round(v, 2)) for v, k in zip(top.values.tolist(), top.indices.tolist())])
+top3 = [
+    (pair_tokens[k], round(v, 2))
+    for v, k in zip(top.values.tolist(), top.indices.tolist())
+]
+print("layer 3, head 1, from 'it':", top3)
 to_umbrella = att_pair[:, :, it, pair_tokens.index("umbrella")]
-print(f"weight 'it' -> 'umbrella': layer 3 head 1 {to_umbrella[3, 1]:.2f}, mean over all 72 heads {to_umbrella.mean():.2f}")
-assert att_pair[3, 1, it].argmax() == pair_tokens.index("umbrella") and to_umbrella[3, 1] > 0.5
+print(
+    f"weight 'it' -> 'umbrella': layer 3 head 1 {to_umbrella[3, 1]:.2f}, "
+    f"mean over all 72 heads {to_umbrella.mean():.2f}"
+)
+assert att_pair[3, 1, it].argmax() == pair_tokens.index("umbrella")
+assert to_umbrella[3, 1] > 0.5
 assert to_umbrella[3, 1] > 5 * to_umbrella.mean()
 
 # %% [markdown]
@@ -229,8 +321,12 @@ with torch.no_grad():
 print(coref_tokens)
 
 # %% tags=["nbval-ignore-output"]
-view = model_view([a.double().round(decimals=3) for a in coref_att], coref_tokens, display_mode="light",
-                  html_action="return")
+view = model_view(
+    [a.double().round(decimals=3) for a in coref_att],
+    coref_tokens,
+    display_mode="light",
+    html_action="return",
+)
 assert "animal" in view.data and "bertviz-" in view.data
 display(view)
 
@@ -240,7 +336,9 @@ display(view)
 # diagonal); in layer 3, head 1 and layer 5, head 11 the row of "it" lights up under "animal".
 
 # %%
-fig = plot_attention_grid(coref_att, coref_tokens, layers=[0, 3, 5], heads=[1, 2, 11])
+fig = plot_attention_grid(
+    coref_att, coref_tokens, layers=[0, 3, 5], heads=[1, 2, 11]
+)
 fig.suptitle(f'"{coref}"', y=1.01)
 plt.show()
 
@@ -253,18 +351,25 @@ plt.show()
 wide = coref.replace("tired", "wide")
 with torch.no_grad():
     wide_att = bert(**tokenizer(wide, return_tensors="pt")).attentions
-it, animal, street = coref_tokens.index("it"), coref_tokens.index("animal"), coref_tokens.index("street")
+it = coref_tokens.index("it")
+animal = coref_tokens.index("animal")
+street = coref_tokens.index("street")
+variants = [("tired", coref_att), ("wide", wide_att)]
 rows = {}
 for layer, head in [(3, 1), (5, 11)]:
-    for name, att in [("tired", coref_att), ("wide", wide_att)]:
+    for name, att in variants:
         w = att[layer][0, head, it]
         rows[layer, head, name] = (w[animal].item(), w[street].item())
-        print(f"layer {layer}, head {head:2d}, '...too {name}': 'it' -> animal {w[animal]:.2f}, -> street {w[street]:.2f}")
+        print(
+            f"layer {layer}, head {head:2d}, '...too {name}': "
+            f"'it' -> animal {w[animal]:.2f}, -> street {w[street]:.2f}"
+        )
 
 fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
 for ax, (layer, head) in zip(axes, [(3, 1), (5, 11)]):
-    for k, (name, att) in enumerate([("tired", coref_att), ("wide", wide_att)]):
-        ax.bar(torch.arange(len(coref_tokens)) + (k - 0.5) * 0.4, att[layer][0, head, it], width=0.4, label=f"...too {name}")
+    for k, (name, att) in enumerate(variants):
+        x = torch.arange(len(coref_tokens)) + (k - 0.5) * 0.4
+        ax.bar(x, att[layer][0, head, it], width=0.4, label=f"...too {name}")
     ax.set_xticks(range(len(coref_tokens)), coref_tokens, rotation=90)
     ax.set_title(f"layer {layer}, head {head}: where 'it' looks")
 axes[0].set_ylabel("attention weight")
@@ -274,7 +379,8 @@ plt.show()
 
 # %%
 for layer, head in [(3, 1), (5, 11)]:
-    (a_tired, s_tired), (a_wide, s_wide) = rows[layer, head, "tired"], rows[layer, head, "wide"]
+    a_tired, s_tired = rows[layer, head, "tired"]
+    a_wide, s_wide = rows[layer, head, "wide"]
     assert a_tired > 0.6 and a_wide > s_wide  # "animal" wins in both sentences
 assert rows[5, 11, "wide"][0] > 0.5  # layer 5, head 11 hardly moves at all
 
@@ -325,9 +431,15 @@ show_source(BertEncoder)
 ours = bert_from_hf(bert)
 print(ours.config)
 hf_encoder_params = count_parameters(bert) - count_parameters(bert.pooler)
-print(f"course encoder: {count_parameters(ours):,} parameters; BertModel without its pooler: {hf_encoder_params:,}")
+print(
+    f"course encoder: {count_parameters(ours):,} parameters; "
+    f"BertModel without its pooler: {hf_encoder_params:,}"
+)
 assert count_parameters(ours) == hf_encoder_params
-assert torch.equal(ours.layers[0].self_attn.W_q.weight, bert.encoder.layer[0].attention.self.query.weight)
+assert torch.equal(
+    ours.layers[0].self_attn.W_q.weight,
+    bert.encoder.layer[0].attention.self.query.weight,
+)
 
 # %% [markdown]
 # Now the test that matters: a batch of two sentence pairs of different lengths, so that it
@@ -335,16 +447,35 @@ assert torch.equal(ours.layers[0].self_attn.W_q.weight, bert.encoder.layer[0].at
 # layer and every attention weight.
 
 # %% tags=["nbval-ignore-output"]
-pairs = tokenizer(["The cat sat on the mat.", "A much longer first sentence, with commas, and far more words in it."],
-                  ["It was asleep.", "Short."], padding=True, return_tensors="pt")
-assert (pairs["attention_mask"] == 0).any() and (pairs["token_type_ids"] == 1).any()
+pairs = tokenizer(
+    [
+        "The cat sat on the mat.",
+        "A much longer first sentence, with commas, and far more words in it.",
+    ],
+    ["It was asleep.", "Short."],
+    padding=True,
+    return_tensors="pt",
+)
+assert (pairs["attention_mask"] == 0).any()
+assert (pairs["token_type_ids"] == 1).any()
 with torch.no_grad():
     ref = bert(**pairs, output_hidden_states=True)
     out = ours(**pairs)
-layer_diff = [(a - b).abs().max().item() for a, b in zip(out.hidden_states, ref.hidden_states)]
-att_diff = max((a - b).abs().max().item() for a, b in zip(out.attentions, ref.attentions))
-print("max |ours - BertModel| after the embeddings and each layer:", [f"{d:.1e}" for d in layer_diff])
-print(f"max |ours - BertModel| of the last hidden state: {layer_diff[-1]:.1e}; of the attention weights: {att_diff:.1e}")
+layer_diff = [
+    (a - b).abs().max().item()
+    for a, b in zip(out.hidden_states, ref.hidden_states)
+]
+att_diff = max(
+    (a - b).abs().max().item() for a, b in zip(out.attentions, ref.attentions)
+)
+print(
+    "max |ours - BertModel| after the embeddings and each layer:",
+    [f"{d:.1e}" for d in layer_diff],
+)
+print(
+    f"max |ours - BertModel| of the last hidden state: {layer_diff[-1]:.1e}; "
+    f"of the attention weights: {att_diff:.1e}"
+)
 assert max(layer_diff) <= 1e-4 and att_diff <= 1e-5
 
 # %% [markdown]
@@ -353,9 +484,14 @@ assert max(layer_diff) <= 1e-4 and att_diff <= 1e-5
 # padding is really masked: no query gives any weight to a `[PAD]` key.
 
 # %%
-pad_keys = (pairs["attention_mask"] == 0)[:, None, None, :]  # (batch, 1, 1, keys): True at [PAD] keys
-weight_on_pad = max((a * pad_keys).max().item() for a in out.attentions)  # a: (batch, heads, queries, keys)
-print("largest attention weight on a padding key, over all layers and heads:", weight_on_pad)
+# (batch, 1, 1, keys): True at [PAD] keys
+pad_keys = (pairs["attention_mask"] == 0)[:, None, None, :]
+# a: (batch, heads, queries, keys)
+weight_on_pad = max((a * pad_keys).max().item() for a in out.attentions)
+print(
+    "largest attention weight on a padding key, over all layers and heads:",
+    weight_on_pad,
+)
 assert weight_on_pad == 0.0
 
 # %% [markdown]
@@ -384,20 +520,31 @@ assert weight_on_pad == 0.0
 prose = python_docs_prose()
 cut = int(0.9 * len(prose))
 mlm_tok = wordpiece_subset(tokenizer, prose[:cut])
-print(f"{len(prose)} paragraphs ({cut} for training); vocabulary {len(mlm_tok)} pieces:",
-      mlm_tok.convert_ids_to_tokens(list(range(5))))
+print(
+    f"{len(prose)} paragraphs ({cut} for training); "
+    f"vocabulary {len(mlm_tok)} pieces:",
+    mlm_tok.convert_ids_to_tokens(list(range(5))),
+)
 print(mlm_tok.tokenize("Generators are defined with the yield statement."))
 
 
 def to_ids(paragraphs: list[str]) -> torch.Tensor:
-    """All paragraphs as one sequence of token ids, each paragraph closed by [SEP]."""
-    return torch.tensor([t for ids in mlm_tok(paragraphs, add_special_tokens=False)["input_ids"]
-                         for t in ids + [mlm_tok.sep_token_id]])
+    """All paragraphs as one sequence of token ids, each paragraph closed
+    by [SEP].
+    """
+    encoded = mlm_tok(paragraphs, add_special_tokens=False)["input_ids"]
+    return torch.tensor(
+        [t for ids in encoded for t in ids + [mlm_tok.sep_token_id]]
+    )
 
 
 mlm_train_ids, mlm_heldout_ids = to_ids(prose[:cut]), to_ids(prose[cut:])
-print(f"{len(mlm_train_ids):,} training tokens, {len(mlm_heldout_ids):,} held-out tokens")
-assert len(mlm_tok) < 5000 and mlm_tok.mask_token_id == 4 and len(mlm_train_ids) > 10 * len(mlm_heldout_ids) / 2
+print(
+    f"{len(mlm_train_ids):,} training tokens, "
+    f"{len(mlm_heldout_ids):,} held-out tokens"
+)
+assert len(mlm_tok) < 5000 and mlm_tok.mask_token_id == 4
+assert len(mlm_train_ids) > 10 * len(mlm_heldout_ids) / 2
 
 # %% [markdown]
 # `mask_tokens` implements the 80 / 10 / 10 rule; labels are `-100` (PyTorch's "ignore") at
@@ -407,22 +554,44 @@ assert len(mlm_tok) < 5000 and mlm_tok.mask_token_id == 4 and len(mlm_train_ids)
 show_source(mask_tokens)
 
 # %%
-window = mlm_windows(mlm_heldout_ids, torch.tensor([0]), 24, mlm_tok.cls_token_id)
-inputs, labels = mask_tokens(window, mlm_tok.mask_token_id, len(mlm_tok), torch.isin(window, torch.tensor(mlm_tok.all_special_ids)),
-                             generator=torch.Generator().manual_seed(3))
+window = mlm_windows(
+    mlm_heldout_ids, torch.tensor([0]), 24, mlm_tok.cls_token_id
+)
+inputs, labels = mask_tokens(
+    window,
+    mlm_tok.mask_token_id,
+    len(mlm_tok),
+    torch.isin(window, torch.tensor(mlm_tok.all_special_ids)),
+    generator=torch.Generator().manual_seed(3),
+)
 print("text:  ", " ".join(mlm_tok.convert_ids_to_tokens(window[0])))
 print("input: ", " ".join(mlm_tok.convert_ids_to_tokens(inputs[0])))
-print("scored:", [mlm_tok.convert_ids_to_tokens(int(t)) for t in labels[0][labels[0] != -100]])
-big = mlm_windows(mlm_train_ids, torch.arange(0, 50_000, 100), 64, mlm_tok.cls_token_id)
-big_in, big_lab = mask_tokens(big, mlm_tok.mask_token_id, len(mlm_tok), torch.isin(big, torch.tensor(mlm_tok.all_special_ids)),
-                              generator=torch.Generator().manual_seed(0))
+scored_ids = labels[0][labels[0] != -100]
+print("scored:", [mlm_tok.convert_ids_to_tokens(int(t)) for t in scored_ids])
+big = mlm_windows(
+    mlm_train_ids, torch.arange(0, 50_000, 100), 64, mlm_tok.cls_token_id
+)
+big_in, big_lab = mask_tokens(
+    big,
+    mlm_tok.mask_token_id,
+    len(mlm_tok),
+    torch.isin(big, torch.tensor(mlm_tok.all_special_ids)),
+    generator=torch.Generator().manual_seed(0),
+)
 chosen = big_lab != -100
 share = chosen.float().mean().item()
 as_mask = (big_in[chosen] == mlm_tok.mask_token_id).float().mean().item()
 kept = (big_in[chosen] == big[chosen]).float().mean().item()
-print(f"over {big.numel():,} positions: {share:.1%} chosen; of those {as_mask:.1%} [MASK], "
-      f"{kept:.1%} kept, {1 - as_mask - kept:.1%} random")
-assert abs(share - 0.15) < 0.01 and abs(as_mask - 0.8) < 0.02 and abs(kept - 0.1) < 0.02
+print(
+    f"over {big.numel():,} positions: {share:.1%} chosen; "
+    f"of those {as_mask:.1%} [MASK], {kept:.1%} kept, "
+    f"{1 - as_mask - kept:.1%} random"
+)
+assert (
+    abs(share - 0.15) < 0.01
+    and abs(as_mask - 0.8) < 0.02
+    and abs(kept - 0.1) < 0.02
+)
 
 # %% [markdown]
 # The model: a `BertEncoder` with 2 layers of width 128 and 4 heads, and BERT's masked-LM head on
@@ -436,14 +605,34 @@ show_source(BertForMLM)
 # %%
 MLM_STEPS = 500
 generator = set_seed(0, num_threads=1)
-mlm = BertForMLM(BertConfig(vocab_size=len(mlm_tok), d_model=128, num_layers=2, num_heads=4, d_ff=512, max_len=64))
+mlm = BertForMLM(
+    BertConfig(
+        vocab_size=len(mlm_tok),
+        d_model=128,
+        num_layers=2,
+        num_heads=4,
+        d_ff=512,
+        max_len=64,
+    )
+)
 print(f"{count_parameters(mlm):,} parameters")
 t0, c0 = time.perf_counter(), time.process_time()
-mlm_losses = pretrain_mlm(mlm, mlm_train_ids, mlm_tok, steps=MLM_STEPS, batch_size=32, lr=1e-3, warmup=50,
-                          generator=generator).loss
+mlm_losses = pretrain_mlm(
+    mlm,
+    mlm_train_ids,
+    mlm_tok,
+    steps=MLM_STEPS,
+    batch_size=32,
+    lr=1e-3,
+    warmup=50,
+    generator=generator,
+).loss
 mlm_seconds, mlm_cpu = time.perf_counter() - t0, time.process_time() - c0
-print(f"loss: first 20 steps {sum(mlm_losses[:20]) / 20:.2f}, last 20 steps {sum(mlm_losses[-20:]) / 20:.2f} "
-      f"(uniform guessing: ln {len(mlm_tok)} = {math.log(len(mlm_tok)):.2f})")
+print(
+    f"loss: first 20 steps {sum(mlm_losses[:20]) / 20:.2f}, "
+    f"last 20 steps {sum(mlm_losses[-20:]) / 20:.2f} "
+    f"(uniform guessing: ln {len(mlm_tok)} = {math.log(len(mlm_tok)):.2f})"
+)
 assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% tags=["nbval-ignore-output"]
@@ -456,9 +645,19 @@ assert mlm_seconds > 0
 # guess that ignores the context: always the most frequent token of the training text.
 
 # %%
-heldout = mlm_windows(mlm_heldout_ids, torch.arange(0, len(mlm_heldout_ids) - 63, 63), 64, mlm_tok.cls_token_id)
-held_in, held_lab = mask_tokens(heldout, mlm_tok.mask_token_id, len(mlm_tok),
-                                torch.isin(heldout, torch.tensor(mlm_tok.all_special_ids)), generator=torch.Generator().manual_seed(1))
+heldout = mlm_windows(
+    mlm_heldout_ids,
+    torch.arange(0, len(mlm_heldout_ids) - 63, 63),
+    64,
+    mlm_tok.cls_token_id,
+)
+held_in, held_lab = mask_tokens(
+    heldout,
+    mlm_tok.mask_token_id,
+    len(mlm_tok),
+    torch.isin(heldout, torch.tensor(mlm_tok.all_special_ids)),
+    generator=torch.Generator().manual_seed(1),
+)
 scored = held_lab != -100
 with torch.inference_mode():
     held_logits = mlm(held_in)[scored]
@@ -469,10 +668,14 @@ counts = torch.bincount(mlm_train_ids, minlength=len(mlm_tok))
 counts[mlm_tok.all_special_ids] = 0
 most_frequent = int(counts.argmax())
 acc_unigram = (held_lab[scored] == most_frequent).float().mean().item()
+most_frequent_token = mlm_tok.convert_ids_to_tokens(most_frequent)
 print(f"{int(scored.sum())} held-out positions scored")
-print(f"masked-token accuracy: model {acc_mlm:.1%} (top-5: {acc_mlm5:.1%}); "
-      f"unigram baseline (always {mlm_tok.convert_ids_to_tokens(most_frequent)!r}) {acc_unigram:.1%}")
-assert acc_mlm > acc_unigram + 0.02  # several hundred positions: one standard error is about 1 point
+print(
+    f"masked-token accuracy: model {acc_mlm:.1%} (top-5: {acc_mlm5:.1%}); "
+    f"unigram baseline (always {most_frequent_token!r}) {acc_unigram:.1%}"
+)
+# several hundred positions: one standard error is about 1 point
+assert acc_mlm > acc_unigram + 0.02
 
 # %% [markdown]
 # ### Our masked LM as a Hugging Face `BertForMaskedLM`
@@ -485,8 +688,12 @@ assert acc_mlm > acc_unigram + 0.02  # several hundred positions: one standard e
 # %%
 hf_mlm = to_hf_masked_lm(mlm)
 with torch.inference_mode():
-    mlm_diff = (hf_mlm(input_ids=held_in[:8]).logits - mlm(held_in[:8])).abs().max().item()
-print(type(hf_mlm).__name__, f"max |logits difference| {'<=' if mlm_diff <= 1e-4 else '>'} 1e-4")
+    hf_logits = hf_mlm(input_ids=held_in[:8]).logits
+    mlm_diff = (hf_logits - mlm(held_in[:8])).abs().max().item()
+print(
+    type(hf_mlm).__name__,
+    f"max |logits difference| {'<=' if mlm_diff <= 1e-4 else '>'} 1e-4",
+)
 assert mlm_diff <= 1e-4
 
 # %% [markdown]
@@ -497,18 +704,27 @@ assert mlm_diff <= 1e-4
 # %%
 fill = pipeline("fill-mask", model=hf_mlm, tokenizer=mlm_tok, top_k=5)
 heldout_text = " ".join(prose[cut:])
-fill_examples = [("Return the number of items in the [MASK] *d*.", "dictionary"),
-                 ("Function objects are created by function [MASK].", "definitions"),
-                 ("Keys and values are iterated over in insertion [MASK].", "order"),
-                 ("Return an iterator over the [MASK] of the dictionary.", "keys")]
+fill_examples = [
+    ("Return the number of items in the [MASK] *d*.", "dictionary"),
+    ("Function objects are created by function [MASK].", "definitions"),
+    ("Keys and values are iterated over in insertion [MASK].", "order"),
+    ("Return an iterator over the [MASK] of the dictionary.", "keys"),
+]
 found = 0
 for sentence, answer in fill_examples:
-    assert sentence.replace("[MASK]", answer) in heldout_text and mlm_tok.tokenize(answer) == [answer]
+    assert sentence.replace("[MASK]", answer) in heldout_text
+    assert mlm_tok.tokenize(answer) == [answer]
     guesses = fill(sentence)
     found += answer in [g["token_str"] for g in guesses]
     print(f"{sentence}   (original: {answer!r})")
-    print("    top 5:", ", ".join(f"{g['token_str']} {g['score']:.2f}" for g in guesses))
-print(f"the original word is among the top 5 in {found} of {len(fill_examples)} sentences")
+    print(
+        "    top 5:",
+        ", ".join(f"{g['token_str']} {g['score']:.2f}" for g in guesses),
+    )
+print(
+    f"the original word is among the top 5 in {found} "
+    f"of {len(fill_examples)} sentences"
+)
 
 # %% [markdown]
 # The conversion and the pipeline work; the answers show how far 500 steps on 62,000 tokens
@@ -536,19 +752,29 @@ show_source(mean_pool)
 # attend to the real tokens, only their keys are masked).
 
 # %%
-alone = tokenizer(["Padding must not change me."], return_tensors="pt")
-with_long = tokenizer(["Padding must not change me.", "A much longer neighbour forces several padding tokens into the batch."],
-                      padding=True, return_tensors="pt")
+short_text = "Padding must not change me."
+long_text = (
+    "A much longer neighbour forces several padding tokens into the batch."
+)
+alone = tokenizer([short_text], return_tensors="pt")
+with_long = tokenizer(
+    [short_text, long_text], padding=True, return_tensors="pt"
+)
 with torch.no_grad():
-    h_alone, h_padded = ours(**alone).last_hidden_state, ours(**with_long).last_hidden_state
+    h_alone = ours(**alone).last_hidden_state
+    h_padded = ours(**with_long).last_hidden_state
 e_alone = mean_pool(h_alone, alone["attention_mask"])[0]
 e_padded = mean_pool(h_padded, with_long["attention_mask"])[0]
 e_naive = h_padded[0].mean(dim=0)
 n_pad = int((with_long["attention_mask"][0] == 0).sum())
-masked_change, plain_change = (e_alone - e_padded).abs().max().item(), (e_alone - e_naive).abs().max().item()
-# the masked mean moves by float32 rounding only (its exact size varies with the CPU's kernels)
-print(f"{n_pad} padding tokens; masked mean changes by less than 1e-5: {masked_change < 1e-5}, "
-      f"plain mean by {plain_change:.2f}")
+masked_change = (e_alone - e_padded).abs().max().item()
+plain_change = (e_alone - e_naive).abs().max().item()
+# the masked mean moves by float32 rounding only
+# (its exact size varies with the CPU's kernels)
+print(
+    f"{n_pad} padding tokens; masked mean changes by less than 1e-5: "
+    f"{masked_change < 1e-5}, plain mean by {plain_change:.2f}"
+)
 assert masked_change < 1e-5 and plain_change > 0.1
 
 # %% [markdown]
@@ -558,23 +784,33 @@ assert masked_change < 1e-5 and plain_change > 0.1
 # cosine.
 
 # %%
-examples = ["A man is playing the guitar.", "Someone strums an acoustic guitar on stage.",
-            "The stock market fell sharply today.", "Share prices dropped at the opening bell.",
-            "My cat sleeps on the sofa all afternoon.", "The kitten naps on the couch."]
+examples = [
+    "A man is playing the guitar.",
+    "Someone strums an acoustic guitar on stage.",
+    "The stock market fell sharply today.",
+    "Share prices dropped at the opening bell.",
+    "My cat sleeps on the sofa all afternoon.",
+    "The kitten naps on the couch.",
+]
 emb = embed_sentences(examples, tokenizer, ours)
 sim = cosine_similarity(emb, emb)
 fig, ax = plt.subplots(figsize=(6.5, 5))
 im = ax.imshow(sim, cmap="viridis", vmin=0, vmax=1)
-ax.set_xticks(range(6), [s[:22] + "..." for s in examples], rotation=45, ha="right")
-ax.set_yticks(range(6), [s[:22] + "..." for s in examples])
+tick_labels = [s[:22] + "..." for s in examples]
+ax.set_xticks(range(6), tick_labels, rotation=45, ha="right")
+ax.set_yticks(range(6), tick_labels)
 for i in range(6):
     for j in range(6):
-        ax.text(j, i, f"{sim[i, j]:.2f}", ha="center", va="center", fontsize=8, color="black" if sim[i, j] > 0.6 else "white")
+        value = f"{sim[i, j]:.2f}"
+        color = "black" if sim[i, j] > 0.6 else "white"
+        ax.text(j, i, value, ha="center", va="center", fontsize=8, color=color)
 fig.colorbar(im, ax=ax)
 ax.set_title("cosine similarity of sentence embeddings")
 plt.show()
 assert torch.allclose(emb.norm(dim=1), torch.ones(6), atol=1e-5)
-for i in (0, 2, 4):  # each sentence is closest to its paraphrase, which shares almost no words with it
+# each sentence is closest to its paraphrase,
+# which shares almost no words with it
+for i in (0, 2, 4):
     assert sim[i].topk(2).indices[1] == i + 1
 
 # %% [markdown]
@@ -585,7 +821,10 @@ for i in (0, 2, 4):  # each sentence is closest to its paraphrase, which shares 
 
 # %%
 corpus = [
-    "Charge your laptop battery between 20 and 80 percent to make it last longer.",
+    (
+        "Charge your laptop battery between 20 and 80 percent "
+        "to make it last longer."
+    ),
     "Restart the router if the wifi keeps dropping.",
     "Back up your photos to an external drive once a month.",
     "Update the operating system to get the latest security fixes.",
@@ -616,9 +855,11 @@ corpus = [
     "Sleep at least seven hours before an exam.",
     "Review your notes the same evening you take them.",
 ]
-queries = ["How do I keep my notebook computer's battery healthy?",
-           "What should I do before travelling abroad?",
-           "my puppy needs injections"]
+queries = [
+    "How do I keep my notebook computer's battery healthy?",
+    "What should I do before travelling abroad?",
+    "my puppy needs injections",
+]
 corpus_emb = embed_sentences(corpus, tokenizer, ours)
 query_emb = embed_sentences(queries, tokenizer, ours)
 hits = semantic_search(query_emb, corpus_emb, top_k=3)
@@ -651,11 +892,19 @@ MODEL = minilm_path()
 LABELS = reviews.LABELS  # ("negative", "positive"): label id 0 and 1
 print(LABELS)
 
+
 def fresh_classifier(seed: int):
-    """MiniLM with a new, randomly initialised 2-way classification head (the pitfall above)."""
+    """MiniLM with a new, randomly initialised 2-way classification head
+    (the pitfall above).
+    """
     set_seed(seed, num_threads=1)
     return AutoModelForSequenceClassification.from_pretrained(
-        MODEL, num_labels=2, id2label=dict(enumerate(LABELS)), label2id={label: i for i, label in enumerate(LABELS)})
+        MODEL,
+        num_labels=2,
+        id2label=dict(enumerate(LABELS)),
+        label2id={label: i for i, label in enumerate(LABELS)},
+    )
+
 
 # %% [markdown]
 # Loading it once with transformers' warnings switched on (this book's build hides them
@@ -666,8 +915,11 @@ def fresh_classifier(seed: int):
 cwd = os.getcwd()
 hf_logging.set_verbosity_warning()
 try:
-    os.chdir(MODEL.parent)  # load by the folder's name, so that the report shows no local path
-    untrained = AutoModelForSequenceClassification.from_pretrained(MODEL.name, num_labels=2)
+    # load by the folder's name, so that the report shows no local path
+    os.chdir(MODEL.parent)
+    untrained = AutoModelForSequenceClassification.from_pretrained(
+        MODEL.name, num_labels=2
+    )
 finally:
     os.chdir(cwd)
     hf_logging.set_verbosity_error()
@@ -688,7 +940,9 @@ assert pooler_bias_zero
 # %%
 example_text = "I love how this transformer model works! It's amazing!"
 for seed in range(5):
-    label, p = reviews.classify_sentiment(example_text, fresh_classifier(seed), tokenizer)
+    label, p = reviews.classify_sentiment(
+        example_text, fresh_classifier(seed), tokenizer
+    )
     print(f"seed {seed}: {label}, confidence {p:.2f}")
 
 # %% [markdown]
@@ -724,20 +978,30 @@ train_full, test = reviews.load_sentiment_reviews()
 SEEDS, N_DEV = (0, 1, 2), 150
 splits = {s: reviews.train_dev_split(train_full, N_DEV, seed=s) for s in SEEDS}
 train, dev = splits[0]
-print(f"train file: {len(train_full)} reviews -> train {len(train)} + dev {len(dev)} ({sum(dev.labels)} positive); "
-      f"test: {len(test)} reviews ({sum(test.labels)} positive)")
+print(
+    f"train file: {len(train_full)} reviews -> train {len(train)} "
+    f"+ dev {len(dev)} ({sum(dev.labels)} positive); "
+    f"test: {len(test)} reviews ({sum(test.labels)} positive)"
+)
 for text, y in list(zip(dev.texts, dev.labels))[:6]:
     print(f"  {LABELS[y]:8s} {text}")
-assert sum(train_full.labels) * 2 == len(train_full) and sum(test.labels) * 2 == len(test)
-assert not set(train_full.texts) & set(test.texts) and not set(train.texts) & set(dev.texts)
-assert len({tuple(splits[s][1].texts) for s in SEEDS}) == 3  # three different dev splits
+assert sum(train_full.labels) * 2 == len(train_full)
+assert sum(test.labels) * 2 == len(test)
+assert not set(train_full.texts) & set(test.texts)
+assert not set(train.texts) & set(dev.texts)
+# three different dev splits
+assert len({tuple(splits[s][1].texts) for s in SEEDS}) == 3
 
 # %%
 probs_untrained = reviews.predict_proba(untrained, tokenizer, dev.texts)
 dev_untrained = accuracy(probs_untrained.argmax(dim=1), dev.labels)
-print(f"untrained head: dev accuracy {dev_untrained:.1%}, "
-      f"predicts 'positive' for {int(probs_untrained.argmax(dim=1).sum())} of {len(dev)}, "
-      f"P(positive) between {probs_untrained[:, 1].min():.2f} and {probs_untrained[:, 1].max():.2f}")
+n_positive = int(probs_untrained.argmax(dim=1).sum())
+p_positive = probs_untrained[:, 1]
+print(
+    f"untrained head: dev accuracy {dev_untrained:.1%}, "
+    f"predicts 'positive' for {n_positive} of {len(dev)}, "
+    f"P(positive) between {p_positive.min():.2f} and {p_positive.max():.2f}"
+)
 assert abs(dev_untrained - 0.5) < 0.12 and probs_untrained.max() < 0.6
 
 # %% [markdown]
@@ -755,17 +1019,36 @@ assert abs(dev_untrained - 0.5) < 0.12 and probs_untrained.max() < 0.6
 show_source(reviews.fit_bag_of_words)
 
 # %%
-bow_dev = {wd: accuracy(reviews.fit_bag_of_words(train.texts, train.labels, weight_decay=wd).predict(dev.texts),
-                                  dev.labels) for wd in (1e-4, 1e-3, 1e-2)}
+bow_dev = {
+    wd: accuracy(
+        reviews.fit_bag_of_words(
+            train.texts, train.labels, weight_decay=wd
+        ).predict(dev.texts),
+        dev.labels,
+    )
+    for wd in (1e-4, 1e-3, 1e-2)
+}
 BOW_WD = max(bow_dev, key=bow_dev.get)
-print("dev accuracy by weight decay:", {wd: round(a, 3) for wd, a in bow_dev.items()}, "-> chosen", BOW_WD)
+print(
+    "dev accuracy by weight decay:",
+    {wd: round(a, 3) for wd, a in bow_dev.items()},
+    "-> chosen",
+    BOW_WD,
+)
 bow = reviews.fit_bag_of_words(train.texts, train.labels, weight_decay=BOW_WD)
 acc_bow_train = accuracy(bow.predict(train.texts), train.labels)
 pos_words, neg_words = bow.top_words(8)
-print(f"vocabulary {len(bow.vocab)} words; train accuracy {acc_bow_train:.1%}, dev accuracy {bow_dev[BOW_WD]:.1%}")
+print(
+    f"vocabulary {len(bow.vocab)} words; train accuracy {acc_bow_train:.1%}, "
+    f"dev accuracy {bow_dev[BOW_WD]:.1%}"
+)
 print("most positive words:", pos_words)
 print("most negative words:", neg_words)
-assert acc_bow_train > 0.95 and bow_dev[BOW_WD] < 0.85 and acc_bow_train - bow_dev[BOW_WD] > 0.1
+assert (
+    acc_bow_train > 0.95
+    and bow_dev[BOW_WD] < 0.85
+    and acc_bow_train - bow_dev[BOW_WD] > 0.1
+)
 
 # %% [markdown]
 # It fits the training reviews perfectly and gets only about three in four dev reviews
@@ -796,17 +1079,44 @@ show_source(reviews.knn_predict)
 all_texts = train_full.texts + test.texts
 all_emb = embed_sentences(all_texts, tokenizer, ours)
 emb_of = dict(zip(all_texts, all_emb))
+
+
 def embeddings(split) -> torch.Tensor:
     return torch.stack([emb_of[t] for t in split.texts])
 
-knn_dev = {k: accuracy(reviews.knn_predict(embeddings(dev), embeddings(train), train.labels, k), dev.labels)
-           for k in (1, 5, 15, 45)}
+
+knn_dev = {
+    k: accuracy(
+        reviews.knn_predict(
+            embeddings(dev), embeddings(train), train.labels, k
+        ),
+        dev.labels,
+    )
+    for k in (1, 5, 15, 45)
+}
 KNN_K = max(knn_dev, key=knn_dev.get)
-probe_dev = {wd: accuracy(reviews.fit_logistic_regression(embeddings(train), train.labels, wd).predict(embeddings(dev)),
-                                    dev.labels) for wd in (1e-4, 1e-3, 1e-2)}
+probe_dev = {
+    wd: accuracy(
+        reviews.fit_logistic_regression(
+            embeddings(train), train.labels, wd
+        ).predict(embeddings(dev)),
+        dev.labels,
+    )
+    for wd in (1e-4, 1e-3, 1e-2)
+}
 PROBE_WD = max(probe_dev, key=probe_dev.get)
-print("k-NN, dev accuracy by k:", {k: round(a, 3) for k, a in knn_dev.items()}, "-> chosen k =", KNN_K)
-print("linear probe, dev accuracy by weight decay:", {wd: round(a, 3) for wd, a in probe_dev.items()}, "-> chosen", PROBE_WD)
+print(
+    "k-NN, dev accuracy by k:",
+    {k: round(a, 3) for k, a in knn_dev.items()},
+    "-> chosen k =",
+    KNN_K,
+)
+print(
+    "linear probe, dev accuracy by weight decay:",
+    {wd: round(a, 3) for wd, a in probe_dev.items()},
+    "-> chosen",
+    PROBE_WD,
+)
 assert all_emb.shape == (1050, 384)
 
 # %% [markdown]
@@ -838,20 +1148,39 @@ show_source(reviews.freeze_lower)
 
 # %%
 MAX_EPOCHS, BATCH_SIZE = 2, 16
-CANDIDATES = {"embeddings frozen, lr 1e-4": (0, 1e-4),
-              "embeddings + layers 0-2 frozen, lr 1e-4": (3, 1e-4),
-              "embeddings + layers 0-2 frozen, lr 3e-4": (3, 3e-4)}
+CANDIDATES = {
+    "embeddings frozen, lr 1e-4": (0, 1e-4),
+    "embeddings + layers 0-2 frozen, lr 1e-4": (3, 1e-4),
+    "embeddings + layers 0-2 frozen, lr 3e-4": (3, 3e-4),
+}
 used = {i for ids in tokenizer(train.texts)["input_ids"] for i in ids}
-print(f"the training reviews use {len(used):,} of the {tokenizer.vocab_size:,} vocabulary entries")
+print(
+    f"the training reviews use {len(used):,} "
+    f"of the {tokenizer.vocab_size:,} vocabulary entries"
+)
 assert len(used) < 0.1 * tokenizer.vocab_size
 
 
-def fine_tuned(seed: int, frozen_layers: int, lr: float, epochs: int, data) -> tuple:
-    """A fresh classifier (head drawn with ``seed``) fine-tuned on ``data = (train, dev)``; (model, history)."""
+def fine_tuned(
+    seed: int, frozen_layers: int, lr: float, epochs: int, data
+) -> tuple:
+    """A fresh classifier (head drawn with ``seed``) fine-tuned on
+    ``data = (train, dev)``; (model, history).
+    """
     generator = set_seed(seed, num_threads=1)
-    clf = reviews.freeze_lower(fresh_classifier(seed).to(get_device()), frozen_layers)
-    history = reviews.fine_tune(clf, tokenizer, data[0].texts, data[0].labels, epochs=epochs, batch_size=BATCH_SIZE,
-                                  lr=lr, generator=generator, dev=data[1])
+    clf = fresh_classifier(seed).to(get_device())
+    clf = reviews.freeze_lower(clf, frozen_layers)
+    history = reviews.fine_tune(
+        clf,
+        tokenizer,
+        data[0].texts,
+        data[0].labels,
+        epochs=epochs,
+        batch_size=BATCH_SIZE,
+        lr=lr,
+        generator=generator,
+        dev=data[1],
+    )
     return clf, history
 
 
@@ -859,19 +1188,28 @@ selection, ft_seconds, ft_cpu = {}, {}, {}
 for name, (frozen_layers, lr) in CANDIDATES.items():
     t0, c0 = time.perf_counter(), time.process_time()
     selection[name] = fine_tuned(0, frozen_layers, lr, MAX_EPOCHS, splits[0])
-    ft_seconds[name], ft_cpu[name] = time.perf_counter() - t0, time.process_time() - c0
+    ft_seconds[name] = time.perf_counter() - t0
+    ft_cpu[name] = time.process_time() - c0
 for name, (clf, history) in selection.items():
-    print(f"{name:42s} trainable {count_parameters(clf) / 1e6:4.1f} M; dev accuracy after each epoch:",
-          [f"{a:.1%}" for a in history.evals["dev_accuracy"]])
-best_name, best_epoch = max(((n, e) for n in CANDIDATES for e in range(MAX_EPOCHS)),
-                            key=lambda ne: (selection[ne[0]][1].evals["dev_accuracy"][ne[1]], -ne[1]))
+    print(
+        f"{name:42s} trainable {count_parameters(clf) / 1e6:4.1f} M; "
+        "dev accuracy after each epoch:",
+        [f"{a:.1%}" for a in history.evals["dev_accuracy"]],
+    )
+best_name, best_epoch = max(
+    ((n, e) for n in CANDIDATES for e in range(MAX_EPOCHS)),
+    key=lambda ne: (selection[ne[0]][1].evals["dev_accuracy"][ne[1]], -ne[1]),
+)
 FROZEN, LR = CANDIDATES[best_name]
 EPOCHS = best_epoch + 1
 print(f"chosen on the dev split: {best_name}, {EPOCHS} epoch(s)")
 
 # %% tags=["nbval-ignore-output"]
 for name in CANDIDATES:
-    print(f"{name:42s} {ft_seconds[name]:5.0f} s ({ft_cpu[name]:.0f} s of CPU time)")
+    print(
+        f"{name:42s} {ft_seconds[name]:5.0f} s "
+        f"({ft_cpu[name]:.0f} s of CPU time)"
+    )
 assert all(s > 0 for s in ft_seconds.values())
 
 # %% [markdown]
@@ -888,10 +1226,14 @@ window = 10
 smooth = torch.tensor(losses).unfold(0, window, 1).mean(dim=1)
 fig, ax = plt.subplots(figsize=(7, 3.2))
 ax.plot(steps, losses, alpha=0.35, label="loss of each batch")
-ax.plot(steps[window - 1:], smooth, label=f"mean of the last {window} batches")
+ax.plot(
+    steps[window - 1 :], smooth, label=f"mean of the last {window} batches"
+)
 for e in range(1, MAX_EPOCHS):
     ax.axvline(e * len(losses) / MAX_EPOCHS, color="grey", lw=0.5, ls=":")
-ax.axhline(math.log(2), color="grey", lw=0.8, ls="--", label="ln 2: a coin toss")
+ax.axhline(
+    math.log(2), color="grey", lw=0.8, ls="--", label="ln 2: a coin toss"
+)
 ax.set_xlabel("step (dotted line: end of epoch 1)")
 ax.set_ylabel("cross-entropy")
 ax.set_title(f"fine-tuning MiniLM on {len(train)} reviews: {best_name}")
@@ -915,8 +1257,11 @@ disable_datasets_progress_bar()  # no "Map: 100%" bars
 
 def as_dataset(split) -> Dataset:
     ds = Dataset.from_dict({"text": split.texts, "label": split.labels})
-    return ds.map(lambda batch: tokenizer(batch["text"], truncation=True, max_length=64), batched=True,
-                  remove_columns=["text"])
+    return ds.map(
+        lambda batch: tokenizer(batch["text"], truncation=True, max_length=64),
+        batched=True,
+        remove_columns=["text"],
+    )
 
 
 def compute_metrics(eval_pred) -> dict[str, float]:
@@ -929,18 +1274,40 @@ print(hf_train)
 steps_total = EPOCHS * math.ceil(len(hf_train) / BATCH_SIZE)
 with tempfile.TemporaryDirectory() as out_dir:
     args = TrainingArguments(
-        output_dir=out_dir, num_train_epochs=EPOCHS, learning_rate=LR, per_device_train_batch_size=BATCH_SIZE,
-        per_device_eval_batch_size=64, weight_decay=0.01, lr_scheduler_type="linear",
-        warmup_steps=max(1, int(0.1 * steps_total)), max_grad_norm=1.0, seed=0,
-        eval_strategy="no", save_strategy="no", logging_strategy="no", report_to="none", disable_tqdm=True)
+        output_dir=out_dir,
+        num_train_epochs=EPOCHS,
+        learning_rate=LR,
+        per_device_train_batch_size=BATCH_SIZE,
+        per_device_eval_batch_size=64,
+        weight_decay=0.01,
+        lr_scheduler_type="linear",
+        warmup_steps=max(1, int(0.1 * steps_total)),
+        max_grad_norm=1.0,
+        seed=0,
+        eval_strategy="no",
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        # pinned host memory speeds up copies to a GPU; without one it is
+        # not used (and PyTorch warns about it)
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
     set_seed(0, num_threads=1)
     hf_clf = reviews.freeze_lower(fresh_classifier(0), FROZEN)
-    trainer = Trainer(model=hf_clf, args=args, train_dataset=hf_train, eval_dataset=hf_dev,
-                      data_collator=DataCollatorWithPadding(tokenizer), compute_metrics=compute_metrics)
+    trainer = Trainer(
+        model=hf_clf,
+        args=args,
+        train_dataset=hf_train,
+        eval_dataset=hf_dev,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=compute_metrics,
+    )
     trainer.remove_callback(PrinterCallback)
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
-    trainer_seconds, trainer_cpu = time.perf_counter() - t0, time.process_time() - c0
+    trainer_seconds = time.perf_counter() - t0
+    trainer_cpu = time.process_time() - c0
     dev_trainer = trainer.evaluate()["eval_accuracy"]
 hf_clf.eval()
 dev_loop = selection[best_name][1].evals["dev_accuracy"][best_epoch]
@@ -962,9 +1329,11 @@ assert trainer_seconds > 0
 # example a **`pipeline`**, which tokenises, runs the model and returns labelled predictions:
 
 # %%
-new_reviews = ["The battery died after two days and support never replied.",
-               "Friendly staff, spotless rooms, and breakfast until noon.",
-               "I was sure I would hate it, but it won me over."]
+new_reviews = [
+    "The battery died after two days and support never replied.",
+    "Friendly staff, spotless rooms, and breakfast until noon.",
+    "I was sure I would hate it, but it won me over.",
+]
 with tempfile.TemporaryDirectory() as saved:
     hf_clf.save_pretrained(saved)
     tokenizer.save_pretrained(saved)
@@ -985,45 +1354,85 @@ assert {r["label"] for r in results} <= set(LABELS)
 # epochs is the full two.)
 
 # %%
-test_acc = {name: [] for name in ["untrained head", "bag of words", f"k-NN on embeddings (k = {KNN_K})",
-                                  "linear probe on embeddings", "fine-tuned MiniLM (our loop)"]}
+methods = [
+    "untrained head",
+    "bag of words",
+    f"k-NN on embeddings (k = {KNN_K})",
+    "linear probe on embeddings",
+    "fine-tuned MiniLM (our loop)",
+]
+test_acc = {name: [] for name in methods}
 ft_models = {}
 for s in SEEDS:
     tr, _ = splits[s]
-    test_acc["untrained head"].append(accuracy(
-        reviews.predict_proba(fresh_classifier(s), tokenizer, test.texts).argmax(dim=1), test.labels))
-    test_acc["bag of words"].append(accuracy(
-        reviews.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD).predict(test.texts), test.labels))
-    test_acc[f"k-NN on embeddings (k = {KNN_K})"].append(accuracy(
-        reviews.knn_predict(embeddings(test), embeddings(tr), tr.labels, KNN_K), test.labels))
-    test_acc["linear probe on embeddings"].append(accuracy(
-        reviews.fit_logistic_regression(embeddings(tr), tr.labels, PROBE_WD).predict(embeddings(test)), test.labels))
+    x_tr, x_test = embeddings(tr), embeddings(test)
+    untrained_s = fresh_classifier(s)
+    p_untrained = reviews.predict_proba(untrained_s, tokenizer, test.texts)
+    pred_untrained = p_untrained.argmax(dim=1)
+    bow_s = reviews.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD)
+    pred_bow = bow_s.predict(test.texts)
+    pred_knn = reviews.knn_predict(x_test, x_tr, tr.labels, KNN_K)
+    probe_s = reviews.fit_logistic_regression(x_tr, tr.labels, PROBE_WD)
+    pred_probe = probe_s.predict(x_test)
     if s == 0 and EPOCHS == MAX_EPOCHS:
         ft_models[s] = selection[best_name][0]
     else:
         ft_models[s] = fine_tuned(s, FROZEN, LR, EPOCHS, splits[s])[0]
-    test_acc["fine-tuned MiniLM (our loop)"].append(accuracy(
-        reviews.predict_proba(ft_models[s], tokenizer, test.texts).argmax(dim=1), test.labels))
-acc_trainer = accuracy(reviews.predict_proba(hf_clf, tokenizer, test.texts).argmax(dim=1), test.labels)
+    p_ft = reviews.predict_proba(ft_models[s], tokenizer, test.texts)
+    pred_ft = p_ft.argmax(dim=1)
+    preds = [pred_untrained, pred_bow, pred_knn, pred_probe, pred_ft]
+    for name, pred_s in zip(methods, preds):
+        test_acc[name].append(accuracy(pred_s, test.labels))
+acc_trainer = accuracy(
+    reviews.predict_proba(hf_clf, tokenizer, test.texts).argmax(dim=1),
+    test.labels,
+)
 summary = {name: reviews.mean_std(accs) for name, accs in test_acc.items()}
-print(f"test accuracy on {len(test)} reviews, mean ± standard deviation over seeds {SEEDS}:")
+print(
+    f"test accuracy on {len(test)} reviews, "
+    f"mean ± standard deviation over seeds {SEEDS}:"
+)
 for name, (mean, sd) in summary.items():
-    print(f"  {name:34s} {mean:6.1%} ± {sd:4.1%}   ({', '.join(f'{a:.1%}' for a in test_acc[name])})")
+    per_seed = ", ".join(f"{a:.1%}" for a in test_acc[name])
+    print(f"  {name:34s} {mean:6.1%} ± {sd:4.1%}   ({per_seed})")
 print(f"  {'fine-tuned MiniLM (Trainer, seed 0)':34s} {acc_trainer:6.1%}")
-acc_untrained, acc_bow = summary["untrained head"][0], summary["bag of words"][0]
-acc_knn, acc_probe = summary[f"k-NN on embeddings (k = {KNN_K})"][0], summary["linear probe on embeddings"][0]
+acc_untrained = summary["untrained head"][0]
+acc_bow = summary["bag of words"][0]
+acc_knn = summary[f"k-NN on embeddings (k = {KNN_K})"][0]
+acc_probe = summary["linear probe on embeddings"][0]
 acc_ft = summary["fine-tuned MiniLM (our loop)"][0]
 assert abs(acc_untrained - 0.5) < 0.1
-assert acc_bow + 0.05 < min(acc_knn, acc_probe) and max(acc_knn, acc_probe) < acc_ft and knn_dev[1] < 0.6
-assert min(test_acc['fine-tuned MiniLM (our loop)']) - 0.02 <= acc_trainer  # the Trainer: within the loop's spread
+assert (
+    acc_bow + 0.05 < min(acc_knn, acc_probe)
+    and max(acc_knn, acc_probe) < acc_ft
+    and knn_dev[1] < 0.6
+)
+# the Trainer: within the loop's spread
+assert min(test_acc["fine-tuned MiniLM (our loop)"]) - 0.02 <= acc_trainer
 
 # %%
 fig, ax = plt.subplots(figsize=(7.5, 3.2))
 names = list(test_acc)
 for i, name in enumerate(names):
-    ax.scatter(test_acc[name], [i] * len(SEEDS), color="C0", s=18, zorder=3, label="one seed" if i == 0 else None)
+    ax.scatter(
+        test_acc[name],
+        [i] * len(SEEDS),
+        color="C0",
+        s=18,
+        zorder=3,
+        label="one seed" if i == 0 else None,
+    )
     mean, sd = summary[name]
-    ax.errorbar(mean, i, xerr=sd, fmt="|", color="C3", markersize=14, capsize=4, label="mean ± sd" if i == 0 else None)
+    ax.errorbar(
+        mean,
+        i,
+        xerr=sd,
+        fmt="|",
+        color="C3",
+        markersize=14,
+        capsize=4,
+        label="mean ± sd" if i == 0 else None,
+    )
 ax.axvline(0.5, color="grey", lw=0.8, ls="--")
 ax.set_yticks(range(len(names)), names)
 ax.set_xlabel(f"test accuracy ({len(test)} reviews)")
@@ -1055,15 +1464,23 @@ plt.show()
 # The confusion matrices of seed 0, the bag of words next to fine-tuning:
 
 # %%
-bow0 = reviews.fit_bag_of_words(splits[0][0].texts, splits[0][0].labels, weight_decay=BOW_WD)
+bow0 = reviews.fit_bag_of_words(
+    splits[0][0].texts, splits[0][0].labels, weight_decay=BOW_WD
+)
 clf = ft_models[0]
 probs = reviews.predict_proba(clf, tokenizer, test.texts)
 pred = probs.argmax(dim=1)
 cm = reviews.confusion_matrix(pred, test.labels)
+acc_ft_seed0 = test_acc["fine-tuned MiniLM (our loop)"][0]
 fig, axes = plt.subplots(1, 2, figsize=(7.5, 3.2))
-reviews.plot_confusion_matrix(reviews.confusion_matrix(bow0.predict(test.texts), test.labels), ax=axes[0],
-                                title=f"bag of words: {test_acc['bag of words'][0]:.0%}")
-reviews.plot_confusion_matrix(cm, ax=axes[1], title=f"fine-tuned MiniLM: {test_acc['fine-tuned MiniLM (our loop)'][0]:.0%}")
+reviews.plot_confusion_matrix(
+    reviews.confusion_matrix(bow0.predict(test.texts), test.labels),
+    ax=axes[0],
+    title=f"bag of words: {test_acc['bag of words'][0]:.0%}",
+)
+reviews.plot_confusion_matrix(
+    cm, ax=axes[1], title=f"fine-tuned MiniLM: {acc_ft_seed0:.0%}"
+)
 fig.tight_layout()
 plt.show()
 
@@ -1072,7 +1489,11 @@ plt.show()
 # the *true* label:
 
 # %%
-wrong = [(probs[i, y].item(), text, LABELS[y]) for i, (text, y) in enumerate(zip(test.texts, test.labels)) if pred[i] != y]
+wrong = [
+    (probs[i, y].item(), text, LABELS[y])
+    for i, (text, y) in enumerate(zip(test.texts, test.labels))
+    if pred[i] != y
+]
 for p_true, text, y in sorted(wrong):
     print(f"  {p_true:.2f}  ({y})  {text}")
 assert len(wrong) == len(test) - int(cm.diag().sum())
@@ -1089,9 +1510,12 @@ assert len(wrong) == len(test) - int(cm.diag().sum())
 # Finally, what the pitfall above meant to write: `classify_sentiment(text)` returning a label
 # and a probability, now from a model that has learned the task.
 
+
 # %%
 def classify_sentiment(text: str) -> tuple[str, float]:
-    """("negative" or "positive", probability of that label) from the fine-tuned model."""
+    """("negative" or "positive", probability of that label) from the
+    fine-tuned model.
+    """
     return reviews.classify_sentiment(text, clf, tokenizer)
 
 
@@ -1099,7 +1523,8 @@ for text in [example_text] + new_reviews:
     label, p = classify_sentiment(text)
     print(f"{label} ({p:.2f}): {text}")
 assert classify_sentiment(example_text)[0] == "positive"
-assert classify_sentiment("The battery died after two days and support never replied.")[0] == "negative"
+bad_review = "The battery died after two days and support never replied."
+assert classify_sentiment(bad_review)[0] == "negative"
 
 # %% [markdown]
 # The review that turns around halfway ("I was sure I would hate it, but it won me over.") is
@@ -1136,14 +1561,31 @@ assert classify_sentiment("The battery died after two days and support never rep
 #   between the models. Compare on the same split, and over several seeds, before you conclude.
 
 # %%
-base = BertEncoder(BertConfig())  # bert-base-uncased's sizes, random weights: nothing downloaded
+# bert-base-uncased's sizes, random weights: nothing downloaded
+base = BertEncoder(BertConfig())
+
+
 def matmul_params(model: BertEncoder) -> int:
-    """Parameters used in matrix products per token: every layer's weights (embeddings are lookups)."""
-    return sum(p.numel() for n, p in model.named_parameters() if n.startswith("layers."))
-print(f"bert-base-uncased encoder: {count_parameters(base) / 1e6:.1f} M parameters, "
-      f"MiniLM: {count_parameters(ours) / 1e6:.1f} M (ratio {count_parameters(base) / count_parameters(ours):.1f})")
-print(f"arithmetic per token, ratio: {matmul_params(base) / matmul_params(ours):.1f}")
-assert 4.5 < count_parameters(base) / count_parameters(ours) < 5.0
+    """Parameters used in matrix products per token: every layer's weights
+    (embeddings are lookups).
+    """
+    return sum(
+        p.numel()
+        for n, p in model.named_parameters()
+        if n.startswith("layers.")
+    )
+
+
+n_base, n_ours = count_parameters(base), count_parameters(ours)
+print(
+    f"bert-base-uncased encoder: {n_base / 1e6:.1f} M parameters, "
+    f"MiniLM: {n_ours / 1e6:.1f} M (ratio {n_base / n_ours:.1f})"
+)
+print(
+    "arithmetic per token, ratio: "
+    f"{matmul_params(base) / matmul_params(ours):.1f}"
+)
+assert 4.5 < n_base / n_ours < 5.0
 assert 7.5 < matmul_params(base) / matmul_params(ours) < 8.5
 del base
 
@@ -1170,14 +1612,24 @@ del base
 # %%
 from collections import Counter
 
-from transformer_course.interpret import attention_rollout, leave_one_out, top_k_overlap
+from transformer_course.interpret import (
+    attention_rollout,
+    leave_one_out,
+    top_k_overlap,
+)
 from transformer_course.plotting import plot_attention
 
-to_first = torch.tensor([[1.0, 0.0], [1.0, 0.0]])  # both tokens put all their attention on token 0
+# both tokens put all their attention on token 0
+to_first = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
 for n_layers in (1, 2, 6):
     r = attention_rollout([to_first] * n_layers)
-    print(f"{n_layers} layer(s): token 1 = {r[1, 0]:.4f} x token 0 + {r[1, 1]:.4f} x token 1  (2^-{n_layers} = {2**-n_layers:.4f})")
-    assert torch.allclose(r, torch.tensor([[1.0, 0.0], [1 - 2**-n_layers, 2**-n_layers]]))
+    print(
+        f"{n_layers} layer(s): token 1 = {r[1, 0]:.4f} x token 0 "
+        f"+ {r[1, 1]:.4f} x token 1  (2^-{n_layers} = {2**-n_layers:.4f})"
+    )
+    assert torch.allclose(
+        r, torch.tensor([[1.0, 0.0], [1 - 2**-n_layers, 2**-n_layers]])
+    )
 
 # %% tags=["hide-input"]
 show_source(attention_rollout)
@@ -1188,23 +1640,35 @@ show_source(attention_rollout)
 # token's three largest sources).
 
 # %%
-rollout = attention_rollout(coref_att)[0]  # (tokens, tokens): row = final token, column = input token
+# (tokens, tokens): row = final token, column = input token
+rollout = attention_rollout(coref_att)[0]
 last_mean = coref_att[-1][0].mean(0)
 fig, axes = plt.subplots(2, 1, figsize=(6.2, 10.5))
-plot_attention(last_mean, coref_tokens, ax=axes[0], title="last layer, mean of the heads")
-plot_attention(rollout, coref_tokens, ax=axes[1], title="rollout through 6 layers")
+plot_attention(
+    last_mean, coref_tokens, ax=axes[0], title="last layer, mean of the heads"
+)
+plot_attention(
+    rollout, coref_tokens, ax=axes[1], title="rollout through 6 layers"
+)
 for ax in axes:
     ax.set_xlabel("input token")
     ax.set_ylabel("token")
 fig.tight_layout()
 plt.show()
 own = rollout.diagonal()
-print(f"share of a token's own input in its final vector: mean {own.mean():.2f} (min {own.min():.2f}, max {own.max():.2f})")
+print(
+    "share of a token's own input in its final vector: "
+    f"mean {own.mean():.2f} (min {own.min():.2f}, max {own.max():.2f})"
+)
 for t in ("[CLS]", "it"):
     q = coref_tokens.index(t)
     top = rollout[q].topk(3)
-    print(f"rollout of {t!r}: " + ", ".join(f"{coref_tokens[k]} {v:.2f}" for v, k in zip(top.values.tolist(), top.indices.tolist())))
-assert torch.allclose(rollout.sum(-1), torch.ones(len(coref_tokens)), atol=1e-5)
+    top_vk = zip(top.values.tolist(), top.indices.tolist())
+    sources = ", ".join(f"{coref_tokens[k]} {v:.2f}" for v, k in top_vk)
+    print(f"rollout of {t!r}: " + sources)
+assert torch.allclose(
+    rollout.sum(-1), torch.ones(len(coref_tokens)), atol=1e-5
+)
 assert (rollout.argmax(-1) == 0).all()  # every token's largest share: [CLS]
 assert 0.5 < rollout[:, 0].min() and rollout[:, 0].max() < 0.7
 
@@ -1218,7 +1682,14 @@ assert 0.5 < rollout[:, 0].min() and rollout[:, 0].max() < 0.7
 # flow:
 
 # %%
-ax = plot_attention_flow(rollout, coref_tokens, top_k=3, min_weight=0.05, title="rollout: each token's 3 largest sources", fontsize=14)
+ax = plot_attention_flow(
+    rollout,
+    coref_tokens,
+    top_k=3,
+    min_weight=0.05,
+    title="rollout: each token's 3 largest sources",
+    fontsize=14,
+)
 plt.show()
 
 # %% [markdown]
@@ -1246,35 +1717,57 @@ plt.show()
 show_source(leave_one_out)
 
 # %%
-clf.set_attn_implementation("eager")  # the default fused kernel does not return attention weights
+# the default fused kernel does not return attention weights
+clf.set_attn_implementation("eager")
 N_REVIEWS = 50
 rankings = []
 for text in test.texts[:N_REVIEWS]:
     enc = tokenizer(text, return_tensors="pt").to(get_device())
     with torch.no_grad():
         att_clf = clf(**enc, output_attentions=True).attentions
-    words = slice(1, enc["input_ids"].shape[1] - 1)  # every token but [CLS] and [SEP]
-    rankings.append({
-        "tokens": tokenizer.convert_ids_to_tokens(enc["input_ids"][0])[words],
+    # every token but [CLS] and [SEP]
+    words = slice(1, enc["input_ids"].shape[1] - 1)
+    review_tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    ranking = {
+        "tokens": review_tokens[words],
         "attention": att_clf[-1][0, :, 0].mean(0)[words].cpu(),
         "rollout": attention_rollout(att_clf)[0, 0, words],
         "occlusion": leave_one_out(clf, enc["input_ids"])[words],
-    })
+    }
+    rankings.append(ranking)
 n_words = torch.tensor([len(r["tokens"]) for r in rankings], dtype=torch.float)
 agreement = {}
-print(f"the first {len(rankings)} test reviews, {n_words.mean():.1f} tokens each on average (without [CLS], [SEP])")
-print(f"{'ranking by':22s} {'top-1 = occlusion top-1':>24s} {'top-3 overlap':>14s}")
+print(
+    f"the first {len(rankings)} test reviews, "
+    f"{n_words.mean():.1f} tokens each on average (without [CLS], [SEP])"
+)
+print(
+    f"{'ranking by':22s} {'top-1 = occlusion top-1':>24s} "
+    f"{'top-3 overlap':>14s}"
+)
 for name in ("attention", "rollout"):
-    agreement[name] = [sum(top_k_overlap(r[name], r["occlusion"], k) for r in rankings) / len(rankings) for k in (1, 3)]
+    agreement[name] = [
+        sum(top_k_overlap(r[name], r["occlusion"], k) for r in rankings)
+        / len(rankings)
+        for k in (1, 3)
+    ]
     print(f"{name:22s} {agreement[name][0]:24.0%} {agreement[name][1]:14.0%}")
 chance = [(1 / n_words).mean().item(), (3 / n_words).mean().item()]
 print(f"{'random ranking':22s} {chance[0]:24.0%} {chance[1]:14.0%}")
 for name in ("attention", "rollout", "occlusion"):
-    favourites = Counter(r["tokens"][int(r[name].argmax())] for r in rankings).most_common(5)
-    print(f"top token by {name:9s}: " + ", ".join(f"{t!r} x{c}" for t, c in favourites))
-assert agreement["attention"][0] > 2 * chance[0] and agreement["attention"][0] < 0.5  # above chance, mostly wrong
-assert all(r["tokens"][int(r["rollout"].argmax())] == "." for r in rankings)  # rollout's favourite: the full stop
-assert agreement["rollout"][0] < chance[0] and agreement["rollout"][1] > chance[1]
+    top_tokens = [r["tokens"][int(r[name].argmax())] for r in rankings]
+    favourites = Counter(top_tokens).most_common(5)
+    print(
+        f"top token by {name:9s}: "
+        + ", ".join(f"{t!r} x{c}" for t, c in favourites)
+    )
+# above chance, mostly wrong
+assert agreement["attention"][0] > 2 * chance[0]
+assert agreement["attention"][0] < 0.5
+# rollout's favourite: the full stop
+assert all(r["tokens"][int(r["rollout"].argmax())] == "." for r in rankings)
+assert agreement["rollout"][0] < chance[0]
+assert agreement["rollout"][1] > chance[1]
 
 # %% [markdown]
 # What the numbers show (the cell asserts each of these). The token that `[CLS]` attends to most
@@ -1294,12 +1787,18 @@ assert agreement["rollout"][0] < chance[0] and agreement["rollout"][1] > chance[
 
 # %%
 example = rankings[0]
-fig, axes = plt.subplots(1, 3, figsize=(6.6, 0.32 * len(example["tokens"]) + 1.6), sharey=True)
+fig, axes = plt.subplots(
+    1, 3, figsize=(6.6, 0.32 * len(example["tokens"]) + 1.6), sharey=True
+)
 y = torch.arange(len(example["tokens"]))
-for ax, name, color in zip(axes, ("attention", "rollout", "occlusion"), ("C0", "C2", "C3")):
+titles = {
+    "attention": "[CLS] attention\n(last layer)",
+    "rollout": "[CLS] rollout",
+    "occlusion": "drop in P(answer)\nwhen deleted",
+}
+for ax, name, color in zip(axes, titles, ("C0", "C2", "C3")):
     ax.barh(y, example[name], color=color)
-    ax.set_title({"attention": "[CLS] attention\n(last layer)", "rollout": "[CLS] rollout",
-                  "occlusion": "drop in P(answer)\nwhen deleted"}[name], fontsize=11)
+    ax.set_title(titles[name], fontsize=11)
     ax.axvline(0, color="grey", lw=0.5)
     ax.xaxis.set_major_locator(plt.MaxNLocator(3))
     ax.tick_params(labelsize=11)
@@ -1308,10 +1807,19 @@ axes[0].invert_yaxis()
 fig.suptitle("the first test review", fontsize=11)
 fig.tight_layout()
 plt.show()
-top_by = {name: example["tokens"][int(example[name].argmax())] for name in ("attention", "rollout", "occlusion")}
+top_by = {
+    name: example["tokens"][int(example[name].argmax())]
+    for name in ("attention", "rollout", "occlusion")
+}
 print(repr(test.texts[0]))
-print("top token by " + ", ".join(f"{name}: {tok!r}" for name, tok in top_by.items()))
-print(f"largest drop in P(answer) from deleting one token: {example['occlusion'].max():.4f}")
+print(
+    "top token by "
+    + ", ".join(f"{name}: {tok!r}" for name, tok in top_by.items())
+)
+print(
+    "largest drop in P(answer) from deleting one token: "
+    f"{example['occlusion'].max():.4f}"
+)
 assert top_by["rollout"] == "."
 
 # %% [markdown]
@@ -1358,23 +1866,37 @@ assert top_by["rollout"] == "."
 # weight, and does it also prefer "trophy" when sentence B is "It was too small." (where "it" is
 # the suitcase)?
 
+
 # %% tags=["solution"]
 def it_weights(sentence_b: str) -> tuple[torch.Tensor, torch.Tensor]:
-    enc = tokenizer("The trophy didn't fit in the suitcase.", sentence_b, return_tensors="pt")
+    sentence_a = "The trophy didn't fit in the suitcase."
+    enc = tokenizer(sentence_a, sentence_b, return_tensors="pt")
     toks = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
     with torch.no_grad():
-        att = torch.stack(bert(**enc).attentions)[:, 0]  # (layers, heads, queries, keys)
+        # (layers, heads, queries, keys)
+        att = torch.stack(bert(**enc).attentions)[:, 0]
     q = toks.index("it")
-    return att[:, :, q, toks.index("trophy")], att[:, :, q, toks.index("suitcase")]
+    to_trophy = att[:, :, q, toks.index("trophy")]
+    to_suitcase = att[:, :, q, toks.index("suitcase")]
+    return to_trophy, to_suitcase
 
 
 to_trophy, to_suitcase = it_weights("It was too big.")
 layer, head = divmod(to_trophy.argmax().item(), to_trophy.shape[1])
 small_trophy, small_suitcase = it_weights("It was too small.")
-print(f"'too big':   layer {layer}, head {head}: trophy {to_trophy[layer, head]:.2f}, suitcase {to_suitcase[layer, head]:.2f}")
-print(f"'too small': layer {layer}, head {head}: trophy {small_trophy[layer, head]:.2f}, suitcase {small_suitcase[layer, head]:.2f}")
+print(
+    f"'too big':   layer {layer}, head {head}: "
+    f"trophy {to_trophy[layer, head]:.2f}, "
+    f"suitcase {to_suitcase[layer, head]:.2f}"
+)
+print(
+    f"'too small': layer {layer}, head {head}: "
+    f"trophy {small_trophy[layer, head]:.2f}, "
+    f"suitcase {small_suitcase[layer, head]:.2f}"
+)
 assert to_trophy[layer, head] > to_suitcase[layer, head]
-assert small_trophy[layer, head] > small_suitcase[layer, head]  # again the same noun: a heuristic, not understanding
+# again the same noun: a heuristic, not understanding
+assert small_trophy[layer, head] > small_suitcase[layer, head]
 
 # %% [markdown]
 # **2. Which vector to probe?** The linear probe of section 5 read mean-pooled embeddings.
@@ -1382,18 +1904,30 @@ assert small_trophy[layer, head] > small_suitcase[layer, head]  # again the same
 # weight decay): the final vector of `[CLS]`, and the pooler's output (what the classification
 # head reads). Which carries sentiment best, and why might the pooler do worst?
 
+
 # %% tags=["hide-input", "solution"]
 @torch.inference_mode()
 def cls_and_pooler(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    out = [bert(**tokenizer(texts[i:i + 64], padding=True, return_tensors="pt")) for i in range(0, len(texts), 64)]
-    return torch.cat([o.last_hidden_state[:, 0] for o in out]), torch.cat([o.pooler_output for o in out])
+    out = [
+        bert(**tokenizer(texts[i : i + 64], padding=True, return_tensors="pt"))
+        for i in range(0, len(texts), 64)
+    ]
+    cls = torch.cat([o.last_hidden_state[:, 0] for o in out])
+    pooled = torch.cat([o.pooler_output for o in out])
+    return cls, pooled
 
 
-(cls_train, pool_train), (cls_dev, pool_dev) = cls_and_pooler(train.texts), cls_and_pooler(dev.texts)
-probe_views = {"mean of the token vectors": (embeddings(train), embeddings(dev)),
-               "[CLS] vector": (cls_train, cls_dev), "pooler output": (pool_train, pool_dev)}
-view_acc = {name: accuracy(reviews.fit_logistic_regression(x_tr, train.labels, PROBE_WD).predict(x_dev), dev.labels)
-            for name, (x_tr, x_dev) in probe_views.items()}
+cls_train, pool_train = cls_and_pooler(train.texts)
+cls_dev, pool_dev = cls_and_pooler(dev.texts)
+probe_views = {
+    "mean of the token vectors": (embeddings(train), embeddings(dev)),
+    "[CLS] vector": (cls_train, cls_dev),
+    "pooler output": (pool_train, pool_dev),
+}
+view_acc = {}
+for name, (x_tr, x_dev) in probe_views.items():
+    probe = reviews.fit_logistic_regression(x_tr, train.labels, PROBE_WD)
+    view_acc[name] = accuracy(probe.predict(x_dev), dev.labels)
 for name, acc in view_acc.items():
     print(f"linear probe on the {name:26s} dev accuracy {acc:.1%}")
 assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
@@ -1412,15 +1946,21 @@ assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 # %% tags=["solution"]
 tokenizer.padding_side = "left"
 try:
-    left = tokenizer(["Padding must not change me.", "A much longer neighbour forces several padding tokens into the batch."],
-                     padding=True, return_tensors="pt")
+    left = tokenizer(
+        [short_text, long_text], padding=True, return_tensors="pt"
+    )
 finally:
     tokenizer.padding_side = "right"
 with torch.no_grad():
-    e_left = mean_pool(ours(**left).last_hidden_state, left["attention_mask"])[0]
-print("first tokens of the left-padded row:", tokenizer.convert_ids_to_tokens(left["input_ids"][0])[:4])
+    h_left = ours(**left).last_hidden_state
+    e_left = mean_pool(h_left, left["attention_mask"])[0]
+print(
+    "first tokens of the left-padded row:",
+    tokenizer.convert_ids_to_tokens(left["input_ids"][0])[:4],
+)
 print(f"max |left-padded - alone| = {(e_left - e_alone).abs().max():.2f}")
-assert left["attention_mask"][0, 0] == 0 and (e_left - e_alone).abs().max() > 0.05
+assert left["attention_mask"][0, 0] == 0
+assert (e_left - e_alone).abs().max() > 0.05
 
 # %% [markdown]
 # The mask removes the padding *keys*, but the real tokens now sit at positions 7, 8, ... instead

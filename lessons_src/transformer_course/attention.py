@@ -1,9 +1,10 @@
 """Scaled dot-product attention and multi-head attention (chapters 04 and 05).
 
-The mask convention of the whole course: a **boolean** tensor, ``True`` where a query
-*may attend* to a key.  It must broadcast to the score matrix ``(..., L_q, L_k)``;
-``transformer_course.masking`` builds such masks.  Note that ``torch.nn.MultiheadAttention``
-uses the opposite convention (``True`` = blocked), so its masks are ``~mask``.
+The mask convention of the whole course: a **boolean** tensor, ``True`` where a
+query *may attend* to a key.  It must broadcast to the score matrix
+``(..., L_q, L_k)``; ``transformer_course.masking`` builds such masks.  Note
+that ``torch.nn.MultiheadAttention`` uses the opposite convention (``True`` =
+blocked), so its masks are ``~mask``.
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ from torch import nn
 
 
 def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> torch.Tensor:
-    """Validate a course mask against the score shape and return it unchanged."""
+    """Validate a course mask against the score shape and return it
+    unchanged.
+    """
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+        raise TypeError(
+            f"mask must be a torch.Tensor, got {type(mask).__name__}"
+        )
     if mask.dtype != torch.bool:
         raise TypeError(
-            f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
-            "convert it explicitly: mask.bool() if 1 means may attend, mask == 0 if 1 means blocked"
+            "mask must be boolean (True = may attend), "
+            f"got dtype {mask.dtype}; convert it explicitly: "
+            "mask.bool() if 1 means may attend, mask == 0 if 1 means blocked"
         )
     try:
         shape = torch.broadcast_shapes(mask.shape, scores_shape)
@@ -30,8 +36,9 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> torch.Tensor:
         shape = None
     if shape != scores_shape:
         raise ValueError(
-            f"mask of shape {tuple(mask.shape)} cannot broadcast to the attention scores "
-            f"of shape {tuple(scores_shape)} (..., queries, keys)"
+            f"mask of shape {tuple(mask.shape)} cannot broadcast to "
+            f"the attention scores of shape {tuple(scores_shape)} "
+            "(..., queries, keys)"
         )
     return mask
 
@@ -45,41 +52,50 @@ def scaled_dot_product_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``softmax(q k^T / sqrt(d_k)) v``, returning ``(output, weights)``.
 
-    Shapes: ``q`` is ``(..., L_q, d_k)``, ``k`` is ``(..., L_k, d_k)``, ``v`` is
-    ``(..., L_k, d_v)``; the output is ``(..., L_q, d_v)`` and the weights ``(..., L_q, L_k)``.
+    Shapes: ``q`` is ``(..., L_q, d_k)``, ``k`` is ``(..., L_k, d_k)``, ``v``
+    is ``(..., L_k, d_v)``; the output is ``(..., L_q, d_v)`` and the weights
+    ``(..., L_q, L_k)``.
 
-    ``mask`` is boolean, ``True`` = may attend.  Blocked keys get weight exactly 0.  A query
-    whose keys are *all* blocked (a row of padding, say) gets all-zero weights and a zero
-    output instead of the NaN a naive ``-inf`` fill produces.
+    ``mask`` is boolean, ``True`` = may attend.  Blocked keys get weight
+    exactly 0.  A query whose keys are *all* blocked (a row of padding, say)
+    gets all-zero weights and a zero output instead of the NaN a naive ``-inf``
+    fill produces.
     """
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(
-            f"q, k and v need at least 2 dimensions (length, features), got shapes "
-            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+            "q, k and v need at least 2 dimensions (length, features), "
+            f"got shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
         )
     if q.size(-1) != k.size(-1):
         raise ValueError(
-            f"queries and keys must have the same feature size d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}"
+            "queries and keys must have the same feature size d_k, "
+            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
         )
     if k.size(-2) != v.size(-2):
-        raise ValueError(f"keys and values must have the same length, got k {tuple(k.shape)} and v {tuple(v.shape)}")
+        raise ValueError(
+            "keys and values must have the same length, "
+            f"got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
     for name, other in (("k", k), ("v", v)):
         try:
             torch.broadcast_shapes(q.shape[:-2], other.shape[:-2])
         except RuntimeError:
             raise ValueError(
-                f"the leading (batch, heads) dimensions of q {tuple(q.shape)} and {name} "
-                f"{tuple(other.shape)} do not broadcast together"
+                "the leading (batch, heads) dimensions of "
+                f"q {tuple(q.shape)} and {name} {tuple(other.shape)} "
+                "do not broadcast together"
             ) from None
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     if mask is not None:
         mask = _check_mask(mask, scores.shape)
-        # The most negative finite number, not -inf: exp() of it is exactly 0, and a row
-        # with every key blocked stays finite (uniform) instead of becoming NaN ...
+        # The most negative finite number, not -inf: exp() of it is exactly 0,
+        # and a row with every key blocked stays finite (uniform) instead of
+        # becoming NaN ...
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = torch.softmax(scores, dim=-1)
     if mask is not None:
-        # ... and is then set to zero: a query that may attend to nothing receives nothing.
+        # ... and is then set to zero: a query that may attend to nothing
+        # receives nothing.
         weights = weights * mask.any(dim=-1, keepdim=True)
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
@@ -89,16 +105,21 @@ def scaled_dot_product_attention(
 class KVCache:
     """Keys and values of the positions seen so far, for one attention layer.
 
-    During generation each new token only needs its own query; its keys and values are
-    appended here, so earlier positions are never projected twice (chapter 10).
+    During generation each new token only needs its own query; its keys and
+    values are appended here, so earlier positions are never projected twice
+    (chapter 10).
     """
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
         self.v: torch.Tensor | None = None
 
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``k``, ``v`` of shape ``(batch, heads, new, d_head)``; return all so far."""
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``k``, ``v`` of shape ``(batch, heads, new, d_head)``; return
+        all so far.
+        """
         if self.k is None or self.v is None:
             self.k, self.v = k, v
         else:
@@ -111,17 +132,21 @@ class KVCache:
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention: project, split into heads, attend per head, merge, project.
+    """Multi-head attention: project, split into heads, attend per head, merge,
+    project.
 
-    ``forward(query, key, value, mask)`` with ``query`` of shape ``(batch, L_q, d_model)``
-    and ``key``/``value`` of shape ``(batch, L_k, d_model)`` (omit them for self-attention).
-    ``mask`` is boolean, ``True`` = may attend, broadcastable to ``(batch, heads, L_q, L_k)``.
+    ``forward(query, key, value, mask)`` with ``query`` of shape
+    ``(batch, L_q, d_model)`` and ``key``/``value`` of shape
+    ``(batch, L_k, d_model)`` (omit them for self-attention).  ``mask`` is
+    boolean, ``True`` = may attend, broadcastable to
+    ``(batch, heads, L_q, L_k)``.
 
-    Returns ``(output, weights)`` with weights of shape ``(batch, heads, L_q, L_k)``.
+    Returns ``(output, weights)`` with weights of shape
+    ``(batch, heads, L_q, L_k)``.
 
     ``use_sdpa=True`` computes the same result with PyTorch's fused
-    ``torch.nn.functional.scaled_dot_product_attention`` (faster; weights are then only
-    computed when ``need_weights=True``, by the explicit path).
+    ``torch.nn.functional.scaled_dot_product_attention`` (faster; weights are
+    then only computed when ``need_weights=True``, by the explicit path).
     """
 
     def __init__(
@@ -134,10 +159,14 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         if d_model <= 0 or num_heads <= 0:
-            raise ValueError(f"d_model and num_heads must be positive, got {d_model} and {num_heads}")
+            raise ValueError(
+                "d_model and num_heads must be positive, "
+                f"got {d_model} and {num_heads}"
+            )
         if d_model % num_heads != 0:
             raise ValueError(
-                f"d_model={d_model} is not divisible by num_heads={num_heads}: "
+                f"d_model={d_model} is not divisible by "
+                f"num_heads={num_heads}: "
                 f"each head needs d_model / num_heads features"
             )
         self.d_model = d_model
@@ -174,12 +203,15 @@ class MultiHeadAttention(nn.Module):
         for name, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 3 or t.size(-1) != self.d_model:
                 raise ValueError(
-                    f"{name} must have shape (batch, length, d_model={self.d_model}), got {tuple(t.shape)}"
+                    f"{name} must have shape "
+                    f"(batch, length, d_model={self.d_model}), "
+                    f"got {tuple(t.shape)}"
                 )
         if key.shape[:2] != value.shape[:2] or query.size(0) != key.size(0):
             raise ValueError(
-                f"query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
-                "must share the batch size, and key and value the length"
+                f"query {tuple(query.shape)}, key {tuple(key.shape)} and "
+                f"value {tuple(value.shape)} must share the batch size, "
+                "and key and value the length"
             )
         q = self.split_heads(self.W_q(query))
         k = self.split_heads(self.W_k(key))
@@ -189,11 +221,17 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         if self.use_sdpa and not need_weights:
             if mask is not None:
-                mask = _check_mask(mask, torch.Size((q.size(0), self.num_heads, q.size(2), k.size(2))))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-            if mask is not None:  # same rule as the explicit path: a fully blocked query gets 0
+                shape = (q.size(0), self.num_heads, q.size(2), k.size(2))
+                mask = _check_mask(mask, torch.Size(shape))
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p
+            )
+            # same rule as the explicit path: a fully blocked query gets 0
+            if mask is not None:
                 out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
             weights = None
         else:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)
+            out, weights = scaled_dot_product_attention(
+                q, k, v, mask, dropout_p=p
+            )
         return self.W_o(self.merge_heads(out)), weights

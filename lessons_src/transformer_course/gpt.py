@@ -1,21 +1,26 @@
-"""GPT: a decoder-only transformer in the GPT-2 design (chapter 10), in the style of nanoGPT's ``model.py``.
+"""GPT: a decoder-only transformer in the GPT-2 design (chapter 10), in the
+style of nanoGPT's ``model.py``.
 
-* token embedding + *learned* position embedding (GPT-2 learns positions, no sinusoids);
-* ``n_layer`` pre-norm blocks (``Block``): ``x = x + attn(norm1(x))``, then ``x = x + mlp(norm2(x))``,
-  where ``attn`` is ``CausalSelfAttention``, a position attending only to itself and earlier
-  positions;
-* a final ``LayerNorm`` (pre-norm stacks leave the residual stream un-normalised);
+* token embedding + *learned* position embedding (GPT-2 learns positions, no
+  sinusoids);
+* ``n_layer`` pre-norm blocks (``Block``): ``x = x + attn(norm1(x))``, then
+  ``x = x + mlp(norm2(x))``, where ``attn`` is ``CausalSelfAttention``, a
+  position attending only to itself and earlier positions;
+* a final ``LayerNorm`` (pre-norm stacks leave the residual stream
+  un-normalised);
 * an output head whose weight is the token embedding matrix (tied weights).
 
-A ``Block`` computes exactly what chapter 07's ``transformer.EncoderLayer(norm_first=True)``
-computes with chapter 08's ``causal_mask`` (``tests/test_gpt.py`` checks it), written the way
-fast GPTs are: one fused matrix for query, key and value, PyTorch's fused attention with
-``is_causal=True`` instead of a mask tensor, and ``nn.LayerNorm`` (chapter 06 shows the course's
-``LayerNorm`` equals it).
+A ``Block`` computes exactly what chapter 07's
+``transformer.EncoderLayer(norm_first=True)`` computes with chapter 08's
+``causal_mask`` (``tests/test_gpt.py`` checks it), written the way fast GPTs
+are: one fused matrix for query, key and value, PyTorch's fused attention with
+``is_causal=True`` instead of a mask tensor, and ``nn.LayerNorm`` (chapter 06
+shows the course's ``LayerNorm`` equals it).
 
-What a GPT is trained on and with lives next to it: the corpus in ``python_docs``, the
-character tokeniser in ``tokenization``, batches, evaluation, training and checkpoints in
-``train_gpt``, sampling in ``generation``.
+What a GPT is trained on and with lives next to it: the corpus in
+``python_docs``, the character tokeniser in ``tokenization``, batches,
+evaluation, training and checkpoints in ``train_gpt``, sampling in
+``generation``.
 """
 
 from __future__ import annotations
@@ -34,18 +39,19 @@ from .layers import ACTIVATIONS
 from .masking import causal_mask
 from .utils import ModelConfig, check_token_ids
 
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # The model
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class GPTConfig(ModelConfig):
     """Sizes of a GPT.  ``d_ff`` defaults to ``4 * d_model`` as in GPT-2.
 
-    GPT-2 small is ``GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12,
-    d_model=768, activation="gelu_tanh")``; the course trains much smaller ones with the exact
-    GELU (``"gelu"``).  ``activation`` is any of ``layers.ACTIVATIONS``.
+    GPT-2 small is ``GPTConfig(vocab_size=50257, block_size=1024, n_layer=12,
+    n_head=12, d_model=768, activation="gelu_tanh")``; the course trains much
+    smaller ones with the exact GELU (``"gelu"``).  ``activation`` is any of
+    ``layers.ACTIVATIONS``.
     """
 
     vocab_size: int = 96
@@ -59,19 +65,33 @@ class GPTConfig(ModelConfig):
     activation: str = "gelu"
 
     def __post_init__(self) -> None:
-        if self.d_ff is None:  # the default, filled in once (the config is frozen afterwards)
+        # the default, filled in once (the config is frozen afterwards)
+        if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
-        self.check_sizes("vocab_size", "block_size", "n_layer", "n_head", "d_model", "d_ff", heads="n_head")
+        self.check_sizes(
+            "vocab_size",
+            "block_size",
+            "n_layer",
+            "n_head",
+            "d_model",
+            "d_ff",
+            heads="n_head",
+        )
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)}, "
+                f"got {self.activation!r}"
+            )
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head self-attention in which position ``t`` sees positions ``0..t`` only.
+    """Multi-head self-attention in which position ``t`` sees positions
+    ``0..t`` only.
 
-    ``qkv`` computes queries, keys and values with one matrix of width ``3 * d_model``;
-    ``proj`` mixes the heads' outputs.  With a ``cache`` the new keys and values are appended
-    to the earlier ones, and the new queries (the last positions) attend to all of them.
+    ``qkv`` computes queries, keys and values with one matrix of width
+    ``3 * d_model``; ``proj`` mixes the heads' outputs.  With a ``cache`` the
+    new keys and values are appended to the earlier ones, and the new queries
+    (the last positions) attend to all of them.
     """
 
     def __init__(self, c: GPTConfig) -> None:
@@ -81,25 +101,43 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(c.d_model, 3 * c.d_model)
         self.proj = nn.Linear(c.d_model, c.d_model)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | None = None
+    ) -> torch.Tensor:
         b, n, d = x.shape
         # (b, n, 3d) -> three (b, n, d) -> three (b, heads, n, d_head)
-        q, k, v = (t.view(b, n, self.n_head, d // self.n_head).transpose(1, 2) for t in self.qkv(x).split(d, dim=2))
+        q, k, v = (
+            t.view(b, n, self.n_head, d // self.n_head).transpose(1, 2)
+            for t in self.qkv(x).split(d, dim=2)
+        )
         past = 0
         if cache is not None:
             past = len(cache)
             k, v = cache.update(k, v)
         p = self.dropout if self.training else 0.0
-        if past == 0:  # queries and keys are the same positions: the plain causal mask
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        else:  # new position past+i sees keys 0..past+i: the last rows of the causal mask
-            mask = None if n == 1 else causal_mask(past + n, device=x.device)[:, :, past:, :]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if past == 0:
+            # queries and keys are the same positions: the plain causal mask
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=p, is_causal=True
+            )
+        else:
+            # new position past+i sees keys 0..past+i:
+            # the last rows of the causal mask
+            mask = (
+                None
+                if n == 1
+                else causal_mask(past + n, device=x.device)[:, :, past:, :]
+            )
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p
+            )
         return self.proj(y.transpose(1, 2).contiguous().view(b, n, d))
 
 
 class MLP(nn.Module):
-    """The feed-forward network of a block: ``proj(act(fc(x)))``, width ``d_ff`` inside."""
+    """The feed-forward network of a block: ``proj(act(fc(x)))``, width
+    ``d_ff`` inside.
+    """
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
@@ -113,7 +151,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One GPT-2 block: ``x + attn(norm1(x))``, then ``x + mlp(norm2(x))`` (pre-norm)."""
+    """One GPT-2 block: ``x + attn(norm1(x))``, then ``x + mlp(norm2(x))``
+    (pre-norm).
+    """
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
@@ -123,7 +163,9 @@ class Block(nn.Module):
         self.mlp = MLP(c)
         self.drop = nn.Dropout(c.dropout) if c.dropout > 0 else nn.Identity()
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | None = None
+    ) -> torch.Tensor:
         x = x + self.drop(self.attn(self.norm1(x), cache))
         return x + self.drop(self.mlp(self.norm2(x)))
 
@@ -131,10 +173,11 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """A GPT-2-style language model: ``logits = GPT(config)(tokens)``.
 
-    ``forward(tokens, cache=None)`` takes token ids ``(batch, T)`` and returns next-token
-    logits ``(batch, T, vocab_size)``: row ``t`` is the prediction for token ``t + 1``, made
-    from tokens ``0..t`` only.  With ``cache`` (from ``new_cache()``) the keys and values of
-    earlier calls are reused, and ``tokens`` holds only the *new* positions.
+    ``forward(tokens, cache=None)`` takes token ids ``(batch, T)`` and returns
+    next-token logits ``(batch, T, vocab_size)``: row ``t`` is the prediction
+    for token ``t + 1``, made from tokens ``0..t`` only.  With ``cache`` (from
+    ``new_cache()``) the keys and values of earlier calls are reused, and
+    ``tokens`` holds only the *new* positions.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -146,13 +189,17 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layer))
         self.norm = nn.LayerNorm(c.d_model, eps=c.eps)
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        self.lm_head.weight = self.tok_emb.weight  # tied: one matrix reads and writes tokens
+        # tied: one matrix reads and writes tokens
+        self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
-        # GPT-2: scale the projections that write into the residual stream by 1/sqrt(2 n_layer),
-        # so the variance of the stream does not grow with depth.
+        # GPT-2: scale the projections that write into the residual stream
+        # by 1/sqrt(2 n_layer), so the variance of the stream does not grow
+        # with depth.
         for block in cast(Iterable[Block], self.blocks):
             for proj in (block.attn.proj, block.mlp.proj):
-                nn.init.normal_(proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
+                nn.init.normal_(
+                    proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer)
+                )
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
@@ -165,31 +212,45 @@ class GPT(nn.Module):
         """An empty KV cache: one ``KVCache`` per block."""
         return [KVCache() for _ in self.blocks]
 
-    def forward(self, tokens: torch.Tensor, cache: Sequence[KVCache] | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, cache: Sequence[KVCache] | None = None
+    ) -> torch.Tensor:
         check_token_ids(tokens, self.config.vocab_size)
         if cache is not None and len(cache) != len(self.blocks):
-            raise ValueError(f"cache has {len(cache)} entries, the model has {len(self.blocks)} blocks")
+            raise ValueError(
+                f"cache has {len(cache)} entries, "
+                f"the model has {len(self.blocks)} blocks"
+            )
         past = len(cache[0]) if cache is not None else 0
         n = tokens.size(1)
         if past + n > self.config.block_size:
             raise ValueError(
-                f"{past} cached + {n} new positions exceed block_size={self.config.block_size}: "
-                "the model has learned position embeddings for that many positions only; "
-                "crop the input to its last block_size tokens"
+                f"{past} cached + {n} new positions exceed "
+                f"block_size={self.config.block_size}: the model has learned "
+                "position embeddings for that many positions only; crop the "
+                "input to its last block_size tokens"
             )
-        # Positions past..past+n-1 are rows past..past+n-1 of the table: a slice,
-        # the same as looking up torch.arange(past, past + n), minus the lookup.
-        x = self.drop(self.tok_emb(tokens) + self.pos_emb.weight[past : past + n])
+        # Positions past..past+n-1 are rows past..past+n-1 of the table:
+        # a slice, the same as looking up torch.arange(past, past + n),
+        # minus the lookup.
+        x = self.drop(
+            self.tok_emb(tokens) + self.pos_emb.weight[past : past + n]
+        )
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i])
         return self.lm_head(self.norm(x))
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy (nats per token) of next-token ``logits`` against ``targets``."""
+    """Mean cross-entropy (nats per token) of next-token ``logits`` against
+    ``targets``.
+    """
     if logits.shape[:-1] != targets.shape:
         raise ValueError(
-            f"logits {tuple(logits.shape)} and targets {tuple(targets.shape)} disagree: "
-            "targets must be logits.shape[:-1] (one target id per position)"
+            f"logits {tuple(logits.shape)} and targets "
+            f"{tuple(targets.shape)} disagree: targets must be "
+            "logits.shape[:-1] (one target id per position)"
         )
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), targets.reshape(-1)
+    )

@@ -1,14 +1,19 @@
-"""The course GPT as a Hugging Face GPT-2, GPT-2's byte-level BPE, and the real GPT-2 (chapter 11).
+"""The course GPT as a Hugging Face GPT-2, GPT-2's byte-level BPE, and the real
+GPT-2 (chapter 11).
 
-* ``to_hf_config`` / ``to_hf`` turn a ``gpt.GPT`` into a ``transformers.GPT2LMHeadModel``
-  with the same weights (GPT-2 stores its linear layers as ``Conv1D``: the weight matrix is
-  transposed, and query, key and value are one fused matrix ``c_attn``).
-* ``hf_char_tokenizer`` expresses the course's character tokenizer as a 🤗 fast tokenizer,
-  so the pair saves with ``save_pretrained`` and loads back with the ``Auto*`` classes.
-* ``train_bpe`` trains a byte-level BPE tokenizer (GPT-2's kind) with 🤗 ``tokenizers``.
-* ``from_hf`` is the way back: a ``GPT2LMHeadModel``'s weights (GPT-2's own included) in the
-  course's ``GPT``.  ``load_gpt2`` uses it to load the real ``gpt2`` from the Hub, when there is
-  a network (``pretrained.hub_available``), into the model chapter 10 built.
+* ``to_hf_config`` / ``to_hf`` turn a ``gpt.GPT`` into a
+  ``transformers.GPT2LMHeadModel`` with the same weights (GPT-2 stores its
+  linear layers as ``Conv1D``: the weight matrix is transposed, and query, key
+  and value are one fused matrix ``c_attn``).
+* ``hf_char_tokenizer`` expresses the course's character tokenizer as a 🤗 fast
+  tokenizer, so the pair saves with ``save_pretrained`` and loads back with the
+  ``Auto*`` classes.
+* ``train_bpe`` trains a byte-level BPE tokenizer (GPT-2's kind) with 🤗
+  ``tokenizers``.
+* ``from_hf`` is the way back: a ``GPT2LMHeadModel``'s weights (GPT-2's own
+  included) in the course's ``GPT``.  ``load_gpt2`` uses it to load the real
+  ``gpt2`` from the Hub, when there is a network
+  (``pretrained.hub_available``), into the model chapter 10 built.
 """
 
 from __future__ import annotations
@@ -37,26 +42,33 @@ def _quiet_transformers():
     return transformers
 
 
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # Our GPT -> GPT2LMHeadModel
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 
 
 _HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 """Our activation names -> GPT-2's ``activation_function`` names."""
 
 
-def to_hf_config(config: GPTConfig, attn_implementation: str | None = None):  # -> transformers.GPT2Config
+def to_hf_config(
+    config: GPTConfig, attn_implementation: str | None = None
+):  # -> transformers.GPT2Config
     """The ``GPT2Config`` of a model with the sizes of ``config``.
 
-    Our feed-forward uses the exact GELU (``"gelu"``) unless the config asks for its tanh
-    approximation (``"gelu_tanh"``), which GPT-2 calls ``"gelu_new"``.  No token is special in a character model, so the
-    begin/end-of-text ids (50256 in GPT-2) are unset.  ``attn_implementation`` is
-    ``"eager"`` (explicit, can return attention weights), ``"sdpa"`` (fused) or ``None``
-    (the library's default).
+    Our feed-forward uses the exact GELU (``"gelu"``) unless the config asks
+    for its tanh approximation (``"gelu_tanh"``), which GPT-2 calls
+    ``"gelu_new"``.  No token is special in a character model, so the
+    begin/end-of-text ids (50256 in GPT-2) are unset.  ``attn_implementation``
+    is ``"eager"`` (explicit, can return attention weights), ``"sdpa"`` (fused)
+    or ``None`` (the library's default).
     """
     tf = _quiet_transformers()
-    extra = {} if attn_implementation is None else {"attn_implementation": attn_implementation}
+    extra = (
+        {}
+        if attn_implementation is None
+        else {"attn_implementation": attn_implementation}
+    )
     return tf.GPT2Config(
         vocab_size=config.vocab_size,
         n_positions=config.block_size,
@@ -76,7 +88,8 @@ def to_hf_config(config: GPTConfig, attn_implementation: str | None = None):  # 
     )
 
 
-#: GPT-2's name of each part of a block -> the course's.  The Conv1D matrices are transposed.
+#: GPT-2's name of each part of a block -> the course's.  The Conv1D matrices
+#: are transposed.
 _HF_BLOCK_NAMES = (
     ("ln_1", "norm1"),
     ("attn.c_attn", "attn.qkv"),
@@ -91,9 +104,10 @@ _TRANSPOSED = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"}
 def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """``model``'s weights under GPT-2's names and in GPT-2's layout.
 
-    ``nn.Linear`` stores ``(out, in)`` and computes ``x @ W.T + b``; GPT-2's ``Conv1D`` stores
-    ``(in, out)`` and computes ``x @ W + b``, so every matrix is transposed.  The rest is renaming:
-    both models compute query, key and value with one fused matrix (``qkv`` / ``c_attn``).
+    ``nn.Linear`` stores ``(out, in)`` and computes ``x @ W.T + b``; GPT-2's
+    ``Conv1D`` stores ``(in, out)`` and computes ``x @ W + b``, so every matrix
+    is transposed.  The rest is renaming: both models compute query, key and
+    value with one fused matrix (``qkv`` / ``c_attn``).
     """
     sd: dict[str, torch.Tensor] = {
         "transformer.wte.weight": model.tok_emb.weight,
@@ -105,15 +119,23 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     for i, block in enumerate(model.blocks):
         for theirs, mine in _HF_BLOCK_NAMES:
             weight = block.get_parameter(f"{mine}.weight")
-            sd[f"transformer.h.{i}.{theirs}.weight"] = weight.T if mine in _TRANSPOSED else weight
-            sd[f"transformer.h.{i}.{theirs}.bias"] = block.get_parameter(f"{mine}.bias")
+            sd[f"transformer.h.{i}.{theirs}.weight"] = (
+                weight.T if mine in _TRANSPOSED else weight
+            )
+            sd[f"transformer.h.{i}.{theirs}.bias"] = block.get_parameter(
+                f"{mine}.bias"
+            )
     return {k: v.detach().clone().contiguous() for k, v in sd.items()}
 
 
-def to_hf(model: GPT, attn_implementation: str | None = None):  # -> transformers.GPT2LMHeadModel
-    """A ``GPT2LMHeadModel`` computing the same function as ``model``, in eval mode.
+def to_hf(
+    model: GPT, attn_implementation: str | None = None
+):  # -> transformers.GPT2LMHeadModel
+    """A ``GPT2LMHeadModel`` computing the same function as ``model``, in eval
+    mode.
 
-    Every tensor of GPT-2 must be filled: a missing or unexpected name is an error.
+    Every tensor of GPT-2 must be filled: a missing or unexpected name is an
+    error.
     """
     tf = _quiet_transformers()
     hf = tf.GPT2LMHeadModel(to_hf_config(model.config, attn_implementation))
@@ -121,37 +143,59 @@ def to_hf(model: GPT, attn_implementation: str | None = None):  # -> transformer
     sd = hf_state_dict(model)
     missing, unexpected = expected - set(sd), set(sd) - expected
     if missing or unexpected:
-        raise KeyError(f"weight names do not match GPT-2's: missing {sorted(missing)}, unexpected {sorted(unexpected)}")
+        raise KeyError(
+            "weight names do not match GPT-2's: "
+            f"missing {sorted(missing)}, unexpected {sorted(unexpected)}"
+        )
     for name, tensor in hf.state_dict().items():
         if tensor.shape != sd[name].shape:
-            raise ValueError(f"{name}: GPT-2 expects shape {tuple(tensor.shape)}, got {tuple(sd[name].shape)}")
+            raise ValueError(
+                f"{name}: GPT-2 expects shape {tuple(tensor.shape)}, "
+                f"got {tuple(sd[name].shape)}"
+            )
     hf.load_state_dict(sd, strict=True)
     hf.tie_weights()
     return hf.to(next(model.parameters()).device).eval()
 
 
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # Tokenizers
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 
 
 def hf_char_tokenizer(chars: str = CHARS, model_max_length: int | None = None):
-    """The course's ``CharTokenizer`` as a ``PreTrainedTokenizerFast`` (one token per character).
+    """The course's ``CharTokenizer`` as a ``PreTrainedTokenizerFast`` (one
+    token per character).
 
-    A ``WordLevel`` model whose words are single characters: the pre-tokenizer splits the text
-    into characters, the normaliser applies the same clean-up as ``python_docs.normalize_text``
-    (typographic quotes and dashes to ASCII, accents dropped), anything else becomes ``"?"``,
-    and the decoder joins the characters back without spaces.
+    A ``WordLevel`` model whose words are single characters: the pre-tokenizer
+    splits the text into characters, the normaliser applies the same clean-up
+    as ``python_docs.normalize_text`` (typographic quotes and dashes to ASCII,
+    accents dropped), anything else becomes ``"?"``, and the decoder joins the
+    characters back without spaces.
     """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import (
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+    )
 
     tf = _quiet_transformers()
     unk = "?" if "?" in chars else chars[0]
-    tok = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(chars)}, unk_token=unk))
-    tok.normalizer = normalizers.Sequence(
-        [normalizers.Replace(a, b) for a, b in _TYPOGRAPHY.items()] + [normalizers.NFKD(), normalizers.StripAccents()]
+    tok = Tokenizer(
+        models.WordLevel(
+            vocab={c: i for i, c in enumerate(chars)}, unk_token=unk
+        )
     )
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.normalizer = normalizers.Sequence(
+        [normalizers.Replace(a, b) for a, b in _TYPOGRAPHY.items()]
+        + [normalizers.NFKD(), normalizers.StripAccents()]
+    )
+    tok.pre_tokenizer = pre_tokenizers.Split(
+        Regex(r"[\s\S]"), behavior="isolated"
+    )
     tok.decoder = decoders.Fuse()
     kwargs: dict[str, Any] = {"clean_up_tokenization_spaces": False}
     if model_max_length is not None:
@@ -160,19 +204,31 @@ def hf_char_tokenizer(chars: str = CHARS, model_max_length: int | None = None):
 
 
 def train_bpe(
-    text: str, vocab_size: int = 1000, min_frequency: int = 2, special_tokens: tuple[str, ...] = ("<|endoftext|>",)
+    text: str,
+    vocab_size: int = 1000,
+    min_frequency: int = 2,
+    special_tokens: tuple[str, ...] = ("<|endoftext|>",),
 ):
-    """A byte-level BPE tokenizer (GPT-2's kind) trained on ``text`` with 🤗 ``tokenizers``.
+    """A byte-level BPE tokenizer (GPT-2's kind) trained on ``text`` with 🤗
+    ``tokenizers``.
 
     It starts from the 256 byte values, so any text can be encoded, and learns
-    up to ``vocab_size - 256 - len(special_tokens)`` merges of the most frequent adjacent pairs
-    (a pair seen fewer than ``min_frequency`` times is never merged).  Returns a ``tokenizers.Tokenizer``.
+    up to ``vocab_size - 256 - len(special_tokens)`` merges of the most
+    frequent adjacent pairs (a pair seen fewer than ``min_frequency`` times is
+    never merged).  Returns a ``tokenizers.Tokenizer``.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        trainers,
+    )
 
     if vocab_size <= 256 + len(special_tokens):
         raise ValueError(
-            f"vocab_size must exceed the 256 bytes + {len(special_tokens)} special tokens, got {vocab_size}"
+            "vocab_size must exceed the 256 bytes + "
+            f"{len(special_tokens)} special tokens, got {vocab_size}"
         )
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -190,25 +246,39 @@ def train_bpe(
 
 
 def bpe_merges(tokenizer) -> list[tuple[str, str]]:
-    """The merges of a BPE ``tokenizers.Tokenizer``, in the order they were learned."""
+    """The merges of a BPE ``tokenizers.Tokenizer``, in the order they were
+    learned.
+    """
     merges = json.loads(tokenizer.to_str())["model"]["merges"]
-    return [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in merges]
+    return [
+        tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1))
+        for m in merges
+    ]
 
 
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # GPT2LMHeadModel -> our GPT, and the real GPT-2
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 
 
 def from_hf_config(hf_config) -> GPTConfig:
-    """The ``GPTConfig`` of a ``GPT2Config`` (the reverse of ``to_hf_config``)."""
+    """The ``GPTConfig`` of a ``GPT2Config`` (the reverse of
+    ``to_hf_config``).
+    """
     ours = {v: k for k, v in _HF_ACTIVATION.items()}
-    ours["gelu_pytorch_tanh"] = "gelu_tanh"  # the same function, computed by PyTorch
+    # the same function, computed by PyTorch
+    ours["gelu_pytorch_tanh"] = "gelu_tanh"
     act = hf_config.activation_function
     if act not in ours:
-        raise ValueError(f"GPT-2 activation {act!r} has no counterpart in the course's GPT (known: {sorted(ours)})")
+        raise ValueError(
+            f"GPT-2 activation {act!r} has no counterpart in the course's "
+            f"GPT (known: {sorted(ours)})"
+        )
     if not getattr(hf_config, "tie_word_embeddings", True):
-        raise ValueError("the course's GPT ties its output head to the token embedding; this GPT-2 does not")
+        raise ValueError(
+            "the course's GPT ties its output head to the token embedding; "
+            "this GPT-2 does not"
+        )
     return GPTConfig(
         vocab_size=hf_config.vocab_size,
         block_size=hf_config.n_positions,
@@ -222,11 +292,12 @@ def from_hf_config(hf_config) -> GPTConfig:
 
 
 def from_hf(hf_model) -> GPT:
-    """The course's ``GPT`` with the weights of a ``GPT2LMHeadModel``, in eval mode.
+    """The course's ``GPT`` with the weights of a ``GPT2LMHeadModel``, in eval
+    mode.
 
-    The reverse of ``hf_state_dict``: every ``Conv1D`` matrix is transposed back to
-    ``nn.Linear``'s ``(out, in)``.  Loading is strict: a weight without a place, or a place
-    without a weight, is an error.
+    The reverse of ``hf_state_dict``: every ``Conv1D`` matrix is transposed
+    back to ``nn.Linear``'s ``(out, in)``.  Loading is strict: a weight without
+    a place, or a place without a weight, is an error.
     """
     config = from_hf_config(hf_model.config)
     model = GPT(config)
@@ -241,29 +312,49 @@ def from_hf(hf_model) -> GPT:
     for i in range(config.n_layer):
         for theirs, mine in _HF_BLOCK_NAMES:
             weight = sd.pop(f"transformer.h.{i}.{theirs}.weight")
-            ours[f"blocks.{i}.{mine}.weight"] = weight.T if mine in _TRANSPOSED else weight
-            ours[f"blocks.{i}.{mine}.bias"] = sd.pop(f"transformer.h.{i}.{theirs}.bias")
-    leftover = [k for k in sd if not k.endswith((".attn.bias", ".attn.masked_bias"))]  # old causal-mask buffers
+            ours[f"blocks.{i}.{mine}.weight"] = (
+                weight.T if mine in _TRANSPOSED else weight
+            )
+            ours[f"blocks.{i}.{mine}.bias"] = sd.pop(
+                f"transformer.h.{i}.{theirs}.bias"
+            )
+    # old causal-mask buffers
+    leftover = [
+        k for k in sd if not k.endswith((".attn.bias", ".attn.masked_bias"))
+    ]
     if leftover:
-        raise KeyError(f"GPT-2 weights with no place in the course's GPT: {leftover[:5]}")
+        raise KeyError(
+            f"GPT-2 weights with no place in the course's GPT: {leftover[:5]}"
+        )
     ours["lm_head.weight"] = ours["tok_emb.weight"]
-    model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=True)
+    model.load_state_dict(
+        {k: v.contiguous() for k, v in ours.items()}, strict=True
+    )
     return model.to(next(hf_model.parameters()).device).eval()
 
 
-def load_gpt2(name: str = GPT2_HUB_ID, probe: Callable[[], bool] | None = None):  # -> tuple[GPT, tokenizer]
-    """``(model, tokenizer)``: the real GPT-2 ``name`` from the Hugging Face Hub, its weights in
-    the course's ``GPT`` (``from_hf``), and its byte-level BPE tokenizer.
+def load_gpt2(
+    name: str = GPT2_HUB_ID, probe: Callable[[], bool] | None = None
+):  # -> tuple[GPT, tokenizer]
+    """``(model, tokenizer)``: the real GPT-2 ``name`` from the Hugging Face
+    Hub, its weights in the course's ``GPT`` (``from_hf``), and its byte-level
+    BPE tokenizer.
 
-    Needs a network: with offline use forced (``TRANSFORMER_COURSE_OFFLINE`` / ``HF_HUB_OFFLINE``)
-    or no answer from the Hub (``pretrained.hub_available(probe)``) it raises
-    ``ModelNotAvailableError`` without downloading anything.  The download is about 0.5 GB.
+    Needs a network: with offline use forced (``TRANSFORMER_COURSE_OFFLINE`` /
+    ``HF_HUB_OFFLINE``) or no answer from the Hub
+    (``pretrained.hub_available(probe)``) it raises ``ModelNotAvailableError``
+    without downloading anything.  The download is about 0.5 GB.
     """
     if not hub_available(probe=probe):
-        why = "offline mode is forced" if offline_forced() else "the Hugging Face Hub is not reachable"
+        why = (
+            "offline mode is forced"
+            if offline_forced()
+            else "the Hugging Face Hub is not reachable"
+        )
         raise ModelNotAvailableError(
-            f"loading {name!r} needs the Hugging Face Hub and {why}; run where huggingface.co is "
-            "reachable, with TRANSFORMER_COURSE_OFFLINE and HF_HUB_OFFLINE unset"
+            f"loading {name!r} needs the Hugging Face Hub and {why}; "
+            "run where huggingface.co is reachable, "
+            "with TRANSFORMER_COURSE_OFFLINE and HF_HUB_OFFLINE unset"
         )
     tf = _quiet_transformers()
     tokenizer = tf.AutoTokenizer.from_pretrained(name)

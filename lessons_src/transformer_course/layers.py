@@ -1,4 +1,5 @@
-"""Layer normalisation and the position-wise feed-forward network (chapter 06)."""
+"""Layer normalisation and the position-wise feed-forward network
+(chapter 06)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,22 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 class LayerNorm(nn.Module):
-    """Layer normalisation from scratch: ``gamma * (x - mean) / sqrt(var + eps) + beta``.
+    """Layer normalisation from scratch:
+    ``gamma * (x - mean) / sqrt(var + eps) + beta``.
 
-    Over the last dimension, with the *biased* variance (divide by ``n``, not ``n - 1``) and
-    ``eps`` *inside* the square root: exactly what ``torch.nn.LayerNorm`` computes.  The
-    parameters are called ``weight`` and ``bias`` like PyTorch's, so state dicts load across.
+    Over the last dimension, with the *biased* variance (divide by ``n``, not
+    ``n - 1``) and ``eps`` *inside* the square root: exactly what
+    ``torch.nn.LayerNorm`` computes.  The parameters are called ``weight`` and
+    ``bias`` like PyTorch's, so state dicts load across.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
         if d_model <= 0 or eps < 0:
-            raise ValueError(f"LayerNorm needs d_model > 0 and eps >= 0, got d_model={d_model}, eps={eps}")
+            raise ValueError(
+                "LayerNorm needs d_model > 0 and eps >= 0, "
+                f"got d_model={d_model}, eps={eps}"
+            )
         self.d_model = d_model
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
@@ -36,28 +42,48 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.size(-1) != self.d_model:
-            raise ValueError(f"LayerNorm({self.d_model}) got input with last dimension {x.size(-1)}")
+            raise ValueError(
+                f"LayerNorm({self.d_model}) got input "
+                f"with last dimension {x.size(-1)}"
+            )
         mean = x.mean(dim=-1, keepdim=True)
-        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # biased: divide by n
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+        # biased: divide by n
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return (
+            self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+        )
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
 
 
 class PositionwiseFeedForward(nn.Module):
-    """``FFN(x) = act(x W1 + b1) W2 + b2``, applied to every position separately.
+    """``FFN(x) = act(x W1 + b1) W2 + b2``, applied to every position
+    separately.
 
-    ``activation`` is ``"relu"`` (the original Transformer), ``"gelu"`` (BERT, GPT) or
-    ``"gelu_tanh"`` (GELU's tanh approximation, as in the original GPT-2).
+    ``activation`` is ``"relu"`` (the original Transformer), ``"gelu"`` (BERT,
+    GPT) or ``"gelu_tanh"`` (GELU's tanh approximation, as in the original
+    GPT-2).
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, activation: str = "relu") -> None:
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.0,
+        activation: str = "relu",
+    ) -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)}, "
+                f"got {activation!r}"
+            )
         if d_model <= 0 or d_ff <= 0:
-            raise ValueError(f"d_model and d_ff must be positive, got d_model={d_model}, d_ff={d_ff}")
+            raise ValueError(
+                "d_model and d_ff must be positive, "
+                f"got d_model={d_model}, d_ff={d_ff}"
+            )
         self.d_model = d_model
         self.d_ff = d_ff
         self.linear1 = nn.Linear(d_model, d_ff)
@@ -68,6 +94,9 @@ class PositionwiseFeedForward(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.size(-1) != self.d_model:
             raise ValueError(
-                f"PositionwiseFeedForward(d_model={self.d_model}) got input with last dimension {x.size(-1)}"
+                f"PositionwiseFeedForward(d_model={self.d_model}) got input "
+                f"with last dimension {x.size(-1)}"
             )
-        return self.linear2(self.dropout(ACTIVATIONS[self.activation](self.linear1(x))))
+        return self.linear2(
+            self.dropout(ACTIVATIONS[self.activation](self.linear1(x)))
+        )

@@ -1,10 +1,12 @@
-"""Plots shared by the chapters: the course's figure defaults, and attention heatmaps with token labels.
+"""Plots shared by the chapters: the course's figure defaults, and attention
+heatmaps with token labels.
 
-Importing the package applies the course's figure defaults (``use_course_style``): figures sized
-for the page's content column, with fonts that stay readable there.  A figure wider than the
-column is shrunk by the browser, and its text with it; ``smallest_text_pt`` says how large a
-figure's smallest text appears on the page, and the book is built with a check that every
-figure's text appears at least ``MIN_TEXT_PT`` points tall.
+Importing the package applies the course's figure defaults
+(``use_course_style``): figures sized for the page's content column, with fonts
+that stay readable there.  A figure wider than the column is shrunk by the
+browser, and its text with it; ``smallest_text_pt`` says how large a figure's
+smallest text appears on the page, and the book is built with a check that
+every figure's text appears at least ``MIN_TEXT_PT`` points tall.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-# The page's content column is 688 CSS px wide at a 1280 px desktop window (measured in the site
-# check); a figure saved at 100 dpi wider than that is shrunk to fit.
+# The page's content column is 688 CSS px wide at a 1280 px desktop window
+# (measured in the site check); a figure saved at 100 dpi wider than that is
+# shrunk to fit.
 CONTENT_PX = 688
 MIN_TEXT_PT = 8.0
 
 COURSE_STYLE = {
-    "figure.figsize": (6.4, 3.6),  # 640 px at 100 dpi: fits the column unshrunk
+    # 640 px at 100 dpi: fits the column unshrunk
+    "figure.figsize": (6.4, 3.6),
     "figure.dpi": 100,
     "savefig.dpi": "figure",
     "font.size": 11,
@@ -38,29 +42,47 @@ COURSE_STYLE = {
     "figure.hooks": ["transformer_course.plotting:watch_readability"],
 }
 
-# Figures drawn so far whose smallest text appears below MIN_TEXT_PT on the page:
-# (IPython cell number or None, smallest size in pt, that text).
+# Figures drawn so far whose smallest text appears below MIN_TEXT_PT on the
+# page: (IPython cell number or None, smallest size in pt, that text).
 UNREADABLE: list[tuple[int | None, float, str]] = []
 
 
 def use_course_style() -> None:
-    """Apply the course's figure defaults (done once when ``transformer_course`` is imported)."""
-    matplotlib.rcParams.update(COURSE_STYLE)  # type: ignore[arg-type]  # rcParams' keys are typed as literals
+    """Apply the course's figure defaults (done once when
+    ``transformer_course`` is imported)."""
+    # rcParams' keys are typed as literals
+    matplotlib.rcParams.update(COURSE_STYLE)  # type: ignore[arg-type]
 
 
-def smallest_text_pt(fig: Figure, content_px: int = CONTENT_PX) -> tuple[float, str]:
-    """The size, in points as a reader sees it, of ``fig``'s smallest visible text, and that text.
+def smallest_text_pt(
+    fig: Figure, content_px: int = CONTENT_PX
+) -> tuple[float, str]:
+    """The size, in points as a reader sees it, of ``fig``'s smallest visible
+    text, and that text.
 
-    The figure is saved like a notebook saves it (``bbox_inches="tight"``, at ``savefig.dpi``)
-    and shown at most ``content_px`` CSS pixels wide; 1 pt is 96/72 CSS px.
+    The figure is saved like a notebook saves it (``bbox_inches="tight"``, at
+    ``savefig.dpi``) and shown at most ``content_px`` CSS pixels wide; 1 pt is
+    96/72 CSS px.
     """
-    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]  # Agg-based canvases (inline, Agg) have one
-    dpi = fig.dpi if matplotlib.rcParams["savefig.dpi"] == "figure" else float(matplotlib.rcParams["savefig.dpi"])
-    width_px = (fig.get_tightbbox(renderer).width + 2 * matplotlib.rcParams["savefig.pad_inches"]) * dpi
+    # Agg-based canvases (inline, Agg) have one
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    dpi = (
+        fig.dpi
+        if matplotlib.rcParams["savefig.dpi"] == "figure"
+        else float(matplotlib.rcParams["savefig.dpi"])
+    )
+    width_px = (
+        fig.get_tightbbox(renderer).width
+        + 2 * matplotlib.rcParams["savefig.pad_inches"]
+    ) * dpi
     shrink = min(1.0, content_px / width_px)
     smallest, which = float("inf"), ""
     for text in fig.findobj(matplotlib.text.Text):
-        if not text.get_visible() or not text.get_text().strip() or text.get_figure(root=True) is not fig:
+        if (
+            not text.get_visible()
+            or not text.get_text().strip()
+            or text.get_figure(root=True) is not fig
+        ):
             continue
         bbox = text.get_window_extent(renderer)
         if bbox.width == 0 or not fig.bbox.overlaps(bbox):
@@ -83,16 +105,22 @@ def _check_readability(event) -> None:
 
 
 def watch_readability(fig: Figure) -> None:
-    """matplotlib figure hook: measure the text of every figure each time it is drawn."""
+    """matplotlib figure hook: measure the text of every figure each time it is
+    drawn."""
     fig.canvas.mpl_connect("draw_event", _check_readability)
 
 
 def _to_2d(weights: torch.Tensor | np.ndarray) -> np.ndarray:
-    arr = weights.detach().cpu().float().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights)
+    arr = (
+        weights.detach().cpu().float().numpy()
+        if isinstance(weights, torch.Tensor)
+        else np.asarray(weights)
+    )
     arr = np.squeeze(arr)
     if arr.ndim != 2:
         raise ValueError(
-            f"plot_attention needs one (queries, keys) matrix, got shape {arr.shape}; "
+            "plot_attention needs one (queries, keys) matrix, "
+            f"got shape {arr.shape}; "
             "select a batch element and a head first, e.g. weights[0, head]"
         )
     return arr
@@ -112,8 +140,9 @@ def plot_attention(
 ) -> Axes:
     """Heatmap of one attention matrix: rows are queries, columns are keys.
 
-    ``keys``/``queries`` label the axes (``queries`` defaults to ``keys`` for a square
-    self-attention matrix).  ``annotate=True`` writes each weight in its cell.
+    ``keys``/``queries`` label the axes (``queries`` defaults to ``keys`` for a
+    square self-attention matrix).  ``annotate=True`` writes each weight in its
+    cell.
     """
     arr = _to_2d(weights)
     n_q, n_k = arr.shape
@@ -121,9 +150,13 @@ def plot_attention(
         queries = keys
     for name, labels, n in (("keys", keys, n_k), ("queries", queries, n_q)):
         if labels is not None and len(labels) != n:
-            raise ValueError(f"{len(labels)} {name} labels for a matrix with {n} {name} (shape {arr.shape})")
+            raise ValueError(
+                f"{len(labels)} {name} labels for a matrix with {n} {name} "
+                f"(shape {arr.shape})"
+            )
     if ax is None:
-        cell = min(0.45, 4.1 / max(n_k, 1))  # at most 6.6 in wide: the page shows it unshrunk
+        # at most 6.6 in wide: the page shows it unshrunk
+        cell = min(0.45, 4.1 / max(n_k, 1))
         _, ax = plt.subplots(figsize=(cell * n_k + 2.5, cell * n_q + 1.5))
     im = ax.imshow(arr, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(n_k))
@@ -164,17 +197,28 @@ def plot_attention_grid(
 ) -> plt.Figure:
     """A static grid of attention maps: one row per layer, one column per head.
 
-    ``attentions`` is what Hugging Face models return with ``output_attentions=True``: one
-    ``(batch, heads, L, L)`` tensor per layer.  The page shows this even without JavaScript.
-    ``size`` is each panel's side in inches (default: the grid fills the page's width).
+    ``attentions`` is what Hugging Face models return with
+    ``output_attentions=True``: one ``(batch, heads, L, L)`` tensor per layer.
+    The page shows this even without JavaScript.  ``size`` is each panel's side
+    in inches (default: the grid fills the page's width).
     """
     if size is None:
         size = min(2.6, 6.6 / max(len(heads), 1))
-    fig, axes = plt.subplots(len(layers), len(heads), figsize=(size * len(heads), size * len(layers)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(layers),
+        len(heads),
+        figsize=(size * len(heads), size * len(layers)),
+        squeeze=False,
+    )
     for r, layer in enumerate(layers):
         for c, head in enumerate(heads):
             ax = axes[r][c]
-            plot_attention(attentions[layer][batch_index, head], tokens, ax=ax, colorbar=False)
+            plot_attention(
+                attentions[layer][batch_index, head],
+                tokens,
+                ax=ax,
+                colorbar=False,
+            )
             ax.set_title(f"layer {layer}, head {head}", fontsize=10)
             ax.tick_params(labelsize=9)
             ax.set_xlabel("")

@@ -1,18 +1,20 @@
-"""Train the course GPT on Python's reference documentation and save a checkpoint (chapter 10).
+"""Train the course GPT on Python's reference documentation and save a
+checkpoint (chapter 10).
 
-Random windows of the text (``get_batch``), the loss on windows spread over a text
-(``evaluate``), the training run (``train``, on ``training.fit``) and the checkpoint files
-(``save_checkpoint``, ``load_checkpoint``).  Chapter 10 calls ``train`` for a short run inside
-the notebook.  Run as a script it trains the
+Random windows of the text (``get_batch``), the loss on windows spread over a
+text (``evaluate``), the training run (``train``, on ``training.fit``) and the
+checkpoint files (``save_checkpoint``, ``load_checkpoint``).  Chapter 10 calls
+``train`` for a short run inside the notebook.  Run as a script it trains the
 longer checkpoint that the chapter's generation part loads::
 
     python -m transformer_course.train_gpt --help
     python -m transformer_course.train_gpt --steps 5000 \\
         --out lessons_src/transformer_course/checkpoints/gpt_python_docs
 
-It uses the GPU when there is one (``--device`` overrides) and writes ``<out>.safetensors`` and
-``<out>.json``: the model's config, its alphabet, and a record of the run (validation loss in
-nats per character on the whole validation text, training seconds, steps, device).
+It uses the GPU when there is one (``--device`` overrides) and writes
+``<out>.safetensors`` and ``<out>.json``: the model's config, its alphabet, and
+a record of the run (validation loss in nats per character on the whole
+validation text, training seconds, steps, device).
 """
 
 from __future__ import annotations
@@ -28,26 +30,43 @@ import torch.nn.functional as F
 from torch import nn
 
 from .gpt import GPT, GPTConfig, lm_loss
-from .tasks.python_docs import CHARS, corpus_fingerprint, load_python_docs, train_val_split
+from .tasks.python_docs import (
+    CHARS,
+    corpus_fingerprint,
+    load_python_docs,
+    train_val_split,
+)
 from .tokenization import CharTokenizer
 from .training import History, fit, param_groups, warmup_decay
 from .utils import count_parameters, get_device, set_seed
 
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # Batches and evaluation of a language model
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 
 
 def get_batch(
-    data: torch.Tensor, batch_size: int, block_size: int, generator: torch.Generator | None = None
+    data: torch.Tensor,
+    batch_size: int,
+    block_size: int,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``batch_size`` random windows of ``data`` (1-D ids): inputs ``x`` and targets ``y = x``
-    shifted left by one, both ``(batch_size, block_size)``."""
+    """``batch_size`` random windows of ``data`` (1-D ids): inputs ``x`` and
+    targets ``y = x`` shifted left by one, both ``(batch_size, block_size)``.
+    """
     if data.dim() != 1:
-        raise ValueError(f"data must be a 1-D tensor of token ids, got shape {tuple(data.shape)}")
+        raise ValueError(
+            "data must be a 1-D tensor of token ids, "
+            f"got shape {tuple(data.shape)}"
+        )
     if data.numel() <= block_size:
-        raise ValueError(f"data has {data.numel()} tokens, need more than block_size={block_size}")
-    starts = torch.randint(data.numel() - block_size, (batch_size,), generator=generator)
+        raise ValueError(
+            f"data has {data.numel()} tokens, "
+            f"need more than block_size={block_size}"
+        )
+    starts = torch.randint(
+        data.numel() - block_size, (batch_size,), generator=generator
+    )
     offsets = torch.arange(block_size + 1)
     windows = data[starts[:, None] + offsets]
     return windows[:, :-1], windows[:, 1:]
@@ -61,13 +80,15 @@ def evaluate(
     batch_size: int = 64,
     max_windows: int | None = None,
 ) -> float:
-    """Mean next-token cross-entropy (nats per token) over ``data``, deterministically.
+    """Mean next-token cross-entropy (nats per token) over ``data``,
+    deterministically.
 
-    ``data`` is cut into consecutive windows of ``block_size + 1`` tokens that overlap by one,
-    so every token after the first is predicted exactly once (the ragged tail is dropped).
-    With ``max_windows`` smaller than the number of windows, that many windows spread evenly
-    over the whole of ``data`` (the first and the last included) are scored instead, so a
-    sample measures all of the text, not its beginning.  ``model`` maps ids ``(batch, T)`` to
+    ``data`` is cut into consecutive windows of ``block_size + 1`` tokens that
+    overlap by one, so every token after the first is predicted exactly once
+    (the ragged tail is dropped).  With ``max_windows`` smaller than the number
+    of windows, that many windows spread evenly over the whole of ``data`` (the
+    first and the last included) are scored instead, so a sample measures all
+    of the text, not its beginning.  ``model`` maps ids ``(batch, T)`` to
     logits ``(batch, T, vocab)``.  ``exp`` of the result is the perplexity.
     """
     if block_size is None:
@@ -76,7 +97,10 @@ def evaluate(
         raise ValueError(f"max_windows must be at least 1, got {max_windows}")
     n = (data.numel() - 1) // block_size
     if n < 1:
-        raise ValueError(f"data has {data.numel()} tokens, too few for one window of {block_size + 1}")
+        raise ValueError(
+            f"data has {data.numel()} tokens, "
+            f"too few for one window of {block_size + 1}"
+        )
     index = torch.arange(n)
     if max_windows is not None and max_windows < n:
         index = torch.linspace(0, n - 1, max_windows).round().long()
@@ -91,15 +115,17 @@ def evaluate(
         w = windows[i : i + batch_size].to(device)
         logits = model(w[:, :-1])
         total += F.cross_entropy(
-            logits.reshape(-1, logits.size(-1)).float(), w[:, 1:].reshape(-1), reduction="sum"
+            logits.reshape(-1, logits.size(-1)).float(),
+            w[:, 1:].reshape(-1),
+            reduction="sum",
         ).item()
     model.train(was_training)
     return total / (n * block_size)
 
 
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # Training
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 
 
 def train(
@@ -119,21 +145,28 @@ def train(
     show_progress: bool = True,
     on_eval: Callable[[int, float, float], None] | None = None,
 ) -> History:
-    """Train ``model`` on random windows of ``train_ids`` for ``steps`` optimiser steps.
+    """Train ``model`` on random windows of ``train_ids`` for ``steps``
+    optimiser steps.
 
-    AdamW (weight decay on the matrices only), a linear warm-up to ``lr`` over ``warmup`` steps
-    and a cosine decay to ``min_lr`` (``lr / 10`` by default), gradient clipping; the loop is
-    :func:`~transformer_course.training.fit`.  Before the first step, every ``eval_every``
-    steps and after the last, the loss on ``eval_windows`` windows spread evenly over the
-    training text and over the validation text (all of a text's windows if it has fewer) is
-    measured the same way (``evaluate`` above), so the two curves (``"train_loss"`` and
-    ``"val_loss"`` in the returned history) are comparable.
+    AdamW (weight decay on the matrices only), a linear warm-up to ``lr`` over
+    ``warmup`` steps and a cosine decay to ``min_lr`` (``lr / 10`` by default),
+    gradient clipping; the loop is :func:`~transformer_course.training.fit`.
+    Before the first step, every ``eval_every`` steps and after the last, the
+    loss on ``eval_windows`` windows spread evenly over the training text and
+    over the validation text (all of a text's windows if it has fewer) is
+    measured the same way (``evaluate`` above), so the two curves
+    (``"train_loss"`` and ``"val_loss"`` in the returned history) are
+    comparable.
     """
     device = next(model.parameters()).device
     block = model.config.block_size
-    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99))
+    opt = torch.optim.AdamW(
+        param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99)
+    )
     min_ratio = 0.1 if min_lr is None else min_lr / lr
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, warmup, steps, min_ratio))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_decay(s, warmup, steps, min_ratio)
+    )
     use_amp = device.type == "cuda"
 
     done = [0]  # steps taken, for on_eval
@@ -142,7 +175,9 @@ def train(
         done[0] = step + 1
         x, y = get_batch(train_ids, batch_size, block, generator)
         x, y = x.to(device), y.to(device)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp):
+        with torch.autocast(
+            device.type, dtype=torch.bfloat16, enabled=use_amp
+        ):
             return lm_loss(model(x), y)
 
     def measure() -> dict[str, float]:
@@ -166,12 +201,13 @@ def train(
     )
 
 
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # Checkpoints
-# ----------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 
 
-#: The checkpoint shipped with the package (written by ``python -m transformer_course.train_gpt``).
+#: The checkpoint shipped with the package (written by
+#: ``python -m transformer_course.train_gpt``).
 CHECKPOINT_NAME = "gpt_python_docs"
 
 
@@ -181,16 +217,27 @@ def checkpoint_dir() -> Path:
 
 
 def _checkpoint_files(path: str | Path) -> tuple[Path, Path]:
-    """``(<path>.safetensors, <path>.json)``; ``path`` may also name either file."""
+    """``(<path>.safetensors, <path>.json)``; ``path`` may also name either
+    file.
+    """
     path = Path(path)
     if path.suffix in (".safetensors", ".json"):
         path = path.with_suffix("")
-    return path.parent / f"{path.name}.safetensors", path.parent / f"{path.name}.json"
+    return (
+        path.parent / f"{path.name}.safetensors",
+        path.parent / f"{path.name}.json",
+    )
 
 
-def save_checkpoint(model: GPT, path: str | Path, record: dict | None = None, chars: str = CHARS) -> None:
-    """Write ``model``'s weights to ``<path>.safetensors`` and its config, alphabet and
-    ``record`` (losses, training time ...) to ``<path>.json``."""
+def save_checkpoint(
+    model: GPT,
+    path: str | Path,
+    record: dict | None = None,
+    chars: str = CHARS,
+) -> None:
+    """Write ``model``'s weights to ``<path>.safetensors`` and its config,
+    alphabet and ``record`` (losses, training time ...) to ``<path>.json``.
+    """
     import json
 
     from safetensors.torch import save_model
@@ -198,21 +245,28 @@ def save_checkpoint(model: GPT, path: str | Path, record: dict | None = None, ch
     weights, meta_file = _checkpoint_files(path)
     weights.parent.mkdir(parents=True, exist_ok=True)
     save_model(model, str(weights))
-    meta = {"config": model.config.to_dict(), "chars": chars, "record": record or {}}
+    meta = {
+        "config": model.config.to_dict(),
+        "chars": chars,
+        "record": record or {},
+    }
     meta_file.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
 
 def load_checkpoint(
     path: str | Path | None = None, device: torch.device | str = "cpu"
 ) -> tuple[GPT, CharTokenizer, dict]:
-    """Load ``(model, tokenizer, record)`` from ``<path>.safetensors`` / ``<path>.json``;
-    by default the checkpoint shipped in ``transformer_course/checkpoints``.  The model is
-    returned in eval mode."""
+    """Load ``(model, tokenizer, record)`` from ``<path>.safetensors`` /
+    ``<path>.json``; by default the checkpoint shipped in
+    ``transformer_course/checkpoints``.  The model is returned in eval mode.
+    """
     import json
 
     from safetensors.torch import load_model
 
-    weights, meta_file = _checkpoint_files(checkpoint_dir() / CHECKPOINT_NAME if path is None else path)
+    weights, meta_file = _checkpoint_files(
+        checkpoint_dir() / CHECKPOINT_NAME if path is None else path
+    )
     for f in (weights, meta_file):
         if not f.exists():
             raise FileNotFoundError(f"checkpoint file {f} not found")
@@ -226,31 +280,82 @@ def load_checkpoint(
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_course.train_gpt",
-        description="Train the course's character-level GPT on Python's reference documentation "
-        "(pydoc_data.topics) and save <out>.safetensors + <out>.json.",
+        description=(
+            "Train the course's character-level GPT on Python's reference "
+            "documentation (pydoc_data.topics) and save <out>.safetensors + "
+            "<out>.json."
+        ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
         "--out",
         default=str(checkpoint_dir() / CHECKPOINT_NAME),
-        help="checkpoint path without suffix; the default is the checkpoint shipped in the package",
+        help=(
+            "checkpoint path without suffix; the default is the checkpoint "
+            "shipped in the package"
+        ),
     )
-    parser.add_argument("--steps", type=int, default=5000, help="optimiser steps")
-    parser.add_argument("--batch-size", type=int, default=8, help="windows per step")
-    parser.add_argument("--block-size", type=int, default=128, help="context length in characters")
-    parser.add_argument("--n-layer", type=int, default=4, help="transformer blocks")
-    parser.add_argument("--n-head", type=int, default=6, help="attention heads per block")
-    parser.add_argument("--d-model", type=int, default=192, help="width of the residual stream")
-    parser.add_argument("--dropout", type=float, default=0.0, help="dropout probability while training")
-    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (AdamW)")
-    parser.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
-    parser.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay of the matrices")
-    parser.add_argument("--eval-every", type=int, default=500, help="steps between loss measurements")
-    parser.add_argument("--seed", type=int, default=0, help="random seed")
-    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: PyTorch's choice)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: the best available)")
     parser.add_argument(
-        "--keep-latest", action="store_true", help="also save the model at every loss measurement, to <out>-latest"
+        "--steps", type=int, default=5000, help="optimiser steps"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="windows per step"
+    )
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=128,
+        help="context length in characters",
+    )
+    parser.add_argument(
+        "--n-layer", type=int, default=4, help="transformer blocks"
+    )
+    parser.add_argument(
+        "--n-head", type=int, default=6, help="attention heads per block"
+    )
+    parser.add_argument(
+        "--d-model", type=int, default=192, help="width of the residual stream"
+    )
+    parser.add_argument(
+        "--dropout",
+        type=float,
+        default=0.0,
+        help="dropout probability while training",
+    )
+    parser.add_argument(
+        "--lr", type=float, default=2e-3, help="peak learning rate (AdamW)"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=100, help="linear warm-up steps"
+    )
+    parser.add_argument(
+        "--weight-decay",
+        type=float,
+        default=0.1,
+        help="AdamW weight decay of the matrices",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=500,
+        help="steps between loss measurements",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads (default: PyTorch's choice)",
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="cpu, cuda, mps (default: the best available)",
+    )
+    parser.add_argument(
+        "--keep-latest",
+        action="store_true",
+        help="also save the model at every loss measurement, to <out>-latest",
     )
     args = parser.parse_args(argv)
 
@@ -271,7 +376,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     model = GPT(config).to(device)
     print(
-        f"{count_parameters(model):,} parameters on {device}; {len(train_ids):,} training and "
+        f"{count_parameters(model):,} parameters on {device}; "
+        f"{len(train_ids):,} training and "
         f"{len(val_ids):,} validation characters",
         flush=True,
     )
@@ -279,7 +385,11 @@ def main(argv: list[str] | None = None) -> None:
     def report(step: int, tr: float, va: float) -> None:
         print(f"step {step:6d}  train {tr:.4f}  val {va:.4f}", flush=True)
         if args.keep_latest:
-            save_checkpoint(model, f"{args.out}-latest", {"step": step, "val_loss_first_windows": round(va, 4)})
+            save_checkpoint(
+                model,
+                f"{args.out}-latest",
+                {"step": step, "val_loss_first_windows": round(va, 4)},
+            )
 
     history = train(
         model,
@@ -299,25 +409,35 @@ def main(argv: list[str] | None = None) -> None:
     val_loss = evaluate(model, val_ids)
     record = {
         "val_loss": round(val_loss, 4),
-        "val_loss_unit": "nats per character, whole validation text, windows of block_size",
+        "val_loss_unit": (
+            "nats per character, whole validation text, windows of block_size"
+        ),
         "train_loss": round(evaluate(model, train_ids, max_windows=512), 4),
         "train_seconds": round(history.wall_seconds, 1),
         "steps": args.steps,
         "batch_size": args.batch_size,
         "lr": args.lr,
         "seed": args.seed,
-        "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+        "device": (
+            str(device)
+            if device.type != "cuda"
+            else torch.cuda.get_device_name(device)
+        ),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "corpus_sha256": corpus_fingerprint(text),
         "history": {
             "step": history.eval_steps,
-            **{k: [round(v, 4) for v in vals] for k, vals in history.evals.items()},
+            **{
+                k: [round(v, 4) for v in vals]
+                for k, vals in history.evals.items()
+            },
         },
     }
     save_checkpoint(model, args.out, record)
     print(
-        f"validation loss {val_loss:.4f} nats/char after {record['train_seconds']} s; wrote {args.out}"
+        f"validation loss {val_loss:.4f} nats/char after "
+        f"{record['train_seconds']} s; wrote {args.out}"
         ".safetensors and .json",
         flush=True,
     )

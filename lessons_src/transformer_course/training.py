@@ -1,16 +1,17 @@
 """What every training run of the course shares (chapters 01, 09, 10 and 12).
 
-* :func:`fit`: the one training loop.  A task gives it a function that returns the loss of
-  step ``k`` (drawing its own batch), an optimiser and optionally a schedule and an evaluation;
-  it returns a :class:`History`.
+* :func:`fit`: the one training loop.  A task gives it a function that returns
+  the loss of step ``k`` (drawing its own batch), an optimiser and optionally a
+  schedule and an evaluation; it returns a :class:`History`.
 * :func:`param_groups`: AdamW's two groups, weight decay on the matrices only.
-* :func:`warmup_decay`: the learning-rate multiplier, a linear warm-up then a cosine (or linear)
-  decay.
+* :func:`warmup_decay`: the learning-rate multiplier, a linear warm-up then a
+  cosine (or linear) decay.
 * :func:`accuracy`: the fraction of predictions equal to the labels.
 
-The task-specific loops (``why_attention.train_classifier``, ``seq2seq.train_seq2seq``,
-``train_gpt.train``, ``sentiment.fine_tune``, ``bert.pretrain_mlm``) only say how to draw a
-batch and what to measure, then call :func:`fit`.
+The task-specific loops (``why_attention.train_classifier``,
+``seq2seq.train_seq2seq``, ``train_gpt.train``, ``sentiment.fine_tune``,
+``bert.pretrain_mlm``) only say how to draw a batch and what to measure, then
+call :func:`fit`.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from .utils import progress
 class History:
     """What :func:`fit` measured.
 
-    ``loss`` and ``lr`` have one entry per optimiser step (the learning rate that step used).
-    ``eval_steps[i]`` is the number of steps done when evaluation ``i`` ran; ``evals[name][i]``
-    is what it measured (``"val_loss"``, ``"accuracy"``, ...).
+    ``loss`` and ``lr`` have one entry per optimiser step (the learning rate
+    that step used).  ``eval_steps[i]`` is the number of steps done when
+    evaluation ``i`` ran; ``evals[name][i]`` is what it measured
+    (``"val_loss"``, ``"accuracy"``, ...).
     """
 
     loss: list[float] = field(default_factory=list)
@@ -40,12 +42,16 @@ class History:
     eval_steps: list[int] = field(default_factory=list)
     evals: dict[str, list[float]] = field(default_factory=dict)
     wall_seconds: float = 0.0
-    cpu_seconds: float = 0.0  # time.process_time(): CPU time of this process, all threads
+    # time.process_time(): CPU time of this process, all threads
+    cpu_seconds: float = 0.0
 
     def curve(self, name: str) -> list[tuple[int, float]]:
         """``[(step, value), ...]`` of one evaluated quantity."""
         if name not in self.evals:
-            raise KeyError(f"no evaluation named {name!r}; this run measured {sorted(self.evals)}")
+            raise KeyError(
+                f"no evaluation named {name!r}; "
+                f"this run measured {sorted(self.evals)}"
+            )
         return list(zip(self.eval_steps, self.evals[name]))
 
 
@@ -65,27 +71,33 @@ def fit(
 ) -> History:
     """Take ``steps`` optimiser steps on ``model``; returns a :class:`History`.
 
-    Step ``k`` (0-based): ``model.train()``, ``loss = step_loss(k)``, backward, gradient
-    clipping to ``clip_norm`` (``None``: no clipping), optimiser step, scheduler step.
-    ``evaluate()`` (in eval mode) runs after every ``eval_every`` steps and after the last
-    (and before the first with ``eval_at_start``); ``eval_every=0`` evaluates only at the end.
-    The model is left in eval mode.
+    Step ``k`` (0-based): ``model.train()``, ``loss = step_loss(k)``, backward,
+    gradient clipping to ``clip_norm`` (``None``: no clipping), optimiser step,
+    scheduler step.  ``evaluate()`` (in eval mode) runs after every
+    ``eval_every`` steps and after the last (and before the first with
+    ``eval_at_start``); ``eval_every=0`` evaluates only at the end.  The model
+    is left in eval mode.
     """
     if not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
     if eval_every < 0:
-        raise ValueError(f"eval_every must be >= 0 (0: evaluate only at the end), got {eval_every}")
+        raise ValueError(
+            "eval_every must be >= 0 (0: evaluate only at the end), "
+            f"got {eval_every}"
+        )
     history = History()
     t_wall, t_cpu = time.perf_counter(), time.process_time()
 
-    def run_evaluation(measure: Callable[[], dict[str, float]], done: int) -> None:
+    def run_evaluation(
+        measure: Callable[[], dict[str, float]], done: int
+    ) -> None:
         model.eval()
         for name, value in measure().items():
             history.evals.setdefault(name, []).append(value)
         history.eval_steps.append(done)
 
-    # Not `for step in bar`: a bar that is iterated closes itself when the loop ends, before the
-    # final measurement could be shown in it.
+    # Not `for step in bar`: a bar that is iterated closes itself when the loop
+    # ends, before the final measurement could be shown in it.
     bar = progress(total=steps, desc=desc, disable=not show_progress)
     if evaluate is not None and eval_at_start:
         run_evaluation(evaluate, 0)
@@ -102,10 +114,18 @@ def fit(
             scheduler.step()
         history.loss.append(loss.item())
         done = step + 1
-        if evaluate is not None and ((eval_every and done % eval_every == 0) or done == steps):
+        if evaluate is not None and (
+            (eval_every and done % eval_every == 0) or done == steps
+        ):
             run_evaluation(evaluate, done)
-        shown = {"loss": history.loss[-1], **{k: v[-1] for k, v in history.evals.items()}}
-        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)  # drawn with the bar
+        shown = {
+            "loss": history.loss[-1],
+            **{k: v[-1] for k, v in history.evals.items()},
+        }
+        bar.set_postfix(
+            {k: f"{v:.3f}" for k, v in shown.items()},
+            refresh=False,  # drawn with the bar
+        )
         bar.update(1)
     bar.close()
     model.eval()
@@ -115,29 +135,44 @@ def fit(
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW's parameter groups: weight decay on the matrices (and embeddings), none on biases
-    and LayerNorm gains.  Frozen parameters (``requires_grad=False``) are left out."""
-    params = [p for p in model.parameters() if p.requires_grad]  # tied weights appear once
+    """AdamW's parameter groups: weight decay on the matrices (and embeddings),
+    none on biases and LayerNorm gains.  Frozen parameters
+    (``requires_grad=False``) are left out."""
+    # tied weights appear once
+    params = [p for p in model.parameters() if p.requires_grad]
     if not params:
-        raise ValueError("the model has no trainable parameters (all have requires_grad=False)")
+        raise ValueError(
+            "the model has no trainable parameters "
+            "(all have requires_grad=False)"
+        )
     decay = [p for p in params if p.dim() >= 2]
     no_decay = [p for p in params if p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
 
 
 def warmup_decay(
-    step: int, warmup_steps: int, total_steps: int, min_ratio: float = 0.05, decay: str = "cosine"
+    step: int,
+    warmup_steps: int,
+    total_steps: int,
+    min_ratio: float = 0.05,
+    decay: str = "cosine",
 ) -> float:
-    """Learning-rate multiplier: linear warm-up to 1 over ``warmup_steps``, then a decay to
-    ``min_ratio`` at ``total_steps`` (and ``min_ratio`` after), along a half cosine
-    (``decay="cosine"``) or a straight line (``"linear"``, BERT's fine-tuning schedule).
+    """Learning-rate multiplier: linear warm-up to 1 over ``warmup_steps``,
+    then a decay to ``min_ratio`` at ``total_steps`` (and ``min_ratio`` after),
+    along a half cosine (``decay="cosine"``) or a straight line (``"linear"``,
+    BERT's fine-tuning schedule).
 
-    Step ``0`` already gets ``1 / warmup_steps``, so no optimiser step is wasted at learning rate 0.
+    Step ``0`` already gets ``1 / warmup_steps``, so no optimiser step is
+    wasted at learning rate 0.
     Use as ``LambdaLR(optimizer, lambda s: warmup_decay(s, warmup, total))``.
     """
     if warmup_steps < 0 or total_steps < max(warmup_steps, 1):
         raise ValueError(
-            f"need 0 <= warmup_steps <= total_steps and total_steps >= 1, got {warmup_steps} and {total_steps}"
+            "need 0 <= warmup_steps <= total_steps and total_steps >= 1, "
+            f"got {warmup_steps} and {total_steps}"
         )
     if decay not in ("cosine", "linear"):
         raise ValueError(f"decay must be 'cosine' or 'linear', got {decay!r}")
@@ -145,19 +180,33 @@ def warmup_decay(
         return (step + 1) / warmup_steps
     span = max(1, total_steps - warmup_steps)
     if decay == "linear":
-        return min_ratio + (1.0 - min_ratio) * max(0, total_steps - step) / span
+        return (
+            min_ratio + (1.0 - min_ratio) * max(0, total_steps - step) / span
+        )
     progress_ = min(1.0, (step - warmup_steps) / span)
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress_))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (
+        1.0 + math.cos(math.pi * progress_)
+    )
 
 
 def class_ids(x: torch.Tensor | Sequence[int]) -> torch.Tensor:
     """Class ids (a tensor or a list) as a CPU ``LongTensor``."""
-    return x.long().cpu() if isinstance(x, torch.Tensor) else torch.tensor(list(x), dtype=torch.long)
+    return (
+        x.long().cpu()
+        if isinstance(x, torch.Tensor)
+        else torch.tensor(list(x), dtype=torch.long)
+    )
 
 
-def accuracy(predictions: torch.Tensor | Sequence[int], labels: torch.Tensor | Sequence[int]) -> float:
+def accuracy(
+    predictions: torch.Tensor | Sequence[int],
+    labels: torch.Tensor | Sequence[int],
+) -> float:
     """Fraction of ``predictions`` (class ids) equal to ``labels``."""
     p, y = class_ids(predictions), class_ids(labels)
     if p.shape != y.shape or p.dim() != 1 or len(p) == 0:
-        raise ValueError(f"predictions {tuple(p.shape)} and labels {tuple(y.shape)} must be equal, non-empty 1-D")
+        raise ValueError(
+            f"predictions {tuple(p.shape)} and labels {tuple(y.shape)} "
+            "must be equal, non-empty 1-D"
+        )
     return (p == y).float().mean().item()

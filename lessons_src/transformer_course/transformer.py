@@ -1,14 +1,18 @@
-"""Encoder and decoder layers, their stacks, and the full encoder-decoder Transformer (chapter 07).
+"""Encoder and decoder layers, their stacks, and the full encoder-decoder
+Transformer (chapter 07).
 
-Each sub-layer (attention or feed-forward) is wrapped in a residual connection and a
-layer norm, with dropout on the sub-layer's output:
+Each sub-layer (attention or feed-forward) is wrapped in a residual connection
+and a layer norm, with dropout on the sub-layer's output:
 
-* post-norm (the 2017 paper, BERT; ``norm_first=False``): ``x = norm(x + dropout(sublayer(x)))``
-* pre-norm (GPT-2 and most models since; ``norm_first=True``): ``x = x + dropout(sublayer(norm(x)))``
+* post-norm (the 2017 paper, BERT; ``norm_first=False``):
+  ``x = norm(x + dropout(sublayer(x)))``
+* pre-norm (GPT-2 and most models since; ``norm_first=True``):
+  ``x = x + dropout(sublayer(norm(x)))``
 
-Masks follow the course convention (boolean, ``True`` = may attend; see ``masking``).
-``copy_weights_to_torch`` copies a layer's weights into PyTorch's ``nn.TransformerEncoderLayer`` /
-``nn.TransformerDecoderLayer``, for the parity checks of chapter 07 and ``tests/test_transformer.py``.
+Masks follow the course convention (boolean, ``True`` = may attend; see
+``masking``).  ``copy_weights_to_torch`` copies a layer's weights into
+PyTorch's ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``, for
+the parity checks of chapter 07 and ``tests/test_transformer.py``.
 """
 
 from __future__ import annotations
@@ -45,8 +49,12 @@ class EncoderLayer(nn.Module):
         use_sdpa: bool = False,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout, use_sdpa=use_sdpa)
-        self.ff = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout, use_sdpa=use_sdpa
+        )
+        self.ff = PositionwiseFeedForward(
+            d_model, d_ff, dropout=dropout, activation=activation
+        )
         self.norm1 = LayerNorm(d_model, eps=eps)
         self.norm2 = LayerNorm(d_model, eps=eps)
         self.dropout1 = nn.Dropout(dropout)
@@ -54,12 +62,21 @@ class EncoderLayer(nn.Module):
         self.norm_first = norm_first
         self.attn_weights: torch.Tensor | None = None
 
-    def _sa(self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None) -> torch.Tensor:
-        out, w = self.self_attn(x, mask=mask, need_weights=not self.self_attn.use_sdpa, cache=cache)
+    def _sa(
+        self, x: torch.Tensor, mask: torch.Tensor | None, cache: KVCache | None
+    ) -> torch.Tensor:
+        out, w = self.self_attn(
+            x, mask=mask, need_weights=not self.self_attn.use_sdpa, cache=cache
+        )
         self.attn_weights = None if w is None else w.detach()
         return self.dropout1(out)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         if self.norm_first:
             x = x + self._sa(self.norm1(x), mask, cache)
             return x + self.dropout2(self.ff(self.norm2(x)))
@@ -68,9 +85,11 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention over the encoder output, feed-forward.
+    """Masked self-attention, cross-attention over the encoder output,
+    feed-forward.
 
-    Keeps the last weights in ``self.self_attn_weights`` and ``self.cross_attn_weights``.
+    Keeps the last weights in ``self.self_attn_weights`` and
+    ``self.cross_attn_weights``.
     """
 
     def __init__(
@@ -84,9 +103,15 @@ class DecoderLayer(nn.Module):
         eps: float = 1e-5,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
-        self.ff = PositionwiseFeedForward(d_model, d_ff, dropout=dropout, activation=activation)
+        self.self_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout
+        )
+        self.cross_attn = MultiHeadAttention(
+            d_model, num_heads, dropout=dropout
+        )
+        self.ff = PositionwiseFeedForward(
+            d_model, d_ff, dropout=dropout, activation=activation
+        )
         self.norm1 = LayerNorm(d_model, eps=eps)
         self.norm2 = LayerNorm(d_model, eps=eps)
         self.norm3 = LayerNorm(d_model, eps=eps)
@@ -102,7 +127,9 @@ class DecoderLayer(nn.Module):
         self.self_attn_weights = None if w is None else w.detach()
         return self.dropout1(out)
 
-    def _ca(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _ca(
+        self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None
+    ) -> torch.Tensor:
         out, w = self.cross_attn(x, memory, memory, mask=mask)
         self.cross_attn_weights = None if w is None else w.detach()
         return self.dropout2(out)
@@ -124,13 +151,18 @@ class DecoderLayer(nn.Module):
 
 
 class TokenAndPositionEmbedding(nn.Module):
-    """Token embedding scaled by sqrt(d_model), plus sinusoidal positions, then dropout."""
+    """Token embedding scaled by sqrt(d_model), plus sinusoidal positions,
+    then dropout."""
 
-    def __init__(self, vocab_size: int, d_model: int, max_len: int, dropout: float) -> None:
+    def __init__(
+        self, vocab_size: int, d_model: int, max_len: int, dropout: float
+    ) -> None:
         super().__init__()
         self.vocab_size = vocab_size
         self.tok = nn.Embedding(vocab_size, d_model)
-        self.pos = PositionalEncoding(d_model, max_len=max_len, dropout=dropout)
+        self.pos = PositionalEncoding(
+            d_model, max_len=max_len, dropout=dropout
+        )
         self.scale = math.sqrt(d_model)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -139,9 +171,10 @@ class TokenAndPositionEmbedding(nn.Module):
 
 
 class LayerStack(nn.Module):
-    """Token embedding + positional encoding, then ``num_layers`` layers of one kind (each with
-    its own weights), then, in a pre-norm stack, one more layer norm.  ``Encoder`` and
-    ``Decoder`` differ only in their layer and in what it reads."""
+    """Token embedding + positional encoding, then ``num_layers`` layers of
+    one kind (each with its own weights), then, in a pre-norm stack, one more
+    layer norm.  ``Encoder`` and ``Decoder`` differ only in their layer and in
+    what it reads."""
 
     layer_type: type[nn.Module]
 
@@ -157,20 +190,29 @@ class LayerStack(nn.Module):
         norm_first: bool = False,
     ) -> None:
         super().__init__()
-        self.embed = TokenAndPositionEmbedding(vocab_size, d_model, max_len, dropout)
-        self.layers = nn.ModuleList(
-            self.layer_type(d_model, num_heads, d_ff, dropout, norm_first=norm_first) for _ in range(num_layers)
+        self.embed = TokenAndPositionEmbedding(
+            vocab_size, d_model, max_len, dropout
         )
-        # Pre-norm stacks leave the residual stream un-normalised, so they end with one more norm.
+        self.layers = nn.ModuleList(
+            self.layer_type(
+                d_model, num_heads, d_ff, dropout, norm_first=norm_first
+            )
+            for _ in range(num_layers)
+        )
+        # Pre-norm stacks leave the residual stream un-normalised, so they end
+        # with one more norm.
         self.norm = LayerNorm(d_model) if norm_first else nn.Identity()
 
 
 class Encoder(LayerStack):
-    """A stack of encoder layers: each reads the source (self-attention under ``src_mask``)."""
+    """A stack of encoder layers: each reads the source (self-attention under
+    ``src_mask``)."""
 
     layer_type = EncoderLayer
 
-    def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, src: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         x = self.embed(src)
         for layer in self.layers:
             x = layer(x, src_mask)
@@ -178,7 +220,8 @@ class Encoder(LayerStack):
 
 
 class Decoder(LayerStack):
-    """A stack of decoder layers: each reads the target so far and the encoder's ``memory``."""
+    """A stack of decoder layers: each reads the target so far and the
+    encoder's ``memory``."""
 
     layer_type = DecoderLayer
 
@@ -197,7 +240,8 @@ class Decoder(LayerStack):
 
 @dataclass(frozen=True)
 class TransformerConfig(ModelConfig):
-    """Sizes of an encoder-decoder Transformer (defaults: the base model of "Attention Is All You Need")."""
+    """Sizes of an encoder-decoder Transformer (defaults: the base model of
+    "Attention Is All You Need")."""
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -225,34 +269,53 @@ class TransformerConfig(ModelConfig):
 
 
 class Transformer(nn.Module):
-    """The encoder-decoder Transformer of "Attention Is All You Need", built from a
-    :class:`TransformerConfig`.
+    """The encoder-decoder Transformer of "Attention Is All You Need", built
+    from a :class:`TransformerConfig`.
 
-    ``encode(src, src_mask)`` runs once per source; ``decode(tgt_in, memory, tgt_mask,
-    memory_mask)`` returns next-token logits ``(batch, L_tgt, tgt_vocab_size)`` and is called
-    once per training step (teacher forcing) or once per generated token (greedy decoding).
+    ``encode(src, src_mask)`` runs once per source;
+    ``decode(tgt_in, memory, tgt_mask, memory_mask)`` returns next-token
+    logits ``(batch, L_tgt, tgt_vocab_size)`` and is called once per training
+    step (teacher forcing) or once per generated token (greedy decoding).
     """
 
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         if not isinstance(config, TransformerConfig):
             raise TypeError(
-                f"Transformer takes a TransformerConfig, got {type(config).__name__}; "
-                "write Transformer(TransformerConfig(src_vocab_size, tgt_vocab_size, d_model=...))"
+                "Transformer takes a TransformerConfig, got "
+                f"{type(config).__name__}; write Transformer(TransformerConfig"
+                "(src_vocab_size, tgt_vocab_size, d_model=...))"
             )
         c = self.config = config
         self.encoder = Encoder(
-            c.src_vocab_size, c.d_model, c.num_encoder_layers, c.num_heads, c.d_ff, c.max_len, c.dropout, c.norm_first
+            c.src_vocab_size,
+            c.d_model,
+            c.num_encoder_layers,
+            c.num_heads,
+            c.d_ff,
+            c.max_len,
+            c.dropout,
+            c.norm_first,
         )
         self.decoder = Decoder(
-            c.tgt_vocab_size, c.d_model, c.num_decoder_layers, c.num_heads, c.d_ff, c.max_len, c.dropout, c.norm_first
+            c.tgt_vocab_size,
+            c.d_model,
+            c.num_decoder_layers,
+            c.num_heads,
+            c.d_ff,
+            c.max_len,
+            c.dropout,
+            c.norm_first,
         )
         self.out = nn.Linear(c.d_model, c.tgt_vocab_size)
-        for p in self.parameters():  # Glorot initialisation of every matrix, as in the reference code
+        # Glorot initialisation of every matrix, as in the reference code
+        for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def encode(
+        self, src: torch.Tensor, src_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return self.encoder(src, src_mask)
 
     def decode(
@@ -273,13 +336,25 @@ class Transformer(nn.Module):
         memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         memory = self.encode(src, src_mask)
-        return self.decode(tgt_in, memory, tgt_mask, src_mask if memory_mask is None else memory_mask)
+        return self.decode(
+            tgt_in,
+            memory,
+            tgt_mask,
+            src_mask if memory_mask is None else memory_mask,
+        )
 
 
-def _copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:
-    """Our four projections into PyTorch's ``in_proj`` (W_q, W_k, W_v stacked) and ``out_proj``."""
-    theirs.in_proj_weight.copy_(torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight]))
-    theirs.in_proj_bias.copy_(torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias]))
+def _copy_attention(
+    ours: MultiHeadAttention, theirs: nn.MultiheadAttention
+) -> None:
+    """Our four projections into PyTorch's ``in_proj`` (W_q, W_k, W_v
+    stacked) and ``out_proj``."""
+    theirs.in_proj_weight.copy_(
+        torch.cat([ours.W_q.weight, ours.W_k.weight, ours.W_v.weight])
+    )
+    theirs.in_proj_bias.copy_(
+        torch.cat([ours.W_q.bias, ours.W_k.bias, ours.W_v.bias])
+    )
     theirs.out_proj.weight.copy_(ours.W_o.weight)
     theirs.out_proj.bias.copy_(ours.W_o.bias)
 
@@ -292,16 +367,22 @@ def copy_weights_to_torch(
     """Copy our layer's weights into PyTorch's equivalent layer and return it.
 
     ``EncoderLayer`` -> ``nn.TransformerEncoderLayer``, ``DecoderLayer`` ->
-    ``nn.TransformerDecoderLayer``.  Both must be built alike (``d_model``, heads, ``d_ff``,
-    ``norm_first``, activation); a difference is reported before anything is copied.
+    ``nn.TransformerDecoderLayer``.  Both must be built alike (``d_model``,
+    heads, ``d_ff``, ``norm_first``, activation); a difference is reported
+    before anything is copied.
     """
-    expected = {EncoderLayer: nn.TransformerEncoderLayer, DecoderLayer: nn.TransformerDecoderLayer}
+    expected = {
+        EncoderLayer: nn.TransformerEncoderLayer,
+        DecoderLayer: nn.TransformerDecoderLayer,
+    }
     if not isinstance(theirs, expected.get(type(ours), ())):
         raise TypeError(
-            "copy EncoderLayer -> nn.TransformerEncoderLayer or DecoderLayer -> "
-            f"nn.TransformerDecoderLayer, got {type(ours).__name__} -> {type(theirs).__name__}"
+            "copy EncoderLayer -> nn.TransformerEncoderLayer or "
+            "DecoderLayer -> nn.TransformerDecoderLayer, got "
+            f"{type(ours).__name__} -> {type(theirs).__name__}"
         )
-    their_act = getattr(theirs.activation, "__name__", ours.ff.activation)  # a function's name: relu / gelu
+    # a function's name: relu / gelu
+    their_act = getattr(theirs.activation, "__name__", ours.ff.activation)
     settings = {
         "d_model": (ours.self_attn.d_model, theirs.self_attn.embed_dim),
         "num_heads": (ours.self_attn.num_heads, theirs.self_attn.num_heads),
@@ -312,14 +393,29 @@ def copy_weights_to_torch(
     }
     for name, (mine, its) in settings.items():
         if mine != its:
-            raise ValueError(f"the layers differ in {name}: ours {mine!r}, PyTorch's {its!r}")
+            raise ValueError(
+                f"the layers differ in {name}: "
+                f"ours {mine!r}, PyTorch's {its!r}"
+            )
     _copy_attention(ours.self_attn, theirs.self_attn)
     if isinstance(ours, DecoderLayer):
-        _copy_attention(ours.cross_attn, cast(nn.TransformerDecoderLayer, theirs).multihead_attn)
-    same = {"ff.linear1": "linear1", "ff.linear2": "linear2", "norm1": "norm1", "norm2": "norm2"}
+        _copy_attention(
+            ours.cross_attn,
+            cast(nn.TransformerDecoderLayer, theirs).multihead_attn,
+        )
+    same = {
+        "ff.linear1": "linear1",
+        "ff.linear2": "linear2",
+        "norm1": "norm1",
+        "norm2": "norm2",
+    }
     if isinstance(ours, DecoderLayer):
         same["norm3"] = "norm3"
     for mine, its in same.items():
-        theirs.get_parameter(f"{its}.weight").copy_(ours.get_parameter(f"{mine}.weight"))
-        theirs.get_parameter(f"{its}.bias").copy_(ours.get_parameter(f"{mine}.bias"))
+        theirs.get_parameter(f"{its}.weight").copy_(
+            ours.get_parameter(f"{mine}.weight")
+        )
+        theirs.get_parameter(f"{its}.bias").copy_(
+            ours.get_parameter(f"{mine}.bias")
+        )
     return theirs

@@ -12,21 +12,27 @@ import torch
 DEFAULT_NUM_THREADS = 2
 
 
-def set_seed(seed: int = 0, num_threads: int | None = DEFAULT_NUM_THREADS) -> torch.Generator:
+def set_seed(
+    seed: int = 0, num_threads: int | None = DEFAULT_NUM_THREADS
+) -> torch.Generator:
     """Seed Python, NumPy and PyTorch, and fix PyTorch's CPU thread count.
 
-    Floating-point sums can come out differently when they are split over a different
-    number of threads, so a fixed thread count is part of getting the same printed
-    numbers run after run.  Pass ``num_threads=None`` to leave the thread count alone.
+    Floating-point sums can come out differently when they are split over a
+    different number of threads, so a fixed thread count is part of getting the
+    same printed numbers run after run.  Pass ``num_threads=None`` to leave the
+    thread count alone.
 
-    Returns a ``torch.Generator`` seeded with ``seed`` for code that wants its own
-    stream of random numbers (``DataLoader(generator=...)``, ``torch.randn(generator=...)``).
+    Returns a ``torch.Generator`` seeded with ``seed`` for code that wants its
+    own stream of random numbers (``DataLoader(generator=...)``,
+    ``torch.randn(generator=...)``).
     """
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if num_threads is not None:
         if num_threads < 1:
-            raise ValueError(f"num_threads must be at least 1, got {num_threads}")
+            raise ValueError(
+                f"num_threads must be at least 1, got {num_threads}"
+            )
         torch.set_num_threads(num_threads)
     random.seed(seed)
     np.random.seed(seed % 2**32)
@@ -36,20 +42,31 @@ def set_seed(seed: int = 0, num_threads: int | None = DEFAULT_NUM_THREADS) -> to
 
 
 class ModelConfig:
-    """What the three model configs share (``transformer.TransformerConfig``, ``gpt.GPTConfig``,
-    ``bert.BertConfig``): each is a frozen dataclass of sizes, checked when it is made, that
-    round-trips through a plain dict (for checkpoints and JSON)."""
+    """What the three model configs share (``transformer.TransformerConfig``,
+    ``gpt.GPTConfig``, ``bert.BertConfig``): each is a frozen dataclass of
+    sizes, checked when it is made, that round-trips through a plain dict (for
+    checkpoints and JSON)."""
 
-    def check_sizes(self, *names: str, heads: str, width: str = "d_model") -> None:
-        """Positive ``names``; ``width`` divisible by the number of heads; dropout in [0, 1)."""
+    def check_sizes(
+        self, *names: str, heads: str, width: str = "d_model"
+    ) -> None:
+        """Positive ``names``; ``width`` divisible by the number of heads;
+        dropout in [0, 1)."""
         cls = type(self).__name__
         for name in names:
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{cls}.{name} must be a positive int, got {value!r}")
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or value <= 0
+            ):
+                raise ValueError(
+                    f"{cls}.{name} must be a positive int, got {value!r}"
+                )
         if getattr(self, width) % getattr(self, heads):
             raise ValueError(
-                f"{cls}: {width}={getattr(self, width)} is not divisible by {heads}={getattr(self, heads)}: "
+                f"{cls}: {width}={getattr(self, width)} is not divisible by "
+                f"{heads}={getattr(self, heads)}: "
                 f"each head needs {width} / {heads} features"
             )
         dropout = getattr(self, "dropout", 0.0)
@@ -61,28 +78,39 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict):  # -> the subclass
-        """Build a config from a dict, ignoring keys that are not config fields."""
+        """Build a config from a dict, ignoring keys that are not config
+        fields."""
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "tokens") -> torch.Tensor:
-    """Check that ``ids`` is a ``(batch, length)`` tensor of integer ids in ``0..vocab_size - 1``.
+def check_token_ids(
+    ids: torch.Tensor, vocab_size: int, name: str = "tokens"
+) -> torch.Tensor:
+    """Check that ``ids`` is a ``(batch, length)`` tensor of integer ids in
+    ``0..vocab_size - 1``.
 
-    Every model of the package calls this before its embedding lookup, so a wrong input is
-    reported in words instead of PyTorch's ``IndexError: index out of range in self``.
-    Returns ``ids`` unchanged.
+    Every model of the package calls this before its embedding lookup, so a
+    wrong input is reported in words instead of PyTorch's
+    ``IndexError: index out of range in self``.  Returns ``ids`` unchanged.
     """
     if not isinstance(ids, torch.Tensor):
         raise TypeError(
-            f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}; wrap a list as torch.tensor([ids])"
+            f"{name} must be a torch.Tensor of token ids, got "
+            f"{type(ids).__name__}; wrap a list as torch.tensor([ids])"
         )
     if ids.dim() != 2:
         raise ValueError(
             f"{name} must have shape (batch, length), got {tuple(ids.shape)}; "
             "add a batch dimension with ids.unsqueeze(0)"
         )
-    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
+    if ids.dtype not in (
+        torch.int64,
+        torch.int32,
+        torch.int16,
+        torch.int8,
+        torch.uint8,
+    ):
         raise TypeError(
             f"{name} must hold integer token ids, got dtype {ids.dtype}; "
             "convert with ids.long() (ids, not embeddings or probabilities)"
@@ -92,34 +120,44 @@ def check_token_ids(ids: torch.Tensor, vocab_size: int, name: str = "tokens") ->
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
             raise ValueError(
-                f"{name} holds id {bad}, outside the vocabulary 0..{vocab_size - 1}; "
-                "encode the text with the model's own tokenizer, or build the model "
-                "with a larger vocab_size"
+                f"{name} holds id {bad}, outside the vocabulary "
+                f"0..{vocab_size - 1}; encode the text with the model's own "
+                "tokenizer, or build the model with a larger vocab_size"
             )
     return ids
 
 
 def get_device(prefer: str | None = None) -> torch.device:
-    """The device to train on: ``prefer`` if given, else CUDA, then Apple's MPS, then the CPU.
+    """The device to train on: ``prefer`` if given, else CUDA, then Apple's
+    MPS, then the CPU.
 
-    The environment variable ``TRANSFORMER_COURSE_DEVICE`` (e.g. ``cpu``) overrides the
-    automatic choice, which is how CI keeps every run on the CPU.
+    The environment variable ``TRANSFORMER_COURSE_DEVICE`` (e.g. ``cpu``)
+    overrides the automatic choice, which is how CI keeps every run on the CPU.
     """
     choice = prefer or os.environ.get("TRANSFORMER_COURSE_DEVICE")
     if choice:
         device = torch.device(choice)
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"device {choice!r} was asked for, but CUDA is not available here")
+            raise RuntimeError(
+                f"device {choice!r} was asked for, "
+                "but CUDA is not available here"
+            )
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if (
+        getattr(torch.backends, "mps", None) is not None
+        and torch.backends.mps.is_available()
+    ):
         return torch.device("mps")
     return torch.device("cpu")
 
 
-def count_parameters(module: torch.nn.Module, trainable_only: bool = True) -> int:
-    """Number of (trainable) parameters in ``module``; shared tensors are counted once."""
+def count_parameters(
+    module: torch.nn.Module, trainable_only: bool = True
+) -> int:
+    """Number of (trainable) parameters in ``module``; shared tensors are
+    counted once."""
     seen: set[int] = set()
     total = 0
     for p in module.parameters():
@@ -133,8 +171,8 @@ def count_parameters(module: torch.nn.Module, trainable_only: bool = True) -> in
 def show_source(obj: object):  # -> IPython.display.Code
     """Display the source code of a package function or class in a notebook.
 
-    Chapters use this to show the implementation that lives in the package, so the page and
-    the package never hold two copies of the same code.
+    Chapters use this to show the implementation that lives in the package, so
+    the page and the package never hold two copies of the same code.
     """
     import inspect
 
@@ -144,10 +182,12 @@ def show_source(obj: object):  # -> IPython.display.Code
 
 
 def progress(iterable=None, **kwargs):  # -> tqdm
-    """A progress bar: a widget in Jupyter/Colab where ipywidgets is there, text elsewhere.
+    """A progress bar: a widget in Jupyter/Colab where ipywidgets is there,
+    text elsewhere.
 
-    The text bar writes to stdout (tqdm's default is stderr, which a notebook page shows like an
-    error): a finished training cell shows its last bar as ordinary output.
+    The text bar writes to stdout (tqdm's default is stderr, which a notebook
+    page shows like an error): a finished training cell shows its last bar as
+    ordinary output.
     """
     import sys
     import warnings

@@ -1,22 +1,27 @@
 """Sentiment classification of short reviews (chapter 12).
 
-* ``load_sentiment_reviews()``: the course's own data set, 1,050 short English reviews written for
-  the course (``data/sentiment_reviews.csv``), half positive and half negative, with a fixed
-  train/test split (850/200, both balanced) stored in the file itself, so every run and every
-  reader uses the same split.  Reviews about the same subject (the two reviews of a kettle, say,
-  found by the distinctive words they share) were kept on the same side of the split: the test
-  set asks about subjects the model has not been trained on, instead of rewarding it for
-  remembering that "kettle" came with the label "positive" in training.
-* ``train_dev_split``: a seeded, balanced development split carved from the training reviews,
-  on which every choice is made (the test set is used once, at the end); ``mean_std`` summarises
-  accuracies over seeds.
-* Baselines: ``fit_bag_of_words`` (a logistic regression on word counts) and, on frozen sentence
-  embeddings, ``knn_predict`` (cosine nearest neighbours) and a linear probe; the bag of words and
-  the probe share ``fit_logistic_regression``, in plain torch.
-* ``fine_tune``: training (on ``training.fit``) for a Hugging Face sequence classifier (``AutoModelFor
-  SequenceClassification``), with ``freeze_lower`` to freeze its bottom; ``predict_proba`` and
-  ``classify_sentiment`` use the result (without autograd, under ``torch.inference_mode()``).
-* ``confusion_matrix`` and ``plot_confusion_matrix`` (with ``training.accuracy``) to report it honestly.
+* ``load_sentiment_reviews()``: the course's own data set, 1,050 short English
+  reviews written for the course (``data/sentiment_reviews.csv``), half
+  positive and half negative, with a fixed train/test split (850/200, both
+  balanced) stored in the file itself, so every run and every reader uses the
+  same split.  Reviews about the same subject (the two reviews of a kettle,
+  say, found by the distinctive words they share) were kept on the same side of
+  the split: the test set asks about subjects the model has not been trained
+  on, instead of rewarding it for remembering that "kettle" came with the label
+  "positive" in training.
+* ``train_dev_split``: a seeded, balanced development split carved from the
+  training reviews, on which every choice is made (the test set is used once,
+  at the end); ``mean_std`` summarises accuracies over seeds.
+* Baselines: ``fit_bag_of_words`` (a logistic regression on word counts) and,
+  on frozen sentence embeddings, ``knn_predict`` (cosine nearest neighbours)
+  and a linear probe; the bag of words and the probe share
+  ``fit_logistic_regression``, in plain torch.
+* ``fine_tune``: training (on ``training.fit``) for a Hugging Face sequence
+  classifier (``AutoModelForSequenceClassification``), with ``freeze_lower``
+  to freeze its bottom; ``predict_proba`` and ``classify_sentiment`` use the
+  result (without autograd, under ``torch.inference_mode()``).
+* ``confusion_matrix`` and ``plot_confusion_matrix`` (with
+  ``training.accuracy``) to report it honestly.
 
 Label ids follow the order of ``LABELS``: 0 = negative, 1 = positive.
 """
@@ -36,7 +41,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..training import History, accuracy, class_ids, fit, param_groups, warmup_decay
+from ..training import (
+    History,
+    accuracy,
+    class_ids,
+    fit,
+    param_groups,
+    warmup_decay,
+)
 
 LABELS = ("negative", "positive")
 SPLITS = ("train", "test")
@@ -44,14 +56,18 @@ SPLITS = ("train", "test")
 
 @dataclass(frozen=True)
 class ReviewSplit:
-    """One split of the data set: ``texts[i]`` has label id ``labels[i]`` (0 negative, 1 positive)."""
+    """One split of the data set: ``texts[i]`` has label id ``labels[i]``
+    (0 negative, 1 positive).
+    """
 
     texts: list[str]
     labels: list[int]
 
     def __post_init__(self) -> None:
         if len(self.texts) != len(self.labels):
-            raise ValueError(f"{len(self.texts)} texts but {len(self.labels)} labels")
+            raise ValueError(
+                f"{len(self.texts)} texts but {len(self.labels)} labels"
+            )
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -59,57 +75,100 @@ class ReviewSplit:
 
 def data_path() -> Path:
     """Where the CSV of the data set lives inside the installed package."""
-    return Path(str(resources.files("transformer_course") / "data" / "sentiment_reviews.csv"))
+    return Path(
+        str(
+            resources.files("transformer_course")
+            / "data"
+            / "sentiment_reviews.csv"
+        )
+    )
 
 
-def load_sentiment_reviews(path: str | Path | None = None) -> tuple[ReviewSplit, ReviewSplit]:
+def load_sentiment_reviews(
+    path: str | Path | None = None,
+) -> tuple[ReviewSplit, ReviewSplit]:
     """``(train, test)`` of the course's review data set.
 
-    The CSV has the columns ``text``, ``label`` (``negative`` / ``positive``) and ``split``
-    (``train`` / ``test``); the split is part of the file, not drawn at load time.
+    The CSV has the columns ``text``, ``label`` (``negative`` / ``positive``)
+    and ``split`` (``train`` / ``test``); the split is part of the file, not
+    drawn at load time.
     """
     path = Path(path) if path is not None else data_path()
     texts: dict[str, list[str]] = {s: [] for s in SPLITS}
     labels: dict[str, list[int]] = {s: [] for s in SPLITS}
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.DictReader(f)
-        if reader.fieldnames is None or not {"text", "label", "split"} <= set(reader.fieldnames):
-            raise ValueError(f"{path.name} must have the columns text, label, split; got {reader.fieldnames}")
+        if reader.fieldnames is None or not (
+            {"text", "label", "split"} <= set(reader.fieldnames)
+        ):
+            raise ValueError(
+                f"{path.name} must have the columns text, label, split; "
+                f"got {reader.fieldnames}"
+            )
         for line, row in enumerate(reader, start=2):
             if row["label"] not in LABELS:
-                raise ValueError(f"{path.name}, line {line}: label must be one of {LABELS}, got {row['label']!r}")
+                raise ValueError(
+                    f"{path.name}, line {line}: label must be one of "
+                    f"{LABELS}, got {row['label']!r}"
+                )
             if row["split"] not in SPLITS:
-                raise ValueError(f"{path.name}, line {line}: split must be one of {SPLITS}, got {row['split']!r}")
+                raise ValueError(
+                    f"{path.name}, line {line}: split must be one of "
+                    f"{SPLITS}, got {row['split']!r}"
+                )
             if not row["text"].strip():
                 raise ValueError(f"{path.name}, line {line}: empty text")
             texts[row["split"]].append(row["text"])
             labels[row["split"]].append(LABELS.index(row["label"]))
-    return ReviewSplit(texts["train"], labels["train"]), ReviewSplit(texts["test"], labels["test"])
+    return (
+        ReviewSplit(texts["train"], labels["train"]),
+        ReviewSplit(texts["test"], labels["test"]),
+    )
 
 
-# --------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # Metrics
 
 
 def confusion_matrix(
-    predictions: torch.Tensor | Sequence[int], labels: torch.Tensor | Sequence[int], num_classes: int = 2
+    predictions: torch.Tensor | Sequence[int],
+    labels: torch.Tensor | Sequence[int],
+    num_classes: int = 2,
 ) -> torch.Tensor:
-    """``cm[i, j]`` = number of examples of true class ``i`` predicted as class ``j`` (arguments
-    in the order of :func:`~transformer_course.training.accuracy`)."""
+    """``cm[i, j]`` = number of examples of true class ``i`` predicted as class
+    ``j`` (arguments in the order of
+    :func:`~transformer_course.training.accuracy`)."""
     p, y = class_ids(predictions), class_ids(labels)
     if p.shape != y.shape or p.dim() != 1:
-        raise ValueError(f"predictions {tuple(p.shape)} and labels {tuple(y.shape)} must be equal 1-D shapes")
-    if len(y) and (min(y.min(), p.min()) < 0 or max(y.max(), p.max()) >= num_classes):
+        raise ValueError(
+            f"predictions {tuple(p.shape)} and labels {tuple(y.shape)} "
+            "must be equal 1-D shapes"
+        )
+    if len(y) and (
+        min(y.min(), p.min()) < 0 or max(y.max(), p.max()) >= num_classes
+    ):
         raise ValueError(f"class ids must lie in 0..{num_classes - 1}")
-    return torch.bincount(y * num_classes + p, minlength=num_classes**2).view(num_classes, num_classes)
+    return torch.bincount(y * num_classes + p, minlength=num_classes**2).view(
+        num_classes, num_classes
+    )
 
 
-def plot_confusion_matrix(cm: torch.Tensor, labels: Sequence[str] = LABELS, ax: Any = None, title: str | None = None):
-    """Heatmap of a confusion matrix with the counts written in the cells; returns the axes."""
+def plot_confusion_matrix(
+    cm: torch.Tensor,
+    labels: Sequence[str] = LABELS,
+    ax: Any = None,
+    title: str | None = None,
+):
+    """Heatmap of a confusion matrix with the counts written in the cells;
+    returns the axes.
+    """
     import matplotlib.pyplot as plt
 
     if cm.dim() != 2 or cm.size(0) != cm.size(1) or cm.size(0) != len(labels):
-        raise ValueError(f"a square confusion matrix with {len(labels)} classes expected, got {tuple(cm.shape)}")
+        raise ValueError(
+            f"a square confusion matrix with {len(labels)} classes "
+            f"expected, got {tuple(cm.shape)}"
+        )
     if ax is None:
         _, ax = plt.subplots(figsize=(3.4, 3.0))
     ax.imshow(cm.numpy(), cmap="Blues", vmin=0)
@@ -122,27 +181,37 @@ def plot_confusion_matrix(cm: torch.Tensor, labels: Sequence[str] = LABELS, ax: 
     for i in range(n):
         for j in range(n):
             v = int(cm[i, j])
-            ax.text(j, i, str(v), ha="center", va="center", color="white" if v > 0.6 * hi else "black")
+            ax.text(
+                j,
+                i,
+                str(v),
+                ha="center",
+                va="center",
+                color="white" if v > 0.6 * hi else "black",
+            )
     if title:
         ax.set_title(title)
     return ax
 
 
-# --------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # The baseline: logistic regression on a bag of words
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased words, keeping contractions whole (``"didn't"`` is one word)."""
+    """Lower-cased words, keeping contractions whole (``"didn't"`` is one
+    word).
+    """
     return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
 
 
 @dataclass
 class BagOfWordsClassifier:
-    """Logistic regression on word counts: ``P(positive) = sigmoid(counts . weight + bias)``.
+    """Logistic regression on word counts:
+    ``P(positive) = sigmoid(counts . weight + bias)``.
 
-    Word order is thrown away: "not good, bad" and "not bad, good" have the same features.
-    Words never seen in training are ignored.
+    Word order is thrown away: "not good, bad" and "not bad, good" have the
+    same features.  Words never seen in training are ignored.
     """
 
     vocab: dict[str, int]
@@ -161,13 +230,17 @@ class BagOfWordsClassifier:
 
     def predict_proba(self, texts: Sequence[str]) -> torch.Tensor:
         """``(len(texts), 2)`` probabilities of (negative, positive)."""
-        return LogisticRegression(self.weight, self.bias).predict_proba(self.features(texts))
+        return LogisticRegression(self.weight, self.bias).predict_proba(
+            self.features(texts)
+        )
 
     def predict(self, texts: Sequence[str]) -> torch.Tensor:
         return self.predict_proba(texts).argmax(dim=1)
 
     def top_words(self, k: int = 8) -> tuple[list[str], list[str]]:
-        """The ``k`` words that push hardest towards positive, and towards negative."""
+        """The ``k`` words that push hardest towards positive, and towards
+        negative.
+        """
         inv = {j: w for w, j in self.vocab.items()}
         order = torch.argsort(self.weight, descending=True).tolist()
         return [inv[j] for j in order[:k]], [inv[j] for j in order[::-1][:k]]
@@ -175,15 +248,22 @@ class BagOfWordsClassifier:
 
 @dataclass
 class LogisticRegression:
-    """``P(positive | x) = sigmoid(x . weight + bias)`` on feature vectors ``x``."""
+    """``P(positive | x) = sigmoid(x . weight + bias)`` on feature vectors
+    ``x``.
+    """
 
     weight: torch.Tensor  # (features,)
     bias: torch.Tensor  # ()
 
     def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
-        """``(n, 2)`` probabilities of (negative, positive) for features ``x`` ``(n, features)``."""
+        """``(n, 2)`` probabilities of (negative, positive) for features ``x``
+        ``(n, features)``.
+        """
         if x.dim() != 2 or x.size(1) != self.weight.numel():
-            raise ValueError(f"features must have shape (n, {self.weight.numel()}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"features must have shape (n, {self.weight.numel()}), "
+                f"got {tuple(x.shape)}"
+            )
         p = torch.sigmoid(x @ self.weight + self.bias)
         return torch.stack([1 - p, p], dim=1)
 
@@ -192,23 +272,36 @@ class LogisticRegression:
 
 
 def fit_logistic_regression(
-    x: torch.Tensor, labels: Sequence[int], weight_decay: float = 1e-3, steps: int = 500, lr: float = 0.1
+    x: torch.Tensor,
+    labels: Sequence[int],
+    weight_decay: float = 1e-3,
+    steps: int = 500,
+    lr: float = 0.1,
 ) -> LogisticRegression:
-    """Fit a logistic regression by full-batch gradient descent (Adam) on the logistic loss.
+    """Fit a logistic regression by full-batch gradient descent (Adam) on the
+    logistic loss.
 
-    ``weight_decay`` is the L2 penalty on the weights (not the bias).  Starting from zeros with
-    full batches makes the fit deterministic: the same data give the same weights.
+    ``weight_decay`` is the L2 penalty on the weights (not the bias).  Starting
+    from zeros with full batches makes the fit deterministic: the same data
+    give the same weights.
     """
     if x.dim() != 2 or x.size(0) != len(labels) or len(labels) == 0:
-        raise ValueError(f"need features (n, d) and n labels, n >= 1; got {tuple(x.shape)} and {len(labels)} labels")
-    x = x.detach().clone()  # features made under torch.inference_mode() cannot take part in autograd
+        raise ValueError(
+            "need features (n, d) and n labels, n >= 1; "
+            f"got {tuple(x.shape)} and {len(labels)} labels"
+        )
+    # features made under torch.inference_mode() cannot take part in autograd
+    x = x.detach().clone()
     y = torch.tensor(list(labels), dtype=torch.float32)
     w = nn.Parameter(torch.zeros(x.size(1)))
     b = nn.Parameter(torch.zeros(()))
     opt = torch.optim.Adam([w, b], lr=lr)
     for _ in range(steps):
         opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(x @ w + b, y) + weight_decay * (w**2).sum()
+        loss = (
+            F.binary_cross_entropy_with_logits(x @ w + b, y)
+            + weight_decay * (w**2).sum()
+        )
         loss.backward()
         opt.step()
     return LogisticRegression(w.detach().clone(), b.detach().clone())
@@ -222,52 +315,84 @@ def fit_bag_of_words(
     lr: float = 0.1,
     min_count: int = 1,
 ) -> BagOfWordsClassifier:
-    """A ``BagOfWordsClassifier``: :func:`fit_logistic_regression` on word counts.
+    """A ``BagOfWordsClassifier``: :func:`fit_logistic_regression` on word
+    counts.
 
-    The vocabulary is every word seen at least ``min_count`` times in ``texts``; ``weight_decay``
-    is the L2 penalty on the weights.
+    The vocabulary is every word seen at least ``min_count`` times in
+    ``texts``; ``weight_decay`` is the L2 penalty on the weights.
     """
     if len(texts) != len(labels) or not texts:
-        raise ValueError(f"need as many labels as texts (and at least one), got {len(texts)} and {len(labels)}")
+        raise ValueError(
+            "need as many labels as texts (and at least one), "
+            f"got {len(texts)} and {len(labels)}"
+        )
     counts = Counter(w for t in texts for w in set(words(t)))
-    vocab = {w: j for j, w in enumerate(sorted(w for w, c in counts.items() if c >= min_count))}
+    vocab = {
+        w: j
+        for j, w in enumerate(
+            sorted(w for w, c in counts.items() if c >= min_count)
+        )
+    }
     clf = BagOfWordsClassifier(vocab, torch.zeros(len(vocab)), torch.zeros(()))
-    fit = fit_logistic_regression(clf.features(texts), labels, weight_decay, steps, lr)
+    fit = fit_logistic_regression(
+        clf.features(texts), labels, weight_decay, steps, lr
+    )
     return BagOfWordsClassifier(vocab, fit.weight, fit.bias)
 
 
 def knn_predict(
-    query: torch.Tensor, reference: torch.Tensor, reference_labels: Sequence[int], k: int = 5
+    query: torch.Tensor,
+    reference: torch.Tensor,
+    reference_labels: Sequence[int],
+    k: int = 5,
 ) -> torch.Tensor:
-    """Label each ``query`` row by a majority vote of its ``k`` most cosine-similar ``reference`` rows.
+    """Label each ``query`` row by a majority vote of its ``k`` most
+    cosine-similar ``reference`` rows.
 
     Ties (possible for even ``k``) go to label 1.  Labels are 0/1.
     """
     if not 1 <= k <= reference.size(0):
-        raise ValueError(f"k must be between 1 and the number of reference rows {reference.size(0)}, got {k}")
+        raise ValueError(
+            "k must be between 1 and the number of reference rows "
+            f"{reference.size(0)}, got {k}"
+        )
     if reference.size(0) != len(reference_labels):
-        raise ValueError(f"{reference.size(0)} reference rows but {len(reference_labels)} labels")
+        raise ValueError(
+            f"{reference.size(0)} reference rows but "
+            f"{len(reference_labels)} labels"
+        )
     sims = F.normalize(query, dim=-1) @ F.normalize(reference, dim=-1).T
     nearest = sims.topk(k, dim=1).indices
     votes = class_ids(reference_labels)[nearest].sum(dim=1)
     return (2 * votes >= k).long()
 
 
-def train_dev_split(data: ReviewSplit, n_dev: int, seed: int = 0) -> tuple[ReviewSplit, ReviewSplit]:
-    """Carve a balanced development split of ``n_dev`` reviews out of ``data`` (seeded).
+def train_dev_split(
+    data: ReviewSplit, n_dev: int, seed: int = 0
+) -> tuple[ReviewSplit, ReviewSplit]:
+    """Carve a balanced development split of ``n_dev`` reviews out of ``data``
+    (seeded).
 
-    ``n_dev / 2`` reviews of each label go to the dev split; the rest, in their original order,
-    stay for training.  Model choices are made on the dev split, so the test set is used only once.
+    ``n_dev / 2`` reviews of each label go to the dev split; the rest, in their
+    original order, stay for training.  Model choices are made on the dev
+    split, so the test set is used only once.
     """
     if n_dev <= 0 or n_dev % 2 or n_dev >= len(data):
-        raise ValueError(f"n_dev must be even, positive and smaller than the {len(data)} reviews, got {n_dev}")
+        raise ValueError(
+            "n_dev must be even, positive and smaller than the "
+            f"{len(data)} reviews, got {n_dev}"
+        )
     g = torch.Generator().manual_seed(seed)
     dev = set()
     for label in (0, 1):
         idx = [i for i, y in enumerate(data.labels) if y == label]
         if len(idx) < n_dev // 2:
-            raise ValueError(f"only {len(idx)} reviews with label {label}, need {n_dev // 2}")
-        dev |= {idx[j] for j in torch.randperm(len(idx), generator=g)[: n_dev // 2].tolist()}
+            raise ValueError(
+                f"only {len(idx)} reviews with label {label}, "
+                f"need {n_dev // 2}"
+            )
+        perm = torch.randperm(len(idx), generator=g).tolist()
+        dev |= {idx[j] for j in perm[: n_dev // 2]}
     pick = lambda keep: ReviewSplit(  # noqa: E731
         [t for i, t in enumerate(data.texts) if (i in dev) == keep],
         [y for i, y in enumerate(data.labels) if (i in dev) == keep],
@@ -276,31 +401,45 @@ def train_dev_split(data: ReviewSplit, n_dev: int, seed: int = 0) -> tuple[Revie
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and sample standard deviation (``n - 1``) of a few numbers, e.g. accuracies over seeds."""
+    """Mean and sample standard deviation (``n - 1``) of a few numbers, e.g.
+    accuracies over seeds.
+    """
     t = torch.tensor(list(values), dtype=torch.float64)
     if t.numel() < 2:
         raise ValueError("need at least two values for a standard deviation")
     return t.mean().item(), t.std().item()
 
 
-# --------------------------------------------------------------------------------------------
+# -----------------------------------------------------------------------------
 # Fine-tuning a pretrained encoder
 
 
-def _batch(tokenizer: Any, texts: Sequence[str], max_length: int, device: torch.device) -> dict[str, torch.Tensor]:
-    enc = tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+def _batch(
+    tokenizer: Any, texts: Sequence[str], max_length: int, device: torch.device
+) -> dict[str, torch.Tensor]:
+    enc = tokenizer(
+        list(texts),
+        padding=True,
+        truncation=True,
+        max_length=max_length,
+        return_tensors="pt",
+    )
     return {k: v.to(device) for k, v in enc.items()}
 
 
 def freeze_lower(model: Any, num_layers: int) -> nn.Module:
-    """Freeze a Hugging Face BERT classifier's embeddings and its lowest ``num_layers`` layers.
+    """Freeze a Hugging Face BERT classifier's embeddings and its lowest
+    ``num_layers`` layers.
 
-    ``num_layers=0`` freezes only the embeddings.  Frozen parameters get ``requires_grad=False``:
-    no gradient is computed for them (backpropagation stops above them) and the optimiser skips them.
+    ``num_layers=0`` freezes only the embeddings.  Frozen parameters get
+    ``requires_grad=False``: no gradient is computed for them (backpropagation
+    stops above them) and the optimiser skips them.
     """
     layers = model.bert.encoder.layer
     if not 0 <= num_layers <= len(layers):
-        raise ValueError(f"num_layers must be between 0 and {len(layers)}, got {num_layers}")
+        raise ValueError(
+            f"num_layers must be between 0 and {len(layers)}, got {num_layers}"
+        )
     model.bert.embeddings.requires_grad_(False)
     for layer in layers[:num_layers]:
         layer.requires_grad_(False)
@@ -321,27 +460,38 @@ def fine_tune(
     generator: torch.Generator | None = None,
     dev: ReviewSplit | None = None,
 ) -> History:
-    """Train a Hugging Face sequence classifier on ``(texts, labels)``; returns a
-    :class:`~transformer_course.training.History`: the loss of every step and, if a ``dev``
-    split is given, the accuracy on it after every epoch (``"dev_accuracy"``, to choose the
-    number of epochs on data that is not the test set).
+    """Train a Hugging Face sequence classifier on ``(texts, labels)``; returns
+    a :class:`~transformer_course.training.History`: the loss of every step
+    and, if a ``dev`` split is given, the accuracy on it after every epoch
+    (``"dev_accuracy"``, to choose the number of epochs on data that is not the
+    test set).
 
-    AdamW with a learning rate that rises linearly over the first ``warmup_fraction`` of the
-    steps and then falls linearly to 0 (the schedule BERT was fine-tuned with).  Each epoch
-    visits the examples in a new order drawn from ``generator``; each batch is padded to its
-    own longest review.  The model is left in eval mode.
+    AdamW with a learning rate that rises linearly over the first
+    ``warmup_fraction`` of the steps and then falls linearly to 0 (the schedule
+    BERT was fine-tuned with).  Each epoch visits the examples in a new order
+    drawn from ``generator``; each batch is padded to its own longest review.
+    The model is left in eval mode.
     """
     if len(texts) != len(labels) or not texts:
-        raise ValueError(f"need as many labels as texts (and at least one), got {len(texts)} and {len(labels)}")
+        raise ValueError(
+            "need as many labels as texts (and at least one), "
+            f"got {len(texts)} and {len(labels)}"
+        )
     if epochs < 1 or batch_size < 1:
-        raise ValueError(f"epochs and batch_size must be positive, got {epochs} and {batch_size}")
+        raise ValueError(
+            "epochs and batch_size must be positive, "
+            f"got {epochs} and {batch_size}"
+        )
     device = next(model.parameters()).device
     y_all = torch.tensor(list(labels), dtype=torch.long)
     steps_per_epoch = -(-len(texts) // batch_size)
     total = epochs * steps_per_epoch
     warmup = max(1, int(warmup_fraction * total))
-    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)  # frozen parameters stay as they are
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_decay(s, warmup, total, 0.0, decay="linear"))
+    # frozen parameters stay as they are
+    opt = torch.optim.AdamW(param_groups(model, weight_decay), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_decay(s, warmup, total, 0.0, decay="linear")
+    )
     order: list[int] = []
 
     def step_loss(step: int) -> torch.Tensor:
@@ -356,7 +506,10 @@ def fine_tune(
     evaluate = None
     if dev is not None:
         evaluate = lambda: {  # noqa: E731
-            "dev_accuracy": accuracy(predict_proba(model, tokenizer, dev.texts).argmax(dim=1), dev.labels)
+            "dev_accuracy": accuracy(
+                predict_proba(model, tokenizer, dev.texts).argmax(dim=1),
+                dev.labels,
+            )
         }
     return fit(
         model,
@@ -373,23 +526,41 @@ def fine_tune(
 
 @torch.inference_mode()
 def predict_proba(
-    model: nn.Module, tokenizer: Any, texts: Sequence[str], batch_size: int = 64, max_length: int = 64
+    model: nn.Module,
+    tokenizer: Any,
+    texts: Sequence[str],
+    batch_size: int = 64,
+    max_length: int = 64,
 ) -> torch.Tensor:
-    """``(len(texts), num_labels)`` class probabilities from a sequence classifier (eval mode)."""
+    """``(len(texts), num_labels)`` class probabilities from a sequence
+    classifier (eval mode).
+    """
     if isinstance(texts, str):
-        raise TypeError("texts must be a list of strings; use classify_sentiment for one text")
+        raise TypeError(
+            "texts must be a list of strings; "
+            "use classify_sentiment for one text"
+        )
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     probs = [
-        torch.softmax(model(**_batch(tokenizer, texts[i : i + batch_size], max_length, device)).logits, dim=-1).cpu()
+        torch.softmax(
+            model(
+                **_batch(
+                    tokenizer, texts[i : i + batch_size], max_length, device
+                )
+            ).logits,
+            dim=-1,
+        ).cpu()
         for i in range(0, len(texts), batch_size)
     ]
     model.train(was_training)
     return torch.cat(probs)
 
 
-def classify_sentiment(text: str, model: nn.Module, tokenizer: Any) -> tuple[str, float]:
+def classify_sentiment(
+    text: str, model: nn.Module, tokenizer: Any
+) -> tuple[str, float]:
     """``(label, probability)`` of one text, e.g. ``("positive", 0.97)``."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a string, got {type(text).__name__}")
