@@ -133,8 +133,9 @@ def test_no_output_shows_a_memory_address(nb_path):
     assert not hits, f"{nb_path.name} prints a memory address (end the cell with an assignment):\n" + "\n".join(hits)
 
 
-# The widest code line the page column shows at 1280 px without scrolling sideways; the
-# formatter's line length for everything under lessons_src/ (chapters and the package).
+# The longest code line a page may show: the formatter's line length for lessons_src/
+# (chapters and the package they list).  At the site's 13 px code font the column at 1280 px
+# holds 81 characters, so such a line never scrolls sideways.
 CODE_WIDTH = int(
     re.search(r"^line-length\s*=\s*(\d+)", (ROOT / "lessons_src" / "ruff.toml").read_text(), re.M).group(1)
 )
