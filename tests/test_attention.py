@@ -326,3 +326,29 @@ def test_kv_cache_update() -> None:
     ks, vs = cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
     assert ks.shape == (1, 2, 4, 4) and vs.shape == (1, 2, 4, 4) and len(cache) == 4
     assert torch.equal(ks[:, :, :3], k)
+
+
+def test_ambiguous_2d_mask_is_refused() -> None:
+    """A Hugging Face-style (batch, keys) padding mask has the shape of a (queries, keys) mask when
+    batch == L: read as (queries, keys) it would be silently wrong, so it is refused."""
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(4, 4, 8)
+    pad = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"could be a \(queries, keys\) pattern or a \(batch, keys\) padding"):
+        mha(x, mask=pad)
+    with pytest.raises(ValueError, match=r"looks like a \(batch, keys\) padding mask"):
+        mha(torch.randn(4, 3, 8), torch.randn(4, 5, 8), mask=torch.ones(4, 5, dtype=torch.bool))
+    # both meanings, said explicitly, are accepted
+    as_padding, _ = mha(x, mask=pad[:, None, None, :])
+    as_pattern, _ = mha(x, mask=pad[None, None])
+    assert not torch.allclose(as_padding, as_pattern)
+    # a 2-D (queries, keys) mask that cannot be a padding mask stays accepted
+    mha(torch.randn(2, 4, 8), mask=torch.ones(4, 4, dtype=torch.bool).tril())
+
+
+def test_input_dtype_must_match_the_weights() -> None:
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(TypeError, match=r"query has dtype torch.float64 but the layer's weights are torch.float32"):
+        mha(torch.randn(1, 3, 8, dtype=torch.float64))
+    out, _ = mha.double()(torch.randn(1, 3, 8, dtype=torch.float64))
+    assert out.dtype == torch.float64

@@ -354,3 +354,19 @@ def test_shipped_checkpoint_is_small_and_good():
     assert tok.chars == CHARS
     out = generate(model, torch.tensor([tok.encode("The ")]), 5)
     assert out.shape == (1, 9)
+
+
+def test_zero_length_input_is_refused() -> None:
+    """Decided: an empty sequence has nothing to predict from, so GPT says so instead of returning
+    empty logits (which would make lm_loss NaN and generation index an empty row)."""
+    m = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, d_model=8, d_ff=16))
+    with pytest.raises(ValueError, match=r"shape \(2, 0\): no positions to predict from"):
+        m(torch.zeros(2, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="at least one token"):
+        m(torch.zeros(1, 0, dtype=torch.long), cache=m.new_cache())
+
+
+def test_evaluate_refuses_a_batch() -> None:
+    m = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, d_model=8, d_ff=16))
+    with pytest.raises(ValueError, match=r"1-D sequence of token ids, got shape \(3, 20\).*reshape\(-1\)"):
+        evaluate(m, torch.zeros(3, 20, dtype=torch.long))

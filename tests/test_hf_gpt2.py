@@ -282,3 +282,11 @@ def test_load_gpt2_with_network_converts_the_hub_model(monkeypatch):
     assert tok == "T" and calls == [("tok", "gpt2"), ("model", "gpt2")]
     assert isinstance(model, GPT) and model.config.activation == "gelu_tanh"
     assert hf_gpt2.GPT2_HUB_ID == "gpt2"
+
+
+def test_from_hf_refuses_a_bert() -> None:
+    from transformers import BertConfig, BertModel
+
+    bert = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64))
+    with pytest.raises(TypeError, match=r"reads a GPT-2.*BertModel of model_type 'bert'.*bert_from_hf"):
+        hf_gpt2.from_hf(bert)

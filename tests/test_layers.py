@@ -164,3 +164,8 @@ def test_feed_forward_errors() -> None:
         PositionwiseFeedForward(4, 0)
     with pytest.raises(ValueError, match=r"d_model=4.*last dimension 5"):
         PositionwiseFeedForward(4, 8)(torch.randn(2, 5))
+
+
+def test_layer_norm_refuses_integer_input() -> None:
+    with pytest.raises(TypeError, match=r"floating-point input, got dtype torch.int64.*x.float\(\)"):
+        LayerNorm(4)(torch.ones(2, 4, dtype=torch.long))

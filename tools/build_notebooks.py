@@ -39,6 +39,10 @@ SOLUTION_METADATA = {"code_prompt_show": "Show the solution", "code_prompt_hide"
 # in a few lines, the package's full version (validation, options) is there for who wants it.  The
 # toggle names what it lists, so that several listings in a row can be told apart.
 SOURCE_PROMPT = "Show the package's code: {}", "Hide the package's code: {}"
+# A cell that draws a figure says what it shows: `# %% caption="..." alt="..."` in the source.  The
+# page shows the caption under the figure (numbered, so that a reader can cite it) and gives the
+# image the alt text (what the figure shows, for a reader who cannot see it).
+FIGURE_KEYS = ("caption", "alt")
 
 
 def source_metadata(cell: nbformat.NotebookNode) -> dict[str, str]:
@@ -82,16 +86,32 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
         c["id"] = f"c{i:03d}-{src.stem[:2]}"
         c.metadata.pop("lines_to_next_cell", None)
         tags = c.metadata.get("tags", [])
-        if SOLUTION_TAG in tags:
+        if SOLUTION_TAG in tags and c.cell_type == "code":
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
             c.metadata["mystnb"] = dict(SOLUTION_METADATA)
         elif only_lists_source(c):
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
             c.metadata["mystnb"] = source_metadata(c)
         if c.cell_type == "code":
+            figure_metadata(c)
             c.outputs = []
             c.execution_count = None
     return nb
+
+
+def figure_metadata(cell: nbformat.NotebookNode) -> None:
+    """Turn a source cell's ``caption`` and ``alt`` into what MyST-NB reads: the caption of the figure
+    its image output is wrapped in, and the image's alt text."""
+    caption, alt = (cell.metadata.pop(k, None) for k in FIGURE_KEYS)
+    if caption is None and alt is None:
+        return
+    if not (caption and alt):
+        raise SystemExit(
+            f"a figure cell needs both caption= and alt= (got caption={caption!r}, alt={alt!r}):\n{cell.source[:200]}"
+        )
+    mystnb = cell.metadata.setdefault("mystnb", {})
+    mystnb["figure"] = {"caption": caption}
+    mystnb["image"] = {"alt": alt}
 
 
 def settle_streams(outputs: list) -> list:

@@ -5,6 +5,10 @@
   the browser.  This drops duplicate script entries (same file or same inline body) before a page
   is written, editing the page's script list in place (Sphinx's MathJax step adds its script to
   that same list later: a new list would lose it, and every formula would stay raw LaTeX).
+* An exercise's solution is folded whole: its code, its output and the prose that explains the
+  answer.  A markdown cell tagged ``solution`` (the explanation) is rendered inside a container
+  that is then moved into the toggle of the solution code cell before it, so that the page shows
+  only the exercise's question until the reader opens "Show the solution".
 * Adds the course's stylesheet and script (``tools/course_static/``): long code names wrap and
   wide tables scroll in their own box on a phone; bertviz's model view fits the column.
 """
@@ -13,6 +17,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+from docutils import nodes
+from myst_nb.sphinx_ import SphinxNbRenderer
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+_original_render_markdown_cell = SphinxNbRenderer.render_nb_cell_markdown
 
 STATIC = Path(__file__).resolve().parent / "course_static"
 
@@ -34,11 +46,66 @@ def _dedupe_scripts(
     scripts[:] = unique
 
 
+SOLUTION_TAG = "solution"
+EXPLANATION = "solution-explanation"
+
+
+def _render_markdown_cell(self: Any, token: Any) -> None:
+    """MyST-NB's markdown cell rendering, with a solution's explanation wrapped in a container."""
+    tags = token.meta.get("metadata", {}).get("tags", [])
+    if SOLUTION_TAG not in tags:
+        _original_render_markdown_cell(self, token)
+        return
+    box = nodes.container(classes=[EXPLANATION])
+    with self.current_node_context(box, append=True):
+        _original_render_markdown_cell(self, token)
+
+
+def _is_solution_cell(node: nodes.Node) -> bool:
+    return (
+        isinstance(node, nodes.container)
+        and node.get("nb_element") == "cell_code"
+        and f"tag_{SOLUTION_TAG}" in node.get("classes", [])
+    )
+
+
+class FoldSolutions(SphinxPostTransform):
+    """Move each solution's explanation (and any further solution cell right after it) into the
+    first solution cell, so that one toggle folds the whole answer.  Runs before MyST-NB's
+    ``HideInputCells`` (priority 199), which wraps a cell's children in the toggle."""
+
+    default_priority = 150
+    formats = ("html",)
+
+    def run(self, **kwargs: Any) -> None:
+        for box in list(self.document.findall(nodes.container)):
+            if EXPLANATION not in box.get("classes", []) or box.parent is None:
+                continue
+            parent = box.parent
+            before = parent.index(box) - 1
+            while before >= 0 and not _is_solution_cell(parent[before]):
+                prev = parent[before]
+                if not (isinstance(prev, nodes.container) and EXPLANATION in prev.get("classes", [])):
+                    break
+                before -= 1
+            if before < 0 or not _is_solution_cell(parent[before]):
+                logger.warning(
+                    "a markdown cell tagged 'solution' must follow a solution code cell "
+                    "(it is the explanation of that solution)",
+                    location=box,
+                )
+                continue
+            parent.remove(box)
+            parent[before].append(box)
+
+
 def _add_static(app: Any) -> None:
     app.config.html_static_path.append(str(STATIC))
 
 
 def setup(app: Any) -> dict:
+    SphinxNbRenderer.render_nb_cell_markdown = _render_markdown_cell  # type: ignore[method-assign]
+    app.add_post_transform(FoldSolutions)
     app.connect("builder-inited", _add_static)
     app.add_css_file("course.css")
     app.add_js_file("course.js")

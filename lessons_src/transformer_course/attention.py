@@ -43,6 +43,29 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> torch.Tensor:
     return mask
 
 
+def _check_2d_mask(mask: torch.Tensor, batch: int, l_q: int, l_k: int) -> None:
+    """Refuse a 2-D mask that could mean two things.
+
+    A ``(L_q, L_k)`` mask (the same for every sentence, e.g. causal) and a
+    Hugging Face-style ``(batch, L_k)`` padding mask have the same shape when
+    ``batch == L_q``; read the wrong way, the result is silently wrong.
+    """
+    if mask.dim() == 2 and batch > 1 and mask.shape == (batch, l_k):
+        meaning = (
+            "could be a (queries, keys) pattern or a (batch, keys) padding "
+            "mask"
+            if batch == l_q
+            else "looks like a (batch, keys) padding mask"
+        )
+        raise ValueError(
+            f"a 2-D mask of shape {tuple(mask.shape)} {meaning} (batch="
+            f"{batch}, {l_q} queries, {l_k} keys); masks are read as "
+            "(..., queries, keys). Say which you mean: mask[:, None, None, :] "
+            "for one row of keys per sentence (padding), or mask[None, None] "
+            "for one (queries, keys) pattern shared by every sentence"
+        )
+
+
 def scaled_dot_product_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -213,6 +236,16 @@ class MultiHeadAttention(nn.Module):
                 f"value {tuple(value.shape)} must share the batch size, "
                 "and key and value the length"
             )
+        dtype = self.W_q.weight.dtype
+        for name, t in (("query", query), ("key", key), ("value", value)):
+            if t.dtype != dtype:
+                raise TypeError(
+                    f"{name} has dtype {t.dtype} but the layer's weights are "
+                    f"{dtype}; convert one to the other: x.to({dtype}) or "
+                    f"layer.to({t.dtype})"
+                )
+        if mask is not None:
+            _check_2d_mask(mask, query.size(0), query.size(1), key.size(1))
         q = self.split_heads(self.W_q(query))
         k = self.split_heads(self.W_k(key))
         v = self.split_heads(self.W_v(value))

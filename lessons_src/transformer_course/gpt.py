@@ -223,6 +223,12 @@ class GPT(nn.Module):
             )
         past = len(cache[0]) if cache is not None else 0
         n = tokens.size(1)
+        if n == 0:
+            raise ValueError(
+                f"tokens has shape {tuple(tokens.shape)}: no positions to "
+                "predict from; a GPT needs at least one token per sequence "
+                "(start generation from a prompt of one token or more)"
+            )
         if past + n > self.config.block_size:
             raise ValueError(
                 f"{past} cached + {n} new positions exceed "

@@ -299,6 +299,14 @@ def from_hf(hf_model) -> GPT:
     back to ``nn.Linear``'s ``(out, in)``.  Loading is strict: a weight without
     a place, or a place without a weight, is an error.
     """
+    model_type = getattr(hf_model.config, "model_type", None)
+    if model_type != "gpt2":
+        raise TypeError(
+            f"from_hf reads a GPT-2 (GPT2LMHeadModel), got a "
+            f"{type(hf_model).__name__} of model_type {model_type!r}; "
+            "a BERT's weights go into the course's encoder with "
+            "transformer_course.hf_bert.bert_from_hf"
+        )
     config = from_hf_config(hf_model.config)
     model = GPT(config)
     sd = {k: v.detach() for k, v in hf_model.state_dict().items()}

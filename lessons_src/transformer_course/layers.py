@@ -46,6 +46,12 @@ class LayerNorm(nn.Module):
                 f"LayerNorm({self.d_model}) got input "
                 f"with last dimension {x.size(-1)}"
             )
+        if not x.is_floating_point():
+            raise TypeError(
+                f"LayerNorm needs floating-point input, got dtype {x.dtype}; "
+                "normalise vectors (e.g. embeddings), not token ids: "
+                "convert with x.float() if these are numbers"
+            )
         mean = x.mean(dim=-1, keepdim=True)
         # biased: divide by n
         var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)

@@ -49,9 +49,20 @@ UNREADABLE: list[tuple[int | None, float, str]] = []
 
 def use_course_style() -> None:
     """Apply the course's figure defaults (done once when
-    ``transformer_course`` is imported)."""
+    ``transformer_course`` is imported).
+
+    In a notebook, figures are also stored at twice their resolution and
+    shown at their size (``"retina"``): sharp on high-density screens.
+    """
     # rcParams' keys are typed as literals
     matplotlib.rcParams.update(COURSE_STYLE)  # type: ignore[arg-type]
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:  # plain Python: no inline figures to format
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("retina")
 
 
 def smallest_text_pt(

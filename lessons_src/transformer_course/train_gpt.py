@@ -91,6 +91,12 @@ def evaluate(
     of the text, not its beginning.  ``model`` maps ids ``(batch, T)`` to
     logits ``(batch, T, vocab)``.  ``exp`` of the result is the perplexity.
     """
+    if data.dim() != 1:
+        raise ValueError(
+            f"data must be one long 1-D sequence of token ids, got shape "
+            f"{tuple(data.shape)}; flatten a batch of texts with "
+            "data.reshape(-1) (evaluate cuts its own windows)"
+        )
     if block_size is None:
         block_size = cast(GPTConfig, model.config).block_size
     if max_windows is not None and max_windows < 1:
