@@ -34,6 +34,7 @@ import html.parser
 import http.server
 import json
 import mimetypes
+import re
 import shutil
 import ssl
 import subprocess
@@ -66,7 +67,7 @@ OUTSIDE = {
 
 DESKTOP = (1280, 900)
 PHONE = (390, 844)
-MAX_SHOT_HEIGHT = 16000  # px; longer pages are cut there (Chromium's limit for one capture)
+TILE = 4000  # px: a page is captured in tiles this tall, top to bottom, so that every pixel is seen
 
 CHROMIUM_FLAGS = [
     "--headless=new",
@@ -78,7 +79,6 @@ CHROMIUM_FLAGS = [
     "--no-first-run",
     "--disable-quic",
     "--ignore-certificate-errors",
-    "--hide-scrollbars",
     "--force-color-profile=srgb",
 ]
 
@@ -315,7 +315,38 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
       }
     }
   }
+  // Boxes that hide part of their content sideways: each must scroll and show that it does
+  // (a scrollbar that takes room, or the shadow course.js draws on the hidden edge).
+  const article = document.querySelector('.bd-article') || document.querySelector('main') || document.body;
+  const boxes = [], wideMath = [];
+  for (const el of article.querySelectorAll('pre, div.math, mjx-container[display="true"], '
+                                            + '.pst-scrollable-table-container, .cell_output, .output')) {
+    const hidden = el.scrollWidth - el.clientWidth;
+    if (hidden <= 1) continue;
+    const st = getComputedStyle(el);
+    const scrolls = st.overflowX === 'auto' || st.overflowX === 'scroll';
+    const bar = el.offsetHeight - el.clientHeight - parseFloat(st.borderTopWidth) - parseFloat(st.borderBottomWidth);
+    const shadow = st.boxShadow && st.boxShadow !== 'none' && el.scrollLeft + el.clientWidth < el.scrollWidth - 1;
+    const what = el.tagName.toLowerCase() + ': ' + (el.textContent || '').trim().slice(0, 40);
+    if (el.matches('div.math, mjx-container'))
+      wideMath.push(what + ' (' + el.scrollWidth + ' px in ' + el.clientWidth + ')');
+    if (!scrolls) boxes.push('hides content (overflow ' + st.overflowX + '): ' + what);
+    else if (bar < 4 && !shadow) boxes.push('scrolls without a visible scrollbar or edge: ' + what);
+  }
+  // Figures: stored at twice the size they are shown at least, with alt text that says what they show.
+  const figures = [];
+  for (const img of article.querySelectorAll('img')) {
+    if (img.closest('.bd-header-article, .navbar, header, .sidebar-primary-items__start')) continue;
+    const r = img.getBoundingClientRect();
+    if (!r.width) continue;
+    const alt = (img.getAttribute('alt') || '').trim();
+    figures.push({src: (img.getAttribute('src') || '').slice(-60), density: img.naturalWidth / r.width,
+                  alt: alt, shown: Math.round(r.width)});
+  }
+  const meta = sel => { const m = document.querySelector(sel); return m ? (m.getAttribute('content') || '') : ''; };
   done({
+    boxes: boxes.slice(0, 10), wide_math: wideMath.slice(0, 10), figures: figures,
+    description: meta('meta[name="description"]'), og_title: meta('meta[property="og:title"]'),
     title: document.title,
     h1: (document.querySelector('main h1, article h1, h1') || {}).textContent || '',
     maths: maths.length, untypeset: untypeset, raw_latex: raw.slice(0, 10),
@@ -374,18 +405,34 @@ def set_width(driver, size: tuple[int, int], mobile: bool) -> None:
     )
 
 
-def screenshot(driver, path: Path, height: int, size: tuple[int, int], mobile: bool) -> None:
-    """The whole page (up to MAX_SHOT_HEIGHT) at the page's own width."""
+def screenshot(driver, path: Path, height: int, size: tuple[int, int], mobile: bool) -> list[Path]:
+    """The whole page at the page's own width, every pixel of it: tiles of at most TILE px
+    (``path`` with ``-00``, ``-01``, ... before its suffix), each the viewport scrolled to its
+    place, as a reader scrolling down sees it."""
     import base64
 
-    h = min(max(height, 1), MAX_SHOT_HEIGHT)
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride", {"width": size[0], "height": h, "deviceScaleFactor": 1, "mobile": mobile}
-    )
-    time.sleep(0.3)
-    shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
-    path.write_bytes(base64.b64decode(shot["data"]))
+    tiles = []
+    for old in path.parent.glob(f"{path.stem}-[0-9][0-9].png"):
+        old.unlink()
+    top, k = 0, 0
+    height = max(height, 1)
+    while top < height:
+        h = min(TILE, height - top)
+        driver.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": size[0], "height": h, "deviceScaleFactor": 1, "mobile": mobile},
+        )
+        driver.execute_script(f"window.scrollTo(0, {top})")
+        time.sleep(0.25)
+        shot = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png"})
+        tile = path.with_name(f"{path.stem}-{k:02d}.png")
+        tile.write_bytes(base64.b64decode(shot["data"]))
+        tiles.append(tile)
+        top += h
+        k += 1
     set_width(driver, size, mobile)
+    driver.execute_script("window.scrollTo(0, 0)")
+    return tiles
 
 
 def check_page(
@@ -421,6 +468,20 @@ def check_page(
     bad = broken_links(info["links"], page_file, site)
     if bad:
         problems.append(f"links inside the site that do not resolve: {bad[:5]}")
+    if not info["description"].strip() or not info["og_title"].strip():
+        problems.append("the page has no description or no Open Graph title (what a shared link shows)")
+    if not mobile and info["wide_math"]:
+        problems.append(f"display formula wider than the column at {size[0]} px: {info['wide_math'][:3]}")
+    if info["boxes"]:
+        problems.append(f"a box hides content past its edge: {info['boxes'][:3]}")
+    for fig in info["figures"]:
+        if fig["density"] < 1.95:
+            problems.append(
+                f"figure under 2x density ({fig['density']:.2f} image px per shown px, {fig['shown']} px wide): "
+                f"{fig['src']}"
+            )
+        if len(fig["alt"].split()) < 3 or re.search(r"\.(png|jpe?g|svg|gif)\b|^[\w./-]+$", fig["alt"]):
+            problems.append(f"an image whose alt text does not say what it shows: {fig['alt']!r} ({fig['src']})")
     if mobile and info["doc_width"] > info["viewport"] + 1:
         problems.append(
             f"at {size[0]} px the page scrolls sideways (document {info['doc_width']} px wide); "
@@ -458,13 +519,39 @@ def check_page(
 # ---------------------------------------------------------------------------------------------
 
 
-def _fixture(body: str, head: str = "") -> str:
+DESCRIBED = "<meta name='description' content='A fixture page.'><meta property='og:title' content='Fixture'>"
+
+
+def _fixture(body: str, head: str = "", described: bool = True) -> str:
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'><title>fixture</title>"
-        "<link rel='icon' href='data:,'>"
-        f"{head}</head><body><main><h1>Fixture</h1>{body}</main></body></html>"
+        "<link rel='icon' href='data:,'>" + (DESCRIBED if described else "") + f"{head}</head>"
+        f"<body><main><h1>Fixture</h1>{body}</main></body></html>"
     )
+
+
+def _png(side: int) -> str:
+    """A data: URL of a grey square PNG ``side`` pixels wide."""
+    import base64
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\x80" * side for _ in range(side))
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+    return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+# A box that scrolls and shows it (the course's stylesheet draws this shadow on the hidden edge).
+EDGE = "box-shadow: inset -14px 0 10px -10px rgba(0,0,0,.35)"
 
 
 MATHJAX = (
@@ -478,13 +565,38 @@ FIXTURES = {
         _fixture(
             "<p>Score <span class='math notranslate nohighlight'>\\(q k^\\top / \\sqrt{d_k}\\)</span>"
             " and <a href='clean.html#ok'>a link</a>.</p><p id='ok'>ok</p>"
-            "<div style='overflow-x:auto'><table><tr><td style='white-space:nowrap'>"
+            f"<div style='overflow-x:auto;{EDGE}'><table><tr><td style='white-space:nowrap'>"
             + "wide_table_cell " * 60
-            + "</td></tr></table></div>",
+            + "</td></tr></table></div>"
+            + f"<figure><img src='{_png(200)}' width='100' alt='A grey square, the whole figure.'></figure>",
             MATHJAX,
         ),
         None,
     ),
+    "no_description": (_fixture("<p>text</p>", described=False), "no description"),
+    "wide_formula": (
+        _fixture(
+            "<div class='math'><mjx-container display='true' style='display:block;overflow-x:auto'>"
+            "<span style='display:inline-block;width:3000px'>x</span></mjx-container></div>"
+        ),
+        "display formula wider than the column",
+    ),
+    "hidden_output": (
+        _fixture("<div class='cell_output'><pre style='overflow:hidden'>" + "long_output " * 200 + "</pre></div>"),
+        "hides content",
+    ),
+    "no_scrollbar": (
+        _fixture(
+            "<style>pre::-webkit-scrollbar{display:none}</style><div class='cell_output'>"
+            "<pre style='overflow-x:auto;scrollbar-width:none'>" + "long_output " * 200 + "</pre></div>"
+        ),
+        "without a visible scrollbar",
+    ),
+    "blurry_figure": (
+        _fixture(f"<img src='{_png(100)}' width='100' alt='A grey square, the whole figure.'>"),
+        "under 2x density",
+    ),
+    "path_alt": (_fixture(f"<img src='{_png(200)}' width='100' alt='book/figures/square.png'>"), "alt text"),
     "no_mathjax": (
         _fixture("<p><span class='math notranslate nohighlight'>\\(\\sqrt{d_k}\\)</span></p>"),
         "left untypeset",

@@ -9,12 +9,19 @@
   answer.  A markdown cell tagged ``solution`` (the explanation) is rendered inside a container
   that is then moved into the toggle of the solution code cell before it, so that the page shows
   only the exercise's question until the reader opens "Show the solution".
+* What a page says about itself: the site's address (``html_baseurl``, for Open Graph links) is
+  derived from the repository URL in ``_config.yml``; the home page's ``<title>`` is the course's
+  name once, not "name — name"; each page carries one viewport tag (the themes wrote three); and
+  the site's root ``index.html``, a bare redirect, gets the home page's title, description and
+  Open Graph tags, so that a link to the site shows what it is.
 * Adds the course's stylesheet and script (``tools/course_static/``): long code names wrap and
   wide tables scroll in their own box on a phone; bertviz's model view fits the column.
 """
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +106,81 @@ class FoldSolutions(SphinxPostTransform):
             parent[before].append(box)
 
 
+def _site_address(app: Any, config: Any) -> None:
+    """``html_baseurl`` (the published site: GitHub Pages of the repository), unless set."""
+    if not config.html_baseurl:
+        url = (config.html_theme_options or {}).get("repository_url", "")
+        m = re.fullmatch(r"https://github\.com/([^/]+)/([^/]+?)/?", url)
+        if m:
+            config.html_baseurl = f"https://{m.group(1).lower()}.github.io/{m.group(2)}/"
+    if not getattr(config, "ogp_site_url", None):
+        config.ogp_site_url = config.html_baseurl
+
+
+_VIEWPORT = re.compile(r"\s*<meta name=\"viewport\"[^>]*>")
+
+
+def _single_title(text: str) -> str:
+    """``<title>X — X</title>`` (the home page, whose title is the site's name) -> ``X``."""
+    return re.sub(r"<title>(.+?) &#8212; \1</title>", r"<title>\1</title>", text, count=1)
+
+
+def _one_viewport(text: str) -> str:
+    """Keep the first viewport tag of a page, drop the others."""
+    seen = False
+
+    def keep_first(m: re.Match) -> str:
+        nonlocal seen
+        if seen:
+            return ""
+        seen = True
+        return m.group(0)
+
+    return _VIEWPORT.sub(keep_first, text)
+
+
+def _root_page(out: Path, root_doc: str) -> str | None:
+    """The site's ``index.html``: a redirect to the home page, with its head (title, description,
+    Open Graph tags), so that a shared link to the site shows the course."""
+    home = out / f"{root_doc}.html"
+    if not home.exists():
+        return None
+    head = home.read_text(encoding="utf-8")
+    keep = [
+        m.group(0)
+        for m in re.finditer(
+            r'<title>.*?</title>|<meta (?:name|property)="(?:description|og:[^"]+|twitter:[^"]+)"[^>]*>', head
+        )
+    ]
+    target = f"{root_doc}.html"
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8" />\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1" />\n'
+        + "\n".join(keep)
+        + f'\n<link rel="canonical" href="{html.escape(target)}" />\n'
+        + f'<meta http-equiv="Refresh" content="0; url={html.escape(target)}" />\n'
+        + f'</head>\n<body><p><a href="{html.escape(target)}">Go to the course</a></p></body>\n</html>\n'
+    )
+
+
+def _finish_pages(app: Any, exception: Exception | None) -> None:
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir)
+    for page in out.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        fixed = _single_title(_one_viewport(text))
+        if fixed != text:
+            page.write_text(fixed, encoding="utf-8")
+    # Sphinx 7.4 leaves a static file alone once the output has one: an incremental build would
+    # keep an old stylesheet.  The course's own are always copied afresh.
+    for asset in STATIC.iterdir():
+        (out / "_static" / asset.name).write_bytes(asset.read_bytes())
+    index = _root_page(out, app.config.root_doc)
+    if index is not None:
+        (out / "index.html").write_text(index, encoding="utf-8")
+
+
 def _add_static(app: Any) -> None:
     app.config.html_static_path.append(str(STATIC))
 
@@ -106,6 +188,9 @@ def _add_static(app: Any) -> None:
 def setup(app: Any) -> dict:
     SphinxNbRenderer.render_nb_cell_markdown = _render_markdown_cell  # type: ignore[method-assign]
     app.add_post_transform(FoldSolutions)
+    app.connect("config-inited", _site_address)
+    # after sphinx-external-toc has written its redirect (priority 500)
+    app.connect("build-finished", _finish_pages, priority=900)
     app.connect("builder-inited", _add_static)
     app.add_css_file("course.css")
     app.add_js_file("course.js")

@@ -37,3 +37,77 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", watch);
   else watch();
 })();
+
+// A box that scrolls sideways (a wide output, table or formula) gets a shadow on its right edge
+// while content is hidden there, so a reader sees that there is more (its scrollbar is always
+// drawn too, by course.css).
+(function () {
+  const BOXES = [
+    ".bd-article div.math",
+    '.bd-article mjx-container[display="true"]',
+    ".bd-article div.cell_output pre",
+    ".bd-article div.highlight pre",
+    ".bd-article .pst-scrollable-table-container",
+    ".bd-article .cell_output .output",
+  ].join(", ");
+  function mark(box) {
+    const hidden = box.scrollWidth - box.clientWidth - box.scrollLeft > 1;
+    box.classList.toggle("course-more-right", hidden);
+  }
+  function markAll() {
+    document.querySelectorAll(BOXES).forEach(function (box) {
+      if (!box.dataset.courseScroll) {
+        box.dataset.courseScroll = "1";
+        box.addEventListener("scroll", function () { mark(box); }, { passive: true });
+      }
+      mark(box);
+    });
+  }
+  function start() {
+    markAll();
+    window.addEventListener("resize", markAll);
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+      MathJax.startup.promise.then(markAll);
+    }
+    setTimeout(markAll, 1500);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
+
+// Search results quote the page's text; a formula there is its LaTeX source ("\\(\\sqrt{d_k}\\)").
+// Before the quote is made, each formula is turned into plain reading text ("√d_k").
+(function () {
+  function readable(tex) {
+    let t = tex.trim().replace(/^\\[(\[]|\\[)\]]$/g, "");
+    const words = { top: "ᵀ", cdot: "·", times: "×", sum: "Σ", infty: "∞", le: "≤", ge: "≥",
+                    approx: "≈", ldots: "…", dots: "…", alpha: "α", beta: "β", gamma: "γ", mu: "μ",
+                    sigma: "σ", epsilon: "ε", varepsilon: "ε", theta: "θ", odot: "⊙", in: "∈",
+                    to: "→", quad: " ", qquad: " ", left: "", right: "" };
+    // innermost groups first, until nothing changes: \frac{a}{b} -> (a)/(b), \sqrt{x} -> √(x)
+    for (let k = 0; k < 5; k++) {
+      const before = t;
+      t = t.replace(/\\frac\{([^{}]*)\}\{([^{}]*)\}/g, "($1)/($2)");
+      t = t.replace(/\\frac\s*(\w)\s*(\w)/g, "$1/$2");
+      t = t.replace(/\\sqrt\{([^{}]*)\}/g, (m, x) => (x.length > 1 ? "√(" + x + ")" : "√" + x));
+      t = t.replace(/\\(?:text|mathrm|mathbf|operatorname|mathit|boldsymbol)\{([^{}]*)\}/g, "$1");
+      t = t.replace(/([_^])\{([^{}]*)\}/g, (m, op, x) => op + (x.length > 1 ? "(" + x + ")" : x));
+      if (t === before) break;
+    }
+    t = t.replace(/\\([A-Za-z]+)/g, (m, w) => (w in words ? words[w] : w));
+    t = t.replace(/\\[,;!: ]/g, " ").replace(/[{}]/g, "").replace(/\\/g, "").replace(/&/g, "");
+    return t.replace(/\s+/g, " ").trim();
+  }
+  function patch() {
+    if (typeof Search === "undefined" || !Search.htmlToText || Search._coursePatched) return;
+    const original = Search.htmlToText;
+    Search.htmlToText = function (htmlString, anchor) {
+      const doc = new DOMParser().parseFromString(htmlString, "text/html");
+      doc.querySelectorAll(".math").forEach(function (m) { m.textContent = readable(m.textContent); });
+      return original(doc.documentElement.outerHTML, anchor);
+    };
+    Search._coursePatched = true;
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", patch);
+  else patch();
+})();
