@@ -53,3 +53,14 @@ def test_count_parameters_counts_shared_once():
 def test_show_source_shows_the_package_code():
     code = show_source(set_seed)
     assert "def set_seed" in code.data
+
+
+def test_finished_progress_bar_shows_no_timing(capsys) -> None:
+    """While it runs the bar shows speed and time left; its last state, what a page keeps, does not."""
+    from transformer_course.utils import progress
+
+    bar = progress(range(20), desc="training")
+    for i in bar:
+        bar.set_postfix(loss=f"{1 / (i + 1):.3f}")
+    last = capsys.readouterr().out.replace("\r\n", "\n").split("\n")[-2].rsplit("\r", 1)[-1]
+    assert last.rstrip() == "training: 100%|██████████| 20/20, loss=0.050", last

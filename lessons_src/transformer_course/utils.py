@@ -187,7 +187,9 @@ def progress(iterable=None, **kwargs):  # -> tqdm
 
     The text bar writes to stdout (tqdm's default is stderr, which a notebook
     page shows like an error): a finished training cell shows its last bar as
-    ordinary output.
+    ordinary output.  While it runs, the bar shows its speed and the time
+    left; once finished, the text bar is redrawn without them (the count and
+    the last postfix, e.g. the loss, stay).
     """
     import sys
     import warnings
@@ -201,4 +203,15 @@ def progress(iterable=None, **kwargs):  # -> tqdm
 
         kwargs.setdefault("mininterval", 1.0)
         kwargs.setdefault("file", sys.stdout)
-        return tqdm(iterable, **kwargs)
+        bar = tqdm(iterable, **kwargs)
+    if not hasattr(bar, "container"):  # a text bar, not a notebook widget
+        close = bar.close
+
+        def close_without_timing() -> None:
+            if not bar.disable and bar.n:
+                bar.bar_format = "{l_bar}{bar}| {n_fmt}/{total_fmt}{postfix}"
+                bar.refresh()
+            close()
+
+        bar.close = close_without_timing  # type: ignore[method-assign]
+    return bar
