@@ -370,3 +370,10 @@ def test_evaluate_refuses_a_batch() -> None:
     m = GPT(GPTConfig(vocab_size=10, block_size=8, n_layer=1, n_head=2, d_model=8, d_ff=16))
     with pytest.raises(ValueError, match=r"1-D sequence of token ids, got shape \(3, 20\).*reshape\(-1\)"):
         evaluate(m, torch.zeros(3, 20, dtype=torch.long))
+
+
+def test_top_p_one_keeps_every_token() -> None:
+    """p = 1.0 keeps the whole distribution (a float cumulative sum can reach 1 early)."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(400, 300, generator=g) * 8
+    assert torch.isfinite(top_p_filter(logits, 1.0)).all()

@@ -290,3 +290,25 @@ def test_from_hf_refuses_a_bert() -> None:
     bert = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64))
     with pytest.raises(TypeError, match=r"reads a GPT-2.*BertModel of model_type 'bert'.*bert_from_hf"):
         hf_gpt2.from_hf(bert)
+
+
+def test_pipeline_generates_a_padded_batch_like_one_prompt_at_a_time() -> None:
+    """The exported pair works with the library's own client: pipeline("text-generation") with
+    batch_size=2 pads the shorter prompt on the left and continues each prompt as it would alone."""
+    from transformers import pipeline
+
+    from transformer_course.gpt import GPT, GPTConfig
+    from transformer_course.tasks.python_docs import CHARS
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=len(CHARS), block_size=64, n_layer=2, n_head=2, d_model=32, d_ff=64))
+    tok = hf_gpt2.hf_char_tokenizer(CHARS, model_max_length=64)
+    hf = hf_gpt2.to_hf(model, pad_token_id=tok.pad_token_id)
+    assert hf.config.pad_token_id == tok.pad_token_id == CHARS.index("\n")
+    gen = pipeline("text-generation", model=hf, tokenizer=tok)
+    prompts = ["def f", "The class of a"]
+    batched = gen(prompts, max_new_tokens=12, do_sample=False, batch_size=2)
+    alone = [gen(p, max_new_tokens=12, do_sample=False) for p in prompts]
+    assert batched == alone
+    with pytest.raises(ValueError, match="not one of the model's characters"):
+        hf_gpt2.hf_char_tokenizer("abc", pad_token="\n")

@@ -39,6 +39,10 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     likely token always stays."""
     if not 0.0 < p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {p}")
+    if p == 1.0:
+        # everything: a cumulative sum in floating point can reach 1 before
+        # the last token, which would drop it
+        return logits
     sorted_logits, order = logits.sort(dim=-1, descending=True)
     probs = sorted_logits.softmax(dim=-1)
     # Probability of everything ranked strictly above each token: keep a token

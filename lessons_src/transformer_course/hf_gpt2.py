@@ -52,14 +52,18 @@ _HF_ACTIVATION = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 
 
 def to_hf_config(
-    config: GPTConfig, attn_implementation: str | None = None
+    config: GPTConfig,
+    attn_implementation: str | None = None,
+    pad_token_id: int | None = None,
 ):  # -> transformers.GPT2Config
     """The ``GPT2Config`` of a model with the sizes of ``config``.
 
     Our feed-forward uses the exact GELU (``"gelu"``) unless the config asks
     for its tanh approximation (``"gelu_tanh"``), which GPT-2 calls
     ``"gelu_new"``.  No token is special in a character model, so the
-    begin/end-of-text ids (50256 in GPT-2) are unset.  ``attn_implementation``
+    begin/end-of-text ids (50256 in GPT-2) are unset; ``pad_token_id`` is the
+    id a batch is padded with (``hf_char_tokenizer``'s ``pad_token_id``), so
+    that batched generation needs no more setting.  ``attn_implementation``
     is ``"eager"`` (explicit, can return attention weights), ``"sdpa"`` (fused)
     or ``None`` (the library's default).
     """
@@ -83,6 +87,7 @@ def to_hf_config(
         attn_pdrop=config.dropout,
         bos_token_id=None,
         eos_token_id=None,
+        pad_token_id=pad_token_id,
         tie_word_embeddings=True,
         **extra,
     )
@@ -129,16 +134,21 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
 
 
 def to_hf(
-    model: GPT, attn_implementation: str | None = None
+    model: GPT,
+    attn_implementation: str | None = None,
+    pad_token_id: int | None = None,
 ):  # -> transformers.GPT2LMHeadModel
     """A ``GPT2LMHeadModel`` computing the same function as ``model``, in eval
-    mode.
+    mode; ``pad_token_id`` as in ``to_hf_config``.
 
     Every tensor of GPT-2 must be filled: a missing or unexpected name is an
     error.
     """
     tf = _quiet_transformers()
-    hf = tf.GPT2LMHeadModel(to_hf_config(model.config, attn_implementation))
+    hf = tf.GPT2LMHeadModel(
+        to_hf_config(model.config, attn_implementation, pad_token_id)
+    )
+    hf.generation_config.pad_token_id = pad_token_id
     expected = set(hf.state_dict())
     sd = hf_state_dict(model)
     missing, unexpected = expected - set(sd), set(sd) - expected
@@ -163,7 +173,11 @@ def to_hf(
 # -----------------------------------------------------------------------------
 
 
-def hf_char_tokenizer(chars: str = CHARS, model_max_length: int | None = None):
+def hf_char_tokenizer(
+    chars: str = CHARS,
+    model_max_length: int | None = None,
+    pad_token: str | None = "\n",
+):
     """The course's ``CharTokenizer`` as a ``PreTrainedTokenizerFast`` (one
     token per character).
 
@@ -172,6 +186,12 @@ def hf_char_tokenizer(chars: str = CHARS, model_max_length: int | None = None):
     as ``python_docs.normalize_text`` (typographic quotes and dashes to ASCII,
     accents dropped), anything else becomes ``"?"``, and the decoder joins the
     characters back without spaces.
+
+    A character model has no special tokens, but a batch of prompts of
+    different lengths must be padded: ``pad_token`` (a newline by default)
+    fills the left of the shorter prompts, where the attention mask hides it,
+    so that generation continues every prompt from its own last character
+    (``pipeline("text-generation", batch_size=...)`` needs this).
     """
     from tokenizers import (
         Regex,
@@ -198,6 +218,13 @@ def hf_char_tokenizer(chars: str = CHARS, model_max_length: int | None = None):
     )
     tok.decoder = decoders.Fuse()
     kwargs: dict[str, Any] = {"clean_up_tokenization_spaces": False}
+    if pad_token is not None:
+        if pad_token not in chars:
+            raise ValueError(
+                f"pad_token {pad_token!r} is not one of the model's "
+                "characters; pick one that is, or pad_token=None"
+            )
+        kwargs.update(pad_token=pad_token, padding_side="left")
     if model_max_length is not None:
         kwargs["model_max_length"] = model_max_length
     return tf.PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
