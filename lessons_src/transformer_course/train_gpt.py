@@ -11,6 +11,12 @@ longer checkpoint that the chapter's generation part loads::
     python -m transformer_course.train_gpt --steps 5000 \\
         --out lessons_src/transformer_course/checkpoints/gpt_python_docs
 
+On several processes, PyTorch's launcher runs the same script, each process
+with a replica of the model (``DistributedDataParallel``; gloo on CPUs, nccl
+on GPUs) and the same global batch split between them::
+
+    torchrun --nproc_per_node=2 -m transformer_course.train_gpt --steps 5000
+
 It uses the GPU when there is one (``--device`` overrides) and writes
 ``<out>.safetensors`` and ``<out>.json``: the model's config, its alphabet, and
 a record of the run (validation loss in nats per character on the whole
@@ -20,6 +26,7 @@ validation text, training seconds, steps, device).
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +35,7 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from .gpt import GPT, GPTConfig, lm_loss
 from .tasks.python_docs import (
@@ -150,6 +158,7 @@ def train(
     generator: torch.Generator | None = None,
     show_progress: bool = True,
     on_eval: Callable[[int, float, float], None] | None = None,
+    accumulate: int = 1,
 ) -> History:
     """Train ``model`` on random windows of ``train_ids`` for ``steps``
     optimiser steps.
@@ -163,9 +172,31 @@ def train(
     measured the same way (``evaluate`` above), so the two curves
     (``"train_loss"`` and ``"val_loss"`` in the returned history) are
     comparable.
+
+    Each step's ``batch_size`` windows are one global batch, drawn the same
+    way whatever runs it.  With ``accumulate=n`` it is split into ``n``
+    micro-batches whose gradients add up before the step; inside
+    ``torchrun`` (``model`` wrapped in ``DistributedDataParallel``), every
+    process draws the same global batch from the same ``generator`` and
+    takes its own share of it.  So one process, ``n`` micro-batches, or
+    several processes all take the same steps (up to float rounding).
     """
+    net = model.module if isinstance(model, DistributedDataParallel) else model
     device = next(model.parameters()).device
-    block = model.config.block_size
+    block = net.config.block_size
+    world, rank = 1, 0
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        world, rank = (
+            torch.distributed.get_world_size(),
+            torch.distributed.get_rank(),
+        )
+    parts = world * accumulate
+    if batch_size % parts:
+        raise ValueError(
+            f"batch_size={batch_size} must split evenly into {world} "
+            f"process(es) x {accumulate} micro-batch(es)"
+        )
+    share = batch_size // parts
     opt = torch.optim.AdamW(
         param_groups(model, weight_decay), lr=lr, betas=(0.9, 0.99)
     )
@@ -176,19 +207,23 @@ def train(
     use_amp = device.type == "cuda"
 
     done = [0]  # steps taken, for on_eval
+    batch: list[torch.Tensor] = []  # this step's global batch
 
-    def step_loss(step: int) -> torch.Tensor:
+    def step_loss(k: int) -> torch.Tensor:
+        step, micro = divmod(k, accumulate)
         done[0] = step + 1
-        x, y = get_batch(train_ids, batch_size, block, generator)
-        x, y = x.to(device), y.to(device)
+        if micro == 0:
+            batch[:] = get_batch(train_ids, batch_size, block, generator)
+        start = (rank * accumulate + micro) * share
+        x, y = (t[start : start + share].to(device) for t in batch)
         with torch.autocast(
             device.type, dtype=torch.bfloat16, enabled=use_amp
         ):
             return lm_loss(model(x), y)
 
     def measure() -> dict[str, float]:
-        tr = evaluate(model, train_ids, block, max_windows=eval_windows)
-        va = evaluate(model, val_ids, block, max_windows=eval_windows)
+        tr = evaluate(net, train_ids, block, max_windows=eval_windows)
+        va = evaluate(net, val_ids, block, max_windows=eval_windows)
         if on_eval is not None:
             on_eval(done[0], tr, va)
         return {"train_loss": tr, "val_loss": va}
@@ -204,6 +239,7 @@ def train(
         eval_every=eval_every,
         eval_at_start=True,
         show_progress=show_progress,
+        accumulate=accumulate,
     )
 
 
@@ -359,14 +395,42 @@ def main(argv: list[str] | None = None) -> None:
         help="cpu, cuda, mps (default: the best available)",
     )
     parser.add_argument(
+        "--accumulate",
+        type=int,
+        default=1,
+        help="micro-batches per step (gradients added up; same result)",
+    )
+    parser.add_argument(
+        "--no-final-eval",
+        action="store_true",
+        help="skip measuring the whole validation text at the end",
+    )
+    parser.add_argument(
         "--keep-latest",
         action="store_true",
         help="also save the model at every loss measurement, to <out>-latest",
     )
     args = parser.parse_args(argv)
 
-    generator = set_seed(args.seed, num_threads=args.threads)
+    # Launched by torchrun (WORLD_SIZE > 1): one process per device, each
+    # with a replica of the model; DistributedDataParallel averages their
+    # gradients (all-reduce) in every backward pass.
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    threads = args.threads
+    if world > 1 and threads is None:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+        threads = max(1, (os.cpu_count() or 1) // local)
+    generator = set_seed(args.seed, num_threads=threads)
     device = get_device(args.device)
+    if world > 1:
+        import torch.distributed as dist
+
+        if device.type == "cuda":
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    main_process = int(os.environ.get("RANK", "0")) == 0
     text = load_python_docs()
     train_text, val_text = train_val_split(text)
     tok = CharTokenizer(CHARS)
@@ -381,14 +445,23 @@ def main(argv: list[str] | None = None) -> None:
         dropout=args.dropout,
     )
     model = GPT(config).to(device)
-    print(
-        f"{count_parameters(model):,} parameters on {device}; "
-        f"{len(train_ids):,} training and "
-        f"{len(val_ids):,} validation characters",
-        flush=True,
-    )
+    replica: nn.Module = model
+    if world > 1:
+        replica = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    if main_process:
+        print(
+            f"{count_parameters(model):,} parameters on {device}"
+            + (f" x {world} processes" if world > 1 else "")
+            + f"; {len(train_ids):,} training and "
+            f"{len(val_ids):,} validation characters",
+            flush=True,
+        )
 
     def report(step: int, tr: float, va: float) -> None:
+        if not main_process:
+            return
         print(f"step {step:6d}  train {tr:.4f}  val {va:.4f}", flush=True)
         if args.keep_latest:
             save_checkpoint(
@@ -398,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
             )
 
     history = train(
-        model,
+        cast(GPT, replica),
         train_ids,
         val_ids,
         steps=args.steps,
@@ -410,18 +483,34 @@ def main(argv: list[str] | None = None) -> None:
         generator=generator,
         show_progress=False,
         on_eval=report,
+        accumulate=args.accumulate,
     )
+    if world > 1:
+        torch.distributed.destroy_process_group()
+    if not main_process:
+        return
     model.cpu().eval()
-    val_loss = evaluate(model, val_ids)
+    val_loss = (
+        history.evals["val_loss"][-1]
+        if args.no_final_eval
+        else evaluate(model, val_ids)
+    )
     record = {
         "val_loss": round(val_loss, 4),
         "val_loss_unit": (
             "nats per character, whole validation text, windows of block_size"
         ),
-        "train_loss": round(evaluate(model, train_ids, max_windows=512), 4),
+        "train_loss": (
+            history.evals["train_loss"][-1]
+            if args.no_final_eval
+            else round(evaluate(model, train_ids, max_windows=512), 4)
+        ),
         "train_seconds": round(history.wall_seconds, 1),
         "steps": args.steps,
         "batch_size": args.batch_size,
+        "processes": world,
+        "accumulate": args.accumulate,
+        "loss": [round(v, 6) for v in history.loss],
         "lr": args.lr,
         "seed": args.seed,
         "device": (

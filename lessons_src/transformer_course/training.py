@@ -16,6 +16,7 @@ call :func:`fit`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from .utils import progress
 
@@ -68,18 +70,28 @@ def fit(
     eval_at_start: bool = False,
     desc: str = "training",
     show_progress: bool = True,
+    accumulate: int = 1,
 ) -> History:
     """Take ``steps`` optimiser steps on ``model``; returns a :class:`History`.
 
     Step ``k`` (0-based): ``model.train()``, ``loss = step_loss(k)``, backward,
     gradient clipping to ``clip_norm`` (``None``: no clipping), optimiser step,
-    scheduler step.  ``evaluate()`` (in eval mode) runs after every
-    ``eval_every`` steps and after the last (and before the first with
-    ``eval_at_start``); ``eval_every=0`` evaluates only at the end.  The model
-    is left in eval mode.
+    scheduler step.  With ``accumulate=n`` a step adds up the gradients of
+    ``n`` micro-batches first, ``step_loss(k * n)`` to ``step_loss(k * n + n -
+    1)``, each loss divided by ``n`` (the same gradient as one batch ``n``
+    times larger; a ``DistributedDataParallel`` model averages across
+    processes only once, at the last).  The recorded loss is their mean.
+    ``evaluate()`` (in eval mode) runs after every ``eval_every`` steps and
+    after the last (and before the first with ``eval_at_start``);
+    ``eval_every=0`` evaluates only at the end.  The model is left in eval
+    mode.
     """
     if not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
+    if not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError(
+            f"accumulate must be a positive int, got {accumulate!r}"
+        )
     if eval_every < 0:
         raise ValueError(
             "eval_every must be >= 0 (0: evaluate only at the end), "
@@ -103,16 +115,37 @@ def fit(
         run_evaluation(evaluate, 0)
     for step in range(steps):
         model.train()
-        loss = step_loss(step)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        total = 0.0
+        for micro in range(accumulate):
+            # a DDP model's gradients are averaged across processes at the
+            # last micro-batch's backward only
+            last = micro == accumulate - 1
+            sync = (
+                model.no_sync()
+                if not last and isinstance(model, DistributedDataParallel)
+                else contextlib.nullcontext()
+            )
+            with sync:
+                loss = step_loss(step * accumulate + micro)
+                if accumulate > 1:
+                    loss = loss / accumulate
+                loss.backward()
+            total += loss.item()
+        if isinstance(model, DistributedDataParallel):
+            # each process saw its share: report the mean over all of them
+            mean = torch.tensor(
+                [total], device=next(model.parameters()).device
+            )
+            torch.distributed.all_reduce(mean)
+            total = mean.item() / torch.distributed.get_world_size()
         if clip_norm is not None:
             nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
         history.lr.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         if scheduler is not None:
             scheduler.step()
-        history.loss.append(loss.item())
+        history.loss.append(total)
         done = step + 1
         if evaluate is not None and (
             (eval_every and done % eval_every == 0) or done == steps
