@@ -50,7 +50,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     visible only if *every* mask allows it, which is AND.  (Taking a ``max`` of
     masks written in opposite conventions, a common pitfall, gives a mask that
     shows each position only the future when read as "1 = blocked", and lets
-    padding through when read as "1 = may attend"; chapter 08 runs it.)
+    padding through when read as "1 = may attend".)
     """
     present = [m for m in masks if m is not None]
     if not present:
