@@ -80,3 +80,15 @@ def test_site_check_finds_broken_links(tmp_path):
     assert check_site.broken_links(links, page, tmp_path) == sorted(
         ["#missing (no such anchor)", "a.html#nowhere (no such anchor)", "b.html"]
     )
+
+
+def test_course_map_times_are_measured_from_the_pages():
+    """Each chapter's time in the course map is what its page measures (course_config.reading_minutes:
+    prose words and shown code lines at the pace the intro states), not a guess."""
+    intro = (ROOT / "book" / "intro.md").read_text()
+    rows = re.findall(r"^\| (\d\d) \| \[[^]]+\]\(([\w.-]+)\.ipynb\) \|.*\| (\d+) min \|$", intro, re.M)
+    assert rows, "no chapter rows with a time found in the course map"
+    for _, stem, minutes in rows:
+        measured = course_config.reading_minutes(ROOT / "book" / f"{stem}.ipynb")
+        assert int(minutes) == measured, f"the course map says {minutes} min for {stem}; its page measures {measured}"
+    assert f"{course_config.PROSE_WPM} words" in intro and f"{course_config.CODE_LPM} lines" in intro

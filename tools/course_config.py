@@ -71,3 +71,30 @@ COURSE_ENV = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "MPLBACKEND": "module://matplotlib_inline.backend_inline",
 }
+
+
+# How long a chapter takes to read carefully, as the course map states it: its prose at
+# PROSE_WPM words a minute and the code it shows (not what is folded away) at CODE_LPM lines a
+# minute, rounded up to 5 minutes.  Running it adds what the chapter computes; exercises come on top.
+PROSE_WPM = 100
+CODE_LPM = 20
+FOLDED_TAGS = {"hide-cell", "hide-input", "remove-cell", "remove-input", "solution"}
+
+
+def reading_minutes(notebook: Path) -> int:
+    """Minutes to read ``notebook``'s page: prose words and shown code lines (see above)."""
+    import json
+    import math
+
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    words = lines = 0
+    for cell in nb["cells"]:
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        source = "".join(cell["source"])
+        if tags & FOLDED_TAGS or "show_source(" in source:
+            continue
+        if cell["cell_type"] == "markdown":
+            words += len(re.findall(r"[A-Za-z0-9][\w'’.-]*", source))
+        elif cell["cell_type"] == "code":
+            lines += sum(1 for line in source.splitlines() if line.strip())
+    return max(5, 5 * math.ceil((words / PROSE_WPM + lines / CODE_LPM) / 5))
