@@ -125,6 +125,20 @@ def _single_title(text: str) -> str:
     return re.sub(r"<title>(.+?) &#8212; \1</title>", r"<title>\1</title>", text, count=1)
 
 
+def _chapter_figures(text: str, page: Path) -> str:
+    """ "Fig. 3" on chapter 05's page -> "Fig. 5.3": a figure number a reader can cite across the
+    book."""
+    m = re.match(r"(\d\d)_", page.name)
+    if not m:
+        return text
+    chapter, count = int(m.group(1)), iter(range(1, 10_000))
+    return re.sub(
+        r'<span class="caption-number">Fig\. [\d.]+ </span>',
+        lambda f: f'<span class="caption-number">Fig. {chapter}.{next(count)} </span>',
+        text,
+    )
+
+
 def _one_viewport(text: str) -> str:
     """Keep the first viewport tag of a page, drop the others."""
     seen = False
@@ -169,7 +183,7 @@ def _finish_pages(app: Any, exception: Exception | None) -> None:
     out = Path(app.outdir)
     for page in out.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
-        fixed = _single_title(_one_viewport(text))
+        fixed = _chapter_figures(_single_title(_one_viewport(text)), page)
         if fixed != text:
             page.write_text(fixed, encoding="utf-8")
     # Sphinx 7.4 leaves a static file alone once the output has one: an incremental build would
