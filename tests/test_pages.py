@@ -239,6 +239,12 @@ def solution_problems(nb: dict) -> list[str]:
             or build_notebooks.SOLUTION_TAG not in nb["cells"][j]["metadata"].get("tags", [])
         ):
             problems.append(f"cell {i}: a solution's explanation that does not follow the solution's code")
+        source = "".join(cell["source"])
+        if re.search(r"^\s*(?:\*\*)?\d+\.\s|^#+\s", source, re.M):
+            problems.append(
+                f"cell {i}: a solution's explanation holds the next exercise or a heading, which the toggle "
+                "would hide: put the prompt in its own untagged markdown cell"
+            )
     return problems
 
 
@@ -328,6 +334,8 @@ def test_solution_and_output_checks_catch_their_faults():
     prompt = {"cell_type": "markdown", "source": "1. Do it.", "metadata": {}}
     assert not solution_problems(_nb(prompt, _code([], tags=["solution"]), explanation))
     assert solution_problems(_nb(prompt, explanation))
+    swallowed = {**explanation, "source": "because\n\n**2. Next.** Try this."}
+    assert solution_problems(_nb(prompt, _code([], tags=["solution"]), swallowed))
     wide = {"output_type": "stream", "name": "stdout", "text": "x" * (OUTPUT_WIDTH + 1) + "\n"}
     assert output_problems(_nb(_code([wide])))
     assert not output_problems(_nb(_code([{**wide, "text": "x" * OUTPUT_WIDTH}])))
