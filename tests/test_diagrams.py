@@ -16,6 +16,8 @@ ALL = {
     "norm_placement": diagrams.norm_placement,
     "encoder_decoder": diagrams.encoder_decoder,
     "model_families": diagrams.model_families,
+    "feed_forward": diagrams.feed_forward,
+    "norm_axes": diagrams.norm_axes,
 }
 
 
@@ -58,7 +60,7 @@ def test_multi_head_shapes_follow_the_arguments():
     fig = diagrams.multi_head(batch=3, length=7, d_model=96, num_heads=4)
     labels = {t.get_text() for t in texts(fig)}
     plt.close(fig)
-    assert {"(3, 7, 96)", "(3, 4, 7, 24)", "d_k = 96/4 = 24", "4 × 24 = 96"} <= labels
+    assert {"(3, 7, 96)", "(3, 4, 7, 24)", "d_head = 96/4 = 24", "4 × 24 = 96"} <= labels
 
 
 def test_encoder_decoder_shows_the_layer_count():
@@ -75,6 +77,24 @@ def test_model_families_shows_both_stacks():
     assert labels.count("× 3") == 2 and "encoder-only (BERT)" in labels and "decoder-only (GPT)" in labels
 
 
+def test_recurrence_vs_attention_counts_the_steps():
+    fig = diagrams.recurrence_vs_attention(num_tokens=4)
+    labels = [t.get_text() for t in texts(fig)]
+    plt.close(fig)
+    assert [lab for lab in labels if lab.isdigit()] == ["1", "2", "3"]
+    assert any("in 3 steps" in lab for lab in labels) and any("in 1 step" in lab for lab in labels)
+
+
+def test_encoder_decoder_attention_draws_the_softmax_of_the_scores():
+    scores = [0.5, -1.0, 2.0, 0.0]
+    fig = diagrams.encoder_decoder_attention(scores, source=("a", "b", "c", "d"), written=("x",))
+    labels = [t.get_text() for t in texts(fig)]
+    plt.close(fig)
+    shown = [float(lab) for lab in labels if lab.replace(".", "").isdigit() and "." in lab]
+    assert shown == pytest.approx(torch.softmax(torch.tensor(scores), 0).tolist(), abs=0.006)
+    assert "(start)" in labels and "x" in labels  # nothing written before x
+
+
 @pytest.mark.parametrize(
     "call, match",
     [
@@ -83,8 +103,19 @@ def test_model_families_shows_both_stacks():
         (lambda: diagrams.soft_lookup([1.0]), "2 to 6 slots"),
         (lambda: diagrams.encoder_decoder(num_layers=0), "num_layers must be positive"),
         (lambda: diagrams.model_families(num_layers=-1), "num_layers must be positive"),
+        (lambda: diagrams.feed_forward(d_model=0), "must be positive"),
+        (lambda: diagrams.feed_forward(d_model=8, d_ff=4), "d_model <= d_ff <= 20"),
+        (lambda: diagrams.norm_axes(tokens=1), "2 to 8 tokens"),
     ],
 )
 def test_bad_input_names_the_problem(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_feed_forward_draws_its_sizes():
+    fig = diagrams.feed_forward(d_model=3, d_ff=12)
+    labels = {t.get_text() for t in texts(fig)}
+    circles = [p for p in fig.axes[0].patches if isinstance(p, matplotlib.patches.Circle)]
+    plt.close(fig)
+    assert "x: 3 numbers" in labels and len(circles) == 3 + 12 + 3

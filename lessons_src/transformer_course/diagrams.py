@@ -112,7 +112,9 @@ def soft_lookup(
     slot.
 
     ``scores`` are the (already scaled) scores ``q·k_i/√d_k`` of the slots; the
-    weights drawn are their softmax, and the output is ``Σ w_i v_i``.
+    weights drawn are their softmax, and the output is ``Σ w_i v_i``.  Every
+    value flows into the output: its arrow's width is proportional to its
+    weight.
     """
     if not 2 <= len(scores) <= 6:
         raise ValueError(
@@ -124,91 +126,159 @@ def soft_lookup(
     ).tolist()
     n = len(scores)
     row_h = 0.75
-    height = 2.4 + n * row_h
+    height = 1.75 + n * row_h
     fig, ax = _canvas(MAX_WIDTH_IN, height)
-    top = height - 1.5
+    top = height - 1.45  # y of the first slot
+    key_x, bar_x, value_x, out_x = 1.75, 2.25, 4.05, 5.3
+    bar_len = 1.0  # the length of a bar of weight 1
+    for x, label in (
+        (key_x, "key"),
+        (bar_x + 0.45, "weight"),
+        (value_x, "value"),
+        (out_x, "output"),
+    ):
+        _text(
+            ax,
+            x,
+            height - 0.2,
+            label,
+            ha="center",
+            va="top",
+            fontweight="bold",
+        )
     _box(
         ax,
-        0.75,
-        top + 0.85,
-        1.1,
         0.6,
+        height - 0.45,
+        1.05,
+        0.55,
         "query q",
         COLORS["query"],
         weight="bold",
     )
-    _text(
+    bottom = top - (n - 1) * row_h
+    mid = (top + bottom) / 2
+    _box(
         ax,
-        2.05,
-        height - 0.25,
-        "key",
-        ha="center",
-        va="top",
-        fontweight="bold",
+        out_x,
+        mid,
+        1.25,
+        1.3,
+        "Σ wᵢ vᵢ",
+        COLORS["io"],
+        weight="bold",
     )
-    _text(
-        ax,
-        3.15,
-        height - 0.25,
-        "weight",
-        ha="center",
-        va="top",
-        fontweight="bold",
-    )
-    _text(
-        ax,
-        5.05,
-        height - 0.25,
-        "value",
-        ha="center",
-        va="top",
-        fontweight="bold",
-    )
-    for i, (_s, w) in enumerate(zip(scores, weights)):
+    for i, w in enumerate(weights):
         y = top - i * row_h
-        _box(ax, 2.05, y, 0.8, 0.5, f"k{i + 1}", COLORS["key"])
-        _arrow(ax, (0.75, top + 0.55), (1.62, y), connection="arc3,rad=0.1")
+        # one slot: a key, its weight and its value
         ax.add_patch(
             FancyBboxPatch(
-                (2.6, y - 0.2),
-                1.25 * w + 0.01,
-                0.4,
+                (key_x - 0.4, y - 0.31),
+                value_x - key_x + 0.8,
+                0.62,
+                boxstyle="round,pad=0,rounding_size=0.1",
+                facecolor="#f3f3f3",
+                edgecolor="none",
+                zorder=0,
+            )
+        )
+        _arrow(
+            ax,
+            (0.6, height - 0.73),
+            (key_x - 0.35, y),
+            connection="arc3,rad=0.15",
+            width=1.0,
+        )
+        _box(ax, key_x, y, 0.6, 0.5, f"k{i + 1}", COLORS["key"])
+        ax.add_patch(
+            FancyBboxPatch(
+                (bar_x, y - 0.17),
+                bar_len * w + 0.01,
+                0.34,
                 boxstyle="square,pad=0",
                 facecolor=COLORS["attn"],
                 edgecolor="#333333",
             )
         )
-        _text(ax, 2.65 + 1.25 * w + 0.05, y, f"{w:.2f}", va="center")
-        _box(ax, 5.05, y, 0.8, 0.5, f"v{i + 1}", COLORS["value"])
-    bottom = top - (n - 1) * row_h
+        _text(ax, bar_x + bar_len * w + 0.06, y, f"{w:.2f}", va="center")
+        _box(ax, value_x, y, 0.6, 0.5, f"v{i + 1}", COLORS["value"])
+        # every value reaches the output, as strongly as its weight
+        ax.add_patch(
+            FancyArrowPatch(
+                (value_x + 0.32, y),
+                (out_x - 0.64, mid + 0.4 * (y - mid) / max(top - mid, 1e-9)),
+                arrowstyle="-|>",
+                mutation_scale=8 + 14 * w,
+                color="#2a7f62",
+                linewidth=0.6 + 6 * w,
+                shrinkA=0,
+                shrinkB=0,
+            )
+        )
     _text(
         ax,
         0.1,
-        bottom - 0.05,
-        "weights =\nsoftmax(q·k/√d)",
+        bottom - 0.65,
+        "weights = softmax(q·kᵢ/√d);  arrow width ∝ weight",
         va="center",
-        size=MIN_FONT_PT,
     )
-    out_y = bottom - 0.95
-    _box(
-        ax,
-        3.55,
-        out_y,
-        3.6,
-        0.6,
-        "output = Σ weightᵢ · vᵢ",
-        COLORS["io"],
-        weight="bold",
-    )
-    _arrow(ax, (5.05, bottom - 0.25), (5.05, out_y + 0.3))
     return fig
+
+
+HEAD_COLORS = ("#f4a6a6", "#9fd8cb", "#f6d186", "#b8c0ff")
+
+
+def _feature_strip(
+    ax: plt.Axes, x: float, y: float, width: float, d_model: int, h: int
+) -> None:
+    """The ``d_model`` features of a vector as a strip centred on (x, y), one
+    colour per head: head i owns features i*d_head to (i+1)*d_head - 1."""
+    d_head = d_model // h
+    block = width / h
+    left = x - width / 2
+    for i in range(h):
+        x0 = left + i * block
+        ax.add_patch(
+            FancyBboxPatch(
+                (x0, y - 0.17),
+                block,
+                0.34,
+                boxstyle="square,pad=0",
+                facecolor=HEAD_COLORS[i % len(HEAD_COLORS)],
+                edgecolor="#333333",
+                linewidth=1.2,
+            )
+        )
+        if d_model <= 16:  # thin lines between single features
+            for j in range(1, d_head):
+                fx = x0 + j * block / d_head
+                ax.plot(
+                    [fx, fx], [y - 0.17, y + 0.17], color="#777777", lw=0.6
+                )
+        if block >= 1.3:
+            label = f"features {i * d_head}–{(i + 1) * d_head - 1}"
+        else:
+            label = f"head {i}" if block >= 0.9 else str(i)
+        _text(
+            ax,
+            x0 + block / 2,
+            y,
+            label,
+            ha="center",
+            va="center",
+            bbox={
+                "facecolor": HEAD_COLORS[i % len(HEAD_COLORS)],
+                "edgecolor": "none",
+                "pad": 0.5,
+            },
+        )
 
 
 def multi_head(
     batch: int = 2, length: int = 10, d_model: int = 512, num_heads: int = 8
 ) -> Figure:
-    """Multi-head attention as tensor shapes: project, split into heads, attend
-    per head, concatenate, W_O."""
+    """Multi-head attention as tensor shapes: project, split the features into
+    heads (coloured by head), attend per head, concatenate, W_O."""
     for name, value in (
         ("batch", batch),
         ("length", length),
@@ -222,12 +292,13 @@ def multi_head(
             f"d_model={d_model} is not divisible by num_heads={num_heads}; "
             "pick a divisor of d_model"
         )
-    d_k = d_model // num_heads
+    d_head = d_model // num_heads
     B, L, h = batch, length, num_heads
-    height = 8.4
+    height = 8.7
     fig, ax = _canvas(MAX_WIDTH_IN, height)
-    cx = 2.4
-    sx = 4.85  # x of the shape annotations
+    cx = 2.25
+    sx = 4.95  # x of the shape annotations
+    wide = 3.3  # width of the split and concatenate boxes
 
     def shape(y: float, dims: tuple[int, ...], names: str) -> None:
         _text(
@@ -246,58 +317,64 @@ def multi_head(
             names,
             ha="center",
             va="top",
-            size=MIN_FONT_PT,
             color="#555555",
         )
 
-    ys = [7.8, 6.55, 5.3, 3.75, 2.2, 0.7]
-    _box(ax, cx, ys[0], 2.6, 0.6, "input x", COLORS["io"], weight="bold")
+    ys = [8.2, 6.95, 5.5, 3.95, 2.3, 0.6]
+    _box(ax, cx, ys[0], 2.6, 0.55, "input x", COLORS["io"], weight="bold")
     shape(ys[0], (B, L, d_model), "batch, L, d_model")
-    for j, (name, color) in enumerate(
-        (("Q", "query"), ("K", "key"), ("V", "value"))
+    xs = (cx - 1.05, cx, cx + 1.05)
+    for x, (name, color) in zip(
+        xs, (("Q", "query"), ("K", "key"), ("V", "value"))
     ):
-        _box(
-            ax,
-            cx - 0.95 + 0.95 * j,
-            ys[1],
-            0.85,
-            0.6,
-            f"W_{name}",
-            COLORS[color],
-        )
-        _arrow(ax, (cx, ys[0] - 0.3), (cx - 0.95 + 0.95 * j, ys[1] + 0.3))
-    shape(ys[1], (B, L, d_model), "each of Q, K, V")
-    _box(ax, cx, ys[2], 2.9, 0.6, f"split into {h} heads", COLORS["linear"])
-    for j in range(3):
-        _arrow(ax, (cx - 0.95 + 0.95 * j, ys[1] - 0.3), (cx, ys[2] + 0.3))
-    shape(ys[2], (B, h, L, d_k), f"d_k = {d_model}/{h} = {d_k}")
-    shown = min(h, 4)
-    for j in range(shown):  # a stack of head boxes, front one labelled
-        off = 0.12 * (shown - 1 - j)
-        _box(ax, cx - off, ys[3] + off, 2.8, 0.8, "", COLORS["attn"])
-    ax.text(
+        _box(ax, x, ys[1], 0.9, 0.55, f"W_{name}", COLORS[color])
+        _arrow(ax, (cx, ys[0] - 0.28), (x, ys[1] + 0.28))
+        # q, k and v each go through the split on their own
+        _arrow(ax, (x, ys[1] - 0.28), (x, ys[2] + 0.5))
+    shape(ys[1], (B, L, d_model), "each of q, k, v")
+    _box(ax, cx, ys[2], wide, 1.0, "", COLORS["linear"])
+    _text(ax, cx, ys[2] + 0.25, "split the features", ha="center", va="center")
+    _feature_strip(ax, cx, ys[2] - 0.2, wide - 0.3, d_model, h)
+    shape(ys[2], (B, h, L, d_head), f"d_head = {d_model}/{h} = {d_head}")
+    if h <= len(HEAD_COLORS):  # one box per head, side by side
+        slot = wide / h
+        for i in range(h):
+            x = cx - wide / 2 + slot * (i + 0.5)
+            _box(
+                ax,
+                x,
+                ys[3] + 0.2,
+                slot - 0.12,
+                0.6,
+                f"head {i}" if slot >= 0.9 else str(i),
+                HEAD_COLORS[i],
+            )
+            _arrow(ax, (x, ys[2] - 0.5), (x, ys[3] + 0.5))
+            _arrow(ax, (x, ys[3] - 0.1), (x, ys[4] + 0.5))
+    else:  # a stack of head boxes
+        shown = 4
+        for j in range(shown):
+            off = 0.12 * (shown - 1 - j)
+            _box(ax, cx - off, ys[3] + 0.2 + off, wide - 0.4, 0.6, "", "w")
+        _text(ax, cx, ys[3] + 0.2, f"{h} heads", ha="center", va="center")
+        _arrow(ax, (cx, ys[2] - 0.5), (cx, ys[3] + 0.5 + 0.12 * 3))
+        _arrow(ax, (cx, ys[3] - 0.1), (cx, ys[4] + 0.5))
+    _text(
+        ax,
         cx,
-        ys[3] + 0.12,
-        "attention per head",
+        ys[3] - 0.35,
+        "softmax(QᵢKᵢᵀ/√d_head) Vᵢ",
         ha="center",
         va="center",
-        fontsize=MIN_FONT_PT + 1,
+        bbox={"facecolor": "white", "edgecolor": "none", "pad": 1},
     )
-    ax.text(
-        cx,
-        ys[3] - 0.2,
-        "softmax(QKᵀ/√d_k) V",
-        ha="center",
-        va="center",
-        fontsize=MIN_FONT_PT,
-    )
-    _arrow(ax, (cx, ys[2] - 0.3), (cx, ys[3] + 0.45 + 0.12 * (shown - 1)))
-    shape(ys[3], (B, h, L, d_k), f"{h} heads at once")
-    _box(ax, cx, ys[4], 2.9, 0.6, "concatenate heads", COLORS["linear"])
-    _arrow(ax, (cx, ys[3] - 0.42), (cx, ys[4] + 0.3))
-    shape(ys[4], (B, L, h * d_k), f"{h} × {d_k} = {d_model}")
-    _box(ax, cx, ys[5], 2.6, 0.6, "W_O", COLORS["linear"], weight="bold")
-    _arrow(ax, (cx, ys[4] - 0.3), (cx, ys[5] + 0.3))
+    shape(ys[3], (B, h, L, d_head), "attention per head")
+    _box(ax, cx, ys[4], wide, 1.0, "", COLORS["linear"])
+    _text(ax, cx, ys[4] + 0.25, "concatenate", ha="center", va="center")
+    _feature_strip(ax, cx, ys[4] - 0.2, wide - 0.3, d_model, h)
+    shape(ys[4], (B, L, h * d_head), f"{h} × {d_head} = {d_model}")
+    _box(ax, cx, ys[5], 2.6, 0.55, "W_O", COLORS["linear"], weight="bold")
+    _arrow(ax, (cx, ys[4] - 0.5), (cx, ys[5] + 0.28))
     shape(ys[5], (B, L, d_model), "output, like x")
     return fig
 
@@ -417,6 +494,9 @@ def norm_placement() -> Figure:
     return fig
 
 
+BLOCK_H, TAB_H, BLOCK_STEP = 0.7, 0.32, 1.42
+
+
 def _stack(
     ax: plt.Axes,
     x: float,
@@ -425,16 +505,25 @@ def _stack(
     blocks: list[tuple[str, str]],
     top: str,
     num_layers: int,
+    add_norm: bool = True,
 ) -> list[float]:
     """One stack drawn bottom-up: input, embedding, the repeated blocks (dashed
     frame, × N), the top.
 
-    Returns the y of every box, bottom to top.
+    With ``add_norm``, every block (a sub-layer) has its "add & norm" tab on
+    top, fed by the block and by a residual connection that bypasses it on
+    the right (post-norm, as in the paper's figure).  Returns the y of every
+    box, bottom to top.
     """
-    ys = [0.45, 1.5] + [2.95 + 1.15 * i for i in range(len(blocks))]
-    frame_top = ys[-1] + 0.55
-    ys.append(frame_top + 1.0)
-    hs = [0.6, 0.75] + [0.75] * len(blocks) + [0.75 if "\n" in top else 0.6]
+    step = BLOCK_STEP if add_norm else BLOCK_STEP - TAB_H - 0.1
+    ys = [0.45, 1.5] + [2.85 + step * i for i in range(len(blocks))]
+    # from a block's centre to its tab's, and to the top of what it draws
+    tab_dy = BLOCK_H / 2 + 0.05 + TAB_H / 2
+    top_dy = tab_dy + TAB_H / 2 if add_norm else BLOCK_H / 2
+    frame_top = ys[-1] + top_dy + 0.15
+    ys.append(frame_top + 0.95)
+    hs = [0.6, 0.75] + [BLOCK_H] * len(blocks)
+    hs.append(0.75 if "\n" in top else 0.6)
     _box(ax, x, ys[0], w, hs[0], bottom, COLORS["io"])
     _box(ax, x, ys[1], w, hs[1], "embedding\n+ position", COLORS["linear"])
     ax.add_patch(
@@ -448,16 +537,34 @@ def _stack(
             linestyle="--",
         )
     )
+    bw, tw = w - 0.2, w - 0.6  # widths of a block and of its tab
     for y, (text, kind) in zip(ys[2:-1], blocks):
         _box(
             ax,
             x,
             y,
-            w - 0.2,
-            0.75,
+            bw,
+            BLOCK_H,
             text,
             COLORS[kind],
             weight="bold" if kind == "query" else "normal",
+        )
+        if not add_norm:
+            continue
+        _box(ax, x, y + tab_dy, tw, TAB_H, "add & norm", COLORS["norm"], 13)
+        # the residual connection: from below the block to its tab
+        y0, xr = y - BLOCK_H / 2 - 0.17, x + w / 2
+        ax.plot(
+            [x, xr, xr],
+            [y0, y0, y + tab_dy],
+            color=COLORS["stream"],
+            linewidth=1.6,
+        )
+        _arrow(
+            ax,
+            (xr, y + tab_dy),
+            (x + tw / 2, y + tab_dy),
+            color=COLORS["stream"],
         )
     _text(
         ax,
@@ -479,8 +586,12 @@ def _stack(
         COLORS["value" if is_memory else "io"],
         weight="bold" if is_memory else "normal",
     )
-    for (a, ha), (b, hb) in zip(zip(ys, hs), zip(ys[1:], hs[1:])):
-        _arrow(ax, (x, a + ha / 2), (x, b - hb / 2))
+    # arrows between boxes; above a block, from the top of its tab
+    starts = [y + h / 2 for y, h in zip(ys, hs)]
+    for i in range(2, len(ys) - 1):
+        starts[i] = ys[i] + top_dy
+    for a, (b, hb) in zip(starts, zip(ys[1:], hs[1:])):
+        _arrow(ax, (x, a), (x, b - hb / 2))
     return ys
 
 
@@ -489,7 +600,8 @@ def encoder_decoder(num_layers: int = 6) -> Figure:
     values of every decoder layer's cross-attention."""
     if num_layers <= 0:
         raise ValueError(f"num_layers must be positive, got {num_layers}")
-    fig, ax = _canvas(MAX_WIDTH_IN, 7.9)
+    height = 8.6
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
     ex, dx, w = 1.35, 4.45, 2.3
     enc = _stack(
         ax,
@@ -513,26 +625,17 @@ def encoder_decoder(num_layers: int = 6) -> Figure:
         "linear + softmax\nnext token",
         num_layers,
     )
-    _text(
-        ax,
-        ex,
-        7.85,
-        "encoder",
-        ha="center",
-        va="top",
-        size=MIN_FONT_PT + 2,
-        fontweight="bold",
-    )
-    _text(
-        ax,
-        dx,
-        7.85,
-        "decoder",
-        ha="center",
-        va="top",
-        size=MIN_FONT_PT + 2,
-        fontweight="bold",
-    )
+    for x, title in ((ex, "encoder"), (dx, "decoder")):
+        _text(
+            ax,
+            x,
+            height - 0.05,
+            title,
+            ha="center",
+            va="top",
+            size=MIN_FONT_PT + 2,
+            fontweight="bold",
+        )
     # memory -> every decoder layer's cross-attention, as keys and values
     _arrow(
         ax,
@@ -555,7 +658,7 @@ def encoder_decoder(num_layers: int = 6) -> Figure:
     _text(
         ax,
         dx - 0.1,
-        dec[3] - 0.57,
+        dec[3] - BLOCK_H / 2 - 0.2,
         "Q",
         ha="right",
         va="center",
@@ -570,7 +673,8 @@ def model_families(num_layers: int = 12) -> Figure:
     blocks, other masks."""
     if num_layers <= 0:
         raise ValueError(f"num_layers must be positive, got {num_layers}")
-    fig, ax = _canvas(MAX_WIDTH_IN, 6.8)
+    height = 6.2
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
     for x, title, attention, top in (
         (
             1.5,
@@ -593,15 +697,401 @@ def model_families(num_layers: int = 12) -> Figure:
             [(attention, "attn"), ("feed-forward", "ffn")],
             top,
             num_layers,
+            add_norm=False,
         )
         _text(
             ax,
             x,
-            6.75,
+            height - 0.05,
             title,
             ha="center",
             va="top",
             size=MIN_FONT_PT + 1,
             fontweight="bold",
         )
+    return fig
+
+
+def recurrence_vs_attention(num_tokens: int = 6) -> Figure:
+    """How the first token reaches the last position: through every hidden
+    state of a recurrent network (top), in one step of self-attention
+    (bottom).
+
+    The path from the first token is drawn in red; the top panel numbers its
+    ``num_tokens - 1`` steps.
+    """
+    if not isinstance(num_tokens, int) or not 2 <= num_tokens <= 7:
+        raise ValueError(
+            f"recurrence_vs_attention draws 2 to 7 tokens, got {num_tokens!r}"
+        )
+    n = num_tokens
+    red, grey = "#c1121f", "#8d99ae"
+    width, height = MAX_WIDTH_IN, 6.25
+    fig, ax = _canvas(width, height)
+    gap = min(0.95, (width - 1.0) / (n - 1))
+    xs = [width / 2 + gap * (i - (n - 1) / 2) for i in range(n)]
+    bw, bh = 0.6, 0.5
+
+    def row(y: float, name: str, color: str) -> None:
+        for i, x in enumerate(xs):
+            _box(ax, x, y, bw, bh, f"${name}_{{{i + 1}}}$", color)
+
+    # top panel: the recurrent chain
+    _text(
+        ax,
+        width / 2,
+        height - 0.1,
+        "recurrent network: one step at a time",
+        ha="center",
+        va="top",
+        size=MIN_FONT_PT + 2,
+        fontweight="bold",
+    )
+    y_tok, y_hid = 3.95, 5.15
+    row(y_tok, "x", COLORS["io"])
+    row(y_hid, "h", COLORS["linear"])
+    for i, x in enumerate(xs):
+        _arrow(
+            ax,
+            (x, y_tok + bh / 2),
+            (x, y_hid - bh / 2),
+            color=red if i == 0 else grey,
+            width=2.4 if i == 0 else 1.4,
+        )
+    for i in range(n - 1):
+        _arrow(
+            ax,
+            (xs[i] + bw / 2, y_hid),
+            (xs[i + 1] - bw / 2, y_hid),
+            color=red,
+            width=2.4,
+        )
+        _text(
+            ax,
+            (xs[i] + xs[i + 1]) / 2,
+            y_hid + 0.08,
+            str(i + 1),
+            ha="center",
+            va="bottom",
+            color=red,
+            fontweight="bold",
+        )
+    _text(
+        ax,
+        width / 2,
+        y_tok - bh / 2 - 0.12,
+        f"$x_1$ reaches the last position in {n - 1} steps",
+        ha="center",
+        va="top",
+        color=red,
+    )
+    ax.plot([0.2, width - 0.2], [3.2, 3.2], color="#bbbbbb", linewidth=1)
+
+    # bottom panel: every position reads every position
+    _text(
+        ax,
+        width / 2,
+        3.0,
+        "self-attention: all positions at once",
+        ha="center",
+        va="top",
+        size=MIN_FONT_PT + 2,
+        fontweight="bold",
+    )
+    y_in, y_out = 0.95, 2.2
+    row(y_in, "x", COLORS["io"])
+    row(y_out, "y", COLORS["attn"])
+    for xi in xs:
+        for xo in xs:
+            ax.plot(
+                [xi, xo],
+                [y_in + bh / 2, y_out - bh / 2],
+                color=grey,
+                linewidth=0.9,
+                alpha=0.7,
+                zorder=0,
+            )
+    _arrow(
+        ax,
+        (xs[0], y_in + bh / 2),
+        (xs[-1], y_out - bh / 2),
+        color=red,
+        width=2.6,
+    )
+    _text(
+        ax,
+        width / 2,
+        y_in - bh / 2 - 0.12,
+        "$x_1$ reaches the last position in 1 step",
+        ha="center",
+        va="top",
+        color=red,
+    )
+    return fig
+
+
+def encoder_decoder_attention(
+    scores: list[float] | tuple[float, ...] = (-1.0, 0.2, 2.0),
+    source: tuple[str, ...] = ("the", "black", "cat"),
+    written: tuple[str, ...] = ("le", "chat"),
+) -> Figure:
+    """A recurrent encoder–decoder with attention (Bahdanau et al., 2014),
+    as the decoder writes one word.
+
+    The encoder reads ``source`` into states ``h_j``; before writing the
+    last word of ``written``, the decoder scores every ``h_j`` against its
+    state, and the weights (the softmax of ``scores``, drawn as the width of
+    the arrows) average the states into a context vector.  Without
+    attention, only the encoder's last state reached the decoder.
+    """
+    if len(scores) != len(source) or not 2 <= len(source) <= 4:
+        raise ValueError(
+            f"one score per source word, 2 to 4 words: got {len(scores)} "
+            f"scores for {len(source)} words"
+        )
+    if len(written) < 1:
+        raise ValueError("written needs at least the word being written")
+    weights = torch.softmax(
+        torch.tensor(scores, dtype=torch.float64), dim=0
+    ).tolist()
+    red = "#c1121f"
+    width, height = MAX_WIDTH_IN, 5.9
+    fig, ax = _canvas(width, height)
+    n = len(source)
+    xs = [0.75 + 1.2 * j for j in range(n)]
+    y_word, y_h, y_ctx = 0.4, 1.55, 3.75
+    _text(
+        ax,
+        width / 2,
+        height - 0.1,
+        f"writing “{written[-1]}”: attention over the encoder",
+        ha="center",
+        va="top",
+        size=MIN_FONT_PT + 2,
+        fontweight="bold",
+    )
+    for j, (x, word) in enumerate(zip(xs, source)):
+        _box(ax, x, y_word, 0.95, 0.5, word, COLORS["io"])
+        _box(ax, x, y_h, 0.7, 0.5, f"$h_{{{j + 1}}}$", COLORS["linear"])
+        _arrow(ax, (x, y_word + 0.25), (x, y_h - 0.25))
+        if j:
+            _arrow(ax, (xs[j - 1] + 0.35, y_h), (x - 0.35, y_h))
+    _text(
+        ax,
+        xs[-1] + 0.45,
+        y_h,
+        "encoder",
+        ha="left",
+        va="center",
+        fontweight="bold",
+    )
+    x_ctx = sum(xs) / n
+    _box(ax, x_ctx, y_ctx, 1.9, 0.55, "context Σ $a_j h_j$", COLORS["attn"])
+    for j, (x, a) in enumerate(zip(xs, weights)):
+        end = (x_ctx + 0.55 * (j - (n - 1) / 2), y_ctx - 0.28)
+        _arrow(ax, (x, y_h + 0.25), end, color=red, width=0.8 + 5 * a)
+        mid_x = (x + end[0]) / 2
+        _text(
+            ax,
+            mid_x + 0.12,
+            (y_h + 0.25 + end[1]) / 2,
+            f"{a:.2f}",
+            ha="left",
+            va="center",
+            color=red,
+            fontweight="bold",
+        )
+    _text(
+        ax,
+        x_ctx,
+        y_ctx + 0.38,
+        "$a_j$ = softmax of score(decoder state, $h_j$)",
+        ha="center",
+        va="bottom",
+        color=red,
+    )
+    # the decoder, writing the last word of `written`
+    x_dec = width - 0.8
+    _box(ax, x_dec, y_ctx, 1.2, 0.55, "decoder", COLORS["query"])
+    _arrow(ax, (x_ctx + 0.95, y_ctx), (x_dec - 0.6, y_ctx))
+    _box(ax, x_dec, y_ctx + 1.1, 1.1, 0.5, written[-1], COLORS["io"])
+    _arrow(ax, (x_dec, y_ctx + 0.28), (x_dec, y_ctx + 0.85))
+    before = " ".join(written[:-1]) or "(start)"
+    _box(ax, x_dec, y_ctx - 1.3, 1.1, 0.5, before, COLORS["io"])
+    _arrow(ax, (x_dec, y_ctx - 1.05), (x_dec, y_ctx - 0.28))
+    _text(
+        ax,
+        x_dec,
+        y_ctx - 1.62,
+        "written\nso far",
+        ha="center",
+        va="top",
+    )
+    return fig
+
+
+def feed_forward(d_model: int = 4, d_ff: int = 16, seed: int = 1) -> Figure:
+    """The position-wise feed-forward network for one position: ``d_model``
+    numbers widened to ``d_ff``, the ReLU, narrowed back to ``d_model``.
+
+    The hidden units set to zero by the ReLU (drawn white) write nothing to
+    the output; which ones they are comes from a random layer drawn with
+    ``seed``.
+    """
+    if d_model <= 0 or d_ff <= 0:
+        raise ValueError(
+            "d_model and d_ff must be positive, "
+            f"got d_model={d_model}, d_ff={d_ff}"
+        )
+    if d_ff > 20 or d_model > d_ff:
+        raise ValueError(
+            "feed_forward draws d_model <= d_ff <= 20 units, "
+            f"got d_model={d_model}, d_ff={d_ff}"
+        )
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(d_model, generator=gen)
+    pre = x @ torch.randn(d_model, d_ff, generator=gen)
+    active = (pre > 0).tolist()
+    width, height = MAX_WIDTH_IN, 4.3
+    fig, ax = _canvas(width, height)
+    gap = min(0.34, (width - 0.4) / d_ff)
+    r = gap * 0.36
+
+    def xs(n: int, centre: float) -> list[float]:
+        return [centre + gap * (i - (n - 1) / 2) for i in range(n)]
+
+    y_in, y_hid, y_out = 0.4, 2.0, 3.6
+    x_in, x_hid = xs(d_model, width / 2), xs(d_ff, width / 2)
+    x_out = x_in
+    for a in x_in:
+        for b in x_hid:
+            ax.plot([a, b], [y_in, y_hid], color="#bbbbbb", lw=0.6, zorder=0)
+    for b, on in zip(x_hid, active):
+        if on:
+            for c in x_out:
+                ax.plot(
+                    [b, c], [y_hid, y_out], color="#888888", lw=0.8, zorder=0
+                )
+
+    def circle(x: float, y: float, color: str) -> None:
+        ax.add_patch(
+            plt.Circle(
+                (x, y), r, facecolor=color, edgecolor="#333333", zorder=2
+            )
+        )
+
+    for a in x_in:
+        circle(a, y_in, COLORS["io"])
+    for b, on in zip(x_hid, active):
+        circle(b, y_hid, COLORS["ffn"] if on else "white")
+    for c in x_out:
+        circle(c, y_out, COLORS["io"])
+    left = x_in[0] - gap
+    right = x_in[-1] + gap
+    white = {"facecolor": "white", "edgecolor": "none", "pad": 1}
+    _text(ax, right, y_in, f"x: {d_model} numbers", va="center")
+    _text(ax, right, y_out, f"FFN(x): {d_model}", va="center")
+    _text(
+        ax,
+        width / 2,
+        y_hid - r - 0.12,
+        f"ReLU(x W\u2081 + b\u2081): {d_ff} hidden units, white = 0",
+        ha="center",
+        va="top",
+        bbox=white,
+    )
+    _text(
+        ax,
+        left,
+        (y_in + y_hid) / 2 - 0.15,
+        "W\u2081 widens",
+        ha="right",
+        bbox=white,
+    )
+    _text(
+        ax,
+        left,
+        (y_hid + y_out) / 2,
+        "W\u2082 narrows",
+        ha="right",
+        bbox=white,
+    )
+    _text(
+        ax,
+        width / 2,
+        height - 0.1,
+        "the same network at every position",
+        ha="center",
+        va="top",
+        size=MIN_FONT_PT + 1,
+        fontweight="bold",
+    )
+    return fig
+
+
+def norm_axes(tokens: int = 6, features: int = 6) -> Figure:
+    """Which numbers a normalisation averages over, in a batch of token
+    vectors (rows) by features (columns): layer norm one row, batch norm one
+    column."""
+    if not (2 <= tokens <= 8 and 2 <= features <= 8):
+        raise ValueError(
+            "norm_axes draws 2 to 8 tokens and features, "
+            f"got tokens={tokens}, features={features}"
+        )
+    width, height = MAX_WIDTH_IN, 3.9
+    fig, ax = _canvas(width, height)
+    cell = 0.3
+    top = height - 0.75
+    for x0, title, row in (
+        (0.55, "LayerNorm", True),
+        (3.55, "BatchNorm", False),
+    ):
+        gw = features * cell
+        _text(
+            ax,
+            x0 + gw / 2,
+            height - 0.1,
+            title,
+            ha="center",
+            va="top",
+            size=MIN_FONT_PT + 1,
+            fontweight="bold",
+        )
+        for i in range(tokens):
+            for j in range(features):
+                hit = i == 1 if row else j == 2
+                ax.add_patch(
+                    plt.Rectangle(
+                        (x0 + j * cell, top - (i + 1) * cell),
+                        cell,
+                        cell,
+                        facecolor=COLORS["norm"] if hit else "white",
+                        edgecolor="#555555",
+                        linewidth=0.8,
+                    )
+                )
+        bottom = top - tokens * cell
+        _text(
+            ax,
+            x0 + gw / 2,
+            bottom - 0.08,
+            "features \u2192",
+            ha="center",
+            va="top",
+        )
+        _text(
+            ax,
+            x0 - 0.1,
+            top - tokens * cell / 2,
+            "tokens",
+            ha="right",
+            va="center",
+            rotation=90,
+        )
+        note = (
+            "one token:\nmean and variance\nover its features"
+            if row
+            else "one feature:\nmean and variance\nover the whole batch"
+        )
+        _text(ax, x0 + gw / 2, bottom - 0.5, note, ha="center", va="top")
     return fig
