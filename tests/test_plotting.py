@@ -34,7 +34,38 @@ def test_plot_attention_errors_name_the_problem():
 def test_plot_attention_grid_shape():
     att = [torch.softmax(torch.randn(1, 2, 3, 3), -1) for _ in range(3)]
     fig = plot_attention_grid(att, ["a", "b", "c"], layers=[0, 2], heads=[0, 1])
-    assert len(fig.axes) == 4
+    panels = [ax for ax in fig.axes if ax.images]
+    assert len(panels) == 4 and len(fig.axes) == 5  # 4 maps and one colour bar
+    # one colour scale for all maps
+    assert {im.get_clim() for ax in panels for im in ax.images} == {(0.0, 1.0)}
+    plt.close("all")
+
+
+def test_plot_attention_grid_panels_and_titles():
+    att = [torch.softmax(torch.randn(1, 3, 4, 4), -1) for _ in range(2)]
+    fig = plot_attention_grid(
+        att, list("abcd"), panels=[(0, 2), (1, 0), (1, 1)], titles=["x", "y", "z"], colorbar=False
+    )
+    assert [ax.get_title() for ax in fig.axes] == ["x", "y", "z"]
+    assert len(fig.axes) == 3
+    plt.close("all")
+    with pytest.raises(ValueError, match="either layers and heads, or panels"):
+        plot_attention_grid(att, list("abcd"), layers=[0], heads=[0], panels=[(0, 0)])
+    with pytest.raises(ValueError, match="2 titles for 3 panels"):
+        plot_attention_grid(att, list("abcd"), panels=[(0, 0), (0, 1), (1, 1)], titles=["a", "b"])
+
+
+@pytest.mark.parametrize("n_tokens, n_heads", [(14, 2), (16, 3), (40, 4)])
+def test_plot_attention_grid_labels_do_not_overlap(n_tokens, n_heads):
+    att = [torch.softmax(torch.randn(1, n_heads, n_tokens, n_tokens), -1)]
+    fig = plot_attention_grid(att, [f"t{i}" for i in range(n_tokens)], layers=[0], heads=list(range(n_heads)))
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    for labels in (ax.get_yticklabels(), ax.get_xticklabels()):
+        boxes = [t.get_window_extent(renderer) for t in labels if t.get_text()]
+        assert boxes
+        assert not any(a.overlaps(b) for a, b in zip(boxes[:-1], boxes[1:], strict=True))
     plt.close("all")
 
 

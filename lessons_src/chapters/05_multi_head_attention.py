@@ -2,25 +2,33 @@
 # # 05 — Multi-head attention
 #
 # One attention computes, for every query, *one* weighted average of the values. But a word
-# usually needs several things from its context at once: the verb wants its subject *and* its
-# object, a pronoun wants the noun it refers to *and* its neighbours. **Multi-head attention**
-# runs $h$ attentions side by side, each on its own learned projection of the input, and combines
-# their results:
+# often needs several things from its context at once: a verb its subject *and* its object, a
+# pronoun the noun it stands for *and* its neighbours. A single weighted average has to serve all
+# of them. **Multi-head attention** runs $h$ attentions side by side, each on its own learned
+# projection of the input, and combines their results:
 #
-# $$\operatorname{MultiHead}(Q, K, V) = \operatorname{Concat}(\text{head}_1, \dots, \text{head}_h)\,W^O,
-# \qquad \text{head}_i = \operatorname{Attention}(QW_i^Q,\; KW_i^K,\; VW_i^V).$$
+# $$
+# \begin{aligned}
+# \operatorname{MultiHead}(Q, K, V) &= \operatorname{Concat}(\text{head}_1, \dots, \text{head}_h)\,W^O \\
+# \text{head}_i &= \operatorname{Attention}(QW_i^Q,\; KW_i^K,\; VW_i^V)
+# \end{aligned}
+# $$
 #
-# Each head works in a space of $d_\text{head} = d_\text{model}/h$ dimensions, so $h$ heads cost
-# about as much as one big head. This chapter follows the shapes through every step, checks the
-# package's `MultiHeadAttention` against PyTorch's, and then looks inside a real trained model,
-# where individual heads turn out to do recognisable jobs.
+# In self-attention $Q$, $K$ and $V$ are all the input $X$ (one row per token). Each head works on
+# $d_\text{head} = d_\text{model}/h$ features, so its projections $W_i^Q, W_i^K, W_i^V$ are
+# $d_\text{model} \times d_\text{head}$ and $W^O$ is $h\,d_\text{head} \times d_\text{model}$.
+#
+# This chapter follows the shapes through every step, builds the module in a dozen lines, tests
+# with an experiment why several heads do what one cannot, counts what more heads cost, checks the
+# package's `MultiHeadAttention` against PyTorch's, and then looks inside a trained model, where
+# individual heads turn out to do recognisable jobs, and asks how much those jobs matter.
 
 # %%
 import math
 
 import matplotlib.pyplot as plt
 import torch
-from bertviz import head_view, model_view
+import torch.nn.functional as F
 from torch import nn
 
 from transformer_course.attention import (
@@ -28,28 +36,44 @@ from transformer_course.attention import (
     scaled_dot_product_attention,
 )
 from transformer_course.diagrams import multi_head
-from transformer_course.plotting import plot_attention, plot_attention_grid
+from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import load_minilm
 from transformer_course.utils import count_parameters, set_seed, show_source
 
 g = set_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
 
+# %% tags=["remove-cell"]
+import warnings
+
+# tqdm's notice when transformers is imported without ipywidgets
+warnings.filterwarnings("ignore", message="IProgress not found")
+
 # %% [markdown]
 # ## The steps, with their shapes
 #
 # The picture first. Multi-head attention is four learned matrices ($W^Q$, $W^K$, $W^V$, $W^O$,
 # each $d_\text{model} \times d_\text{model}$) around chapter 04's attention, and two reshapes: one
-# that splits the features into heads and one that puts them back. Drawn with the sizes of the
-# worked example below (a batch of one sentence of 4 tokens, $d_\text{model} = 8$, 2 heads):
+# that deals the features out to the heads and one that puts them back side by side. Drawn with
+# the sizes of the worked example below (a batch of one sentence of 4 tokens,
+# $d_\text{model} = 8$, 2 heads; $d_\text{head}$ is what chapter 04 called $d_k$):
 
-# %%
+# %% caption="Multi-head attention with d_model = 8 and 2 heads: the projected features 0–3 go to head 0 and 4–7 to head 1, each head attends on its own, the heads' outputs are put side by side again and W_O maps them back to d_model. The shapes on the right follow one batch of 4 tokens." alt="A top-to-bottom flow chart. Input x of shape (1, 4, 8) feeds three boxes W_Q, W_K, W_V. Each has its own arrow into a box 'split the features' holding a strip of 8 feature cells: features 0 to 3 in red, 4 to 7 in green; shape (1, 2, 4, 4), d_head = 8/2 = 4. A red box 'head 0' and a green box 'head 1' compute softmax(Q_i K_i^T / sqrt(d_head)) V_i. Both feed 'concatenate', again a red and a green block of 4 features, shape (1, 4, 8), then W_O with output shape (1, 4, 8)."
 multi_head(batch=1, length=4, d_model=8, num_heads=2)
 plt.show()
 
 # %% [markdown]
-# Now every step by hand, on that example. We take the four projection matrices from a package
-# module (randomly initialised).
+# Why learned projections at all? In chapter 04, $Q$, $K$ and $V$ were either written down by hand
+# or taken equal to the input $X$. With $Q = K = X$ the score of token $i$ for token $j$ is
+# $x_i \cdot x_j$, the same as the score of $j$ for $i$: the score matrix is symmetric, and a token
+# can only look for tokens that resemble it. Separate learned matrices $W^Q$ and $W^K$ make a
+# token's *question* ($q_i = x_i W^Q$) different from its *label* ($k_j = x_j W^K$): "cat" can look
+# for a verb without the verb looking back at "cat". $W^V$ chooses what a token passes on when it
+# is looked at. And because every head has its own block of these matrices, every head asks its
+# own question.
+#
+# Now every step by hand, on the example of the picture. We take the four projection matrices
+# from the package's module (randomly initialised) and check the result against the module's.
 
 # %%
 batch, length, d_model, num_heads = 1, 4, 8, 2
@@ -99,20 +123,21 @@ print("4. concat:             ", tuple(concat.shape))
 out = mha.W_o(concat)
 print("5. out = concat W_o:   ", tuple(out.shape))
 
-# %%
 out_pkg, weights_pkg = mha(x)
-assert torch.allclose(out, out_pkg, atol=1e-6)
-assert torch.allclose(weights, weights_pkg, atol=1e-6)
-# multi-head attention maps (batch, L, d_model) to the same shape
-assert out.shape == x.shape
 print("by hand == package:", torch.allclose(out, out_pkg, atol=1e-6))
 
 # %% [markdown]
+# Two things to read off the shapes. Input and output have the same shape
+# `(batch, length, d_model)`, so attention layers can be stacked. And the attention weights are
+# `(batch, heads, queries, keys)`: every head has its own `queries × keys` matrix.
+#
 # The split is only a reshape: head 0 owns features 0–3 of the projected vectors, head 1 owns
 # features 4–7. So "one big projection, then split" is the same as giving every head its own
-# $d_\text{model} \times d_\text{head}$ projection, the $W_i^Q$ of the formula, which is the block of
-# rows of `W_q.weight` that produces those features. Computing head 1 on its own from its own slice
-# gives exactly the same result:
+# $d_\text{model} \times d_\text{head}$ projection. `nn.Linear` stores its matrix as
+# `(out_features, in_features)` and computes $x\,W^\top + b$, so the formula's $W_i^Q$ is the
+# **transpose** of the block of rows `W_q.weight[i * d_head : (i + 1) * d_head]`, plus the matching entries
+# of the bias (the formula leaves biases out). Computing head 1 on its own from its own rows gives
+# exactly the same result:
 
 # %%
 rows = slice(1 * d_head, 2 * d_head)  # head 1
@@ -123,35 +148,44 @@ head1_out, head1_w = scaled_dot_product_attention(q1, k1, v1)
 print(
     "head 1 alone:", tuple(head1_out.shape), " weights:\n", head1_w[0].detach()
 )
-assert torch.allclose(q1, q[..., rows])
-assert torch.allclose(head1_out, per_head[:, 1], atol=1e-6)
-assert torch.allclose(head1_w, weights[:, 1], atol=1e-6)
+print(
+    "same as head 1 inside the module:",
+    torch.allclose(head1_out, per_head[:, 1], atol=1e-6),
+)
 
 # %% [markdown]
-# The two heads see the same tokens but weight them differently, because their projections differ
-# (both heatmaps use one colour scale, 0 to 1, so equal colours mean equal weights):
+# Unlike $XX^\top$, the head's score matrix is not symmetric: token 0's score for token 1 differs
+# from token 1's score for token 0.
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.0))
-toks = ["tok 0", "tok 1", "tok 2", "tok 3"]
-for h in range(num_heads):
-    plot_attention(
-        weights[0, h].detach(),
-        toks,
-        ax=axes[h],
-        annotate=True,
-        title=f"head {h}",
-        vmin=0.0,
-        vmax=1.0,
+plain = x[0] @ x[0].T  # Q = K = X
+learned = q1[0] @ k1[0].T  # head 1: x W_q^T against x W_k^T
+for name, s in (("Q = K = X", plain), ("head 1", learned)):
+    print(
+        f"{name:10s} score matrix symmetric: {torch.allclose(s, s.T)}",
     )
-fig.tight_layout()
-plt.show()
-assert not torch.allclose(weights[0, 0], weights[0, 1])
+
+# %% [markdown]
+# $W^O$ is the last piece. After the concatenation, features 0–3 come from head 0 only and
+# features 4–7 from head 1 only. $W^O$ mixes them: split its columns into one block per head,
+# $W^O_i$, and the output is the **sum of what each head writes**,
+# $\text{head}_1 W^O_1 + \dots + \text{head}_h W^O_h$ (plus the bias), so every output feature
+# can draw on every head:
+
+# %%
+W_o_blocks = mha.W_o.weight.split(d_head, dim=1)  # h blocks (d_model, d_head)
+written = [per_head[:, i] @ W_o_blocks[i].T for i in range(num_heads)]
+print(
+    "out == head 0's part + head 1's part + bias:",
+    torch.allclose(written[0] + written[1] + mha.W_o.bias, out, atol=1e-6),
+)
 
 # %% [markdown]
 # ## The whole idea in a dozen lines
 #
-# The five steps, as a module. The only new lines compared with chapter 04 are the two reshapes:
+# The five steps, as a module. Compared with chapter 04's function, what is new is the four
+# learned projections and the two reshapes. It returns the weights too, so that we can look at
+# them:
 
 
 # %%
@@ -163,147 +197,289 @@ class MinimalMultiHeadAttention(nn.Module):
             nn.Linear(d_model, d_model) for _ in range(4)
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         B, L, D = x.shape
 
         def split(t):  # (B, L, D) -> (B, heads, L, D / heads)
             return t.view(B, L, self.h, D // self.h).transpose(1, 2)
 
         q, k, v = split(self.W_q(x)), split(self.W_k(x)), split(self.W_v(x))
-        out, _ = scaled_dot_product_attention(q, k, v)
+        out, weights = scaled_dot_product_attention(q, k, v)
         # concatenate the heads, then W_O
-        return self.W_o(out.transpose(1, 2).reshape(B, L, D))
+        return self.W_o(out.transpose(1, 2).reshape(B, L, D)), weights
 
 
 minimal = MinimalMultiHeadAttention(d_model, num_heads)
 # the same four matrices as the package module above
 minimal.load_state_dict(mha.state_dict())
-gap = (minimal(x) - mha(x)[0]).abs().max().item()
-print("max |minimal - package|:", "below 1e-6" if gap < 1e-6 else gap)
-assert gap < 1e-6
+gap = (minimal(x)[0] - mha(x)[0]).abs().max().item()
+print("max |minimal - package|:", gap)
 
 # %% [markdown]
-# ## The package module
+# The difference is exactly zero: both compute the same operations in the same order.
 #
-# `MultiHeadAttention` in `transformer_course.attention` does the same five steps
-# (`split_heads`, the chapter 04 function, `merge_heads`, `W_o`). Around them it handles masks (the
-# course convention, `True` = may attend, broadcast over `(batch, heads, queries, keys)`),
-# cross-attention (queries from one sequence, keys and values from another), the key/value cache
-# used for fast generation in chapter 10, an optional fused path (`use_sdpa=True`), and checks that
-# turn wrong shapes into clear errors. Its full source is folded here:
-
-# %% tags=["hide-input"]
-show_source(MultiHeadAttention)
-
-# %% [markdown]
-# The number of heads changes how the work is divided, not how much there is: the four projection
-# matrices are $d_\text{model} \times d_\text{model}$ whatever $h$ is.
+# ## Why several heads: two lookups at once
+#
+# Is one head really limited to one thing at a time? An experiment. Sequences of 8 random tokens
+# (32 possible ids); from the **last** position the model must report **both** token 0 and token
+# 1. The model: token embeddings plus learned position embeddings ($d_\text{model} = 32$), one
+# `MinimalMultiHeadAttention` layer, and a *linear* read-out of the last position's output into
+# two 32-way predictions. Models with 1, 2 and 4 heads have exactly the same parameters; only the
+# number of heads differs. Each trains for 300 steps (Adam, batches of 64); chance is 1/32 = 0.03
+# per token. A single run could be luck, so every model is trained from 8 random seeds.
 
 # %%
-head_counts = (1, 2, 4, 8, 16)
-for h in head_counts:
-    n_params = count_parameters(MultiHeadAttention(64, h))
-    print(f"{h:2d} heads of {64 // h:2d} dims: {n_params:,} parameters")
-sizes = {count_parameters(MultiHeadAttention(64, h)) for h in head_counts}
-assert len(sizes) == 1
-
-# %% [markdown]
-# ### Why several heads: two lookups at once
-#
-# The introduction claimed that one attention cannot fetch two things at once. An experiment puts
-# that to the test. Sequences of 8 random tokens (10 possible ids); from the **last** position the
-# model must report **both** token 0 and token 1. The model: token embeddings plus learned position
-# embeddings ($d_\text{model} = 32$), one `MultiHeadAttention` layer, and a *linear* read-out of the
-# last position's output into two 10-way predictions. Models with 1, 2 and 4 heads have exactly the
-# same parameters; only the number of heads differs. Each trains for 200 steps (Adam, batches
-# of 64); chance is 0.1 per token.
-
-# %%
-VOCAB_2, LEN_2, D_2 = 10, 8, 32
+VOCAB, LENGTH = 32, 8
 
 
-class TwoLookups(nn.Module):
-    """Embeddings + positions, one multi-head attention, a linear read-out
-    of tokens 0 and 1."""
+class Lookups(nn.Module):
+    """Embeddings + positions, one multi-head attention, and a linear
+    read-out of the first ``n_lookups`` tokens from the last position."""
 
-    def __init__(self, num_heads: int) -> None:
+    def __init__(
+        self, num_heads: int, n_lookups: int = 2, d_model: int = 32
+    ) -> None:
         super().__init__()
-        self.tok = nn.Embedding(VOCAB_2, D_2)
-        self.pos = nn.Parameter(torch.randn(LEN_2, D_2))
-        self.attn = MultiHeadAttention(D_2, num_heads)
-        self.read = nn.Linear(D_2, 2 * VOCAB_2)
+        self.n = n_lookups
+        self.tok = nn.Embedding(VOCAB, d_model)
+        self.pos = nn.Parameter(torch.randn(LENGTH, d_model))
+        self.attn = MinimalMultiHeadAttention(d_model, num_heads)
+        self.read = nn.Linear(d_model, n_lookups * VOCAB)
 
     def forward(
         self, tokens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         out, weights = self.attn(self.tok(tokens) + self.pos)
-        logits = self.read(out[:, -1]).view(-1, 2, VOCAB_2)
+        logits = self.read(out[:, -1]).view(-1, self.n, VOCAB)
         return logits, weights[:, :, -1]  # and the last query's weights
 
 
-def train_two_lookups(
-    num_heads: int, steps: int = 200
-) -> tuple[TwoLookups, list[float], torch.Tensor]:
-    """Train a fresh model; return it, its held-out accuracy on tokens 0
-    and 1, and the last query's weights."""
-    torch.manual_seed(0)
-    model = TwoLookups(num_heads)
+test_tokens = torch.randint(
+    0, VOCAB, (2000, LENGTH), generator=torch.Generator().manual_seed(1000)
+)
+
+
+def train_lookups(
+    num_heads: int, seed: int, n_lookups: int = 2, d_model: int = 32
+) -> tuple[Lookups, torch.Tensor, torch.Tensor]:
+    """Train a fresh model for 300 steps; return it, its accuracy on each
+    looked-up token of the held-out sequences, and the last query's
+    weights there."""
+    torch.manual_seed(seed)
+    model = Lookups(num_heads, n_lookups, d_model)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        tokens = torch.randint(0, VOCAB_2, (64, LEN_2), generator=gen)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(300):
+        tokens = torch.randint(0, VOCAB, (64, LENGTH), generator=gen)
         logits, _ = model(tokens)
-        loss = nn.functional.cross_entropy(
-            logits.reshape(-1, VOCAB_2), tokens[:, :2].reshape(-1)
+        loss = F.cross_entropy(
+            logits.reshape(-1, VOCAB), tokens[:, :n_lookups].reshape(-1)
         )
         opt.zero_grad()
         loss.backward()
         opt.step()
     with torch.no_grad():
         logits, w = model(test_tokens)
-    acc = [
-        (logits[:, j].argmax(-1) == test_tokens[:, j]).float().mean().item()
-        for j in (0, 1)
-    ]
-    return model, acc, w
+    right = logits.argmax(-1) == test_tokens[:, :n_lookups]
+    return model, right.float().mean(0), w
 
 
-test_gen = torch.Generator().manual_seed(1)
-test_tokens = torch.randint(0, VOCAB_2, (2000, LEN_2), generator=test_gen)
+heads_tried, seeds = (1, 2, 4), range(8)
+
+
+def heads_name(h: int) -> str:
+    return f"{h} head" + "s" * (h > 1)
+
+
+n_params = {h: count_parameters(Lookups(h)) for h in heads_tried}
 print(
-    f"{'heads':>5} {'parameters':>11}"
-    f" {'token 0 right':>14} {'token 1 right':>14}"
-    "   where the last query looks (per head)"
+    "parameters:",
+    ", ".join(f"{heads_name(h)} {n_params[h]:,}" for h in heads_tried),
 )
-lookup = {}
-for h in (1, 2, 4):
-    model_h, acc, w = train_two_lookups(h)
-    lookup[h] = acc
-    top = [
-        f"position {int(w[:, i].mean(0).argmax())}"
-        f" ({w[:, i].mean(0).max().item():.2f})"
-        for i in range(h)
-    ]
-    n_params = count_parameters(model_h)
-    row = f"{h:>5} {n_params:>11,} {acc[0]:>14.3f} {acc[1]:>14.3f}   "
-    print(row + ", ".join(top))
+print("accuracy on token 0 / token 1 (chance 0.03), one run per seed")
+print("seed" + "".join(f"{heads_name(h):>14}" for h in heads_tried))
+runs = {}
+for seed in seeds:
+    row = f"{seed:4d}"
+    for h in heads_tried:
+        runs[h, seed] = train_lookups(h, seed)
+        acc = runs[h, seed][1]
+        row += f"   {acc[0]:.2f} / {acc[1]:.2f}"
+    print(row)
+both = {
+    h: sum(bool(runs[h, s][1].min() >= 0.99) for s in seeds)
+    for h in heads_tried
+}
+print(
+    "both right (>= 0.99) in:",
+    ", ".join(
+        f"{heads_name(h)} {both[h]} of {len(seeds)}" for h in heads_tried
+    ),
+    "runs",
+)
 
-# %% tags=["remove-input"]
-assert len({count_parameters(TwoLookups(h)) for h in (1, 2, 4)}) == 1
-# one head: one token right, the other at chance
-assert min(lookup[1]) < 0.2 and max(lookup[1]) > 0.95
-# two or four heads: both right
-assert all(min(lookup[h]) > 0.95 for h in (2, 4))
+# %% tags=["remove-cell"]
+# Over any choice of seeds: one head never gets both tokens, two and four
+# heads nearly always do.
+assert len(set(n_params.values())) == 1
+assert all(runs[1, s][1].min() < 0.95 for s in seeds)
+assert both[2] >= 0.75 * len(seeds) and both[4] >= 0.75 * len(seeds)
 
 # %% [markdown]
-# With one head the model gets one of the two tokens right every time and the other no better
-# than chance: its single weighted average settles on one position (weight near 1 in the last
-# column) and carries nothing from the other. With two heads, each head reads one position, the
-# concatenation hands both tokens to the read-out, and both are right; four heads do the same
-# with two heads to spare. Same parameters, same training; only the split into heads differs.
-# (A non-linear read-out could squeeze a little more out of a single head by blending the two
-# positions with unequal weights and decoding the blend; the split into heads makes the two
-# lookups independent, and that is what multi-head attention is for.)
+# Where does the last query look? The figure shows, for four of these models, the last position's
+# attention weights averaged over the 2000 held-out sequences, one row per head.
+
+# %% caption="Where the last position looks, averaged over 2000 held-out sequences (one row per head; all panels on one colour scale). Top two panels: one head, in a run where it split its weight between positions 0 and 1 and in a run where it settled on one position. Bottom two: with two and four heads, every head puts its weight on one position, and together they cover positions 0 and 1." alt="Four stacked heatmaps, rows are heads and columns are positions 0 to 7, colour is the mean attention weight. One head, seed 0: 0.48 on position 0 and 0.48 on position 1. One head, seed 4: 1.00 on position 0. Two heads: head 0 on position 0, head 1 on position 1. Four heads: heads 0 and 1 on position 0, heads 2 and 3 on position 1."
+blend = next((s for s in seeds if runs[1, s][1].min() > 0.5), None)
+single = next((s for s in seeds if runs[1, s][1].min() < 0.2), None)
+panels = [(1, s) for s in (blend, single) if s is not None]
+panels += [(2, seeds[0]), (4, seeds[0])]
+fig, axes = plt.subplots(
+    len(panels),
+    1,
+    figsize=(6.4, 1.2 + 0.55 * sum(h for h, _ in panels) + 0.7 * len(panels)),
+    gridspec_kw={"height_ratios": [h for h, _ in panels], "hspace": 0.45},
+)
+for ax, (h, seed) in zip(axes, panels):
+    mean_w = runs[h, seed][2].mean(0)  # (heads, positions)
+    im = ax.imshow(mean_w, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    for i in range(h):
+        for j in range(LENGTH):
+            ax.text(
+                j,
+                i,
+                f"{mean_w[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=9,
+                color="black" if mean_w[i, j] > 0.6 else "white",
+            )
+    acc = runs[h, seed][1]
+    ax.set_title(
+        f"{heads_name(h)}, seed {seed}: tokens 0 / 1 right "
+        f"{acc[0]:.2f} / {acc[1]:.2f}",
+        fontsize=10,
+    )
+    ax.set_yticks(range(h))
+    ax.set_yticklabels([f"head {i}" for i in range(h)])
+    ax.set_xticks(range(LENGTH))
+    ax.set_xticklabels([])
+axes[-1].set_xticklabels([f"pos {j}" for j in range(LENGTH)])
+fig.colorbar(im, ax=axes, fraction=0.03, pad=0.02, label="mean weight")
+plt.show()
+
+# %% [markdown]
+# The table and the figure tell one story:
+#
+# * **One head never gets both tokens right.** In some runs it settles on one position: that token
+#   is right every time and the other is at chance. In the others it splits its weight between
+#   positions 0 and 1, and the read-out recovers both tokens, but only partly. The split is not
+#   fixed: the softmax of the scores depends on *which* tokens sit at positions 0 and 1, so the
+#   blend leans one way or the other with the tokens, and that tilt is what lets a linear read-out
+#   untangle part of the mixture:
+
+# %%
+split_runs = [s for s in seeds if runs[1, s][1].min() > 0.5]
+split_acc = torch.stack([runs[1, s][1] for s in split_runs])
+print(
+    f"1 head, the {len(split_runs)} runs that split their weight: "
+    f"each token right {split_acc.min():.2f} to {split_acc.max():.2f}"
+)
+if blend is not None:
+    w_first = runs[1, blend][2][:, 0, 0]  # weight on position 0, one head
+    by_token = torch.stack(
+        [w_first[test_tokens[:, 0] == t].mean() for t in range(VOCAB)]
+    )
+    print(
+        f"1 head, seed {blend}: mean weight on position 0, by the token "
+        f"there: {by_token.min():.2f} to {by_token.max():.2f}"
+    )
+
+# %% [markdown]
+# * **Two heads get both tokens exactly**, in every run: each head reads one position, and the
+#   concatenation hands both tokens to the read-out. Same parameters, same training; only the
+#   split into heads differs.
+# * **Four heads** do the same, with the extra heads duplicating the job (in the figure, two heads
+#   read position 0 and two read position 1).
+#
+# One weighted average per query can carry one token cleanly or a blend of several; $h$ heads
+# give every query $h$ independent averages.
+#
+# ## What more heads cost
+#
+# Nothing in parameters: the four projection matrices are $d_\text{model} \times d_\text{model}$
+# whatever $h$ is. Nothing in the two big matrix products either: $QK^\top$ and the weighted sum
+# of the values each take $h$ products of $L \times d_\text{head}$ by $d_\text{head} \times L$ (or
+# $L \times L$ by $L \times d_\text{head}$), that is $L^2 d_\text{model}$ multiply-adds, as one
+# head of full width would. What grows is the attention weights themselves: every head has its own
+# $L \times L$ matrix, so $h$ heads store $h L^2$ of them. Here with the sizes of BERT-base and
+# GPT-2 ($d_\text{model} = 768$) at GPT-2's 1024 tokens:
+
+# %%
+L_long = 1024
+print(
+    f"{'heads':>5} {'d_head':>6} {'parameters':>11} {'multiply-adds':>14}"
+    f" {'weights (float32)':>18}"
+)
+for h in (1, 2, 4, 12):
+    n_p = count_parameters(MinimalMultiHeadAttention(768, h))
+    d_h = 768 // h
+    macs = 2 * h * L_long * L_long * d_h  # QK^T and weights @ V
+    scores_mib = 4 * h * L_long * L_long / 2**20
+    print(f"{h:5d} {d_h:6d} {n_p:11,} {macs:14,} {scores_mib:14.0f} MiB")
+
+# %% [markdown]
+# (The multiply-adds column counts both products.) Twelve heads store 48 MiB of weights per layer
+# and sequence where one head stored 4 MiB: chapter 04's $O(L^2)$ memory, times $h$. Fused attention
+# kernels, which the package module can call (below), can avoid storing them at all.
+#
+# **Why $d_\text{head} = d_\text{model}/h$?** It is the choice that keeps the cost equal to one
+# head's, and it is what the reshape in step 2 needs: the features must deal out into $h$ equal
+# groups. With 10 features and 3 heads they cannot:
+
+# %%
+try:
+    torch.randn(1, 4, 10).view(1, 4, 3, -1)  # (batch, length, heads, ?)
+except RuntimeError as err:
+    print("RuntimeError:", err)
+
+# %% [markdown]
+# So this design (the 2017 paper's, and the package's) needs $d_\text{model}$ divisible by $h$.
+# It is a convention, not a law: a model may pick $d_\text{head}$ freely and let $W^Q$ map
+# $d_\text{model}$ to $h\,d_\text{head}$ features and $W^O$ map them back. T5 v1.1 small (and
+# FLAN-T5 small, fine-tuned from it) has $d_\text{model} = 512$ with 6 heads of 64
+# ([its config](https://huggingface.co/google/flan-t5-small/blob/main/config.json)). Hugging Face's
+# T5 attention with those sizes:
+
+# %%
+from transformers import BertConfig, GPT2Config, T5Config
+from transformers.models.t5.modeling_t5 import T5Attention
+
+t5 = T5Attention(T5Config(d_model=512, num_heads=6, d_kv=64))
+print("T5, 6 heads of 64: q =", t5.q)
+print("                   o =", t5.o)
+for name, c in (("BERT-base", BertConfig()), ("GPT-2 small", GPT2Config())):
+    print(
+        f"{name}: {c.num_attention_heads} heads x "
+        f"{c.hidden_size // c.num_attention_heads} = {c.hidden_size}"
+    )
+
+# %% [markdown]
+# BERT-base and GPT-2 small (the defaults of `transformers`' configs) follow the 2017 recipe:
+# 12 heads of 64. Many recent models go one step further and let several query heads share one
+# key/value head (grouped-query attention, chapter 11).
+#
+# ## The package module
+#
+# `MultiHeadAttention` in `transformer_course.attention` does the same five steps (`split_heads`,
+# the chapter 04 function, `merge_heads`, `W_o`). Around them it handles masks (the course
+# convention, `True` = may attend, broadcast over `(batch, heads, queries, keys)`),
+# cross-attention (queries from one sequence, keys and values from another), the key/value cache
+# used for fast generation in chapter 10, an optional fused path (`use_sdpa=True`), and checks that
+# turn wrong inputs into clear errors. Its full source is folded here:
+
+# %% tags=["hide-input"]
+show_source(MultiHeadAttention)
 
 # %% [markdown]
 # ### Parity with `torch.nn.MultiheadAttention`
@@ -312,7 +488,9 @@ assert all(min(lookup[h]) > 0.95 for h in (2, 4))
 # `in_proj_weight`, and the output projection as `out_proj`. Copy our weights there and both modules
 # must compute the same function. Two traps: use `batch_first=True` (PyTorch's default is
 # `(length, batch, d_model)`), and **invert the masks**, because PyTorch's boolean masks mean
-# `True` = *blocked*. By default PyTorch returns the weights averaged over the heads.
+# `True` = *blocked*. By default PyTorch returns the weights averaged over the heads. The two
+# modules may add up the same numbers in a different order, so we compare them up to float32
+# rounding:
 
 
 # %%
@@ -362,11 +540,13 @@ for name, (args, our_kw, their_kw) in cases.items():
         f"{name:28s} {'below 1e-6' if d_out < 1e-6 else d_out:>15}"
         f" {'below 1e-6' if d_w < 1e-6 else d_w:>18}"
     )
-    assert d_out < 1e-6 and d_w < 1e-6
 
 # %% [markdown]
-# The fused path gives the same outputs (it uses `torch.nn.functional.scaled_dot_product_attention`,
-# which does not return the weights, so it is used only when they are not asked for):
+# The fused path gives the same outputs. It calls
+# [`torch.nn.functional.scaled_dot_product_attention`](https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html),
+# which can dispatch to kernels (FlashAttention, memory-efficient attention) that never store the
+# `(batch, heads, queries, keys)` weights, and so does not return them: the module takes this path
+# only when the weights are not asked for.
 
 # %%
 fused = MultiHeadAttention(d_model=32, num_heads=4, use_sdpa=True).eval()
@@ -379,29 +559,19 @@ print(
     "| weights returned:",
     w_none,
 )
-assert d_fused < 1e-6 and w_none is None
-
-# %% [markdown]
-# ### When the heads do not fit
-#
-# $d_\text{model}$ must split evenly into heads. The module says so, with both numbers:
-
-# %%
-try:
-    MultiHeadAttention(d_model=10, num_heads=3)
-except ValueError as err:
-    print("ValueError:", err)
-    assert "10" in str(err) and "3" in str(err)
 
 # %% [markdown]
 # ## Inside a trained model: MiniLM's heads
 #
-# Random weights give random patterns. What do heads do after training? We load
-# **all-MiniLM-L6-v2**, a small BERT (6 layers × 12 heads, $d_\text{model} = 384$, so
-# $d_\text{head} = 32$), the model of chapter 02, from the copy installed with the course (nothing
-# is downloaded). Two settings matter: `attn_implementation="eager"` makes the model compute
-# attention explicitly (the fused kernel never forms the weights), and `output_attentions=True`
-# makes it return them, one `(batch, heads, queries, keys)` tensor per layer.
+# What do heads do after training? We load
+# **all-MiniLM-L6-v2**, the small BERT of chapter 02 (6 layers × 12 heads, $d_\text{model} = 384$,
+# so $d_\text{head} = 32$). It starts from a 6-layer version of MiniLM, a small BERT trained to
+# imitate a larger model's self-attention (Wang et al., 2020), and was then fine-tuned on about a
+# billion sentence pairs to make sentence embeddings
+# ([model card](https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2)). Two settings
+# matter: `attn_implementation="eager"` makes the model compute attention explicitly (the fused
+# kernel never forms the weights), and `output_attentions=True` makes it return them, one
+# `(batch, heads, queries, keys)` tensor per layer.
 
 # %%
 tokenizer, model = load_minilm(
@@ -413,137 +583,29 @@ with torch.no_grad():
     attentions = model(**inputs).attentions
 tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
 cfg = model.config
-print(
-    f"{cfg.num_hidden_layers} layers x {cfg.num_attention_heads} heads, "
-    f"d_model {cfg.hidden_size}"
-)
-print("tokens:", tokens)
+n_layers, n_heads = cfg.num_hidden_layers, cfg.num_attention_heads
+print(f"{n_layers} layers x {n_heads} heads, d_model {cfg.hidden_size}")
+print(f"{len(tokens)} tokens:", " ".join(tokens))
 print(
     "attentions:",
     len(attentions),
     "tensors of shape",
     tuple(attentions[0].shape),
 )
-assert len(attentions) == 6
-assert attentions[0].shape == (1, 12, len(tokens), len(tokens))
-assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and len(tokens) == 14
-# rows are softmaxes
+# every row of every head is a softmax: it sums to 1
 assert all(
-    torch.allclose(a.sum(-1), torch.ones(1, 12, 14)) for a in attentions
+    torch.allclose(a.sum(-1), torch.ones_like(a[..., 0])) for a in attentions
 )
 
 # %% [markdown]
-# ### bertviz: the interactive views
-#
-# [bertviz](https://github.com/jessevig/bertviz) draws these weights in the browser (it needs
-# JavaScript; on the published page it loads its scripts from a CDN). The **head view** shows one
-# layer: pick the layer at the top, click the coloured squares to choose heads, hover over a token
-# to see where it looks. The **model view** shows all layers (rows) × heads (columns) as small
-# thumbnails; click one to enlarge it. (We round the weights to 3 decimals to keep the page small.)
-
-# %%
-# short numbers in the page's data
-for_viz = [a.double().round(decimals=3) for a in attentions]
-assert len(for_viz) == cfg.num_hidden_layers
-assert for_viz[0].shape[1] == cfg.num_attention_heads
-
-# %% tags=["nbval-ignore-output"]
-from IPython.display import display
-
-view = head_view(for_viz, tokens, layer=0, heads=[2], html_action="return")
-# the container and the sentence are there
-assert "bertviz-" in view.data and tokens[1] in view.data
-display(view)
-
-# %% tags=["nbval-ignore-output"]
-view = model_view(for_viz, tokens, display_mode="light", html_action="return")
-assert "bertviz-" in view.data and "include_heads" in view.data
-display(view)
-
-# %% [markdown]
-# ### Attention as flow: the head view without scripts
-#
-# The head view draws the sentence twice, the attending tokens (queries) on the left and the
-# tokens attended to (keys) on the right, with one line per pair whose thickness is the weight.
-# That picture needs no interaction, so `plot_attention_flow` draws it as an ordinary figure,
-# which every reader sees, also on a phone, in the PDF or on paper. To keep it readable it draws
-# only each token's three strongest links and none below 0.05. Here are the heads that the next
-# sections measure; the first is the one the head view above opens with (layer 0, head 2).
-
-# %%
-from transformer_course.interpret import plot_attention_flow
-
-flow_heads = {
-    "previous token": (0, 2),
-    "next token": (1, 8),
-    "same word": (2, 9),
-    "[CLS]": (4, 5),
-}
-fig, axes = plt.subplots(2, 2, figsize=(8.5, 13))
-for ax, (role, (layer, head)) in zip(axes.flat, flow_heads.items()):
-    plot_attention_flow(
-        attentions[layer][0, head],
-        tokens,
-        top_k=3,
-        min_weight=0.05,
-        ax=ax,
-        title=f"layer {layer}, head {head}: {role}",
-    )
-fig.tight_layout()
-plt.show()
-# the key each query gives most weight, in layer 0, head 2
-strongest = attentions[0][0, 2].argmax(-1)
-# every token's thickest line: the one before
-assert strongest[1:].tolist() == list(range(len(tokens) - 1))
-cats = [p for p, t in enumerate(tokens) if t == "cat"]
-# the two "cat"s look at each other
-assert attentions[2][0, 9, cats[0], cats[1]] > 0.5
-assert attentions[2][0, 9, cats[1], cats[0]] > 0.5
-
-# %% [markdown]
-# Every token of the first head sends one thick line one row up (the token before it); in the
-# second, most go one row down; in the third, the two "cat"s are linked to each other across
-# the sentence; in the last, nearly everything runs to `[CLS]`. The function takes one head,
-# `attentions[layer][0, head]`, or all heads of a layer, `attentions[layer][0]`, which it
-# averages; it leaves padding tokens out (pass the tokenizer's `attention_mask`); and `queries=`
-# draws the lines of chosen tokens only, like hovering in the head view.
-
-# %% tags=["hide-input"]
-show_source(plot_attention_flow)
-
-# %% [markdown]
-# ### The same weights, as a static grid
-#
-# Without JavaScript (a PDF, a slow connection, a screen reader's text view) the views above stay
-# empty, so here is a fixed selection as an ordinary figure: four layers × four heads, rows are
-# queries (the token that is looking), columns are keys (the token looked at), bright = high weight.
-# All sixteen maps share one colour scale, from 0 to 1, so a bright cell means the same weight in
-# every head.
-
-# %%
-fig = plot_attention_grid(
-    attentions, tokens, layers=[0, 1, 2, 4], heads=[2, 5, 8, 9]
-)
-for image in (im for ax in fig.axes for im in ax.images):
-    image.set_clim(0.0, 1.0)  # one colour scale for all heads
-fig.colorbar(
-    fig.axes[0].images[0],
-    ax=fig.axes,
-    fraction=0.02,
-    pad=0.02,
-    label="attention weight",
-)
-fig.suptitle(f'MiniLM attention for "{sentence}"', y=1.01)
-plt.show()
-
-# %% [markdown]
-# Several patterns stand out, and each is easy to measure. For every layer and head we compute:
+# Seventy-two heads of 14 × 14 weights are too many to look at one by one. Measure instead: for
+# every layer and head, compute
 #
 # * **previous token**: the mean weight a token puts on the token just before it;
 # * **next token**: the same for the token just after it;
 # * **[CLS]**: the mean weight on the first token;
-# * **same word**: for the words that occur twice ("the" three times, "cat" twice), the weight on
-#   the *other* occurrences of the same word.
+# * **same word**: for the words that occur more than once ("the" three times, "cat" twice), the
+#   weight on the *other* occurrences of the same word.
 
 # %%
 att = torch.stack(attentions)[:, 0]  # (layers, heads, queries, keys)
@@ -568,85 +630,230 @@ print("repeated words:", [tokens[q] for q in range(n) if repeated[q]])
 patterns = {
     "previous token": previous,
     "next token": following,
-    "[CLS]": to_cls,
     "same word": same_word,
+    "[CLS]": to_cls,
 }
 print(
     f"{'pattern':15s} {'strongest head':>15s} {'its score':>10s}"
-    f" {'mean over all 72 heads':>23s}"
+    f" {'mean of all 72':>15s}"
 )
 best = {}
 for name, score in patterns.items():
-    layer, head = divmod(score.argmax().item(), score.shape[1])
+    layer, head = divmod(score.argmax().item(), n_heads)
     best[name] = (layer, head)
     where = f"layer {layer}, head {head}"
     print(
         f"{name:15s} {where:>15s} {score[layer, head].item():10.2f}"
-        f" {score.mean().item():23.2f}"
+        f" {score.mean().item():15.2f}"
     )
+print(
+    "heads with more than half their weight on [CLS]:",
+    int((to_cls > 0.5).sum()),
+    "of 72; more than 0.8:",
+    int((to_cls > 0.8).sum()),
+)
 
-# %% tags=["remove-input"]
-# almost all weight on the previous token
-assert best["previous token"] == (0, 2) and previous[0, 2] > 0.95
-assert best["next token"] == (1, 8) and following[1, 8] > 0.5
-assert best["same word"] == (2, 9) and same_word[2, 9] > 0.5
-assert to_cls[4, 5] > 0.85 and to_cls.mean() < 0.5
-# these heads stand far out from the average head
+# %% tags=["remove-cell"]
+# the strongest heads stand far out from the average head
 for name in ("previous token", "next token", "same word"):
     assert patterns[name][best[name]] > 3 * patterns[name].mean()
-# parking on [CLS] is common: at least 10 of the 72 heads do it
-assert (to_cls > 0.5).sum() >= 10
+assert previous.max() > 0.9
 
 # %% [markdown]
-# * **Layer 0, head 2 is a previous-token head**: each token puts almost all (on average more than
-#   95%) of its weight on the token before it. Its output at position $t$ is essentially a copy of
-#   the value at $t-1$, so every later layer knows "what came just before me".
-# * **Layer 1, head 8 looks at the next token**, the mirror image (this model reads in both
-#   directions).
-# * **Layer 2, head 9 links repeated words**: the second "cat" looks at the first one, the third
-#   "the" at the first. Heads like this help the model notice that two positions hold the same
-#   word.
-# * Many heads, like **layer 4, head 5**, put nearly all their weight on **[CLS]**. Clark et al.
-#   (2019, *What Does BERT Look At?*) saw the same in BERT-base, where the parking spot is mostly
-#   [SEP], and argue that such a head has nothing useful to add for this input and parks its
-#   attention on a token whose value changes little: a learned "no-op".
-#
-# A closer look at the same-word head:
+# The four scores of all 72 heads at a glance:
 
-# %%
-ax = plot_attention(
-    att[2, 9], tokens, annotate=False, title="layer 2, head 9: same word"
+# %% caption="The four pattern scores for every head of MiniLM on the sentence (rows: layers 0 to 5, columns: heads 0 to 11; one colour scale, 0 to 1). Each of the first three patterns has one or two heads that stand out; weight on [CLS] is common, mostly from layer 1 on." alt="Four heatmaps of 6 rows by 12 columns, stacked in a 2 by 2 grid: previous token, next token, same word and [CLS]. In the first, one bright cell at layer 0, head 2; in the second, a bright cell at layer 1, head 8; in the third, a bright cell at layer 2, head 9; the [CLS] map is medium to bright almost everywhere except in layer 0."
+fig, axes = plt.subplots(2, 2, figsize=(6.8, 4.6), sharex=True, sharey=True)
+for ax, (name, score) in zip(axes.flat, patterns.items()):
+    im = ax.imshow(score, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+    ax.set_title(name, fontsize=11)
+    ax.set_xticks(range(0, n_heads, 2))
+    ax.set_yticks(range(n_layers))
+for ax in axes[1]:
+    ax.set_xlabel("head")
+for ax in axes[:, 0]:
+    ax.set_ylabel("layer")
+fig.colorbar(im, ax=axes, fraction=0.03, pad=0.03, label="score")
+plt.show()
+
+# %% [markdown]
+# Here is the strongest head of each pattern as an attention map: rows are queries (the token that
+# is looking), columns are keys (the token looked at), and all four maps share one colour scale.
+
+# %% caption="The strongest head of each pattern in MiniLM, on one colour scale (rows: queries; columns: keys). Top left: the previous-token head, a bright line just below the diagonal. Top right: the next-token head, a line just above the diagonal for most tokens, with some rows on [CLS]. Bottom left: the same-word head, mostly on [CLS], with bright cells linking the two 'cat's. Bottom right: the [CLS] head, a bright first column." alt="Four 14 by 14 heatmaps with the tokens of 'The cat sat on the mat because the cat was tired.' on both axes. Previous-token head: a bright line one cell below the diagonal. Next-token head: a line one cell above the diagonal, broken on rows mat, because and tired, which light up the [CLS] column. Same-word head: the [CLS] column is bright, plus two bright cells where each 'cat' meets the other. [CLS] head: the whole first column is bright."
+fig = plot_attention_grid(
+    attentions,
+    tokens,
+    panels=list(best.values()),
+    titles=[
+        f"{name}: layer {lh[0]}, head {lh[1]}" for name, lh in best.items()
+    ],
 )
 plt.show()
-for word in ("cat", "the"):
-    first = tokens.index(word)
-    last = max(q for q in range(n) if tokens[q] == word)
-    print(
-        f"the last {word!r} (position {last}) puts "
-        f"{att[2, 9, last, first].item():.2f} of its weight "
-        f"on the first one (position {first}), "
-        f"{att[2, 9, last, 0].item():.2f} on [CLS]"
-    )
-    # apart from [CLS], the first occurrence wins
-    assert att[2, 9, last, 1:].argmax() + 1 == first
 
 # %% [markdown]
-# Do not over-read such pictures: attention weights say where a head *looks*, not how much its
-# result matters downstream (the value vectors and $W^O$ decide that), and most heads are far less
-# tidy than these four. Still, nobody designed these heads: they emerged from training alone, one
-# of the most striking facts about Transformers.
+# What they do, measured on this sentence:
+
+# %%
+layer, head = best["next token"]
+a = att[layer, head]
+top = a[:-1].argmax(-1)  # each query's strongest key (queries with a next one)
+on_next = top == torch.arange(1, n)
+others = sorted({tokens[k] for k in top[~on_next].tolist()})
+print(
+    f"next-token head: {int(on_next.sum())} of {n - 1} tokens look mostly "
+    "at the next one"
+)
+print("  the others look mostly at:", ", ".join(others))
+layer, head = best["same word"]
+print("same-word head, weight on the other occurrences and on [CLS]:")
+for q in range(n):
+    if repeated[q]:
+        print(
+            f"  {tokens[q]!r:6} at position {q:2d}:"
+            f" {(att[layer, head, q] * same[q]).sum().item():.2f}"
+            f"  [CLS] {att[layer, head, q, 0].item():.2f}"
+        )
+
+# %% [markdown]
+# * **Layer 0, head 2 is a previous-token head**: every token puts almost all its weight (1.00 on
+#   average, in the table) on the token before it. Its output at position $t$ is essentially a copy
+#   of the value at $t-1$, so every later layer can know "what came just before me".
+# * **Layer 1, head 8 is a weaker mirror image**: 9 of the 13 tokens that have a next token look
+#   mostly at it, and on average a token gives it 0.59 of its weight; the other four look mostly at
+#   [CLS]. This model reads in both directions, so a head may look ahead.
+# * **Layer 2, head 9 links repeated words, but unevenly**: the two "cat"s put 0.89 and 0.90 of
+#   their weight on each other. For "the" it is weaker: the third "the" puts 0.60 on the other two,
+#   the first and second only 0.21 and 0.13, and most of theirs on [CLS].
+# * Many heads put much of their weight on **[CLS]**: 30 of the 72 more than half, 5 more than
+#   0.8, and **layer 4, head 5** the most, 0.88. Clark et al. (2019, *What Does BERT Look At?*)
+#   saw the same in BERT-base, where the parking spot is mostly [SEP], and read it as a "no-op":
+#   attention a head gives when it has nothing to fetch. Kobayashi et al. (2020, *Attention is
+#   Not Only a Weight*) showed that such attention contributes little, because the vectors of the
+#   tokens it parks on are small. Here, in layer 4, head 5:
+
+# %%
+layer, head = best["[CLS]"]
+with torch.no_grad():
+    # the input of that layer, and the values it computes from it
+    hidden = model(**inputs, output_hidden_states=True).hidden_states[layer]
+    values = model.encoder.layer[layer].attention.self.value(hidden)[0]
+values = values.view(n, n_heads, -1)[:, head]  # (tokens, d_head)
+norms = values.norm(dim=-1)
+w = att[layer, head]
+# what each key adds to each query's output: |w_qk v_k|
+weighted = (w[:, :, None] * values[None]).norm(dim=-1)
+cls_share = (weighted[:, 0] / weighted.sum(-1)).mean()
+ratio = norms[1:] / norms[0]
+print(f"value vector of [CLS]: norm {norms[0]:.2f}")
+print(
+    f"other tokens: {norms[1:].min():.2f} to {norms[1:].max():.2f}, "
+    f"{ratio.min():.0f} to {ratio.max():.0f} times longer"
+)
+print(f"[CLS]'s share of the attention weights:    {w[:, 0].mean():.2f}")
+print(f"[CLS]'s share of the weighted values |w v|: {cls_share:.2f}")
+
+# %% [markdown]
+# [CLS] gets 0.88 of the weight but supplies only 0.23 of what the head passes on: the other
+# tokens, with the remaining 0.12 of the weight, supply the rest, because their value vectors are
+# far longer.
 #
+# ### Do the tidy heads matter?
+#
+# A pattern says where a head *looks*, not how much its result matters downstream. That can be
+# tested directly: remove one head (set its block of the concatenation to zero before $W^O$, so it
+# writes nothing) and measure how much the sentence's embedding (the mean of the last layer's token
+# vectors, as in chapter 02) moves, as $1 - \cos$ between the embeddings with and without the head:
+
+
+# %%
+def sentence_vector() -> torch.Tensor:
+    with torch.no_grad():
+        return model(**inputs).last_hidden_state[0].mean(0)
+
+
+d_h = cfg.hidden_size // n_heads
+reference = sentence_vector()
+effect = torch.zeros(n_layers, n_heads)
+for layer in range(n_layers):
+    w_o = model.encoder.layer[layer].attention.output.dense  # BERT's W^O
+    for head in range(n_heads):
+
+        def drop_head(module, args, head=head):
+            concat = args[0].clone()
+            concat[..., head * d_h : (head + 1) * d_h] = 0
+            return (concat,)
+
+        handle = w_o.register_forward_pre_hook(drop_head)
+        change = 1 - F.cosine_similarity(sentence_vector(), reference, dim=0)
+        effect[layer, head] = change
+        handle.remove()
+
+order = effect.flatten().argsort(descending=True)
+rank = order.argsort() + 1  # 1 = the largest effect
+median = 1000 * effect.median()
+print(f"1 - cos, times 1000 (median of the 72 heads: {median:.2f})")
+for name, (layer, head) in best.items():
+    r = rank[layer * n_heads + head]
+    e = 1000 * effect[layer, head]
+    print(f"  {name:15s} layer {layer}, head {head:2d}: {e:6.2f}  rank {r:2d}")
+for r in range(3):
+    layer, head = divmod(order[r].item(), n_heads)
+    e = 1000 * effect[layer, head]
+    print(f"  {f'rank {r + 1}':15s} layer {layer}, head {head:2d}: {e:6.2f}")
+
+# %% [markdown]
+# None of the four tidy heads is among the heads the embedding depends on most: they rank 25th,
+# 36th, 38th and 58th of 72, and the last of them is the [CLS] head, as its tiny values predicted.
+# The three largest effects (31.19 to 150.62, against a median of 1.59) come from the last layer,
+# the closest to the vectors being averaged.
+#
+# This is one sentence and one measure, not a verdict on these heads. On larger models and real
+# tasks, Michel et al. (2019, *Are Sixteen Heads Really Better than One?*) found that many heads
+# can be removed after training with little loss, and Voita et al. (2019, *Analyzing Multi-Head
+# Self-Attention*) that the heads that matter most in a translation model include positional ones,
+# like our previous-token head. What the measurement shows is that a tidy map alone does not
+# tell: where a head looks is one question, what it contributes (its value vectors and its block
+# of $W^O$) and what depends on that are others.
+#
+# The other 68 heads are harder to summarise. To explore them, the interactive head view of
+# [bertviz](https://github.com/jessevig/bertviz) draws the sentence twice, with one line from each
+# token to each token it attends to: pick a layer at the top, click the coloured squares to choose
+# heads, hover over a token to see where it looks. It opens on the previous-token head.
+
+# %% tags=["nbval-ignore-output"]
+from bertviz import head_view
+
+head_view(
+    attentions,
+    tokens,
+    layer=best["previous token"][0],
+    heads=[best["previous token"][1]],
+)
+
+# %% [markdown]
 # ## Summary
 #
 # * Multi-head attention projects the input to queries, keys and values, splits the features into
-#   $h$ heads of $d_\text{model}/h$, attends in every head in parallel, concatenates and projects with
+#   $h$ heads of $d_\text{head}$, attends in every head in parallel, concatenates and projects with
 #   $W^O$. Input and output have the same shape `(batch, length, d_model)`.
-# * The number of heads does not change the number of parameters; $d_\text{model}$ must be
-#   divisible by it.
+# * Splitting one big projection into heads is the same as giving every head its own
+#   $d_\text{model} \times d_\text{head}$ projection; $W^O$ adds up what every head writes.
+# * Learned projections let a token ask a question ($W^Q$) different from the label it answers to
+#   ($W^K$), so scores need not be symmetric, and let each head ask its own.
+# * Several heads fetch several things at once: in the two-lookup experiment one head never got
+#   both tokens right (it settled on one, or blended both and recovered each only partly), while
+#   two or four heads got both exactly in every run.
+# * With $d_\text{head} = d_\text{model}/h$, more heads cost no more parameters and no more
+#   multiply-adds, but $h$ times the attention weights ($hL^2$ per layer and sequence). Models such
+#   as T5 choose $d_\text{head}$ freely and let $W^O$ map $h\,d_\text{head}$ back to
+#   $d_\text{model}$.
 # * The package module equals `torch.nn.MultiheadAttention` once the weights are copied and the
 #   masks inverted (PyTorch: `True` = blocked; the course: `True` = may attend).
-# * In a trained model, some heads have recognisable jobs: previous token, next token, same word,
-#   or "nothing to do" (parking on [CLS]).
+# * In a trained model some heads have recognisable jobs (previous token, next token, same word,
+#   parking on [CLS] with near-zero values), but a tidy pattern is not the same as importance:
+#   removing any one of them moved MiniLM's sentence embedding far less than removing the most
+#   important heads, all in its last layer.
 #
 # ## Exercises
 #
@@ -692,13 +899,53 @@ with torch.no_grad():
             mine.weight.copy_(theirs_lin.weight[r])
             mine.bias.copy_(theirs_lin.bias[r])
     sep.o.load_state_dict(mha.W_o.state_dict())
-gap_sep = (sep(x) - mha(x)[0]).abs().max()
-print("max difference:", "below 1e-6" if gap_sep < 1e-6 else "too large")
+print("same output:", torch.allclose(sep(x), mha(x)[0], atol=1e-6))
 assert torch.allclose(sep(x), mha(x)[0], atol=1e-6)
 
+# %% [markdown] tags=["solution"]
+# Head $i$'s `nn.Linear` takes rows `i * d_head` to `(i + 1) * d_head - 1` of `W_q.weight` (and of
+# its bias), exactly the features the reshape deals to head $i$. `nn.Linear` stores
+# `(out_features, in_features)`, so copying those rows as they are gives the same map. The
+# output projection is shared, as in the formula: $W^O$ reads the concatenation of all heads.
+
 # %% [markdown]
-# **2. Pick your own sentence.** Run MiniLM on a sentence of your choice and find the head with the
-# strongest previous-token pattern. Is it still layer 0, head 2?
+# **2. Three lookups.** Change the experiment so that the model must report tokens 0, 1 **and 2**
+# from the last position (`n_lookups=3`), with $d_\text{model} = 48$ so that 1, 2, 3 and 4 heads
+# all divide it. Before you run it, predict: what is the fewest number of heads that gets all three
+# tokens right? Does having exactly that many always work? Train 1, 2, 3 and 4 heads from 4 seeds
+# each.
+
+# %% tags=["solution"]
+print("worst of the 3 tokens: accuracy per run (chance 0.03)")
+print("seed" + "".join(f"{heads_name(h):>10}" for h in (1, 2, 3, 4)))
+three = {}
+for seed in range(4):
+    row = f"{seed:4d}"
+    for h in (1, 2, 3, 4):
+        _, acc3, w3 = train_lookups(h, seed, n_lookups=3, d_model=48)
+        three[h, seed] = acc3, w3
+        row += f"{acc3.min():10.2f}"
+    print(row)
+for seed in range(4):
+    acc3, w3 = three[3, seed]
+    if acc3.min() < 0.99:  # where do the three heads look?
+        looks = w3.mean(0).argmax(-1).tolist()
+        print(f"3 heads, seed {seed}: the heads look at positions {looks}")
+# four heads (one to spare) get all three tokens in most runs
+assert sum(bool(three[4, s][0].min() >= 0.99) for s in range(4)) >= 3
+
+# %% [markdown] tags=["solution"]
+# One head and two heads never get all three tokens right (with two heads the worst token reaches
+# 0.76 to 0.90): at least one head has to serve two tokens, as the single head did in the
+# two-lookup experiment. Three heads can be enough, one per token, but not always: in one run two
+# of the three heads settled on the same position, and the token no head looked at stayed at
+# chance. Heads are not assigned their jobs; each finds one during training, and two may find the
+# same. Four heads leave one to spare and got all three tokens in every run here.
+
+# %% [markdown]
+# **3. Your own sentence.** Run MiniLM on a sentence of your choice and find the head with the
+# strongest previous-token pattern. Predict first: is it the same head as for the cat sentence?
+# Is its score as high?
 
 # %% tags=["solution"]
 other = tokenizer(
@@ -710,32 +957,15 @@ with torch.no_grad():
 m = att2.shape[-1]
 j = torch.arange(1, m)
 prev2 = att2[:, :, j, j - 1].mean(-1)
-layer2, head2 = divmod(prev2.argmax().item(), prev2.shape[1])
+layer2, head2 = divmod(prev2.argmax().item(), n_heads)
 print(
     f"{m} tokens; strongest previous-token head: "
     f"layer {layer2}, head {head2} ({prev2[layer2, head2].item():.2f})"
 )
-assert (layer2, head2) == (0, 2) and prev2[0, 2] > 0.9
+assert prev2.max() > 0.9
 
-# %% [markdown]
-# **3. Padding in a real model.** Tokenize two sentences of different lengths as one batch
-# (`padding=True`). The tokenizer's `attention_mask` has 1 at real tokens and 0 at padding: the
-# course's convention, `True` = may attend, for the keys. Check that no head of any layer puts
-# weight on a padding token, and that the short sentence's real tokens get the same attention as
-# when it is run alone.
-
-# %% tags=["solution"]
-pair = tokenizer(["The cat sat.", sentence], return_tensors="pt", padding=True)
-with torch.no_grad():
-    att_pair = model(**pair).attentions
-pad = pair["attention_mask"][0] == 0
-short = tokenizer("The cat sat.", return_tensors="pt")
-with torch.no_grad():
-    att_short = model(**short).attentions
-n_real = short["input_ids"].shape[1]
-print("padding positions of sentence 1:", pad.nonzero().flatten().tolist())
-assert all(a[0][..., pad].abs().max() < 1e-6 for a in att_pair)
-assert all(
-    torch.allclose(a[0, :, :n_real, :n_real], b[0], atol=1e-5)
-    for a, b in zip(att_pair, att_short)
-)
+# %% [markdown] tags=["solution"]
+# The same head, layer 0, head 2, with the same score: on both sentences it looks at the token
+# before, whatever the words are. A head that looks at a *position* can do the same job on any
+# text; heads that look at *content*, like the same-word head, depend on what the sentence
+# contains (this one has no repeated word).

@@ -201,42 +201,109 @@ def plot_attention(
 def plot_attention_grid(
     attentions: Sequence[torch.Tensor],
     tokens: Sequence[str],
-    layers: Sequence[int],
-    heads: Sequence[int],
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
     batch_index: int = 0,
     size: float | None = None,
+    panels: Sequence[tuple[int, int]] | None = None,
+    titles: Sequence[str] | None = None,
+    ncols: int | None = None,
+    vmax: float | None = 1.0,
+    colorbar: bool = True,
 ) -> plt.Figure:
-    """A static grid of attention maps: one row per layer, one column per head.
+    """A static grid of attention maps on one colour scale.
 
     ``attentions`` is what Hugging Face models return with
     ``output_attentions=True``: one ``(batch, heads, L, L)`` tensor per layer.
-    The page shows this even without JavaScript.  ``size`` is each panel's side
-    in inches (default: the grid fills the page's width).
+    Either ``layers`` and ``heads`` (one row per layer, one column per head),
+    or ``panels``, a list of ``(layer, head)`` pairs laid out ``ncols`` to a
+    row (default 2); ``titles`` replaces the panels' "layer l, head h".
+
+    Every map uses the colour scale 0 to ``vmax`` (``None``: the largest
+    weight shown), so equal colours mean equal weights, and ``colorbar`` adds
+    one bar for all.  The grid fills the page's width (``size``: each panel's
+    width in inches).  Token labels are written on the left column and the
+    bottom row only, at least ``MIN_TEXT_PT`` points and never overlapping: if
+    the panels are too small for every token, every second (third, ...) one
+    is labelled.
     """
-    if size is None:
-        size = min(2.6, 6.6 / max(len(heads), 1))
-    fig, axes = plt.subplots(
-        len(layers),
-        len(heads),
-        figsize=(size * len(heads), size * len(layers)),
-        squeeze=False,
-    )
-    for r, layer in enumerate(layers):
-        for c, head in enumerate(heads):
-            ax = axes[r][c]
-            plot_attention(
-                attentions[layer][batch_index, head],
-                tokens,
-                ax=ax,
-                colorbar=False,
+    if panels is None:
+        if layers is None or heads is None:
+            raise ValueError(
+                "pass layers and heads (a layers x heads grid), "
+                "or panels=[(layer, head), ...]"
             )
-            ax.set_title(f"layer {layer}, head {head}", fontsize=10)
-            ax.tick_params(labelsize=9)
-            ax.set_xlabel("")
-            ax.set_ylabel("")
-            if c:
-                ax.set_yticklabels([])
-            if r < len(layers) - 1:
-                ax.set_xticklabels([])
-    fig.tight_layout()
+        panels = [(layer, head) for layer in layers for head in heads]
+        ncols = len(heads)
+    elif layers is not None or heads is not None:
+        raise ValueError("pass either layers and heads, or panels, not both")
+    panels = list(panels)
+    if not panels:
+        raise ValueError("no panels to draw: give at least one layer and head")
+    if titles is not None and len(titles) != len(panels):
+        raise ValueError(
+            f"{len(titles)} titles for {len(panels)} panels; "
+            "pass one title per panel"
+        )
+    ncols = min(ncols or 2, len(panels))
+    nrows = -(-len(panels) // ncols)
+    n = len(tokens)
+    maps = [
+        _to_2d(attentions[layer][batch_index, head]) for layer, head in panels
+    ]
+    top = vmax if vmax is not None else max(float(m.max()) for m in maps)
+    # inches: token labels on the left, gaps, the colour bar on the right
+    label_w, gap, bar_w = 0.75, 0.12, 0.75 if colorbar else 0.0
+    if size is None:
+        room = CONTENT_PX / 100 - 0.1 - label_w - bar_w - gap * (ncols - 1)
+        size = min(2.8, room / ncols)
+    # the distance between two labels, in points; text needs about 1.2x its
+    # size to stay clear of its neighbour
+    pitch = size * 72 / max(n, 1)
+    fontsize = min(10.0, pitch / 1.2)
+    step = 1
+    while fontsize < MIN_TEXT_PT:
+        step += 1
+        fontsize = min(10.0, step * pitch / 1.2)
+    fontsize = max(fontsize, MIN_TEXT_PT)
+    title_size = 10.0
+    fig_w = label_w + ncols * size + gap * (ncols - 1) + bar_w + 0.1
+    row_h = size + 0.45  # a panel and its title
+    fig_h = nrows * row_h + label_w + 0.1
+    fig = plt.figure(figsize=(fig_w, fig_h))
+    ticks = list(range(0, n, step))
+    labels = [str(tokens[i]) for i in ticks]
+    im = None
+    for idx, ((layer, head), arr) in enumerate(zip(panels, maps)):
+        r, c = divmod(idx, ncols)
+        left = (label_w + c * (size + gap)) / fig_w
+        bottom = (fig_h - 0.05 - (r + 1) * row_h) / fig_h
+        ax = fig.add_axes((left, bottom, size / fig_w, size / fig_h))
+        im = ax.imshow(arr, cmap="viridis", vmin=0.0, vmax=top, aspect="auto")
+        ax.set_xticks(ticks)
+        ax.set_yticks(ticks)
+        last_in_column = idx + ncols >= len(panels)
+        if last_in_column:
+            ax.set_xticklabels(labels, rotation=90, fontsize=fontsize)
+        else:
+            ax.set_xticklabels([])
+        if c == 0:
+            ax.set_yticklabels(labels, fontsize=fontsize)
+        else:
+            ax.set_yticklabels([])
+        ax.tick_params(length=2)
+        if titles is not None:
+            title = titles[idx]
+        elif size >= 1.4:
+            title = f"layer {layer}, head {head}"
+        else:
+            title = f"L{layer} H{head}"
+        ax.set_title(title, fontsize=title_size)
+    if colorbar and im is not None:
+        x0 = (label_w + ncols * size + gap * (ncols - 1) + 0.12) / fig_w
+        height = min(nrows * row_h - 0.45, 3.0)
+        y0 = (fig_h - 0.05 - 0.45 - height) / fig_h
+        cax = fig.add_axes((x0, y0, 0.12 / fig_w, height / fig_h))
+        fig.colorbar(im, cax=cax, label="attention weight")
+        cax.tick_params(labelsize=10)
     return fig
