@@ -160,6 +160,33 @@ def test_parameter_counts_match_the_formula(norm_first: bool) -> None:
     assert all("pe" not in name for name, _ in model.named_parameters())
 
 
+def test_tied_embeddings_are_one_table_with_the_reference_init() -> None:
+    """tie_embeddings: one V x d table for both embeddings and the output layer (paper, section 3.4),
+    initialised N(0, 1/d) as in tensor2tensor, so that times sqrt(d) a token vector has unit-size entries."""
+    v, d, d_ff = 300, 64, 96
+    torch.manual_seed(0)
+    tied = Transformer(TransformerConfig(v, v, d, 4, 1, 1, d_ff, max_len=16, tie_embeddings=True))
+    torch.manual_seed(0)
+    untied = Transformer(TransformerConfig(v, v, d, 4, 1, 1, d_ff, max_len=16))
+    table = tied.encoder.embed.tok.weight
+    assert table is tied.decoder.embed.tok.weight is tied.out.weight
+    assert count_parameters(untied) - count_parameters(tied) == 2 * v * d
+    assert abs(table.std().item() * math.sqrt(d) - 1) < 0.05
+    # the untied default is unchanged: Glorot for every matrix, the embeddings included
+    bound = math.sqrt(6 / (v + d))
+    assert untied.encoder.embed.tok.weight.abs().max() <= bound
+    logits = tied(SRC, TGT[:, :4], *make_seq2seq_masks(SRC, TGT[:, :4], PAD))
+    assert logits.shape == (2, 4, v)
+    tied.out.weight.grad = None
+    logits.sum().backward()
+    assert table.grad is not None  # one gradient, from all three uses
+
+
+def test_tied_embeddings_need_one_vocabulary() -> None:
+    with pytest.raises(ValueError, match=r"src_vocab_size \(12\) must equal tgt_vocab_size \(11\)"):
+        TransformerConfig(12, 11, D_MODEL, HEADS, tie_embeddings=True)
+
+
 def test_layer_parameter_counts_equal_torch() -> None:
     assert (
         count_parameters(EncoderLayer(D_MODEL, HEADS, D_FF))

@@ -241,7 +241,8 @@ class Decoder(LayerStack):
 @dataclass(frozen=True)
 class TransformerConfig(ModelConfig):
     """Sizes of an encoder-decoder Transformer (defaults: the base model of
-    "Attention Is All You Need")."""
+    "Attention Is All You Need", except that the paper ties its embeddings:
+    ``tie_embeddings=True`` with one shared vocabulary)."""
 
     src_vocab_size: int
     tgt_vocab_size: int
@@ -253,6 +254,7 @@ class TransformerConfig(ModelConfig):
     dropout: float = 0.1
     max_len: int = 512
     norm_first: bool = False
+    tie_embeddings: bool = False
 
     def __post_init__(self) -> None:
         self.check_sizes(
@@ -266,6 +268,13 @@ class TransformerConfig(ModelConfig):
             "max_len",
             heads="num_heads",
         )
+        if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "tie_embeddings shares one table between the source, the "
+                "target and the output layer, so src_vocab_size "
+                f"({self.src_vocab_size}) must equal tgt_vocab_size "
+                f"({self.tgt_vocab_size})"
+            )
 
 
 class Transformer(nn.Module):
@@ -312,6 +321,14 @@ class Transformer(nn.Module):
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
+        if c.tie_embeddings:
+            # One table for both embeddings and the output layer (paper,
+            # section 3.4), N(0, 1/d_model) as in the reference code: times
+            # sqrt(d_model), a token vector has entries of about unit size.
+            shared = self.encoder.embed.tok.weight
+            nn.init.normal_(shared, std=c.d_model**-0.5)
+            self.decoder.embed.tok.weight = shared
+            self.out.weight = shared
 
     def encode(
         self, src: torch.Tensor, src_mask: torch.Tensor | None = None
