@@ -13,16 +13,17 @@
 # %% [markdown]
 # # 09 — Training a Transformer end to end
 #
-# Chapters 07 and 08 built the encoder–decoder `Transformer` and its masks, and checked them
-# piece by piece. What they did not show is that the model *learns*. This is where many
-# tutorials stop, with a training step left for the reader, and where a classic off-by-one
-# slips in: masks built for the full target while the decoder is fed the target minus its last
-# token. This chapter builds everything a training run needs:
+# Chapter 07 trained the encoder–decoder `Transformer` on reversing random strings, with the
+# plainest loop that works, and chapter 08 built its masks. This chapter trains it the way
+# translation models are trained, on a task with two vocabularies, reordering and words to
+# read, and then asks what the trained model can and cannot do. It builds everything a
+# training run needs:
 #
 # 1. a task and its data: a seeded generator, train/validation/held-out splits;
 # 2. tokenisers, a `Dataset`, and a `DataLoader` whose collate function pads each batch;
 # 3. teacher forcing, with the masks built for exactly the shifted tensors;
-# 4. the loss: cross-entropy that ignores padding, with label smoothing;
+# 4. the loss: cross-entropy that ignores padding, with label smoothing, and what it should be
+#    before training;
 # 5. AdamW and a learning rate that warms up, then decays;
 # 6. the training loop: progress bar, gradient clipping, validation, loss curves;
 # 7. greedy decoding and exact-match accuracy on 1,000 held-out examples, then a test on date
@@ -34,10 +35,12 @@
 # you) can reuse it.
 
 # %%
+import copy
 import datetime as dt
 import functools
 import math
 import tempfile
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -88,23 +91,19 @@ device = get_device()
 print("training on:", device)
 
 # %% [markdown]
-# Two choices in that cell matter for the rest of the page:
-#
-# * `get_device()` picks a GPU when there is one (CUDA, or Apple's MPS), else the CPU. Open
-#   this notebook in Colab with a GPU runtime and the same code trains there, faster. The
-#   outputs on this page were computed on a CPU (`TRANSFORMER_COURSE_DEVICE=cpu` forces that).
-# * PyTorch runs on **one** CPU thread here (`num_threads=1`). The thread count is part of what
-#   makes the printed numbers repeatable (a sum split over two threads can round differently).
+# `get_device()` picks a GPU when there is one (CUDA, or Apple's MPS), else the CPU: open this
+# notebook in Colab with a GPU runtime and the same code trains there. The outputs on this page
+# were computed on a CPU; a GPU adds up its floating-point sums in another order, so its printed
+# numbers will not match the page's digit for digit.
 #
 # ## The task: normalising dates
 #
-# A first training task for a sequence-to-sequence model is often *copy the input* or *reverse
-# it*. Both are too easy to tell us much: source and target share one vocabulary and one length,
-# and output position $i$ always reads input position $i$ (or $n - i$), so they exercise little
-# of what makes translation hard.
-#
-# We want something that looks like translation but trains on a CPU in about a minute:
-# **date normalisation**. The input is a date as people write it, the output its ISO 8601 form:
+# Chapter 07's task, reversing a string, was chosen because its answer is known in advance.
+# That also makes it easy: source and target share one vocabulary and one length, and output
+# position $i$ always reads input position $n - 1 - i$. Translation is harder on each count.
+# We want something that looks like translation but still trains on a laptop CPU in well
+# under a minute: **date normalisation**. The input is a date as people write it, the output its
+# ISO 8601 form:
 #
 # * the two sides have **different vocabularies** (letters, digits and punctuation in; digits
 #   and `-` out) and **different lengths** (6 to 28 characters in, always 10 out);
@@ -140,22 +139,22 @@ print("target:", render_date(example_date, "iso").target)
 ex = render_date(dt.date(2021, 3, 3), "weekday_long", case="upper")
 print(ex.source, "->", ex.target)
 print({field: ex.source[a:b] for field, (a, b) in ex.spans.items()})
-assert ex.source == "WEDNESDAY, 3 MARCH 2021" and ex.target == "2021-03-03"
 
 # %% [markdown]
 # ### Train, validation and a held-out test set
 #
-# `make_splits` shuffles the 36,525 days of the range with a seeded generator and gives
-# 1,000 of them to the **held-out test set** (one example per date), the next 500 to a
-# **validation** set (used during training to watch for trouble), and draws the training
-# examples from the remaining days. So not one held-out *date* appears in training, in any
-# format: the final accuracy measures generalisation to dates the model has never seen, not
-# memory. One pass over the training set is exactly the 800 steps × 64 examples we will train for.
+# `make_splits` shuffles the days of the range with a seeded generator and gives 1,000 of them
+# to the **held-out test set** (one example per date), the next 500 to a **validation** set
+# (used during training to watch for trouble), and draws the training examples from the
+# remaining days. So not one held-out *date* appears in training, in any format: the final
+# accuracy measures generalisation to dates the model has never seen, not memory. One pass
+# over the training set is exactly the 800 steps × 64 examples we will train for.
 
 # %%
 STEPS, BATCH = 800, 64
 splits = make_splits(n_train=STEPS * BATCH, n_val=500, n_test=1000, seed=0)
-assert (LAST_DATE - FIRST_DATE).days + 1 == 36_525
+n_days = (LAST_DATE - FIRST_DATE).days + 1
+print(f"{n_days:,} days from {FIRST_DATE} to {LAST_DATE}")
 print(
     f"train {len(splits.train)}, validation {len(splits.val)}, "
     f"held-out test {len(splits.test)}"
@@ -163,26 +162,23 @@ print(
 
 train_dates = {e.date for e in splits.train}
 test_dates = {e.date for e in splits.test}
+val_dates = {e.date for e in splits.val}
 print(
     "distinct dates in train:",
     len(train_dates),
     "| held-out dates also in train:",
     len(test_dates & train_dates),
 )
-assert len(test_dates) == 1000 and not test_dates & train_dates
-assert not {e.date for e in splits.val} & (train_dates | test_dates)
-assert not {e.source for e in splits.test} & {e.source for e in splits.train}
+# the validation dates are a third set, disjoint from both
+assert not val_dates & (train_dates | test_dates)
 
 every = splits.train + splits.val + splits.test
 source_lengths = [len(e.source) for e in every]
 target_lengths = {len(e.target) for e in every}
-shortest, longest = min(source_lengths), max(source_lengths)
 print(
-    f"source lengths {shortest} to {longest} characters;",
-    "target lengths",
-    sorted(target_lengths),
+    f"source lengths {min(source_lengths)} to {max(source_lengths)} "
+    f"characters; target lengths {sorted(target_lengths)}"
 )
-assert (shortest, longest) == (6, 28) and target_lengths == {10}
 
 formats_seen = Counter(e.format for e in splits.train)
 print(
@@ -207,8 +203,6 @@ for e in splits.train[:5]:
 # %%
 src_tok, tgt_tok = source_tokenizer(), target_tokenizer()
 PAD = src_tok.pad_id
-assert PAD == tgt_tok.pad_id == 0
-assert (tgt_tok.bos_id, tgt_tok.eos_id) == (1, 2)
 print(
     f"source vocabulary: {len(src_tok)} tokens:",
     " ".join(src_tok.tokens[:12]),
@@ -222,6 +216,7 @@ src_ids = src_tok.encode(e.source)
 tgt_ids = tgt_tok.encode(e.target, add_bos=True)
 print(repr(e.source), "->", src_ids)
 print(repr(e.target), "->", tgt_ids)
+# decoding drops the special tokens and gives the text back
 assert src_tok.decode(src_ids) == e.source
 assert tgt_tok.decode(tgt_ids) == e.target
 
@@ -231,7 +226,8 @@ assert tgt_tok.decode(tgt_ids) == e.target
 # `Seq2SeqDataset` encodes every pair once and returns `(src_ids, tgt_ids)`: two 1-D tensors
 # of *different* lengths. A `DataLoader` cannot stack tensors of different lengths by itself,
 # so we give it a **collate function** that pads each side to the longest sequence *of the
-# batch* (not of the whole data set: short batches stay short).
+# batch* (not of the whole data set: short batches stay short). PyTorch's
+# `nn.utils.rnn.pad_sequence` does the padding:
 
 # %%
 show_source(collate_batch)
@@ -247,27 +243,22 @@ train_loader = DataLoader(
 val_loader = DataLoader(val_ds, batch_size=500, collate_fn=collate)
 
 src, tgt = next(iter(train_loader))
+src_lengths = (src != PAD).sum(1)
 print("src", tuple(src.shape), src.dtype, "| tgt", tuple(tgt.shape), tgt.dtype)
+print(
+    f"source lengths in this batch: {src_lengths.min()} to "
+    f"{src_lengths.max()} tokens; padding tokens in tgt: {(tgt == PAD).sum()}"
+)
 print("first 4 source rows (0 = <pad>):")
 print(src[:4])
-src_lengths = (src != PAD).sum(1)
-assert src.size(1) == src_lengths.max() and (src_lengths < src.size(1)).any()
-assert all(
-    (row[n:] == PAD).all() and row[n - 1] == src_tok.eos_id
-    for row, n in zip(src, src_lengths.tolist())
-)
 
 # %% [markdown]
-# The source rows end with `<eos>` (2) and then padding (0). Every target has the same 10
-# characters (checked above for all the data), so in *this* task only the source side is ragged. The code never relies on that:
-# real translation targets have all lengths, and the collate function, the masks and the loss
-# all handle padded targets.
-
-# %%
-# <bos> + 10 characters + <eos>
-assert (tgt != PAD).all() and tgt.size(1) == 12
-
-# %% [markdown]
+# `src` is as wide as the longest source of the batch (26 tokens), and its rows end with `<eos>`
+# (2) and then padding (0). Every target has the same 10 characters, so `tgt` has 12 columns
+# (`<bos>`, 10 characters, `<eos>`) and no padding: in *this* task only the source side is
+# ragged. The code never relies on that: real translation targets have all lengths, and the
+# collate function, the masks and the loss all handle padded targets.
+#
 # ## The model
 #
 # A small model: $d_\text{model} = 64$, 4 heads, 2 encoder and 2 decoder layers, a feed-forward
@@ -292,7 +283,8 @@ print(f"{count_parameters(model):,} parameters")
 # %% [markdown]
 # ## Teacher forcing, and masks for exactly those tensors
 #
-# In training, the decoder does not read its own (at first, random) predictions. It reads the
+# Chapter 07 already fed its decoder the labels shifted by one; here is the idea behind it. In
+# training, the decoder does not read its own (at first, random) predictions. It reads the
 # **correct** previous characters, all at once, and is asked at every position for the *next*
 # one. This is **teacher forcing**, and it is a shift by one:
 #
@@ -327,7 +319,6 @@ src_mask, tgt_mask, memory_mask = make_seq2seq_masks(src, tgt_in, PAD)
 masks = dict(src_mask=src_mask, tgt_mask=tgt_mask, memory_mask=memory_mask)
 for name, m in masks.items():
     print(f"{name:12} {tuple(m.shape)}")
-assert tgt_mask.shape == (BATCH, 1, tgt_in.size(1), tgt_in.size(1))
 print("tgt_mask of the first example (1 = may attend):")
 print(tgt_mask[0, 0].int())
 
@@ -343,15 +334,15 @@ print(
     tuple(logits.shape),
     "= (batch, decoder positions, target vocabulary)",
 )
-assert logits.shape == (BATCH, tgt_in.size(1), len(tgt_tok))
 
 # %% [markdown]
-# A common pitfall: building the masks from the unshifted `tgt` (12 positions) and then feeding
-# the decoder `tgt[:, :-1]` (11 positions). Our attention checks mask shapes and says so,
-# instead of silently broadcasting the wrong thing:
+# Chapter 08 listed a pitfall that only a training loop can fall into: masks built from the
+# full target `tgt` (12 positions) while the decoder is fed `tgt_in = tgt[:, :-1]`
+# (11 positions). A 12 × 12 mask cannot be laid over 11 × 11 attention scores, and our
+# attention refuses it with a message that says which shapes disagree:
 
 # %%
-# the mistake: built for tgt
+# the mistake: masks built for tgt
 _, unshifted_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)
 try:
     model(
@@ -362,14 +353,11 @@ try:
         memory_mask.to(device),
     )
 except ValueError as err:
-    print("ValueError:", err)
-else:
-    raise AssertionError("a mask for 12 positions must not be accepted for 11")
+    print(textwrap.fill(f"ValueError: {err}", width=80))
 
 # %% [markdown]
-# (Its masks had a second problem, a padding mask with `1 = padding` combined by `max` with a
-# look-ahead mask with `1 = allowed`; chapter 08 takes that one apart.) The package keeps the
-# three steps (shift, masks, forward pass) together in one function, used by the training loop:
+# The package keeps the three steps (shift, masks, forward pass) together in one function, so
+# that the training loop cannot build the masks from the wrong tensor:
 
 # %%
 show_source(teacher_forced_logits)
@@ -377,8 +365,9 @@ show_source(teacher_forced_logits)
 # %% [markdown]
 # ## The loss: cross-entropy that ignores padding, with label smoothing
 #
-# At every decoder position the model outputs a score (logit) for each of the 14 target tokens,
-# and the loss is the usual cross-entropy with the label, averaged over positions. Two details:
+# At every decoder position the model outputs a score (logit) for each of the $K = 14$ target
+# tokens; the softmax turns them into probabilities $p_k$, and the loss is the cross-entropy
+# with the label, $-\log p_\text{label}$, averaged over positions. Two details:
 #
 # **Padding is not a prediction.** A position whose label is `<pad>` exists only because another
 # sequence in the batch is longer. It must contribute nothing to the loss, and it must not be
@@ -390,39 +379,110 @@ show_source(teacher_forced_logits)
 # $$q_k = (1 - \varepsilon)\,[k = \text{label}] + \frac{\varepsilon}{K}$$
 #
 # over the $K$ classes. The model is then never pushed to be infinitely sure (logits growing
-# without bound), which tends to help generalisation and calibration. (Its price: the paper
-# notes it makes perplexity worse while improving accuracy and BLEU.) The loss is the
+# without bound), which tends to help generalisation and calibration (Müller, Kornblith and
+# Hinton, 2019, *When Does Label Smoothing Help?*). Its price: the paper notes it makes
+# perplexity worse while improving accuracy and BLEU. The loss is the
 # cross-entropy with $q$, which splits into two familiar parts:
 #
-# $$-\sum_k q_k \log p_k = (1 - \varepsilon)\,(-\log p_\text{label}) + \varepsilon \cdot \frac{1}{K}\sum_k (-\log p_k).$$
+# $$
+# \begin{aligned}
+# -\sum_k q_k \log p_k
+# &= (1 - \varepsilon)\,(-\log p_\text{label})
+#    + \varepsilon \cdot \frac{1}{K}\sum_k (-\log p_k),
+# \end{aligned}
+# $$
+#
+# the usual loss, weighted $1 - \varepsilon$, plus the cross-entropy with the uniform
+# distribution, weighted $\varepsilon$. In code, with padding left out of the sum and of the
+# count:
+
+
+# %%
+def smoothed_loss(logits, labels, pad_id, eps):
+    """Mean label-smoothed cross-entropy over the non-padding labels."""
+    logp = logits.log_softmax(dim=-1)
+    nll = -logp.gather(-1, labels[..., None])[..., 0]  # -log p_label
+    uniform = -logp.mean(dim=-1)  # (1/K) sum_k -log p_k
+    per_token = (1 - eps) * nll + eps * uniform
+    keep = labels != pad_id
+    return (per_token * keep).sum() / keep.sum()
+
+
+# %% [markdown]
+# The package's `sequence_loss` is the same computation, with checks of its inputs:
 
 # %%
 show_source(sequence_loss)
 
 # %% [markdown]
-# It agrees with PyTorch's `F.cross_entropy(..., ignore_index=pad, label_smoothing=ε)`, which
-# uses the same definition ($\varepsilon/K$ on every class, the label included):
+# PyTorch's `F.cross_entropy(..., ignore_index=pad, label_smoothing=ε)` uses the same
+# definition ($\varepsilon/K$ on every class, the label included). The three, on the untrained
+# model's logits:
 
 # %%
 labels_d = labels.to(device)
+K = len(tgt_tok)
 for eps in (0.0, 0.1):
-    ours = sequence_loss(logits, labels_d, PAD, label_smoothing=eps)
+    mine = smoothed_loss(logits, labels_d, PAD, eps)
+    package = sequence_loss(logits, labels_d, PAD, label_smoothing=eps)
     ref = F.cross_entropy(
-        logits.reshape(-1, len(tgt_tok)),
+        logits.reshape(-1, K),
         labels_d.reshape(-1),
         ignore_index=PAD,
         label_smoothing=eps,
     )
-    print(f"ε = {eps}: ours {ours.item():.4f}, PyTorch {ref.item():.4f}")
-    assert torch.allclose(ours, ref, atol=1e-5)
-print(
-    f"guessing uniformly would give ln({len(tgt_tok)}) = "
-    f"{math.log(len(tgt_tok)):.4f}; "
-    "the untrained model's random preferences do worse"
-)
-assert sequence_loss(logits, labels_d, PAD).item() > math.log(len(tgt_tok))
+    print(
+        f"ε = {eps}: by hand {mine.item():.4f}, "
+        f"package {package.item():.4f}, PyTorch {ref.item():.4f}"
+    )
+    assert torch.allclose(mine, ref, atol=1e-5)
+    assert torch.allclose(package, ref, atol=1e-5)
 
 # %% [markdown]
+# ### What the loss should be before training
+#
+# A first check of a training run, before it starts, is the loss of the untrained model
+# (Karpathy's [A Recipe for Training Neural Networks](https://karpathy.github.io/2019/04/25/recipe/)
+# starts with it): a model that knows nothing and says so gives each of the $K$ tokens
+# probability $1/K$, a loss of $\ln K$. Ours is above that, 3.53 against
+# $\ln 14 = 2.64$. The reason is in its logits: its random weights (Glorot's initialisation,
+# chapter 07) give every position logits of random sizes, so the softmax is far from uniform,
+# and the untrained model is confidently wrong:
+
+# %%
+with torch.no_grad():
+    p = logits.softmax(-1)
+    p_label = p.gather(-1, labels_d[..., None])[..., 0]
+    glorot = math.sqrt(64 * 2 / (64 + K))
+    print(
+        f"spread of the logits at a position (std): "
+        f"{logits.std(-1).mean():.2f} (Glorot's scale predicts {glorot:.2f})"
+    )
+    print(f"probability of its favourite token: {p.max(-1).values.mean():.2f}")
+    print(f"probability of the label:           {p_label.mean():.3f}")
+    below = (p_label < 1 / K).float().mean()
+    print(f"share of positions where it gets less than 1/K: {below:.0%}")
+    for c in (1.0, 0.5, 0.25, 0.0):
+        loss_c = sequence_loss(c * logits, labels_d, PAD)
+        print(f"loss with the logits times {c:4}: {loss_c:.4f}")
+print(f"ln K = ln {K} = {math.log(K):.4f}")
+assert abs(sequence_loss(0 * logits, labels_d, PAD) - math.log(K)) < 1e-5
+assert sequence_loss(logits, labels_d, PAD) > math.log(K)
+
+# %% [markdown]
+# (The decoder's last layer norm gives every position a vector whose 64 entries have mean 0 and
+# variance 1, and the output layer's Glorot weights for 64 inputs and 14 outputs have variance
+# $2/(64 + 14)$, so a logit has variance about $64 \cdot 2/78$, a spread of 1.28.)
+# On average the label gets about the $1/K$ a uniform guess gives it: the untrained model knows
+# nothing. But the average hides the spread: each position puts about a third of its probability
+# on one token chosen at random, so most labels get less than $1/K$, and $-\log p$ punishes a
+# label that got too little far more than it rewards one that got too much. Shrinking the logits
+# towards 0 brings the loss down to $\ln K$; at 0 the model is the uniform guess. So a loss
+# above $\ln K$ is what this initialisation should give, and knowing why turns the first point
+# of the loss curve into a check instead of a surprise.
+#
+# ### Padding is ignored
+#
 # Our targets contain no padding, so to see padding ignored we cut the labels after 5 positions
 # by hand. Whatever the model says at the padded positions then changes nothing, and the loss
 # is the average over the 5 real positions only:
@@ -444,37 +504,40 @@ assert torch.allclose(loss_noisy, loss_cut)
 assert torch.allclose(loss_cut, loss_first5)
 
 # %% [markdown]
-# The smoothed target for the label `3`, next to the plain one-hot target:
+# ### The smoothed target and the floor it puts under the loss
+#
+# The smoothed target for the label `3`:
 
 # %%
 EPS = 0.1
 label_3 = torch.tensor([tgt_tok.index["3"]])
-q = smoothed_targets(label_3, len(tgt_tok), EPS)[0]
-fig, ax = plt.subplots(figsize=(7, 2.8))
-xs = np.arange(len(tgt_tok))
-one_hot = F.one_hot(label_3, len(tgt_tok))[0].numpy()
-ax.bar(xs - 0.2, one_hot, width=0.4, label="one-hot (ε = 0)")
-ax.bar(xs + 0.2, q.numpy(), width=0.4, label=f"smoothed (ε = {EPS})")
-ax.set_xticks(xs, tgt_tok.tokens, rotation=45)
-ax.set_ylabel("target probability")
-note = f"every other token: ε/K = {EPS / len(tgt_tok):.4f}"
-ax.text(xs[-1], 0.15, note, ha="right", fontsize=8)
-ax.set_title("The label '3' as a training target")
-ax.legend()
-fig.tight_layout()
-plt.show()
+q = smoothed_targets(label_3, K, EPS)[0]
 print(
     f"label: {q[label_3].item():.4f} = 1 - ε + ε/K; "
     f"every other token: {q[0].item():.4f} = ε/K; "
     f"sum {q.sum().item():.4f}"
 )
-assert abs(q[label_3].item() - (1 - EPS + EPS / len(tgt_tok))) < 1e-6
-assert abs(q.sum().item() - 1) < 1e-6
+
+# %% tags=["hide-input"] caption="The training target for the label 3, on a log scale. One-hot puts probability 1 on it and 0 on every other token; label smoothing with ε = 0.1 puts 0.9071 on it and ε/K = 0.0071 on each of the other 13 tokens, the padding and start tokens included." alt="A bar chart over the 14 target tokens (the three special tokens, the dash and the digits 0 to 9) with a logarithmic y axis from 0.001 to 1. The blue one-hot bar stands at 1 over token 3 and nowhere else. The orange smoothed bars stand at 0.907 over token 3 and at 0.0071 over every other token."
+fig, ax = plt.subplots(figsize=(6.9, 2.8))
+xs = np.arange(K)
+one_hot = F.one_hot(label_3, K)[0].numpy()
+ax.bar(xs - 0.2, one_hot, width=0.4, label="one-hot (ε = 0)")
+ax.bar(xs + 0.2, q.numpy(), width=0.4, label=f"smoothed (ε = {EPS})")
+ax.set_xticks(xs, tgt_tok.tokens, rotation=45)
+ax.set_yscale("log")
+ax.set_ylim(1e-3, 2)
+ax.set_ylabel("target probability")
+ax.set_title("The label '3' as a training target (log scale)")
+ax.legend()
+fig.tight_layout()
+plt.show()
 
 # %% [markdown]
 # One consequence to remember when reading the loss curves: with label smoothing the loss cannot
-# go to 0. It is smallest when the model predicts exactly $q$, and that minimum is the entropy of
-# $q$, a **floor** that a perfect model sits on:
+# go to 0. The cross-entropy $-\sum_k q_k \log p_k$ is smallest when the model predicts exactly
+# $q$, and that minimum is the entropy of $q$. Every label has a target of the same shape, so
+# this **floor** is the same for every token, and no batch can go below it:
 
 # %%
 floor = -(q * q.log()).sum().item()
@@ -486,15 +549,29 @@ print(
 # %% [markdown]
 # ## Optimiser and learning-rate schedule
 #
-# **AdamW** (Adam with decoupled weight decay), with the original paper's $\beta_2 = 0.98$. The
-# learning rate follows a **warm-up then decay** schedule: it rises linearly from almost 0 to its
-# peak over the first 80 steps, then falls along a half cosine to 5 % of the peak at the last step.
+# **AdamW** (Adam with decoupled weight decay; chapter 02 showed what its momentum and its
+# weight decay do to an embedding table), with the original paper's $\beta_2 = 0.98$. The learning rate follows a **warm-up then
+# decay** schedule: it rises linearly to its peak over the first $W = 80$ steps, then falls
+# along a half cosine to $r = 5\,\%$ of the peak at the last of the $T = 800$ steps:
 #
-# Why warm up? At the start, Adam's estimates of the gradient's scale come from very few steps,
-# and the weights are random; large steps then can push a post-norm Transformer into a bad
-# region that it leaves only slowly (exercise 2 shows this). The decay at the end lets the
-# weights settle. The 2017 paper used a related schedule (linear warm-up, then decay with
-# $1/\sqrt{\text{step}}$); warm-up + cosine is what most models use today (GPT-2 in chapter 10 as well).
+# $$
+# \mathrm{lr}(s) = \mathrm{peak} \cdot
+# \begin{cases}
+# \dfrac{s + 1}{W} & s < W,\\[1ex]
+# r + (1 - r)\,\dfrac{1}{2}\Bigl(1 + \cos \dfrac{\pi\,(s - W)}{T - W}\Bigr) & s \ge W.
+# \end{cases}
+# $$
+#
+# Why warm up? At the start, Adam divides each step by a running estimate of the gradient's size
+# that rests on very few gradients, so its first steps can be far too large (Liu et al., 2020,
+# *On the Variance of the Adaptive Learning Rate and Beyond*). And in a *post-norm* Transformer
+# (ours, and the paper's: layer norm after each residual sum), the gradients of the layers near
+# the output are large at initialisation, so a full learning rate from step 0 makes training
+# unstable (Xiong et al., 2020, *On Layer Normalization in the Transformer Architecture*).
+# Exercise 2 measures what leaving the warm-up out costs, for post-norm and pre-norm. The
+# decay at the end lets the weights settle. The 2017 paper used a related schedule (linear
+# warm-up, then decay with $1/\sqrt{\text{step}}$); linear warm-up and cosine decay is the
+# schedule of GPT-3 and Llama, and of chapter 10.
 
 # %%
 show_source(warmup_decay)
@@ -507,8 +584,14 @@ optimizer = torch.optim.AdamW(
 scheduler = torch.optim.lr_scheduler.LambdaLR(
     optimizer, lambda s: warmup_decay(s, WARMUP, STEPS)
 )
-
 planned = [PEAK_LR * warmup_decay(s, WARMUP, STEPS) for s in range(STEPS)]
+print(
+    f"step 0: {planned[0]:.1e}, "
+    f"step {WARMUP - 1}: {planned[WARMUP - 1]:.1e} (peak), "
+    f"step {STEPS - 1}: {planned[-1]:.1e}"
+)
+
+# %% tags=["hide-input"] caption="The learning rate of the 800 training steps: a straight rise to its peak of 3e-3 over the 80 warm-up steps (dotted line), then a half cosine down to 1.5e-4, 5 % of the peak, at the last step." alt="A line plot of learning rate against step, 0 to 800. The line climbs straight from near 0 to 0.003 at step 80, marked by a dotted vertical line labelled end of warm-up, then falls along a smooth S-shaped curve to about 0.00015 at step 800."
 fig, ax = plt.subplots(figsize=(6.5, 2.8))
 ax.plot(planned)
 ax.axvline(WARMUP, color="gray", ls=":", lw=1)
@@ -518,12 +601,6 @@ ax.set_ylabel("learning rate")
 ax.set_title("Linear warm-up, then cosine decay")
 fig.tight_layout()
 plt.show()
-print(
-    f"step 0: {planned[0]:.1e}, "
-    f"step {WARMUP - 1}: {planned[WARMUP - 1]:.1e} (peak), "
-    f"step {STEPS - 1}: {planned[-1]:.1e}"
-)
-assert int(np.argmax(planned)) == WARMUP - 1 and planned[-1] < 0.06 * PEAK_LR
 
 # %% [markdown]
 # ## The training loop
@@ -554,6 +631,8 @@ assert int(np.argmax(planned)) == WARMUP - 1 and planned[-1] < 0.06 * PEAK_LR
 
 # %%
 show_source(fit)
+
+# %%
 show_source(train_seq2seq)
 
 # %% tags=["nbval-ignore-output"]
@@ -570,57 +649,60 @@ history = train_seq2seq(
     eval_every=100,
     device=device,
 )
-assert len(history.loss) == STEPS
+assert len(history.loss) == STEPS and history.loss[-1] < history.loss[0]
 
 # %% [markdown]
-# The numbers (rounded, so that they are the same run after run on the CPU):
+# How long that took, on the clock and in CPU time (what the same run takes on an otherwise idle
+# core; the two differ when other programs share the machine):
+
+# %% tags=["nbval-ignore-output"]
+print(
+    f"{STEPS} steps: {history.wall_seconds:.0f} s on the clock, "
+    f"{history.cpu_seconds:.0f} s of CPU time"
+)
+assert history.cpu_seconds > 0 and history.wall_seconds > 0
+
+# %% [markdown]
+# What the run measured: the training loss at the first step and at the end, and the
+# validation loss every 100 steps, with how far each lies above the floor.
 
 # %%
 final_train = float(np.mean(history.loss[-50:]))
-print(f"training loss, mean of the last 50 steps: {final_train:.3f}")
-print(
-    "validation loss every 100 steps:",
-    [round(v, 3) for v in history.evals["val_loss"]],
-)
-print(f"floor (entropy of the smoothed target): {floor:.3f}")
 val_curve = history.evals["val_loss"]
-assert history.loss[0] > 3
-assert val_curve[2] < floor + 0.1 and val_curve[-1] < floor + 0.02
-# the optimiser followed the planned schedule
-assert np.allclose(history.lr, planned)
-
-# %% [markdown]
-# How long it took. Wall-clock time depends on what else the machine is doing, so the cell also
-# reports **CPU time** (`time.process_time()`): on one thread it is what the training would take
-# on an otherwise idle machine (or a little more), and it is what the budget of 120 s is
-# checked against.
-
-# %% tags=["nbval-ignore-output"]
-wall_s, cpu_s = history.wall_seconds, history.cpu_seconds
+excess = [v - floor for v in val_curve]
+print(f"training loss at step 1: {history.loss[0]:.3f}")
+print(f"training loss, mean of the last 50 steps: {final_train:.4f}")
+print(f"floor (entropy of the smoothed target):    {floor:.4f}")
+print("step  validation loss  above the floor")
+for s, v, x in zip(history.eval_steps, val_curve, excess):
+    print(f"{s:4}  {v:15.4f}  {x:16.4f}")
 print(
-    f"{STEPS} steps in {wall_s:.1f} s wall-clock "
-    f"({STEPS / wall_s:.1f} steps/s), "
-    f"{cpu_s:.1f} s of CPU time "
-    f"({STEPS / cpu_s:.1f} steps per CPU-second)"
+    f"the excess fell {excess[3] / excess[-1]:.0f}-fold "
+    f"from step {history.eval_steps[3]} to step {history.eval_steps[-1]}"
 )
-assert history.cpu_seconds <= 120, (
-    "training took more than the chapter's budget of 120 s"
-)
+# the smoothed loss of every token is at least the entropy of its target
+assert min(history.loss) > floor
 
 # %% [markdown]
-# The loss curves. The training loss (one value per step, and its average over 25 steps) falls
-# from above 3 to near the floor within 300 steps; the validation loss, on dates the model never
-# trains on, follows it, so the model is not memorising.
+# The loss curves. In the top panel, the training loss (one value per step, and its average
+# over 25 steps) and the validation loss fall from the untrained model's 3.5 to just above the
+# floor within the first few hundred steps, and from there on the curves look flat: a plain
+# plot hides the second half of training. The bottom panel plots the same curves *minus the
+# floor*, on a log scale. What the model has left to learn keeps shrinking to the last step,
+# while the learning rate decays: the table above has it 72 times smaller at step 800 than at
+# step 400. The validation loss, on dates the model never trains on, stays close to the
+# training loss all along: the model is learning the rule, not memorising its examples.
 
-# %%
-fig, ax = plt.subplots(figsize=(6.5, 3.5))
+# %% tags=["hide-input"] caption="Training and validation loss of the 800-step run. Top: the label-smoothed loss falls from 3.5 to just above its floor (dotted) within a few hundred steps and then looks flat. Bottom: the same curves minus the floor, on a log scale; what is left to learn keeps shrinking, from about 0.4 at step 100 to below 0.001 at step 800." alt="Two stacked line plots sharing a step axis from 0 to 800. Top: the training loss (light blue per step, dark blue 25-step average) and the validation loss (orange squares every 100 steps) drop steeply from about 3.5 to about 0.6 by step 300, then run flat just above a dotted horizontal line at 0.547. Bottom: the same curves minus 0.547, on a logarithmic axis, fall along a nearly straight line from about 1 to below 0.001; the per-step training values scatter around the average, with spikes near the end."
 steps = np.arange(1, STEPS + 1)
-ax.plot(steps, history.loss, color="C0", alpha=0.3, lw=0.8)
-smooth = np.convolve(history.loss, np.ones(25) / 25, mode="valid")
-ax.plot(steps[24:], smooth, color="C0", label="training (25-step average)")
-ax.plot(history.eval_steps, val_curve, "s-", color="C1", label="validation")
-ax.axhline(floor, color="gray", ls=":", lw=1)
-ax.text(
+loss = np.array(history.loss)
+smooth = np.convolve(loss, np.ones(25) / 25, mode="valid")
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.6), sharex=True)
+top.plot(steps, loss, color="C0", alpha=0.3, lw=0.8)
+top.plot(steps[24:], smooth, color="C0", label="training (25-step average)")
+top.plot(history.eval_steps, val_curve, "s-", color="C1", label="validation")
+top.axhline(floor, color="gray", ls=":", lw=1)
+top.text(
     STEPS,
     floor - 0.05,
     "floor: entropy of the smoothed target",
@@ -629,11 +711,15 @@ ax.text(
     fontsize=8,
     color="gray",
 )
-ax.set_ylim(0, 3)
-ax.set_xlabel("step")
-ax.set_ylabel("label-smoothed loss (nats per token)")
-ax.set_title("Training the date normaliser")
-ax.legend()
+top.set_ylim(0, 3.7)
+top.set_ylabel("smoothed loss (nats/token)")
+top.set_title("Training the date normaliser")
+top.legend()
+bottom.semilogy(steps, loss - floor, color="C0", alpha=0.3, lw=0.8)
+bottom.semilogy(steps[24:], smooth - floor, color="C0")
+bottom.semilogy(history.eval_steps, excess, "s-", color="C1")
+bottom.set_xlabel("step")
+bottom.set_ylabel("loss minus the floor")
 fig.tight_layout()
 plt.show()
 
@@ -684,10 +770,11 @@ show_source(greedy_decode)
 ids = greedy_decode(
     model, one_src, PAD, tgt_tok.bos_id, tgt_tok.eos_id, max_len=16
 )
-assert torch.equal(ids[0], ys[0, 1:])
+print("greedy_decode gives the loop's tokens:", torch.equal(ids[0], ys[0, 1:]))
 
 # %% [markdown]
-# One held-out example per format, decoded:
+# `translate` wraps it for a list of strings: it encodes and pads the sources, decodes, and turns
+# the ids back into text. One held-out example per format:
 
 # %%
 per_format = [next(x for x in splits.test if x.format == f) for f in FORMATS]
@@ -726,27 +813,26 @@ by_format = (
     .groupby([x.format for x in splits.test])
     .mean()
 )
-print(
-    f"accuracy per format: from {100 * by_format.min():.1f} % "
-    f"to {100 * by_format.max():.1f} %"
-)
+print(f"the format with the lowest accuracy: {100 * by_format.min():.1f} %")
 mistakes = [
     (x.source, p, x.target)
     for p, x in zip(predictions, splits.test)
     if p != x.target
 ]
-print("mistakes:", mistakes if mistakes else "none")
+print("mistakes:", len(mistakes))
+for source, p, target in mistakes:
+    print(f"  {source!r:30} -> {p!r}  (target {target})")
 assert accuracy >= 0.99
 
 # %% [markdown]
 # ## Where the model fails: dates written in ways it has never seen
 #
-# 99.7 % on the held-out set says that the model generalises to new *dates*. Its three mistakes
-# are small: two years off by ten (2033 for 2023, 1988 for 1998) and a day with its digits
-# swapped (13 for 31). Every one of those dates was written in one of the 15 formats it trained on. People write dates in many more ways. A
-# fair next question: what happens with formats that are just as clear to a reader but never
-# occur in training? `UNSEEN_FORMATS` has six, built from the same pieces (day, month name or
-# number, year, the same separators), each rendered for 200 of the held-out dates:
+# Not one mistake on the 1,000 held-out dates says that the model generalises to new *dates*.
+# But every one of them was written in one of the 15 formats it trained on, and people write
+# dates in many more ways. A fair next question: what happens with formats that are just as
+# clear to a reader but never occur in training? `UNSEEN_FORMATS` has six, built from the same
+# pieces (day, month name or number, year, the same separators), each rendered for 200 of the
+# held-out dates:
 
 # %%
 unseen = [
@@ -776,10 +862,6 @@ print(
     f"all six formats: {ood['correct'].mean():.1%} exact match "
     f"({(~ood['correct']).sum()} mistakes out of {len(ood)})"
 )
-assert set(ood["format"]) == set(UNSEEN_FORMATS)
-assert not set(UNSEEN_FORMATS) & set(FORMATS)
-assert 0.2 < ood["correct"].mean() < 0.95
-assert summary["exact_match"].min() < 0.5
 
 # %% [markdown]
 # Now there are mistakes to analyse. `wrong_fields` compares a prediction with the target field
@@ -802,12 +884,13 @@ print(
     "(a prediction can have several):"
 )
 print(fields_wrong.to_string())
+print("\ntwo mistakes of each format:")
 for name in UNSEEN_FORMATS:
     rows = ood[(ood["format"] == name) & ~ood["correct"]].head(2)
+    print(f"  {name}")
     for r in rows.itertuples():
         print(
-            f"  {name:24} {r.example!r:24} -> {r.prediction!r:14} "
-            f"(target {r.target}; wrong: {', '.join(r.wrong)})"
+            f"    {r.example!r:20} -> {r.prediction!r:14} (target {r.target})"
         )
 
 # %%
@@ -819,41 +902,41 @@ print(
     "'July 14 2021' mistakes whose day is '0' + the last digit "
     f"of the true day: {lost_tens:.0%}"
 )
-assert summary.loc["iso_slash", "exact_match"] < 0.05
-assert summary.loc["year_month_day", "exact_match"] < 0.05
-assert fields_wrong.loc["day_mon_yyyy", ["month", "day"]].sum() == 0
-assert fields_wrong.loc["day_mon_yyyy", "year"] > 0
-# (nearly) only the day goes wrong
-for name in ("month_day_year_no_comma", "mon_dot_day_year"):
-    others = fields_wrong.loc[name, ["year", "month"]].sum()
-    assert fields_wrong.loc[name, "day"] > 20 * others
-assert lost_tens > 0.4
 
 # %% [markdown]
 # The table is the analysis; read it format by format.
 #
 # * **`1962/10/23`** (0 %): in training, `/` *always* meant month/day/year, so the model trusts
 #   the separator over the shape of the numbers. Every field goes wrong, and some outputs are not
-#   even dates. **`1962 October 23`** (0.5 %) fails the same way: the year was always at the
-#   end or in a purely numeric date, so the model reads the day where it expects the year.
-# * **`23-Oct-1962`** (80.5 %): this pattern appeared in training only with a two-digit year
+#   even dates (`2023-19-26` has a month 19). **`1962 October 23`** (0.5 %) fails much the same
+#   way: in training a date with words never started with its year, and the model writes
+#   something else into the year (`2032` for 1962).
+# * **`23-Oct-1962`** (72 %): this pattern appeared in training only with a two-digit year
 #   (`23-Oct-62`). Month and day are always right; only the year goes wrong, with its digits
-#   mixed up (`08-Mar-2021` → 2001).
-# * **`October 23 1962`** (59 %): almost only the day goes wrong, and in nearly half of these
-#   mistakes the same way: a two-digit day loses its first digit (23 → 03). Training wrote the full
-#   month name with a comma after the day (`October 23, 1962`) and only the short name without one
-#   (`Oct 23 1962`); this mixture of the two misleads the model about where the day is.
-#   `Oct. 23, 1962` (73 %), with a `.` that training never put after a month, shows the same kind
-#   of day error, less often.
-# * **`23 October '62`** (97.5 %) is close to a training format (`23 October 1962`) and mostly
-#   right; its few errors are in the two-digit year.
+#   mixed up (`18-Nov-1977` → 1997).
+# * **`October 23 1962`** (50 %): only the day goes wrong, and in about half of these mistakes
+#   the same way: a two-digit day loses its first digit (23 → 03). Training wrote the full month
+#   name always with a comma after the day (`October 23, 1962`), and the short name without one
+#   (`Oct 23 1962`); this mixture of the two trips the model up on the day and on nothing else.
+#   `Oct. 23, 1962` (84 %), with a `.` that training never put after a month, also gets mostly
+#   the day wrong, less often, and both its examples lose the tens digit too
+#   (`Nov. 13, 2048` → 03).
+# * **`23 October '62`** (93.5 %) is close to a training format (`23 October 1962`) and mostly
+#   right; its errors are nearly all in the two-digit year.
 #
 # So the model has learned the regularities of its training formats, including ones that are not
-# the real rule: a `/` *implies* month-first, a `-Oct-` *implies* a two-digit year, a comma ends
-# the day. A held-out set drawn from the training distribution shares those regularities, so it
-# could not reveal them; 99.7 % there measured interpolation. To know how a model behaves on the
-# inputs you will actually get, test on those, and look at *which* mistakes it makes: here they
-# point straight at the fix (more varied training formats; exercise 3 adds one by fine-tuning).
+# the real rule: a `/` *implies* month-first, a `-Oct-` *implies* a two-digit year. A held-out
+# set drawn from the training distribution shares those regularities, so it could not reveal
+# them; a perfect score there measured interpolation. To know how a model behaves on the inputs
+# you will actually get, test on those, and look at *which* mistakes it makes: here they point
+# straight at the fix (more varied training formats; exercise 3 adds one by fine-tuning).
+#
+# One caution: this is one training run. Models trained on the same data from different random
+# seeds tend to agree on a test set like the training data and to differ, sometimes widely, out
+# of it (McCoy et al., 2020, *BERTs of a Feather Do Not Generalize Together*, found this across
+# 100 fine-tuning runs of BERT). The two formats near 0 % break a regularity that held in every
+# training example; for the formats in between, retrain from a few seeds before reading much into
+# any one percentage.
 #
 # Years are a second axis. The model has never seen a year outside 1950–2049:
 
@@ -861,13 +944,11 @@ assert lost_tens > 0.4
 outside = "14th of July, 1789"
 guess = translate(model, [outside], src_tok, tgt_tok, device=device)[0]
 print(f"{outside!r} -> {guess!r}")
-assert guess != "1789-07-14" and guess[:2] in ("19", "20")
 
 # %% [markdown]
 # It answers with a year in the range it knows: a model does not say "I don't know" unless it
 # was trained to.
 #
-# %% [markdown]
 # ## What the model looks at: cross-attention
 #
 # Each decoder layer keeps the weights of its last cross-attention call in
@@ -885,32 +966,26 @@ with torch.inference_mode():
     teacher_forced_logits(model, one_src, one_tgt, PAD)
 # (L_tgt, L_src), heads averaged
 weights = model.decoder.layers[-1].cross_attn_weights[0].mean(0)
-title = f"cross-attention, last decoder layer: {example.source!r} -> {pred!r}"
+
+# where each output character looks most
+looks_at = weights.argmax(-1).tolist()
+print(f"{example.source!r} -> {pred!r}")
+print("year digits look most at:", [example.source[j] for j in looks_at[0:4]])
+print("month digits look most at:", [example.source[j] for j in looks_at[5:7]])
+print("day digits look most at:", [example.source[j] for j in looks_at[8:10]])
+# the letter 'v' occurs in one month name only
+assert [m for m in MONTHS if "v" in m.lower()] == ["November"]
+
+# %% caption="Cross-attention of the last decoder layer, averaged over its 4 heads, for November 21st, 2019 → 2019-11-21. Each row is the position that produces one output character. The year digits read the year at the end of the source, the month digits read the v of November, the day digits read the 2 and the 1 of 21st." alt="A heatmap with 11 rows (output characters 2, 0, 1, 9, -, 1, 1, -, 2, 1 and the end token) and 20 columns (the characters of November 21st, 2019 and the end token), colour scale 0 to about 0.9. Bright cells: the rows 2, 0, 1, 9 on the source digits 2, 0, 1, 9 at the right; the two month rows on the v in the third column; the two day rows on the 2 and the 1 in the middle, the 2 brightest of all. The rows for the dashes and the end token are spread thinly over many columns."
 ax = plot_attention(
     weights,
     keys=list(example.source) + ["<eos>"],
     queries=list(pred) + ["<eos>"],
-    title=title,
+    title=f"last decoder layer: {example.source!r} -> {pred!r}",
 )
 ax.set_xlabel("source character")
 ax.set_ylabel("output character being produced")
 plt.show()
-
-# where each output character looks most
-looks_at = weights.argmax(-1).tolist()
-ya, yz = example.spans["year"]
-ma, mz = example.spans["month"]
-da, dz = example.spans["day"]
-print("year digits look most at:", [example.source[j] for j in looks_at[0:4]])
-print("month digits look most at:", [example.source[j] for j in looks_at[5:7]])
-print("day digits look most at:", [example.source[j] for j in looks_at[8:10]])
-# each year digit reads its own source digit
-assert looks_at[0:4] == list(range(ya, yz))
-assert all(ma <= j < mz for j in looks_at[5:7])
-assert all(da <= j < dz for j in looks_at[8:10])
-assert example.source.startswith("November")
-assert [example.source[j] for j in looks_at[5:7]] == ["v", "v"]
-assert [m for m in MONTHS if "v" in m.lower()] == ["November"]
 
 # %% [markdown]
 # The model has learned the *reordering*: the year digits read the year at the end of the
@@ -959,12 +1034,8 @@ def field_share(layer: int) -> pd.DataFrame:
 
 share = field_share(-1)
 print(share.round(2).to_string())
-diag = np.diag(share.to_numpy())
-off = share.to_numpy()[~np.eye(3, dtype=bool)]
-assert diag.min() > 0.5 and diag.min() > 5 * off.max()
 first = np.diag(field_share(0).to_numpy())
 print("first decoder layer, matching fields:", first.round(2).tolist())
-assert first.min() < diag.min()
 
 # %% [markdown]
 # Every output field puts most of its attention on the matching source field and little on
@@ -996,8 +1067,6 @@ with tempfile.TemporaryDirectory() as tmp:
 restored = Transformer(TransformerConfig.from_dict(checkpoint["config"]))
 restored.load_state_dict(checkpoint["state_dict"])
 restored.to(device).eval()
-assert checkpoint["src_tokens"] == src_tok.tokens
-assert checkpoint["tgt_tokens"] == tgt_tok.tokens
 n_tensors = len(checkpoint["state_dict"])
 print("saved:", sorted(checkpoint), f"| {n_tensors} tensors")
 same = (
@@ -1005,7 +1074,6 @@ same = (
     == predictions[:200]
 )
 print("the restored model gives the same 200 predictions:", same)
-assert same
 
 # %% [markdown]
 # ## From dates to real translation: what changes
@@ -1020,7 +1088,8 @@ assert same
 #   sized in tokens rather than sentences, so little compute goes into padding.
 # * **Size and regularisation.** The paper's base model is $d_\text{model} = 512$, 8 heads, 6 + 6
 #   layers, $d_\text{ff} = 2048$, dropout 0.1, label smoothing 0.1, 4,000 warm-up steps, and a
-#   100k-step run. Real data is finite, so dropout is back on.
+#   100k-step run. Such a run passes over its data many times, so it can over-fit, and dropout
+#   is back on.
 # * **Hardware.** A GPU (or several): `device = get_device()` above already picks it. Add mixed
 #   precision (`torch.autocast`) and a fused attention kernel
 #   (`F.scaled_dot_product_attention`, which `MultiHeadAttention(use_sdpa=True)` calls).
@@ -1031,9 +1100,10 @@ assert same
 # `meta` device (shapes only, no memory for the weights):
 
 # %%
+V = 37_000
 base_config = TransformerConfig(
-    37_000,
-    37_000,
+    V,
+    V,
     d_model=512,
     num_heads=8,
     num_encoder_layers=6,
@@ -1043,16 +1113,18 @@ base_config = TransformerConfig(
 with torch.device("meta"):
     base = Transformer(base_config)
 n_base, n_ours = count_parameters(base), count_parameters(model)
-print(
-    f"ours: {n_ours:,} parameters; "
-    f"base with separate 37k vocabularies: {n_base:,} "
-    f"(~{n_base / n_ours:.0f}x)"
-)
-assert n_base > 400 * n_ours
+table_size = V * base_config.d_model  # one 37,000 x 512 matrix
+print(f"ours:                                 {n_ours:>11,}")
+print(f"base, two vocabularies, three tables: {n_base:>11,}")
+print(f"  of which the three token tables:    {3 * table_size:>11,}")
+print(f"base, one table shared by all three:  {n_base - 2 * table_size:>11,}")
+print(f"base is {n_base / n_ours:.0f} times ours")
 
 # %% [markdown]
-# (The paper reports 65M for base: it shares one vocabulary between the two languages and ties
-# the three embedding matrices, the encoder's, the decoder's and the output layer's.)
+# Most of base's size is its vocabulary: the encoder's embedding, the decoder's embedding and the
+# output layer are three 37,000 × 512 tables. The paper shares one vocabulary of about 37,000
+# tokens between the two languages and ties the three tables into one (chapter 07), which
+# leaves 63 million parameters, close to the 65M it reports for base.
 #
 # ## Summary
 #
@@ -1062,15 +1134,19 @@ assert n_base > 400 * n_ours
 #   `y1 … yn <eos>`; the masks are built for exactly these tensors, and the causal mask keeps
 #   the labels hidden.
 # * The **loss** ignores padded labels; **label smoothing** trains against a softened target and
-#   puts a floor under the loss (its entropy).
+#   puts a floor under the loss (its entropy). Before training, a model that guesses uniformly
+#   has the loss $\ln K$; random initial logits make it higher, because a confident random
+#   guess costs more than a uniform one.
 # * **AdamW** with **warm-up then cosine decay**, **gradient clipping**, and a validation loss
-#   every 100 steps: 800 steps on one CPU thread train a 240k-parameter model to ≥ 99 % exact match
-#   on 1,000 dates it has never seen.
+#   every 100 steps: 800 steps, well under a minute on a CPU, train a 240k-parameter model to get
+#   every one of 1,000 dates it has never seen right. Plotted minus its floor on a log scale, the
+#   loss shows the progress to the last step that a plain plot hides.
 # * **Greedy decoding** encodes once and decodes token by token until `<eos>`; the
 #   **cross-attention** of the trained model shows the reordering of day, month and year.
-# * 99.7 % on held-out dates is not 99.7 % on the dates people write: on six **unseen formats**
-#   the model gets half right, and the fields it gets wrong show which training regularities it has
-#   mistaken for rules. Test on the inputs you will get, and analyse the errors, not just count them.
+# * 100 % on held-out dates is not 100 % on the dates people write: on six **unseen formats**
+#   the model gets half right, and the fields it gets wrong show which training regularities it
+#   has mistaken for rules. Test on the inputs you will get, and analyse the errors, not just
+#   count them.
 #
 # ## Exercises
 #
@@ -1082,7 +1158,7 @@ assert n_base > 400 * n_ours
 # $1 - \varepsilon + \varepsilon/K$. Does smoothing change the accuracy?
 
 
-# %% tags=["hide-input", "solution"]
+# %% tags=["solution"]
 @torch.inference_mode()
 def mean_p_correct(m: torch.nn.Module) -> float:
     """Average probability of the correct next token over the validation set
@@ -1138,38 +1214,42 @@ def run_250(eps: float) -> dict[str, float]:
 
 
 runs = pd.DataFrame({f"ε = {eps}": run_250(eps) for eps in (0.1, 0.0)}).T
-cap = 1 - EPS + EPS / len(tgt_tok)
+cap = 1 - EPS + EPS / K
 print(runs.round(3).to_string())
 print(f"smoothed target for the label: {cap:.3f}")
+print(f"held-out exact match of the 800-step run: {accuracy:.3f}")
 p_plain = runs.loc["ε = 0.0", "mean p(correct)"]
 p_smoothed = runs.loc["ε = 0.1", "mean p(correct)"]
-assert p_plain > cap > p_smoothed - 0.01
-# 250 steps are far from enough, with or without smoothing
-assert (runs["held-out"] < accuracy - 0.2).all()
+assert p_plain > cap > p_smoothed
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # At equal steps, the model trained without smoothing is more confident: its average
-# p(correct) exceeds the 0.907 that the smoothed loss asks for, while the smoothed model is still
-# below that cap. Being more confident does not make it more accurate: after 250 steps both models
-# get only about two thirds of the held-out dates right (the full 800-step run: 99.7 %), and a third
-# of the unseen formats. The differences between the two accuracies are a few points, from one seed
-# each; to claim that smoothing helps or hurts accuracy, repeat the comparison over several seeds
-# and look at the spread.
+# p(correct) exceeds the 0.907 that the smoothed loss asks for, while the smoothed model stays
+# below that cap (the smoothed loss is smallest when p(correct) is exactly 0.907, so it has no
+# reason to go beyond). Being more confident does not make it more accurate: after 250 steps
+# both models get only about two thirds of the held-out dates right (the full 800-step run gets
+# them all), and about a third of the unseen formats. The two accuracies differ by a few
+# points, from one seed each; to claim that smoothing helps or hurts accuracy, repeat the
+# comparison over several seeds and look at the spread.
 
 # %% [markdown]
-# **2. Fewer warm-up steps.** Train two fresh models for 100 steps at a peak learning rate of
-# `1e-2` (a bit over 3× ours): one with 80 warm-up steps, one with a single warm-up step (no warm-up),
-# both with the 800-step cosine. Compare their validation losses after 100 steps.
+# **2. Is the warm-up needed?** Train four fresh models for 100 steps at a peak learning rate
+# of `1e-2` (3.3 × ours), all with the 800-step cosine: our post-norm model and a pre-norm one
+# (`norm_first=True` in the config, chapter 07), each once with 80 warm-up steps and once
+# without (a single warm-up step). Before you run it: which of the four has the highest
+# validation loss after 100 steps, and which architecture loses more without the warm-up?
 
 
 # %% tags=["solution"]
-def short_run(peak: float, warmup: int, n_steps: int = 100) -> float:
-    """Validation loss of a fresh model after ``n_steps`` with the given
-    peak LR and warm-up."""
+def short_run(norm_first: bool, warmup: int, n_steps: int = 100) -> float:
+    """Validation loss of a fresh model after ``n_steps`` at peak LR 1e-2."""
     set_seed(0, num_threads=1)
-    m = Transformer(config).to(device)
+    cfg = TransformerConfig.from_dict(
+        {**config.to_dict(), "norm_first": norm_first}
+    )
+    m = Transformer(cfg).to(device)
     opt = torch.optim.AdamW(
-        m.parameters(), lr=peak, betas=(0.9, 0.98), weight_decay=0.01
+        m.parameters(), lr=1e-2, betas=(0.9, 0.98), weight_decay=0.01
     )
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: warmup_decay(s, warmup, STEPS)
@@ -1197,19 +1277,36 @@ def short_run(peak: float, warmup: int, n_steps: int = 100) -> float:
     return h.evals["val_loss"][-1]
 
 
-with_warmup, without_warmup = short_run(1e-2, 80), short_run(1e-2, 1)
-print(
-    "peak 1e-2, validation loss after 100 steps: "
-    f"with warm-up {with_warmup:.3f}, without {without_warmup:.3f}"
+archs = {"post-norm": False, "pre-norm": True}
+warm = pd.DataFrame(
+    {
+        "with warm-up": {a: short_run(nf, 80) for a, nf in archs.items()},
+        "without": {a: short_run(nf, 1) for a, nf in archs.items()},
+    }
 )
-# the large early steps set training back
-assert without_warmup > with_warmup + 0.3
+warm["cost of no warm-up"] = warm["without"] - warm["with warm-up"]
+print("validation loss after 100 steps at peak learning rate 1e-2:")
+print(warm.round(3).to_string())
+assert (warm["cost of no warm-up"] > 0.1).all()
+assert (
+    warm.loc["post-norm", "cost of no warm-up"]
+    > warm.loc["pre-norm", "cost of no warm-up"]
+)
+
+# %% [markdown] tags=["solution"]
+# Without the warm-up, both models end the 100 steps with a higher validation loss: the large
+# first steps, taken while Adam's estimates rest on a few gradients, set training back. The
+# post-norm model, ours and the paper's, loses about twice as much as the pre-norm one, and has
+# the highest loss of the four. That is what Xiong et al. predict: with the layer norm inside
+# each residual branch (pre-norm), the gradients near the output are not large at
+# initialisation. Pre-norm does not make the warm-up useless here, though: it still costs a
+# third of a nat to leave it out.
 
 # %% [markdown]
 # **3. A new date format.** Add the format `"1962, October 23"` (year, full month name, day).
 # First measure how the trained model does on the held-out dates written this way. Then
-# fine-tune it for 300 steps on a mix of 3,000 examples in the new format and 3,000 in the
-# old ones (the training dates only), and measure again, on the new format *and* on the
+# fine-tune a copy of it for 300 steps on a mix of 3,000 examples in the new format and 3,000 in
+# the old ones (the training dates only), and measure again, on the new format *and* on the
 # original held-out set: did it forget anything?
 
 # %% tags=["solution"]
@@ -1228,13 +1325,13 @@ new_test = [
 print("example:", new_test[0].source, "->", new_test[0].target)
 
 
-def accuracy_on(examples) -> float:
+def accuracy_on(m: torch.nn.Module, examples) -> float:
     sources = [x.source for x in examples]
-    preds = translate(model, sources, src_tok, tgt_tok, device=device)
+    preds = translate(m, sources, src_tok, tgt_tok, device=device)
     return exact_match(preds, [x.target for x in examples])
 
 
-before = accuracy_on(new_test)
+tuned = copy.deepcopy(model)  # the chapter's model stays as it is
 mix = [
     (render_date(x.date, "year_first", formats=new_format).source, x.target)
     for x in splits.train[:3000]
@@ -1248,13 +1345,13 @@ mix_loader = DataLoader(
     generator=torch.Generator().manual_seed(1),
 )
 opt_ft = torch.optim.AdamW(
-    model.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01
+    tuned.parameters(), lr=1e-3, betas=(0.9, 0.98), weight_decay=0.01
 )
 sched_ft = torch.optim.lr_scheduler.LambdaLR(
     opt_ft, lambda s: warmup_decay(s, 20, 300)
 )
 train_seq2seq(
-    model,
+    tuned,
     mix_loader,
     300,
     opt_ft,
@@ -1264,10 +1361,26 @@ train_seq2seq(
     device=device,
     show_progress=False,
 )
-after, old_after = accuracy_on(new_test), accuracy_on(splits.test)
-print(
-    f"new format: {100 * before:.1f} % before fine-tuning, "
-    f"{100 * after:.1f} % after; "
-    f"original held-out set after: {100 * old_after:.1f} %"
+ft = pd.DataFrame(
+    {
+        "new format": [
+            accuracy_on(model, new_test),
+            accuracy_on(tuned, new_test),
+        ],
+        "held-out set": [accuracy, accuracy_on(tuned, splits.test)],
+    },
+    index=["trained model", "fine-tuned copy"],
 )
-assert before < 0.5 and after >= 0.97 and old_after >= 0.99
+print("exact match:")
+print(ft.to_string(formatters=dict.fromkeys(ft, "{:.1%}".format)))
+assert ft.loc["fine-tuned copy", "new format"] > 0.95
+
+# %% [markdown] tags=["solution"]
+# Before fine-tuning, the model gets almost none of the new format right (0.2 %): like
+# `1962 October 23` in the unseen-format test, a date with words that starts with its year is
+# outside everything it has seen. 300 steps on the mix bring the new format to 98.3 %. On the
+# held-out set, in the old formats, the copy gets 99.8 % where the trained model got 100 %:
+# two dates out of 1,000 lost, little forgetting, with half of every fine-tuning batch still in
+# the old formats. The chapter's `model` is untouched: `copy.deepcopy` gave the fine-tuning its
+# own weights. To see forgetting at work, fine-tune a copy on the new format alone and measure
+# the held-out set again.
