@@ -20,14 +20,15 @@
 # * **Looking ahead.** A decoder is trained to predict token $t+1$ from tokens $\le t$, and in
 #   training it is shown the whole target sentence at once. Without a rule, position $t$ could
 #   simply read token $t+1$, the very answer it is asked for, and would learn to copy instead of
-#   to predict.
+#   to predict (a section below trains such a model).
 #
 # A **mask** says, for every (query, key) pair, whether the query may attend to that key.
 # Chapter 04 fixed the course's convention, a boolean tensor in which `True` means "may
 # attend", and chapter 07 used the masks ready-made. This chapter builds them from their purpose,
-# proves that they leak nothing and checks the proof on a model, looks at what happens to a
-# query that may attend to nothing, and then runs the mistakes commonly made with masks, most
-# of them at the border with another library's convention.
+# proves that they leak nothing and checks the proof on a model, trains a model whose mask
+# leaks, looks at what happens to a query that may attend to nothing, and then runs the
+# mistakes commonly made with masks, most of them at the border with another library's
+# convention.
 
 # %%
 import math
@@ -212,24 +213,35 @@ dec_self = combine_masks(padding_mask(tgt_in, PAD), causal_mask(n))
 print("decoder self-attention mask:", tuple(dec_self.shape))
 print(dec_self[1, 0].int())  # "<bos> dogs bark <eos> <pad> <pad> <pad>"
 
-# %% caption="The two rules and their AND for “dogs bark” (decoder input, 7 positions): padding (left), look-ahead (middle), combined (right). Dark cells are the (query, key) pairs that may attend. On the four real rows the combined mask equals the look-ahead mask." alt="Three 7 by 7 grids of dark and white cells, rows labelled with the decoder's tokens as queries and columns as keys. Left: the first four columns are dark in every row. Middle: a dark lower triangle. Right: the lower triangle cut off after the fourth column, so the three pad rows see only the four real tokens."
-fig, axes = plt.subplots(1, 3, figsize=(6.9, 3.0), sharey=True)
+
+# %% tags=["hide-input"] caption="The two rules and their AND for “dogs bark” (decoder input, 7 positions): padding (top left), look-ahead (top right), combined (bottom). Dark cells are the (query, key) pairs that may attend. On the four real rows the combined mask equals the look-ahead mask." alt="Three 7 by 7 grids of dark and white cells, two on top and one below, rows labelled with the decoder's tokens as queries and columns as keys. Top left: the first four columns are dark in every row. Top right: a dark lower triangle. Bottom: the lower triangle cut off after the fourth column, so the three pad rows see only the four real tokens."
+def two_plus_one(titles_and_masks: list, labels: list[str]) -> None:
+    """Three boolean masks, two on top and one below: dark = may attend."""
+    fig = plt.figure(figsize=(6.4, 6.8))
+    grid_spec = fig.add_gridspec(2, 4)
+    slots = [grid_spec[0, 0:2], grid_spec[0, 2:4], grid_spec[1, 1:3]]
+    for slot, (title, m) in zip(slots, titles_and_masks):
+        ax = fig.add_subplot(slot)
+        plot_attention(
+            m.float(), labels, ax=ax, cmap="Blues", colorbar=False, vmax=1.0
+        )
+        ax.tick_params(labelsize=12)
+        ax.set_title(title, fontsize=12)
+        ax.set_xlabel("key", fontsize=12)
+        ax.set_ylabel("query", fontsize=12)
+    fig.tight_layout()
+    plt.show()
+
+
 tokens_1 = words(tgt_in[1])
-panels = [
-    ("padding", padding_mask(tgt_in, PAD)[1, 0].expand(n, n)),
-    ("look-ahead", causal_mask(n)[0, 0]),
-    ("combined (AND)", dec_self[1, 0]),
-]
-for ax, (title, m) in zip(axes, panels):
-    plot_attention(
-        m.float(), tokens_1, ax=ax, cmap="Blues", colorbar=False, vmax=1.0
-    )
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("key")
-    ax.set_ylabel("")
-axes[0].set_ylabel("query")
-fig.tight_layout()
-plt.show()
+two_plus_one(
+    [
+        ("padding", padding_mask(tgt_in, PAD)[1, 0].expand(n, n)),
+        ("look-ahead", causal_mask(n)[0, 0]),
+        ("combined (AND)", dec_self[1, 0]),
+    ],
+    tokens_1,
+)
 
 # %% [markdown]
 # On every real row, the combined mask equals the look-ahead mask: with padding on the right,
@@ -318,8 +330,11 @@ plt.show()
 # (a):
 #
 # 1. A blocked key gets weight **exactly 0**: its score is replaced by the most negative
-#    float $s_{\min}$, and $e^{s_{\min} - \max_j s_j}$ underflows to exactly 0. So the attention output at query $i$
-#    is a weighted sum over the keys $i$ may see, and no other value enters it.
+#    float $s_{\min}$, and $e^{s_{\min} - \max_j s_j}$ underflows to exactly 0. So the attention
+#    output at query $i$ is a weighted sum over the keys $i$ may see, and no other value enters
+#    it, *provided every value is finite*: $0 \times \text{NaN}$ is NaN, so a NaN at a blocked
+#    key would still poison the sum (check 3 shows where such a NaN comes from, and how the
+#    course keeps every vector finite).
 # 2. In the decoder's self-attention, query $i$ may see keys $j \le i$. So if the vectors entering
 #    the layer at positions $\le i$ depend only on tokens $\le i$, so does the output at $i$.
 # 3. Everything else in a layer acts on each position on its own: the feed-forward network,
@@ -330,10 +345,92 @@ plt.show()
 #    tokens $\le i$, however many layers there are.
 #
 # Part (b) is the same argument with "the real positions" in place of "the positions $\le i$":
-# every attention blocks padded keys, so real positions only ever read real positions. Two
-# details of the proof are worth keeping. It needs weights that are *exactly* 0: a tiny weight
-# would still let a later token into the output, only a little. And it says how a broken mask
-# leaks: a mask that lets position $i$ see $i+1$ lets it see $i+2$ after two layers (exercise 2).
+# every attention blocks padded keys, so real positions only ever read real positions. The
+# proof needs weights that are *exactly* 0: a tiny weight would still let a later token into
+# the output, only a little.
+#
+# The induction is easiest to see as a graph: one row of nodes per layer, and a line from
+# position $j$ of one layer to position $i$ of the layer above wherever the mask lets $i$ read
+# $j$. The output at $i$ can depend only on the tokens it reaches by following the lines down.
+# Reaching through one layer is one product with the mask, so the tokens that reach each
+# output through $L$ layers are the nonzero entries of the mask's $L$-th power. Next to the
+# causal mask, a broken one that also lets position $i$ read $i+1$:
+
+
+# %%
+def off_by_one(m: int) -> torch.Tensor:
+    """A broken causal mask: position i may also read position i + 1."""
+    return torch.ones(m, m, dtype=torch.bool).tril(diagonal=1)[None, None]
+
+
+def reach(mask: torch.Tensor, layers: int) -> torch.Tensor:
+    """reach[i, j]: can token j reach the output at i through `layers`
+    attention layers that all use the (m, m) mask?"""
+    r = torch.eye(mask.size(-1), dtype=torch.bool)
+    for _ in range(layers):
+        r = (mask.int() @ r.int()) > 0  # i reads k, and j reached k
+    return r
+
+
+for name, rule in [("causal", causal_mask), ("off by one", off_by_one)]:
+    cone = reach(rule(6)[0, 0], layers=2)[2].nonzero().flatten().tolist()
+    print(f"{name:<10}  tokens that reach output 2 through two layers: {cone}")
+
+# %% tags=["hide-input"] caption="The masks as graphs, for 6 positions and two attention layers. A line joins position j of one layer to position i of the layer above wherever the mask lets i read j. Red: what the output at position 2 (top row) reaches by following the lines down. Top: with the causal mask, tokens 0 to 2, however many layers. Bottom: with the mask that also lets i read i + 1, one position further with every layer, up to token 4." alt="Two graphs stacked, each with three rows of six numbered circles, labelled tokens, layer 1 and layer 2 from bottom to top, joined by thin grey lines. In both, circle 2 of layer 2 is red. Top: red lines lead down from it to circles 0 to 2 of layer 1, and from those to tokens 0 to 2. Bottom: red lines lead down to circles 0 to 3 of layer 1, and from those to tokens 0 to 4."
+fig, axes = plt.subplots(2, 1, figsize=(6.4, 5.4))
+m, target, depth = 6, 2, 2
+rows = ["tokens", "layer 1", "layer 2"]
+for ax, (name, rule) in zip(
+    axes, [("causal mask", causal_mask), ("off by one", off_by_one)]
+):
+    mask_m = rule(m)[0, 0]
+    # in_cone[l][j]: position j of row l reaches the output at the top
+    in_cone = [reach(mask_m, depth - row)[target] for row in range(depth + 1)]
+    for row in range(depth):
+        for i, j in mask_m.nonzero().tolist():
+            hot = bool(in_cone[row][j] and in_cone[row + 1][i])
+            ax.plot(
+                [j, i],
+                [row, row + 1],
+                color="tab:red" if hot else "0.8",
+                lw=2.0 if hot else 0.8,
+                zorder=2 if hot else 1,
+            )
+    for row in range(depth + 1):
+        ax.text(-0.7, row, rows[row], ha="right", va="center", fontsize=11)
+        for j in range(m):
+            hot = bool(in_cone[row][j])
+            ax.scatter(
+                j,
+                row,
+                s=420,
+                zorder=3,
+                color="tab:red" if hot else "white",
+                edgecolors="black",
+            )
+            ax.text(
+                j,
+                row,
+                str(j),
+                ha="center",
+                va="center",
+                zorder=4,
+                fontsize=11,
+                color="white" if hot else "black",
+            )
+    last = int(in_cone[0].nonzero().max())
+    ax.set_title(f"{name}: output {target} depends on tokens 0 to {last}")
+    ax.set_xlim(-2.2, m - 0.5)
+    ax.set_ylim(-0.45, depth + 0.45)
+    ax.axis("off")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# With the causal mask the red region never extends to the right of position 2: the output at
+# 2 reaches no later token, however many layers there are. With the broken mask it reaches one
+# position further right with every layer down, which is how a leak of one position becomes a
+# leak of $L$ positions in an $L$-layer model (exercise 2 checks this on the model below).
 #
 # The checks below run what the argument predicts, on a small untrained `Transformer` with
 # dropout switched off: the claim is about the wiring, not about what the weights learned.
@@ -393,10 +490,12 @@ assert enc_change == 0 and dec_change == 0  # exactly, not just small
 
 
 # %%
-def prefix_changes(mask_for_length, b: int = 0) -> torch.Tensor:
-    """changes[t, i]: max |logit difference| at position i between the pass
-    over the whole decoder input and the pass over its first t + 1 tokens
-    (NaN where i > t). ``mask_for_length(m)`` returns the rule for m
+def prefix_changes(
+    net: Transformer, mask_for_length, b: int = 0
+) -> torch.Tensor:
+    """changes[t, i]: max |logit difference| at position i between net's
+    pass over the whole decoder input and its pass over the first t + 1
+    tokens (NaN where i > t). ``mask_for_length(m)`` returns the rule for m
     positions (None: padding mask only)."""
     x, s = tgt_in[b : b + 1], src[b : b + 1]
     s_mask = padding_mask(s, PAD)
@@ -405,11 +504,11 @@ def prefix_changes(mask_for_length, b: int = 0) -> torch.Tensor:
         m = tokens.size(1)
         rule = mask_for_length(m)
         mask = combine_masks(padding_mask(tokens, PAD), rule)
-        return model.decode(tokens, memory, mask, s_mask)
+        return net.decode(tokens, memory, mask, s_mask)
 
     changes = torch.full((n - 1, n), float("nan"))
     with torch.no_grad():
-        memory = model.encode(s, s_mask)
+        memory = net.encode(s, s_mask)
         full = decode(x)
         for t in range(n - 1):
             prefix = decode(x[:, : t + 1])
@@ -418,53 +517,193 @@ def prefix_changes(mask_for_length, b: int = 0) -> torch.Tensor:
     return changes
 
 
-with_causal = prefix_changes(causal_mask)
-without_causal = prefix_changes(lambda m: None)
+with_causal = prefix_changes(model, causal_mask)
+without_causal = prefix_changes(model, lambda m: None)
 print(
     "with the causal mask, every difference below 1e-5:",
     bool(with_causal.nan_to_num(0).max() < 1e-5),
 )
+contained = ~without_causal.isnan()  # positions the prefix contains
 print(
-    "without it, the smallest difference:",
-    f"{without_causal.nan_to_num(float('inf')).min():.2f}",
+    "without it, the differences range from",
+    f"{without_causal[contained].min():.2f}",
+    f"to {without_causal[contained].max():.2f}",
 )
 
-# %% caption="Largest difference of the logits at each position (columns) between one pass over “<bos> the cat sat on the mat” and a pass over its first t + 1 tokens (rows). Top: with the causal mask every cell is 0.00 (white). Bottom: without it every position differs. Grey cells are positions the prefix does not contain." alt="Two annotated heatmaps stacked vertically, 6 rows of prefixes by 7 positions, with the upper-right triangle grey. In the top one every coloured cell reads 0.00 and is white. In the bottom one every cell of the lower triangle is red, with values between about 0.15 and 1.2, darkest for the shortest prefixes."
+# %% tags=["hide-input"] caption="Largest difference of the logits at each position (columns) between one pass over “`<bos>` the cat sat on the mat” and a pass over its first t + 1 tokens (rows), on one logarithmic colour scale for both panels. Top: with the causal mask, every cell is exactly 0 (white) or float32 rounding, here below 10⁻⁶. Bottom: without it, every position differs, by 0.15 or more. Grey cells are positions the prefix does not contain." alt="Two annotated heatmaps stacked, 6 rows of prefixes by 7 positions, with the upper-right triangle grey, and a logarithmic colour bar from 1e-8 to 1. Top: the cells of the first three rows read 7e-07 or 8e-07 in pale pink, the cells of the last three rows read 0 and are white. Bottom: every cell of the lower triangle is red, with values between 0.15 and 1.2, darkest for the shortest prefixes."
 cmap = plt.get_cmap("Reds").copy()
 cmap.set_bad("0.85")  # positions the prefix does not contain
-fig, axes = plt.subplots(2, 1, figsize=(5.6, 7.4))
-vmax = float(without_causal.nan_to_num(0).max())
+cmap.set_under("white")  # exactly 0
+fig, axes = plt.subplots(2, 1, figsize=(6.4, 7.6))
 for ax, grid, title in [
     (axes[0], with_causal, "with the causal mask"),
     (axes[1], without_causal, "no causal mask"),
 ]:
-    ax.imshow(grid, cmap=cmap, vmin=0, vmax=vmax, aspect="auto")
+    # log10 of the difference; exactly 0 goes below the scale (white)
+    logs = grid.clamp(min=1e-30).log10()
+    image = ax.imshow(logs, cmap=cmap, vmin=-8, vmax=0.5, aspect="auto")
     for t in range(n - 1):
         for i in range(t + 1):
             value = grid[t, i].item()
-            dark = value > 0.6 * vmax
+            label = "0" if value == 0 else f"{value:.2g}"
+            if 0 < value < 0.01:
+                label = f"{value:.0e}"
             ax.text(
                 i,
                 t,
-                f"{value:.2f}",
+                label,
                 ha="center",
                 va="center",
                 fontsize=9,
-                color="white" if dark else "black",
+                color="white" if value > 1e-3 else "black",
             )
     ax.set_xticks(range(n), [f"{i}" for i in range(n)])
     ax.set_yticks(range(n - 1), [f"{t + 1} of 7" for t in range(n - 1)])
     ax.set_xlabel("position whose logits are compared")
     ax.set_ylabel("tokens in the prefix")
     ax.set_title(title, fontsize=11)
+    bar = fig.colorbar(image, ax=ax, ticks=[-8, -6, -4, -2, 0])
+    bar.ax.set_yticklabels(["1e-8", "1e-6", "1e-4", "0.01", "1"])
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The top grid is 0.00 everywhere, but not bit for bit: the differences are of the order of
-# float32 rounding (below $10^{-5}$), because a matrix product over the $t+1$ keys of the prefix
-# and one over all 7 keys, the extra ones with weight 0, add their terms in a different order. In check 1 the two passes had
-# the same shapes, and the change was exactly 0.
+# Not every cell of the top grid is 0, but the differences there are float32 rounding, at least
+# ten thousand times smaller than the smallest difference without the mask. They come from the
+# shapes, not from the mask: the prefix pass multiplies matrices with fewer rows than the full
+# pass, and a matrix library may compute a product with a different number of rows with a
+# different kernel, which adds the same terms in a different order. One linear layer shows it:
+# the decoder's first query projection $W_q$, applied once to the prefix's input vectors and
+# once to all 7, its rows for the prefix compared bit for bit (which prefixes round differently
+# depends on the CPU and the library version):
+
+# %% tags=["nbval-ignore-output"]
+W_q = model.decoder.layers[0].self_attn.W_q
+with torch.no_grad():
+    h = model.decoder.embed(tgt_in[:1])  # the decoder's input vectors
+    all_rows = W_q(h)
+    for t in range(n - 1):
+        same = torch.equal(W_q(h[:, : t + 1]), all_rows[:, : t + 1])
+        print(
+            f"prefix of {t + 1}: largest logit difference",
+            f"{with_causal[t, : t + 1].max():.1e};",
+            f"W_q bit for bit: {same}",
+        )
+assert with_causal.nan_to_num(0).max() < 1e-5  # rounding only
+
+# %% [markdown]
+# In the run shown here, the prefixes whose logits differ are the ones on which this single
+# linear layer already rounds differently. In check 1 the two passes had the same shapes, and
+# the change was exactly 0.
+#
+# ## What a leaky mask teaches a model
+#
+# Check 2 showed what the mask changes in one forward pass. What a leak does to *training*
+# shows on a task small enough to train in seconds. Each sequence is 8 random digits, a
+# separator `|`, the same digits reversed, and an end token `.`, such as
+# `3 1 4 1 5 9 2 6 | 6 2 9 5 1 4 1 3 .`. A language model reads it and predicts every next
+# token: 17 labels. Seven of them (the digits after the first) are random, so a model that
+# cannot see the future predicts them no better than chance, at a loss of $\ln 10$ each; the
+# other ten follow from the tokens before them. No such model can get its average loss below
+# $\tfrac{7}{17} \ln 10$.
+#
+# The model is a decoder-only stack, two `EncoderLayer`s (chapter 07) run with a mask we pass
+# in. We train it twice, with the same data and the same initial weights: once with the causal
+# mask, once with `off_by_one`, under which position $t$ can read token $t+1$, its own label.
+# Then, on 1,000 fresh sequences, we measure the loss as in training (one pass over the whole
+# sequence), the loss as generation sees it (each position computed from its prefix alone,
+# since the next token does not exist yet when it is generated), and how many prompts
+# (the digits and `|`) greedy generation reverses exactly.
+
+# %%
+DIGITS, SEP, END = 8, 10, 11  # tokens 0 to 9 are the digits
+
+
+def digit_batch(size: int, gen: torch.Generator) -> torch.Tensor:
+    d = torch.randint(10, (size, DIGITS), generator=gen)
+    sep, end = torch.full((size, 1), SEP), torch.full((size, 1), END)
+    return torch.cat([d, sep, d.flip(1), end], dim=1)
+
+
+class TinyLM(nn.Module):
+    """Token and position embeddings, two EncoderLayers run with the mask
+    passed in, and a linear head over the 12 tokens."""
+
+    def __init__(self, d: int = 32, length: int = 2 * DIGITS + 2) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(12, d), nn.Embedding(length, d)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d, 4, 4 * d, dropout=0.0, norm_first=True)
+            for _ in range(2)
+        )
+        self.head = nn.Linear(d, 12)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.tok(ids) + self.pos(torch.arange(ids.size(1)))
+        for layer in self.layers:
+            h = layer(h, mask)
+        return self.head(h)
+
+
+def train_lm(rule, steps: int = 300) -> TinyLM:
+    set_seed(0)
+    lm = TinyLM()
+    optimizer = torch.optim.Adam(lm.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        seqs = digit_batch(64, gen)
+        x, y = seqs[:, :-1], seqs[:, 1:]  # predict every next token
+        logits = lm(x, rule(x.size(1)))
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return lm.eval()
+
+
+@torch.no_grad()
+def measure(lm: TinyLM, rule) -> tuple[float, float, float]:
+    seqs = digit_batch(1000, torch.Generator().manual_seed(2))
+    x, y = seqs[:, :-1], seqs[:, 1:]
+    as_trained = F.cross_entropy(
+        lm(x, rule(x.size(1))).flatten(0, 1), y.flatten()
+    )
+    # position t computed from x[:, :t + 1] alone: the prefix's last row
+    alone = [lm(x[:, : t + 1], rule(t + 1))[:, -1] for t in range(x.size(1))]
+    as_generated = F.cross_entropy(torch.cat(alone), y.T.flatten())
+    out = seqs[:, : DIGITS + 1]  # the prompt: the digits and |
+    for _ in range(DIGITS):
+        next_token = lm(out, rule(out.size(1)))[:, -1].argmax(-1)
+        out = torch.cat([out, next_token[:, None]], dim=1)
+    right = (out[:, DIGITS + 1 :] == seqs[:, DIGITS + 1 : -1]).all(1)
+    return as_trained.item(), as_generated.item(), right.float().mean().item()
+
+
+floor = 7 / 17 * math.log(10)
+print(f"lowest loss without seeing ahead, 7/17 ln 10: {floor:.3f}")
+columns = ("mask", "loss in training", "loss as generated", "reversed")
+print(f"{columns[0]:<12}{columns[1]:>18}{columns[2]:>19}{columns[3]:>10}")
+results = {}
+for name, rule in [("causal", causal_mask), ("off by one", off_by_one)]:
+    results[name] = measure(train_lm(rule), rule)
+    trained, generated, reversed_share = results[name]
+    print(
+        f"{name:<12}{trained:>18.3f}{generated:>19.3f}{reversed_share:>10.1%}"
+    )
+# the leak: a training loss no honest model can reach, and no skill
+assert results["off by one"][0] < 0.01 < floor
+assert results["off by one"][2] < 0.25
+assert results["causal"][2] > 0.95
+
+# %% [markdown]
+# With the causal mask, the model ends within 0.01 of the lowest loss the task allows, and its
+# two losses agree, as check 2 promised: what it learned in training is what it does when it
+# generates, and it reverses every prompt. With `off_by_one`, the training loss falls to
+# 0.000, far below what any model that cannot see ahead can reach: each position reads its
+# label and copies it. Run the way generation runs it, with no next token to read, the same
+# model has a loss five times the causal model's (4.812 against 0.955) and reverses 8.3% of
+# the prompts. It learned to copy, not to predict. A training loss below what the data allows
+# is the signature of a leaking mask.
 #
 # ## Check 3: a query that may see nothing
 #
@@ -610,12 +849,12 @@ print(f"real positions, left vs right padding: max change {change:.2f}")
 # %% [markdown]
 # The mask is not the problem: the **positions** are. The embedding adds the encoding of
 # position $i$ to token $i$, and with three pads in front, "dogs" sits at position 4 instead of
-# 1.
-# The fix is to count positions from the first real token, `attention_mask.cumsum(-1) - 1`,
+# 1. The fix is to count positions from the first real token, `attention_mask.cumsum(-1) - 1`,
 # which is how Hugging Face's `generate` builds its `position_ids` for a left-padded batch
-# (chapter 11 generates for such a batch). Our
-# model always numbers positions $0, 1, 2, \dots$, so we run its decoder by hand with explicit
-# positions:
+# (chapter 11 generates for such a batch). At the pads the count gives $-1$; we clamp it to 0,
+# Hugging Face puts 1 there, and any value works, since nothing reads a pad position. Our model
+# always numbers positions $0, 1, 2, \dots$, so we run its decoder by hand with explicit
+# positions, and, as a control, once more without the padding part of the mask:
 
 
 # %%
@@ -637,32 +876,44 @@ print(
     "real positions, left padding with position ids == right padding:",
     torch.allclose(logits_fixed[left_real], logits[real_in], atol=1e-5),
 )
+with torch.no_grad():
+    logits_causal_only = decode_at(
+        left, position_ids, mem, causal_mask(n), memory_mask
+    )
+change = (logits_causal_only[left_real] - logits[real_in]).abs().max().item()
+print(f"the same with the causal mask alone: max change {change:.2f}")
+
+# %% [markdown]
+# Without its padding part, the mask lets every real position also read the pads in front of
+# it ("dogs" reads three of them), and the logits change. With padding on the left the causal
+# rule no longer hides the pads, and the padding mask is what keeps them out.
 
 # %% [markdown]
 # ## Crossing into PyTorch and Hugging Face
 #
 # Libraries disagree on what a mask means, a common source of mask bugs:
 #
-# | where | form | means |
-# |---|---|---|
-# | this course | bool | `True` = may attend |
-# | `F.scaled_dot_product_attention` | bool | `True` = may attend (same) |
-# | | float | **added** to the scores: 0 = attend, $-\infty$ = blocked |
-# | | `is_causal=True` | no mask tensor: the causal rule, applied inside |
-# | `nn.MultiheadAttention`, `nn.Transformer*` | bool | `True` = **blocked** (opposite) |
-# | | float | added to the scores, as above |
-# | Hugging Face models | integers `(batch, L)` | 1 = real token (a padding mask) |
-# | d2l.ai | `valid_lens`, `(batch,)` | number of real tokens |
+# * **This course:** boolean, `True` = may attend.
+# * **`F.scaled_dot_product_attention`** (argument `attn_mask`): boolean, `True` = may
+#   attend, the same. A float mask is **added** to the scores: 0 = attend, $-\infty$ = blocked.
+#   `is_causal=True` takes no mask tensor and applies the causal rule itself.
+# * **`nn.MultiheadAttention`** (`attn_mask`, `key_padding_mask`) and **`nn.Transformer*`**
+#   (`src_mask`, `tgt_mask`, `memory_mask`, `*_key_padding_mask`): boolean, `True` =
+#   **blocked**, the opposite. A float mask is added, as above; PyTorch's own
+#   `nn.Transformer.generate_square_subsequent_mask(n)` returns that float form.
+# * **Hugging Face models** (`attention_mask`): integers `(batch, L)`, 1 = real token: a padding
+#   mask only.
+# * **d2l.ai** (`valid_lens`): `(batch,)`, the number of real tokens.
 #
-# The argument of `F.scaled_dot_product_attention` is `attn_mask`. `nn.MultiheadAttention` calls
-# its mask `attn_mask` too, with the opposite meaning for booleans, and adds `key_padding_mask`;
-# `nn.Transformer*` take `src_mask`, `tgt_mask`, `memory_mask` and `*_key_padding_mask`. PyTorch's own helper `nn.Transformer.generate_square_subsequent_mask(n)`
-# returns the float form. `is_causal=True` passes no tensor at all, so no $n \times n$ mask is
-# built or read; chapter 10's GPT uses it. It lines up query 0 with key 0, so when the queries
-# are only the *last* positions (generation with a cache of past keys, chapter 10), it is wrong,
-# and an explicit mask is needed again. Code that keeps a mask tensor builds it once for the
-# longest sequence and slices it: nanoGPT, when it cannot use the fused kernel, registers a
-# `tril` buffer and uses `[:T, :T]`.
+# With `is_causal=True` the caller builds no mask, and PyTorch's fused kernels apply the rule
+# inside, without an $n \times n$ mask in memory (its plain fallback implementation still
+# builds one); chapter 10's GPT uses it. The rule lines up query 0 with key 0, which is wrong
+# when the queries are only the *last* positions. Generating several new tokens at once
+# against a cache of past keys (chapter 10) needs the last rows of the causal mask,
+# `causal_mask(past + n)[:, :, past:]`; a single new query needs no mask at all, since it may
+# read every key. Code that keeps a mask tensor builds it once for the longest sequence and
+# slices it: nanoGPT, when it cannot use the fused kernel, registers a `tril` buffer and uses
+# `[:T, :T]`.
 #
 # The lines of `F.scaled_dot_product_attention`, checked against the course's attention:
 
@@ -688,6 +939,19 @@ last_only = F.scaled_dot_product_attention(
 print(
     "is_causal=True, the last query alone: reads key 0 only:",
     torch.allclose(last_only, v[..., :1, :], atol=1e-6),
+)
+no_mask = F.scaled_dot_product_attention(q[..., -1:, :], k, v)
+print(
+    "the last query alone, no mask == the last causal row:",
+    torch.allclose(no_mask, ours[..., -1:, :], atol=1e-6),
+)
+past = n - 3  # three new queries after four cached positions
+last_rows = F.scaled_dot_product_attention(
+    q[..., past:, :], k, v, attn_mask=causal_mask(n)[:, :, past:]
+)
+print(
+    "the last 3 queries with causal_mask(n)[:, :, past:] == the last 3 rows:",
+    torch.allclose(last_rows, ours[..., past:, :], atol=1e-6),
 )
 
 # %% [markdown]
@@ -732,10 +996,11 @@ print(
 # 3. **A 0/1 float mask.** A float mask is *added* to the scores: a 0/1 mask adds 1 to the
 #    allowed scores and blocks nothing.
 # 4. **A `(batch, keys)` mask where `(queries, keys)` is expected.** When the batch size equals
-#    the length, the shapes match and every sentence gets another sentence's padding.
+#    the length, the shapes match, and query $i$ of every sentence gets the padding row of
+#    sentence $i$.
 # 5. **A mask for one tensor, used with another.** Masks built from the full target `tgt`
-#    and a decoder fed `tgt[:, :-1]`: chapter 09 runs it. Build the masks from exactly the
-#    decoder input: `make_seq2seq_masks(src, tgt_in, pad_id)`.
+#    and a decoder fed `tgt[:, :-1]`. Build the masks from exactly the decoder input:
+#    `make_seq2seq_masks(src, tgt_in, pad_id)`.
 # 6. **Filling with $-\infty$ or adding $-10^9$.** A row with no allowed key becomes NaN, or
 #    attends to the keys it should not see (check 3).
 # ```
@@ -759,28 +1024,14 @@ print(mixed_combined[1, 0].int())
 # Read as "1 = may attend", it lets every position see its past **and the padding**.
 
 # %% caption="The mixed mask of pitfall 1 for “dogs bark”, read both ways, and the course's mask. Dark cells are the pairs that may attend. Top left: read as 1 = blocked, only the future. Top right: read as 1 = may attend, the past and the padding. Bottom: combine_masks, the past without the padding." alt="Three 7 by 7 grids arranged two on top and one below. Top left: a few dark cells above the diagonal in the first three rows only. Top right: a dark lower triangle plus three fully dark columns on the right for the pads. Bottom: a dark lower triangle cut off after the fourth column."
-lets_through_if_blocked = mixed_combined[1, 0] == 0
-lets_through_if_allowed = mixed_combined[1, 0] == 1
-fig = plt.figure(figsize=(6.4, 6.6))
-grid_spec = fig.add_gridspec(2, 4)
-axes = [
-    fig.add_subplot(grid_spec[0, 0:2]),
-    fig.add_subplot(grid_spec[0, 2:4]),
-    fig.add_subplot(grid_spec[1, 1:3]),
-]
-for ax, m, title in [
-    (axes[0], lets_through_if_blocked, "mixed, as 1 = blocked"),
-    (axes[1], lets_through_if_allowed, "mixed, as 1 = may attend"),
-    (axes[2], tgt_mask[1, 0], "combine_masks (AND)"),
-]:
-    plot_attention(
-        m.float(), tokens_1, ax=ax, cmap="Blues", colorbar=False, vmax=1.0
-    )
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("key")
-    ax.set_ylabel("query")
-fig.tight_layout()
-plt.show()
+two_plus_one(
+    [
+        ("mixed, as 1 = blocked", mixed_combined[1, 0] == 0),
+        ("mixed, as 1 = may attend", mixed_combined[1, 0] == 1),
+        ("combine_masks (AND)", tgt_mask[1, 0]),
+    ],
+    tokens_1,
+)
 
 # %% [markdown]
 # A 0/1 tensor does not say which convention it follows, so converting one needs knowing
@@ -867,54 +1118,97 @@ except ValueError:
 print("MultiHeadAttention refuses the (batch, keys) mask:", refused)
 
 # %% [markdown]
-# **Pitfall 5, one step further.** The masks built from the full target do not fit `tgt[:, :-1]`
-# (chapter 09 shows the shape error). The tempting "fix" of feeding the decoder the unshifted
-# `tgt`, so that the shapes agree, is worse: position $t$ is then labelled with a token it may
-# see.
+# **Pitfall 5, run.** Masks built from the full target `tgt` are one position too long for the
+# decoder input `tgt[:, :-1]`, and the course's attention refuses them:
+
+# %%
+_, full_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)  # built for tgt
+try:
+    model.decode(tgt_in, mem, full_tgt_mask, memory_mask)
+    outcome = "accepted"
+except ValueError:
+    outcome = "ValueError"
+print(
+    f"mask {tuple(full_tgt_mask.shape)} with tgt_in {tuple(tgt_in.shape)}:",
+    outcome,
+)
+
+# %% [markdown]
+# The tempting "fix" is worse: drop the shift altogether, feed the decoder `tgt` and score its
+# output against `tgt` too, so that masks, inputs and labels all have one length. Position $t$
+# is then labelled with token $t$, which the causal mask lets it read:
 
 # %%
 m = combine_masks(padding_mask(tgt, PAD), causal_mask(tgt.size(1)))
 sees_own_label = m[:, 0].diagonal(dim1=-2, dim2=-1) & (tgt != PAD)
+print("no shift, input and labels both tgt:")
 print(
-    "unshifted: real positions that may read the token they must predict:",
+    "  real positions that may read their label:",
     int(sees_own_label.sum()),
     "of",
     int((tgt != PAD).sum()),
 )
 label_visible = tgt_mask[:, 0].diagonal(offset=1, dim1=-2, dim2=-1)
-print(
-    "shifted: positions that may read their label (token t + 1):",
-    int(label_visible.sum()),
-)
+print("with the shift, input tgt_in and labels tgt[:, 1:]:")
+print("  positions that may read their label:", int(label_visible.sum()))
+
+# %% [markdown]
+# ## Two more shapes of mask
+#
+# Every mask so far is a rule about positions or tokens, written as one boolean comparison, and
+# rules are combined with AND. Two masks that current models use are built the same way. A
+# **prefix language model** (the "causal with prefix" mask of the T5 paper, Raffel et al.,
+# 2020, and of UniLM, Dong et al., 2019) reads its prompt in both directions and generates the
+# rest causally: key $j$ is visible to query $i$ if $j \le i$ *or* $j$ lies in the prompt, one
+# rule that widens the causal one. **Sliding-window attention** (Mistral 7B, Jiang et al.,
+# 2023, with a window of 4,096 tokens) ANDs a second rule onto the causal one, that the key is
+# one of the last $w$ positions, so that a query's cost no longer grows with the length of the
+# text. A padding mask is ANDed onto either, as before.
+
+# %%
+i, j = torch.arange(8)[:, None], torch.arange(8)[None, :]  # query, key
+prompt_length, w = 3, 3
+prefix_lm = (j <= i) | (j < prompt_length)  # the prompt is read both ways
+sliding = (j <= i) & (i - j < w)  # causal, and only the last w keys
+print("prefix LM, prompt of 3     sliding window, w = 3")
+for a, b in zip(prefix_lm.int().tolist(), sliding.int().tolist()):
+    print(" ".join(map(str, a)), " " * 10, " ".join(map(str, b)))
 
 # %% [markdown]
 # ## Summary
 #
 # * One convention: boolean, `True` = may attend, broadcastable to `(batch, heads, L_q, L_k)`.
 #   `padding_mask` gives `(batch, 1, 1, L)`, `causal_mask` gives `(1, 1, n, n)`, `combine_masks`
-#   ANDs them, `make_seq2seq_masks` returns the three masks of an encoder–decoder step.
+#   ANDs them, `make_seq2seq_masks` returns the three masks of an encoder–decoder step. Build
+#   the masks from exactly the tensors the model receives: `tgt_in`, not `tgt`. Prefix-LM and
+#   sliding-window masks are more rules of the same kind.
 # * A causal row is an average over the past, weighted by learned scores. Because each row reads
 #   only its past, one pass over $n$ tokens gives the $n$ predictions that generation would
 #   compute one prefix at a time (check 2).
-# * Why nothing leaks: a blocked key gets weight exactly 0, and everything outside attention acts
-#   per position, so by induction over layers the output at $i$ depends on tokens $\le i$ only,
-#   and a real position never depends on padding (checks 1 and 2).
+# * Why nothing leaks: a blocked key gets weight exactly 0, every vector stays finite, and
+#   everything outside attention acts per position, so by induction over layers the output at
+#   $i$ depends on tokens $\le i$ only, and a real position never depends on padding (checks 1
+#   and 2). A mask that leaks one position leaks $L$ after $L$ layers.
+# * A model trained with a leaking mask reaches a training loss below what the data allows, by
+#   copying its labels, and fails when it generates.
 # * A query with no allowed key: $-\infty$ gives NaN, which spreads to every position in the
-#   next layer; adding $-10^9$ leaves the row as if unmasked (exactly uniform in float32); the
-#   course, like `F.scaled_dot_product_attention`, gives zero weights and a zero output, and
-#   the attention sub-layer then returns only its output bias.
+#   next layer; adding $-10^9$ makes the row attend to every key it should not see, as if
+#   unmasked in exact arithmetic, exactly uniform in float32; the course, like
+#   `F.scaled_dot_product_attention`, gives zero weights and a zero output, and the attention
+#   sub-layer then returns only its output bias.
 # * Left padding keeps the masks right but shifts the positions: count position ids from the
 #   first real token.
 # * At the border with another library, convert explicitly: `~mask` for `nn.MultiheadAttention`,
 #   never a 0/1 float mask (it is added), `[:, None, None, :]` for a `(batch, L)` padding mask,
-#   and AND for "may attend" masks, OR only for "blocked" ones.
+#   and AND for "may attend" masks, OR only for "blocked" ones. `is_causal=True` lines up query
+#   0 with key 0: several new queries against a cache need the last rows of the causal mask.
 #
 # ## Exercises
 #
 # **1. Packed sequences.** To avoid padding, a training pipeline can pack several short
 # sequences into one row. Pack a sequence of 3 positions and one of 4 into a row of 7, and build
 # the mask under which each sequence is causal and never sees the other one. Check it with a
-# decoder-only stack, two `EncoderLayer`s run with your mask (chapter 07), on random input
+# decoder-only stack, two `EncoderLayer`s run with your mask as in `TinyLM`, on random input
 # vectors: the packed outputs of each sequence must equal those of the sequence run alone.
 # What does the mask look like? What else would a real language model have to reset at the
 # boundary?
@@ -960,48 +1254,47 @@ for name, out in [("packed mask", packed), ("causal mask only", causal_only)]:
 # encoding, which is why the mask alone was enough.
 
 # %% [markdown]
-# **2. Break the causal mask on purpose.** Replace `causal_mask` in check 2 by a mask that is off
-# by one, `torch.ones(m, m, dtype=torch.bool).tril(diagonal=1)[None, None]` for length `m`, and
-# recompute the grid. Predict first: at which positions does a prefix pass now differ from the
-# full pass, and how far ahead does position $i$ see through the model's two decoder layers?
-# Why would a model trained with this mask reach a very low training loss and then fail at
-# generation?
+# **2. Break the causal mask on purpose.** Recompute check 2's grid with `off_by_one` in place
+# of `causal_mask`. Predict first, from the graphs of Fig. 8.3: for a prefix of $t+1$ tokens,
+# which positions now differ from the full pass? Which would differ in a model with four decoder
+# layers? (`reach` answers that without a model.)
 
 
 # %% tags=["solution"]
-def off_by_one(m: int) -> torch.Tensor:
-    return torch.ones(m, m, dtype=torch.bool).tril(diagonal=1)[None, None]
-
-
-leaky = prefix_changes(off_by_one).nan_to_num(0)
-differs = leaky > 1e-4
+differs = prefix_changes(model, off_by_one).nan_to_num(0) > 1e-4
 for t in range(n - 1):
     print(
         f"prefix of {t + 1}: positions that differ",
         differs[t].nonzero().flatten().tolist(),
     )
 depth = len(model.decoder.layers)
-reach = torch.tensor(
+expected = torch.tensor(
     [[t - depth < i <= t for i in range(n)] for t in range(n - 1)]
 )
-print(f"exactly positions t - {depth} < i <= t:", torch.equal(differs, reach))
+print(
+    f"exactly positions t - {depth} < i <= t:", torch.equal(differs, expected)
+)
+four_layers = reach(off_by_one(n)[0, 0], layers=4)
+print(
+    "four layers, the last token each output reaches:",
+    [int(row.nonzero().max()) for row in four_layers],
+)
+
 
 # %% [markdown] tags=["solution"]
 # For a prefix of $t+1$ tokens, positions $t-1$ and $t$ differ: position $i$ depends on tokens up
 # to $i + 2$. That is the proof's induction with "$j \le i + 1$" in step 2: in the first layer
 # position $i+1$ reads token $i+2$, and in the second, position $i$ reads the vector at $i+1$,
-# so the leak grows by one position per layer, $i + L$ after $L$ layers.
-#
-# In training, position $t$ can now read token $t+1$, which is exactly its label: the cheapest
-# way to a low loss is to copy it, and the model learns that. At generation time token $t+1$
-# does not exist yet (it is what the model is asked to produce), so there is nothing to copy,
-# and the model never learned to predict.
+# so the leak grows by one position per layer, $i + L$ after $L$ layers. With four decoder
+# layers, position $i$ reads up to token $i + 4$ (or to token 6, where the input ends), so for
+# a prefix of $t+1$ tokens the positions $t-3$ to $t$ reach a token after $t$ and differ.
 
 # %% [markdown]
-# **3. $-10^9$ in half precision.** Mixed-precision training runs attention in float16, whose
-# largest finite number is 65504. Predict what the additive recipe
-# `softmax(scores + blocked * -1e9)` gives in float16 on check 3's left-padded row, for the rows
-# that have an allowed key and for the rows that have none. Then run it, and the package's
+# **3. $-10^9$ in half precision.** Mixed-precision training in float16 (not bfloat16, whose
+# range is float32's) computes the scores and the mask in float16, whose largest finite number
+# is 65504. Predict what the additive recipe `softmax(scores + blocked * -1e9)` gives when it is
+# computed in float16 on check 3's left-padded row, for the rows that have an allowed key and
+# for the rows that have none. Then run it, and the package's
 # `scaled_dot_product_attention` on the same float16 inputs.
 
 # %% tags=["solution"]

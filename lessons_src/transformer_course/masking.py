@@ -98,9 +98,8 @@ def make_seq2seq_masks(
             "have different batch sizes"
         )
     src_mask = padding_mask(src, pad_id)
-    tgt_mask = combine_masks(
-        padding_mask(tgt_in, pad_id),
-        causal_mask(tgt_in.size(1), device=tgt_in.device),
+    # not padding AND not in the future: (batch, 1, 1, L) & (1, 1, L, L)
+    tgt_mask = padding_mask(tgt_in, pad_id) & causal_mask(
+        tgt_in.size(1), device=tgt_in.device
     )
-    assert tgt_mask is not None
     return src_mask, tgt_mask, src_mask
