@@ -528,7 +528,58 @@ def plot(results: dict) -> None:
     if size < MIN_TEXT_PT:
         raise SystemExit(f"the scaling figure's text {text!r} would appear {size:.1f} pt tall on the page")
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(FIGURE, bbox_inches="tight")
+    # stored at twice the size it is shown (sharp on high-density screens); render() sets the shown width
+    fig.savefig(FIGURE, bbox_inches="tight", dpi=2 * fig.dpi)
+
+
+def _shown_width(png: Path) -> int:
+    """The width a figure stored at 2x is shown at (CSS px): half its pixels."""
+    import struct
+
+    with png.open("rb") as f:
+        head = f.read(24)
+    return struct.unpack(">I", head[16:20])[0] // 2
+
+
+# The chapter 10 GPT trained for a few steps with one process and with two (torchrun, DistributedDataParallel,
+# gloo), the same global batch of windows each step; each process gets half the machine's threads.
+DDP_ARGS = (
+    "--steps 40 --batch-size 16 --block-size 128 --n-layer 4 --n-head 6 --d-model 192 --warmup 10 "
+    "--eval-every 40 --no-final-eval --seed 0"
+).split()
+
+
+def bench_ddp() -> dict:
+    import tempfile
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {
+            "1 process": [sys.executable, "-m", "transformer_course.train_gpt", "--threads", str(THREADS)],
+            "2 processes": [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node=2",
+                "-m",
+                "transformer_course.train_gpt",
+            ],
+        }
+        for name, cmd in runs.items():
+            path = Path(tmp) / name.replace(" ", "_")
+            env = {**os.environ, "OMP_NUM_THREADS": str(max(1, THREADS // (2 if "2" in name else 1)))}
+            subprocess.run([*cmd, *DDP_ARGS, "--out", str(path)], check=True, capture_output=True, env=env)
+            record = json.loads(path.with_suffix(".json").read_text())["record"]
+            steps = record["steps"]
+            out[name] = {
+                "seconds_per_step": record["train_seconds"] / steps,
+                "final_loss": record["loss"][-1],
+                "val_loss": record["history"]["val_loss"][-1],
+                "processes": record["processes"],
+            }
+    out["args"] = " ".join(DDP_ARGS)
+    return out
 
 
 def render(results: dict) -> str:
@@ -675,8 +726,17 @@ def render(results: dict) -> str:
                 "fresh process for each length)."
             ),
             "",
-            "```{image} figures/bench_scaling.png",
-            ":alt: attention time and memory against sequence length, log-log",
+            "```{figure} figures/bench_scaling.png",
+            (
+                ":alt: Two log-log panels against sequence length n: attention time (top) and peak extra memory "
+                "(bottom), each with a dashed slope-2 reference line that the measurements approach as n grows."
+            ),
+            f":width: {_shown_width(FIGURE)}px",
+            "",
+            (
+                "Time (top) and peak extra memory (bottom) of one head's attention against sequence length, "
+                "log-log: the dashed line has slope 2, the n² of the score matrix."
+            ),
             "```",
             "",
             "| n | time (ms) | peak extra memory (MiB) | one n×n float32 matrix (MiB) |",
@@ -702,6 +762,62 @@ def render(results: dict) -> str:
         for r in kv["rows"]:
             lines.append(f"| {r['new_tokens']} | {r['no_cache_s']:.3f} | {r['cache_s']:.3f} | {r['speedup']:.1f}× |")
         lines.append("")
+    ddp = results.get("ddp")
+    if ddp:
+        one, two = ddp["1 process"], ddp["2 processes"]
+        lines += [
+            "## Scaling out: several processes",
+            "",
+            (
+                "When one process is not enough, PyTorch's own launcher runs the same training script once per "
+                "device. Each process holds a full replica of the model; `DistributedDataParallel` adds an "
+                "all-reduce to the backward pass, so that every replica ends the step with the average of all "
+                "processes' gradients and takes the same optimiser step. The course's training loop runs "
+                "unchanged: each step's global batch is drawn the same way in every process, and each takes its "
+                "own share of it."
+            ),
+            "",
+            "```bash",
+            "torchrun --standalone --nproc_per_node=2 -m transformer_course.train_gpt --steps 5000",
+            "```",
+            "",
+            (
+                "On CPUs the processes talk through the gloo backend, on NVIDIA GPUs through nccl (one process "
+                "per GPU). Gradient accumulation (`--accumulate 2`) is the same idea inside one process: two "
+                "half-batches, gradients added, one step."
+            ),
+            "",
+            f"Measured here, the chapter 10 GPT with a global batch of 16 windows of 128 characters (`{ddp['args']}`):",
+            "",
+            "| | seconds per step | training loss at the last step | validation loss |",
+            "|---|---:|---:|---:|",
+            (
+                f"| 1 process, {THREADS} threads | {one['seconds_per_step']:.3f} | {one['final_loss']:.4f} | "
+                f"{one['val_loss']:.4f} |"
+            ),
+            (
+                f"| 2 processes, 1 thread each | {two['seconds_per_step']:.3f} | {two['final_loss']:.4f} | "
+                f"{two['val_loss']:.4f} |"
+            ),
+            "",
+            (
+                "The losses are the same: the two runs take the same steps, up to float rounding (and so does "
+                "one process that adds up two half-batches with `--accumulate 2`). The time does not halve, because "
+                "on this machine two processes share the same two cores that one process already used with two "
+                "threads: the arithmetic is the same, and the all-reduce is added to it. Data parallelism pays "
+                "when each process brings its own device."
+            ),
+            "",
+            (
+                "Across machines the same script runs under `torchrun --nnodes=2 --nproc_per_node=8 "
+                "--rdzv_backend=c10d --rdzv_endpoint=HOST:29500` on every node. When the model itself no longer "
+                "fits one device, data parallelism is not enough: fully sharded data parallelism "
+                "(`torch.distributed.fsdp.fully_shard(block)` for each block, then for the model) keeps only a "
+                "shard of every weight, gradient and optimiser state on each device and gathers a layer's weights "
+                "just before it runs."
+            ),
+            "",
+        ]
     site = results.get("site")
     if site:
         lines += [
@@ -720,6 +836,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--skip-notebooks", action="store_true", help="keep the notebook timings of the last results")
     parser.add_argument("--render-only", action="store_true", help="only rewrite the page from bench/results.json")
+    parser.add_argument("--only-ddp", action="store_true", help="measure only one vs two processes, then render")
     parser.add_argument("--gpt-vs-minimal-once", metavar="DEVICE", help=argparse.SUPPRESS)  # one run, as JSON
     args = parser.parse_args()
     if args.gpt_vs_minimal_once:
@@ -727,7 +844,10 @@ def main() -> None:
         print(json.dumps(bench_gpt_vs_minimal(torch.device(args.gpt_vs_minimal_once))))
         return
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    if args.render_only:
+    if args.only_ddp:
+        results = {**previous, "ddp": bench_ddp()}
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.render_only:
         results = previous
     else:
         torch.set_num_threads(THREADS)
@@ -749,6 +869,8 @@ def main() -> None:
         print("4. scaling ...", flush=True)
         results["scaling"] = bench_scaling()
         results["kv_cache"] = bench_kv_cache()
+        print("   several processes ...", flush=True)
+        results["ddp"] = bench_ddp()
         print("5. site ...", flush=True)
         results["site"] = bench_site()
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
