@@ -341,7 +341,8 @@ const sleep = ms => new Promise(r => setTimeout(r, ms));
     if (!r.width) continue;
     const alt = (img.getAttribute('alt') || '').trim();
     figures.push({src: (img.getAttribute('src') || '').slice(-60), density: img.naturalWidth / r.width,
-                  alt: alt, shown: Math.round(r.width)});
+                  alt: alt, shown: Math.round(r.width),
+                  distortion: (r.width / r.height) / (img.naturalWidth / img.naturalHeight)});
   }
   const meta = sel => { const m = document.querySelector(sel); return m ? (m.getAttribute('content') || '') : ''; };
   done({
@@ -480,6 +481,11 @@ def check_page(
                 f"figure under 2x density ({fig['density']:.2f} image px per shown px, {fig['shown']} px wide): "
                 f"{fig['src']}"
             )
+        if fig["distortion"] is not None and abs(fig["distortion"] - 1) > 0.02:
+            problems.append(
+                f"a figure squashed out of its proportions (shown width:height is {fig['distortion']:.2f}x "
+                f"the image's): {fig['src']}"
+            )
         if len(fig["alt"].split()) < 3 or re.search(r"\.(png|jpe?g|svg|gif)\b|^[\w./-]+$", fig["alt"]):
             problems.append(f"an image whose alt text does not say what it shows: {fig['alt']!r} ({fig['src']})")
     if mobile and info["doc_width"] > info["viewport"] + 1:
@@ -595,6 +601,10 @@ FIXTURES = {
     "blurry_figure": (
         _fixture(f"<img src='{_png(100)}' width='100' alt='A grey square, the whole figure.'>"),
         "under 2x density",
+    ),
+    "squashed_figure": (
+        _fixture(f"<img src='{_png(200)}' style='width:100px;height:40px' alt='A grey square, the whole figure.'>"),
+        "squashed",
     ),
     "path_alt": (_fixture(f"<img src='{_png(200)}' width='100' alt='book/figures/square.png'>"), "alt text"),
     "no_mathjax": (
