@@ -99,6 +99,20 @@ def test_flow_one_line_per_link_and_top_k():
     plt.close("all")
 
 
+def test_flow_highlight_draws_the_link_and_colours_its_tokens():
+    w = torch.tensor([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]])
+    ax = plot_attention_flow(w, list("abc"), top_k=1, highlight=[(2, 0)], highlight_color="red")
+    assert len(_drawn(ax).get_segments()) == 3  # the ordinary links are unchanged
+    (line,) = ax.get_lines()  # the highlighted link, though top_k=1 leaves it out
+    assert list(line.get_xdata()) == [0.0, 1.0] and list(line.get_ydata()) == [-2, 0]
+    assert line.get_color() == "red" and line.get_linewidth() == pytest.approx(7.0 * 0.3)
+    red = sorted((t.get_position()[0], t.get_text()) for t in ax.texts if t.get_color() == "red")
+    assert red == [(-0.04, "c"), (1.04, "a")]  # the query on the left, the key on the right
+    with pytest.raises(ValueError, match="highlight pairs"):
+        plot_attention_flow(w, list("abc"), highlight=[(0, 3)])
+    plt.close("all")
+
+
 def test_flow_heads_are_averaged_and_numpy_works():
     heads = np.stack([np.eye(3), np.full((3, 3), 1 / 3)])
     lines = _drawn(plot_attention_flow(heads, list("abc"), top_k=1))

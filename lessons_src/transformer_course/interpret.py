@@ -73,6 +73,8 @@ def plot_attention_flow(
     max_width: float = 7.0,
     fontsize: float = 12.0,
     legend: bool = True,
+    highlight: Sequence[tuple[int, int]] = (),
+    highlight_color: str = "C3",
 ) -> Axes:
     """Draw self-attention as lines from each query token (left) to each key
     token (right).
@@ -91,6 +93,10 @@ def plot_attention_flow(
     * ``queries``: positions whose lines are drawn (the others' labels are
       greyed out), like hovering over a token in bertviz's head view; default
       all.
+    * ``highlight``: ``(query, key)`` position pairs drawn on top in
+      ``highlight_color`` (whatever ``top_k`` and ``min_weight`` leave out),
+      with their two tokens' labels in that colour: the link a figure is
+      there to show.
     """
     w = _as_tensor(weights, "weights")
     if w.dim() == 3:
@@ -155,6 +161,17 @@ def plot_attention_flow(
                 f"(0..{n - 1}, not padding)"
             )
 
+    bad_pairs = [
+        (q, k)
+        for q, k in highlight
+        if not (0 <= q < n and 0 <= k < n and keep[q] and keep[k])
+    ]
+    if bad_pairs:
+        raise ValueError(
+            f"highlight pairs {bad_pairs} are not (query, key) pairs of "
+            f"real token positions (0..{n - 1}, not padding)"
+        )
+
     # the positions that are drawn, in order
     idx = keep.nonzero().flatten().tolist()
     # position -> row of the drawing (top = 0)
@@ -194,6 +211,18 @@ def plot_attention_flow(
             segments, linewidths=widths, colors=rgba, capstyle="round"
         )
     )
+    for q, k in highlight:
+        value = w[q, k].item()
+        ax.plot(
+            [0.0, 1.0],
+            [-row[q], -row[k]],
+            color=highlight_color,
+            lw=max(1.5, max_width * value),
+            solid_capstyle="round",
+            zorder=3,
+        )
+    marked_queries = {q for q, _ in highlight}
+    marked_keys = {k for _, k in highlight}
     for r, p in enumerate(idx):
         grey = "0.6" if p not in shown else "black"
         ax.text(
@@ -203,9 +232,19 @@ def plot_attention_flow(
             ha="right",
             va="center",
             fontsize=fontsize,
-            color=grey,
+            color=highlight_color if p in marked_queries else grey,
+            fontweight="bold" if p in marked_queries else "normal",
         )
-        ax.text(1.04, -r, tokens[p], ha="left", va="center", fontsize=fontsize)
+        ax.text(
+            1.04,
+            -r,
+            tokens[p],
+            ha="left",
+            va="center",
+            fontsize=fontsize,
+            color=highlight_color if p in marked_keys else "black",
+            fontweight="bold" if p in marked_keys else "normal",
+        )
     ax.text(
         -0.04,
         1.1,
