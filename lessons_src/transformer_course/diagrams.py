@@ -1020,7 +1020,7 @@ def feed_forward(d_model: int = 4, d_ff: int = 16, seed: int = 1) -> Figure:
         ax,
         width / 2,
         height - 0.1,
-        "the same network at every position",
+        "one position (every position: the same weights)",
         ha="center",
         va="top",
         size=MIN_FONT_PT + 1,
