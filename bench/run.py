@@ -101,8 +101,8 @@ def syncer(device: torch.device) -> Callable[[], None] | None:
 # (tests/test_bench_contract.py checks it without running anything).
 CHAPTER_METRICS = {
     "01": [
-        ("GRU held-out accuracy after 50 steps", "curves['gru'][50]", None),
-        ("self-attention held-out accuracy after 50 steps", "curves['attention'][50]", None),
+        ("GRU: first step at >= 95 % held-out accuracy, length 20", "reach[20]['gru']", None),
+        ("self-attention: first step at >= 95 % held-out accuracy, length 20", "reach[20]['attention']", None),
         ("linear model on token 1 after learned attention", "acc_attend", None),
     ],
     "09": [("exact match on the 1,000 held-out dates", "accuracy", "history.wall_seconds")],
