@@ -9,22 +9,25 @@
 #
 # $$
 # \begin{aligned}
-# \operatorname{MultiHead}(Q, K, V) &= \operatorname{Concat}(\text{head}_1, \dots, \text{head}_h)\,W^O \\
-# \text{head}_i &= \operatorname{Attention}(QW_i^Q,\; KW_i^K,\; VW_i^V)
+# \text{head}_i &= \operatorname{Attention}(QW_i^Q,\; KW_i^K,\; VW_i^V) \\
+# \operatorname{MultiHead}(Q, K, V) &= [\text{head}_1, \dots, \text{head}_h]\,W^O
 # \end{aligned}
 # $$
 #
+# where $[\dots]$ concatenates the heads' outputs side by side.
 # In self-attention $Q$, $K$ and $V$ are all the input $X$ (one row per token). Each head works on
 # $d_\text{head} = d_\text{model}/h$ features, so its projections $W_i^Q, W_i^K, W_i^V$ are
 # $d_\text{model} \times d_\text{head}$ and $W^O$ is $h\,d_\text{head} \times d_\text{model}$.
 #
-# This chapter follows the shapes through every step, builds the module in a dozen lines, tests
-# with an experiment why several heads do what one cannot, counts what more heads cost, checks the
+# This chapter follows the shapes through every step, builds the module in fifteen lines, tests
+# with an experiment what several heads learn that one head does not, counts what more heads
+# cost, checks the
 # package's `MultiHeadAttention` against PyTorch's, and then looks inside a trained model, where
 # individual heads turn out to do recognisable jobs, and asks how much those jobs matter.
 
 # %%
 import math
+import time
 
 import matplotlib.pyplot as plt
 import torch
@@ -55,28 +58,24 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 # The picture first. Multi-head attention is four learned matrices ($W^Q$, $W^K$, $W^V$, $W^O$,
 # each $d_\text{model} \times d_\text{model}$) around chapter 04's attention, and two reshapes: one
 # that deals the features out to the heads and one that puts them back side by side. Drawn with
-# the sizes of the worked example below (a batch of one sentence of 4 tokens,
+# the sizes of the worked example below (a batch of one sentence of 3 tokens,
 # $d_\text{model} = 8$, 2 heads; $d_\text{head}$ is what chapter 04 called $d_k$):
 
-# %% caption="Multi-head attention with d_model = 8 and 2 heads: the projected features 0–3 go to head 0 and 4–7 to head 1, each head attends on its own, the heads' outputs are put side by side again and W_O maps them back to d_model. The shapes on the right follow one batch of 4 tokens." alt="A top-to-bottom flow chart. Input x of shape (1, 4, 8) feeds three boxes W_Q, W_K, W_V. Each has its own arrow into a box 'split the features' holding a strip of 8 feature cells: features 0 to 3 in red, 4 to 7 in green; shape (1, 2, 4, 4), d_head = 8/2 = 4. A red box 'head 0' and a green box 'head 1' compute softmax(Q_i K_i^T / sqrt(d_head)) V_i. Both feed 'concatenate', again a red and a green block of 4 features, shape (1, 4, 8), then W_O with output shape (1, 4, 8)."
-multi_head(batch=1, length=4, d_model=8, num_heads=2)
+# %% caption="Multi-head attention with d_model = 8 and 2 heads: the projected features 0–3 go to head 0 and 4–7 to head 1, each head attends on its own, the heads' outputs are put side by side again and W_O maps them back to d_model. The shapes on the right follow one batch of 3 tokens." alt="A top-to-bottom flow chart. Input x of shape (1, 3, 8) feeds three boxes W_Q, W_K, W_V. Each has its own arrow into a box 'split the features' holding a strip of 8 feature cells: features 0 to 3 in red, 4 to 7 in green; shape (1, 2, 3, 4), d_head = 8/2 = 4. A red box 'head 0' and a green box 'head 1' compute softmax(Q_i K_i^T / sqrt(d_head)) V_i. Both feed 'concatenate', again a red and a green block of 4 features, shape (1, 3, 8), then W_O with output shape (1, 3, 8)."
+multi_head(batch=1, length=3, d_model=8, num_heads=2)
 plt.show()
 
 # %% [markdown]
-# Why learned projections at all? In chapter 04, $Q$, $K$ and $V$ were either written down by hand
-# or taken equal to the input $X$. With $Q = K = X$ the score of token $i$ for token $j$ is
-# $x_i \cdot x_j$, the same as the score of $j$ for $i$: the score matrix is symmetric, and a token
-# can only look for tokens that resemble it. Separate learned matrices $W^Q$ and $W^K$ make a
-# token's *question* ($q_i = x_i W^Q$) different from its *label* ($k_j = x_j W^K$): "cat" can look
-# for a verb without the verb looking back at "cat". $W^V$ chooses what a token passes on when it
-# is looked at. And because every head has its own block of these matrices, every head asks its
-# own question.
+# Chapter 04 showed why queries and keys need separate learned matrices: with one shared matrix
+# the scores are symmetric, and a token cannot look one way without being looked at the same way.
+# Multi-head attention gives every head its own $W_i^Q$, $W_i^K$ and $W_i^V$ (chapter 04 wrote
+# $W_q$, $W_k$, $W_v$ for one head), so every head asks its own question.
 #
 # Now every step by hand, on the example of the picture. We take the four projection matrices
 # from the package's module (randomly initialised) and check the result against the module's.
 
 # %%
-batch, length, d_model, num_heads = 1, 4, 8, 2
+batch, length, d_model, num_heads = 1, 3, 8, 2
 d_head = d_model // num_heads
 mha = MultiHeadAttention(d_model, num_heads).eval()
 x = torch.randn(batch, length, d_model, generator=g)
@@ -154,21 +153,10 @@ print(
 )
 
 # %% [markdown]
-# Unlike $XX^\top$, the head's score matrix is not symmetric: token 0's score for token 1 differs
-# from token 1's score for token 0.
-
-# %%
-plain = x[0] @ x[0].T  # Q = K = X
-learned = q1[0] @ k1[0].T  # head 1: x W_q^T against x W_k^T
-for name, s in (("Q = K = X", plain), ("head 1", learned)):
-    print(
-        f"{name:10s} score matrix symmetric: {torch.allclose(s, s.T)}",
-    )
-
-# %% [markdown]
 # $W^O$ is the last piece. After the concatenation, features 0–3 come from head 0 only and
-# features 4–7 from head 1 only. $W^O$ mixes them: split its columns into one block per head,
-# $W^O_i$, and the output is the **sum of what each head writes**,
+# features 4–7 from head 1 only. $W^O$ mixes them: split its rows into one block per head,
+# $W^O_i$ ($d_\text{head} \times d_\text{model}$; in `W_o.weight`, which stores the transpose,
+# these are blocks of columns), and the output is the **sum of what each head writes**,
 # $\text{head}_1 W^O_1 + \dots + \text{head}_h W^O_h$ (plus the bias), so every output feature
 # can draw on every head:
 
@@ -181,7 +169,7 @@ print(
 )
 
 # %% [markdown]
-# ## The whole idea in a dozen lines
+# ## The whole idea in fifteen lines
 #
 # The five steps, as a module. Compared with chapter 04's function, what is new is the four
 # learned projections and the two reshapes. It returns the weights too, so that we can look at
@@ -222,7 +210,8 @@ print("max |minimal - package|:", gap)
 #
 # Is one head really limited to one thing at a time? An experiment. Sequences of 8 random tokens
 # (32 possible ids); from the **last** position the model must report **both** token 0 and token
-# 1. The model: token embeddings plus learned position embeddings ($d_\text{model} = 32$), one
+# 1: chapter 04's `FirstTokenReader`, where the last position's query read the first token, now
+# asked for two. The model: token embeddings plus learned position embeddings ($d_\text{model} = 32$), one
 # `MinimalMultiHeadAttention` layer, and a *linear* read-out of the last position's output into
 # two 32-way predictions. Models with 1, 2 and 4 heads have exactly the same parameters; only the
 # number of heads differs. Each trains for 300 steps (Adam, batches of 64); chance is 1/32 = 0.03
@@ -329,7 +318,7 @@ assert both[2] >= 0.75 * len(seeds) and both[4] >= 0.75 * len(seeds)
 # Where does the last query look? The figure shows, for four of these models, the last position's
 # attention weights averaged over the 2000 held-out sequences, one row per head.
 
-# %% caption="Where the last position looks, averaged over 2000 held-out sequences (one row per head; all panels on one colour scale). Top two panels: one head, in a run where it split its weight between positions 0 and 1 and in a run where it settled on one position. Bottom two: with two and four heads, every head puts its weight on one position, and together they cover positions 0 and 1." alt="Four stacked heatmaps, rows are heads and columns are positions 0 to 7, colour is the mean attention weight. One head, seed 0: 0.48 on position 0 and 0.48 on position 1. One head, seed 4: 1.00 on position 0. Two heads: head 0 on position 0, head 1 on position 1. Four heads: heads 0 and 1 on position 0, heads 2 and 3 on position 1."
+# %% tags=["hide-input"] caption="Where the last position looks, averaged over 2000 held-out sequences (one row per head; all panels on one colour scale). Top two panels: one head, in a run where it split its weight between positions 0 and 1 and in a run where it settled on one position. Bottom two: with two and four heads, every head puts its weight on one position, and together they cover positions 0 and 1." alt="Four stacked heatmaps, rows are heads and columns are positions 0 to 7, colour is the mean attention weight. One head, seed 0: 0.48 on position 0 and 0.48 on position 1. One head, seed 4: 1.00 on position 0. Two heads: head 0 on position 0, head 1 on position 1. Four heads: heads 0 and 1 on position 0, heads 2 and 3 on position 1."
 blend = next((s for s in seeds if runs[1, s][1].min() > 0.5), None)
 single = next((s for s in seeds if runs[1, s][1].min() < 0.2), None)
 panels = [(1, s) for s in (blend, single) if s is not None]
@@ -371,12 +360,15 @@ plt.show()
 # %% [markdown]
 # The table and the figure tell one story:
 #
-# * **One head never gets both tokens right.** In some runs it settles on one position: that token
+# * **In 300 steps, one head never gets both tokens right.** In some runs it settles on one position: that token
 #   is right every time and the other is at chance. In the others it splits its weight between
 #   positions 0 and 1, and the read-out recovers both tokens, but only partly. The split is not
 #   fixed: the softmax of the scores depends on *which* tokens sit at positions 0 and 1, so the
 #   blend leans one way or the other with the tokens, and that tilt is what lets a linear read-out
-#   untangle part of the mixture:
+#   untangle part of the mixture. A blend that did not lean could not be untangled at all: with
+#   fixed 50/50 weights, tokens $(a, b)$ and $(b, a)$ give the same average apart from the
+#   position embeddings, so no read-out could tell which token came first, and each token could be
+#   right only about half the time. Every split run beats that:
 
 # %%
 split_runs = [s for s in seeds if runs[1, s][1].min() > 0.5]
@@ -385,6 +377,12 @@ print(
     f"1 head, the {len(split_runs)} runs that split their weight: "
     f"each token right {split_acc.min():.2f} to {split_acc.max():.2f}"
 )
+for seed in split_runs:
+    m = runs[1, seed][2].mean(0)[0]  # mean weights of the one head
+    print(
+        f"  seed {seed}: mean weight on positions 0 / 1:"
+        f" {m[0]:.2f} / {m[1]:.2f}"
+    )
 if blend is not None:
     w_first = runs[1, blend][2][:, 0, 0]  # weight on position 0, one head
     by_token = torch.stack(
@@ -402,39 +400,92 @@ if blend is not None:
 # * **Four heads** do the same, with the extra heads duplicating the job (in the figure, two heads
 #   read position 0 and two read position 1).
 #
-# One weighted average per query can carry one token cleanly or a blend of several; $h$ heads
-# give every query $h$ independent averages.
+# Which position does each of the two heads favour, in every run?
+
+# %%
+for seed in seeds:
+    m = runs[2, seed][2].mean(0)  # (heads, positions)
+    fav = m.argmax(-1).tolist()
+    top = m.max(-1).values
+    print(
+        f"2 heads, seed {seed}: heads favour positions {fav[0]} and {fav[1]},"
+        f" with mean weights {top[0]:.2f} and {top[1]:.2f}"
+    )
+
+# %% [markdown]
+# What the experiment shows, and what not: in 300 steps with a linear read-out, one head hands
+# over one token or a blend of two, while $h$ heads give every query $h$ independent averages
+# that a linear map reads exactly. It does not show that one head could *never* carry both: the
+# blend leans with the tokens, so it still holds information about both, and longer training or a
+# non-linear read-out (a transformer block follows attention with a feed-forward layer, chapter 06)
+# might untangle more of it. Several heads make the job easy and fast, not merely possible.
 #
 # ## What more heads cost
 #
 # Nothing in parameters: the four projection matrices are $d_\text{model} \times d_\text{model}$
-# whatever $h$ is. Nothing in the two big matrix products either: $QK^\top$ and the weighted sum
-# of the values each take $h$ products of $L \times d_\text{head}$ by $d_\text{head} \times L$ (or
+# whatever $h$ is, and so are their $4Ld_\text{model}^2$ multiply-adds. Nothing in the
+# multiply-adds of the two attention products either: $QK^\top$ and the weighted sum of the
+# values each take $h$ products of $L \times d_\text{head}$ by $d_\text{head} \times L$ (or
 # $L \times L$ by $L \times d_\text{head}$), that is $L^2 d_\text{model}$ multiply-adds, as one
-# head of full width would. What grows is the attention weights themselves: every head has its own
-# $L \times L$ matrix, so $h$ heads store $h L^2$ of them. Here with the sizes of BERT-base and
+# head of full width would. What grows is everything done on the attention weights: every head has
+# its own $L \times L$ matrix, so $h$ heads store $h L^2$ weights, and the scaling, any mask and
+# the softmax's exponentials run over all $hL^2$ of them. On real hardware many small matrix
+# products also run less efficiently than one large one, so equal multiply-adds do not mean equal
+# time (timed below). Here with the sizes of BERT-base and
 # GPT-2 ($d_\text{model} = 768$) at GPT-2's 1024 tokens:
 
 # %%
 L_long = 1024
 print(
-    f"{'heads':>5} {'d_head':>6} {'parameters':>11} {'multiply-adds':>14}"
-    f" {'weights (float32)':>18}"
+    f"{'heads':>5} {'d_head':>6} {'parameters':>11} {'projections':>14}"
+    f" {'QK^T and AV':>14} {'weights (fp32)':>14}"
 )
 for h in (1, 2, 4, 12):
     n_p = count_parameters(MinimalMultiHeadAttention(768, h))
     d_h = 768 // h
+    proj = 4 * L_long * 768 * 768  # W_q, W_k, W_v, W_o
     macs = 2 * h * L_long * L_long * d_h  # QK^T and weights @ V
     scores_mib = 4 * h * L_long * L_long / 2**20
-    print(f"{h:5d} {d_h:6d} {n_p:11,} {macs:14,} {scores_mib:14.0f} MiB")
+    print(
+        f"{h:5d} {d_h:6d} {n_p:11,} {proj:14,} {macs:14,}"
+        f" {scores_mib:10.0f} MiB"
+    )
 
 # %% [markdown]
-# (The multiply-adds column counts both products.) Twelve heads store 48 MiB of weights per layer
-# and sequence where one head stored 4 MiB: chapter 04's $O(L^2)$ memory, times $h$. Fused attention
+# (Two columns count multiply-adds: "projections" for the four projection matrices, "QK^T and
+# AV" for $QK^\top$ and the weighted sum of the values together.) Twelve heads store 48 MiB of weights per layer
+# and sequence where one head stored 4 MiB: chapter 04's $O(n^2)$ memory (with $n = L$ tokens), times $h$. Fused attention
 # kernels, which the package module can call (below), can avoid storing them at all.
 #
-# **Why $d_\text{head} = d_\text{model}/h$?** It is the choice that keeps the cost equal to one
-# head's, and it is what the reshape in step 2 needs: the features must deal out into $h$ equal
+# Equal multiply-adds, but not equal time: the forward pass of the package module for one
+# sequence of 1024 tokens, $d_\text{model} = 768$, on this machine's CPU (the exact times vary
+# from machine to machine):
+
+# %% tags=["nbval-ignore-output"]
+seq = torch.randn(1, L_long, 768)
+ms = {}
+for h in (1, 12, 48):
+    layer_h = MultiHeadAttention(768, h).eval()
+    with torch.no_grad():
+        layer_h(seq)  # warm-up
+        t_best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            layer_h(seq)
+            t_best = min(t_best, time.perf_counter() - t0)
+    ms[h] = 1000 * t_best
+    print(f"{h:3d} heads of {768 // h:3d}: {ms[h]:6.0f} ms")
+assert ms[48] > ms[1]  # many small heads: slower at equal multiply-adds
+
+# %% [markdown]
+# Time aside, why not 768 heads of width 1? Each head's score matrix
+# $(XW_i^Q)(XW_i^K)^\top$ is a product of two $L \times d_\text{head}$ matrices, so its rank is
+# at most $d_\text{head}$: very narrow heads can only form low-rank score patterns, which limits
+# which attention patterns they can express (Bhojanapalli et al., 2020, *Low-Rank Bottleneck in
+# Multi-head Attention Models*).
+#
+# **Why $d_\text{head} = d_\text{model}/h$?** It is the choice that keeps the parameters and
+# multiply-adds equal to one head's, and it is what the reshape in step 2 needs: the features must deal out into $h$ equal
 # groups. With 10 features and 3 heads they cannot:
 
 # %%
@@ -466,7 +517,7 @@ for name, c in (("BERT-base", BertConfig()), ("GPT-2 small", GPT2Config())):
 
 # %% [markdown]
 # BERT-base and GPT-2 small (the defaults of `transformers`' configs) follow the 2017 recipe:
-# 12 heads of 64. Many recent models go one step further and let several query heads share one
+# 12 heads of 64. Many recent models also let several query heads share one
 # key/value head (grouped-query attention, chapter 11).
 #
 # ## The package module
@@ -475,8 +526,9 @@ for name, c in (("BERT-base", BertConfig()), ("GPT-2 small", GPT2Config())):
 # the chapter 04 function, `merge_heads`, `W_o`). Around them it handles masks (the course
 # convention, `True` = may attend, broadcast over `(batch, heads, queries, keys)`),
 # cross-attention (queries from one sequence, keys and values from another), the key/value cache
-# used for fast generation in chapter 10, an optional fused path (`use_sdpa=True`), and checks that
-# turn wrong inputs into clear errors. Its full source is folded here:
+# used for fast generation in chapter 10, an optional fused path (`use_sdpa=True`), and attention
+# dropout (`dropout=p`: during training only, each attention weight is set to zero with
+# probability $p$ and the others are scaled by $1/(1-p)$). Its full source is folded here:
 
 # %% tags=["hide-input"]
 show_source(MultiHeadAttention)
@@ -570,7 +622,7 @@ print(
 # billion sentence pairs to make sentence embeddings
 # ([model card](https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2)). Two settings
 # matter: `attn_implementation="eager"` makes the model compute attention explicitly (the fused
-# kernel never forms the weights), and `output_attentions=True` makes it return them, one
+# path does not return the weights), and `output_attentions=True` makes it return them, one
 # `(batch, heads, queries, keys)` tensor per layer.
 
 # %%
@@ -662,7 +714,7 @@ assert previous.max() > 0.9
 # %% [markdown]
 # The four scores of all 72 heads at a glance:
 
-# %% caption="The four pattern scores for every head of MiniLM on the sentence (rows: layers 0 to 5, columns: heads 0 to 11; one colour scale, 0 to 1). Each of the first three patterns has one or two heads that stand out; weight on [CLS] is common, mostly from layer 1 on." alt="Four heatmaps of 6 rows by 12 columns, stacked in a 2 by 2 grid: previous token, next token, same word and [CLS]. In the first, one bright cell at layer 0, head 2; in the second, a bright cell at layer 1, head 8; in the third, a bright cell at layer 2, head 9; the [CLS] map is medium to bright almost everywhere except in layer 0."
+# %% tags=["hide-input"] caption="The four pattern scores for every head of MiniLM on the sentence (rows: layers 0 to 5, columns: heads 0 to 11; one colour scale, 0 to 1). Each of the first three patterns has one or two heads that stand out; weight on [CLS] is common, mostly from layer 1 on." alt="Four heatmaps of 6 rows by 12 columns, stacked in a 2 by 2 grid: previous token, next token, same word and [CLS]. In the first, one bright cell at layer 0, head 2; in the second, a bright cell at layer 1, head 8; in the third, a bright cell at layer 2, head 9; the [CLS] map is medium to bright almost everywhere except in layer 0."
 fig, axes = plt.subplots(2, 2, figsize=(6.8, 4.6), sharex=True, sharey=True)
 for ax, (name, score) in zip(axes.flat, patterns.items()):
     im = ax.imshow(score, cmap="viridis", vmin=0, vmax=1, aspect="auto")
@@ -716,8 +768,9 @@ for q in range(n):
         )
 
 # %% [markdown]
-# * **Layer 0, head 2 is a previous-token head**: every token puts almost all its weight (1.00 on
-#   average, in the table) on the token before it. Its output at position $t$ is essentially a copy
+# * **Layer 0, head 2 is a previous-token head**, a trained instance of the pattern chapter 04
+#   fitted with separate $W_q$ and $W_k$: every token after [CLS] puts almost all its weight (1.00
+#   on average, in the table) on the token before it. Its output at position $t$ is essentially a copy
 #   of the value at $t-1$, so every later layer can know "what came just before me".
 # * **Layer 1, head 8 is a weaker mirror image**: 9 of the 13 tokens that have a next token look
 #   mostly at it, and on average a token gives it 0.59 of its weight; the other four look mostly at
@@ -754,7 +807,8 @@ print(f"[CLS]'s share of the attention weights:    {w[:, 0].mean():.2f}")
 print(f"[CLS]'s share of the weighted values |w v|: {cls_share:.2f}")
 
 # %% [markdown]
-# [CLS] gets 0.88 of the weight but supplies only 0.23 of what the head passes on: the other
+# [CLS] gets 0.88 of the weight but supplies only 0.23 of the summed lengths of the weighted
+# values: the other
 # tokens, with the remaining 0.12 of the weight, supply the rest, because their value vectors are
 # far longer.
 #
@@ -806,7 +860,7 @@ for r in range(3):
 # None of the four tidy heads is among the heads the embedding depends on most: they rank 25th,
 # 36th, 38th and 58th of 72, and the last of them is the [CLS] head, as its tiny values predicted.
 # The three largest effects (31.19 to 150.62, against a median of 1.59) come from the last layer,
-# the closest to the vectors being averaged.
+# probably because no later layer can make up for what a last-layer head no longer writes.
 #
 # This is one sentence and one measure, not a verdict on these heads. On larger models and real
 # tasks, Michel et al. (2019, *Are Sixteen Heads Really Better than One?*) found that many heads
@@ -839,13 +893,13 @@ head_view(
 #   $W^O$. Input and output have the same shape `(batch, length, d_model)`.
 # * Splitting one big projection into heads is the same as giving every head its own
 #   $d_\text{model} \times d_\text{head}$ projection; $W^O$ adds up what every head writes.
-# * Learned projections let a token ask a question ($W^Q$) different from the label it answers to
-#   ($W^K$), so scores need not be symmetric, and let each head ask its own.
-# * Several heads fetch several things at once: in the two-lookup experiment one head never got
-#   both tokens right (it settled on one, or blended both and recovered each only partly), while
-#   two or four heads got both exactly in every run.
+# * Every head has its own query, key and value projections, so each head asks its own question.
+# * Several heads fetch several things at once: in the two-lookup experiment (300 steps, a linear
+#   read-out) one head never got both tokens right (it settled on one, or blended both and
+#   recovered each only partly), while two or four heads got both exactly in every run.
 # * With $d_\text{head} = d_\text{model}/h$, more heads cost no more parameters and no more
-#   multiply-adds, but $h$ times the attention weights ($hL^2$ per layer and sequence). Models such
+#   multiply-adds, but $h$ times the attention weights ($hL^2$ per layer and sequence), and the
+#   softmax and masking run over all of them. Models such
 #   as T5 choose $d_\text{head}$ freely and let $W^O$ map $h\,d_\text{head}$ back to
 #   $d_\text{model}$.
 # * The package module equals `torch.nn.MultiheadAttention` once the weights are copied and the
@@ -857,56 +911,39 @@ head_view(
 #
 # ## Exercises
 #
-# **1. One module per head.** Build multi-head attention from $h$ *separate* heads, each with its
-# own `nn.Linear(d_model, d_head)` for queries, keys and values, concatenate their outputs and apply
-# an output projection. Copy the weights over from `mha` (which rows of `W_q.weight` belong to head
-# $i$?) and check that you get the same output.
+# **1. Relabel the heads.** Make a copy of `mha` in which head 0 and head 1 trade places: swap
+# their blocks of rows in `W_q`, `W_k` and `W_v` (weights and biases). Predict first, then test:
+# does the module's output change? And if you also swap the two heads' blocks of $W^O$?
 
 
 # %% tags=["solution"]
-class SeparateHeads(nn.Module):
-    def __init__(self, d_model: int, num_heads: int) -> None:
-        super().__init__()
-        d_head = d_model // num_heads
-        self.q = nn.ModuleList(
-            nn.Linear(d_model, d_head) for _ in range(num_heads)
-        )
-        self.k = nn.ModuleList(
-            nn.Linear(d_model, d_head) for _ in range(num_heads)
-        )
-        self.v = nn.ModuleList(
-            nn.Linear(d_model, d_head) for _ in range(num_heads)
-        )
-        self.o = nn.Linear(d_model, d_model)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        heads = [
-            scaled_dot_product_attention(q(x), k(x), v(x))[0]
-            for q, k, v in zip(self.q, self.k, self.v)
-        ]
-        return self.o(torch.cat(heads, dim=-1))
+# features of head 1, then of head 0
+perm = torch.cat([torch.arange(d_head, 2 * d_head), torch.arange(d_head)])
 
 
-sep = SeparateHeads(d_model, num_heads)
-with torch.no_grad():
-    for h in range(num_heads):
-        r = slice(h * d_head, (h + 1) * d_head)
-        for mine, theirs_lin in (
-            (sep.q[h], mha.W_q),
-            (sep.k[h], mha.W_k),
-            (sep.v[h], mha.W_v),
-        ):
-            mine.weight.copy_(theirs_lin.weight[r])
-            mine.bias.copy_(theirs_lin.bias[r])
-    sep.o.load_state_dict(mha.W_o.state_dict())
-print("same output:", torch.allclose(sep(x), mha(x)[0], atol=1e-6))
-assert torch.allclose(sep(x), mha(x)[0], atol=1e-6)
+def swap_heads(also_w_o: bool) -> MultiHeadAttention:
+    new = MultiHeadAttention(d_model, num_heads).eval()
+    new.load_state_dict(mha.state_dict())
+    with torch.no_grad():
+        for lin in (new.W_q, new.W_k, new.W_v):
+            lin.weight.copy_(lin.weight[perm])
+            lin.bias.copy_(lin.bias[perm])
+        if also_w_o:  # W^O's rows are the columns of W_o.weight
+            new.W_o.weight.copy_(new.W_o.weight[:, perm])
+    return new
+
+
+for also in (False, True):
+    diff = (swap_heads(also)(x)[0] - mha(x)[0]).abs().max().item()
+    print(f"swap W_q, W_k, W_v, W_o too: {also!s:5}  max change {diff:.2g}")
+assert torch.allclose(swap_heads(True)(x)[0], mha(x)[0], atol=1e-6)
 
 # %% [markdown] tags=["solution"]
-# Head $i$'s `nn.Linear` takes rows `i * d_head` to `(i + 1) * d_head - 1` of `W_q.weight` (and of
-# its bias), exactly the features the reshape deals to head $i$. `nn.Linear` stores
-# `(out_features, in_features)`, so copying those rows as they are gives the same map. The
-# output projection is shared, as in the formula: $W^O$ reads the concatenation of all heads.
+# Swapping only the input projections changes the output: head 0's result now lands in features
+# 4–7 of the concatenation, where $W^O$ expects head 1's. Swapping the matching blocks of $W^O$ as
+# well gives the same function up to float32 rounding. The heads have no order of their own: a
+# head is nothing but its slices of the four matrices, so any relabelling of the heads, carried
+# through all four, describes the same model.
 
 # %% [markdown]
 # **2. Three lookups.** Change the experiment so that the model must report tokens 0, 1 **and 2**
