@@ -49,6 +49,7 @@
     ".bd-article div.highlight pre",
     ".bd-article .pst-scrollable-table-container",
     ".bd-article .cell_output .output",
+    ".bd-article div.cell_output",
   ].join(", ");
   function mark(box) {
     const hidden = box.scrollWidth - box.clientWidth - box.scrollLeft > 1;
@@ -66,6 +67,13 @@
   function start() {
     markAll();
     window.addEventListener("resize", markAll);
+    // outputs drawn later by their own scripts (bertviz) are marked once they appear
+    let pending = false;
+    new MutationObserver(function () {
+      if (pending) return;
+      pending = true;
+      requestAnimationFrame(function () { pending = false; markAll(); });
+    }).observe(document.querySelector(".bd-article") || document.body, { childList: true, subtree: true });
     if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
       MathJax.startup.promise.then(markAll);
     }
