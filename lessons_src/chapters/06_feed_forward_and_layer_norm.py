@@ -318,8 +318,9 @@ print(f"mean length of an output vector: {h1.norm(dim=-1).mean():.2f}")
 # \tfrac12 \cdot \tfrac1{12} = \tfrac1{18}$, so the weights of a block scale the size of a vector
 # by $\sqrt{1/18} \approx 0.24$, and thirty blocks by $0.24^{30} \approx 10^{-19}$.
 #
-# The argument counts only the weights. Backwards that is the whole story, because no bias enters
-# the backward pass (exercise 2 measures the factor per block). Forwards, PyTorch's default also
+# The argument counts only the weights. Backwards, it predicts how the signal passed from block
+# to block shrinks; a weight's gradient is that signal times the block's input (exercise 2 tests
+# the prediction). Forwards, PyTorch's default also
 # draws non-zero biases, and they add to each block's output a part that does not depend on the
 # input. The part that comes from the input shrinks by about 0.24 per block, the biases' part
 # does not, so after a few blocks the output is almost entirely the biases' part: the stack
@@ -366,7 +367,8 @@ def stack_report(
             h, other = h + block(h), other + block(other)
         else:
             h, other = block(h), block(other)
-        # in float64: the zero-bias stack's vectors get too small for float32
+        # the cosine in float64: the zero-bias stack's vectors get too small
+        # for float32
         u, w = h.double(), other.double()
         cos_uw = (u * w).sum(-1) / (u.norm(dim=-1) * w.norm(dim=-1))
         cos.append(cos_uw.mean().item())
@@ -434,7 +436,8 @@ plt.show()
 # %% [markdown]
 # The first two rows separate the weights from the biases. With zero biases the length falls by
 # about 0.24 per block, as the argument predicts, to 5.6e-19 after 30 blocks (its gradients print
-# as 0: they are smaller than the smallest float32 number). With the default biases the length
+# as 0: their norms are computed in float32, where squaring entries this small underflows to 0).
+# With the default biases the length
 # settles at 0.40, and the outputs for the two inputs are alike (1.00): what is left is the
 # biases' part.
 #
@@ -964,12 +967,14 @@ plt.show()
 #
 # Both variants regularise with **dropout on each sub-layer's output, before it is added to the
 # stream**: `x + dropout(f(LN(x)))` in pre-norm, `LN(x + dropout(f(x)))` in post-norm (in the
-# listings above, `dropout1` inside `_sa` and `dropout2`). Inside the sub-layers there is more: on
-# the attention weights and on the feed-forward network's hidden layer. Inside the layers the
+# listings above, `dropout1` inside `_sa` and `dropout2`). Inside the sub-layers there can be
+# more: on the attention weights (BERT, GPT-2 and our layers) and, in our layers as in the
+# original tensor2tensor code and the Annotated Transformer, on the feed-forward network's hidden
+# layer; BERT and GPT-2 do not drop that one. Inside the layers the
 # stream itself is never dropped; the models apply dropout to it once, to the embeddings that
-# start it (the 2017 paper, BERT and GPT-1 say so; Hugging Face's GPT-2 does the same). An extreme
-# test shows it: with dropout probability 1 every branch's output is zeroed in training mode, so a
-# pre-norm layer must return
+# start it (the 2017 paper and GPT-1 say so; BERT's code and Hugging Face's GPT-2 do the same).
+# An extreme test shows it: with dropout probability 1 every branch's output is zeroed in
+# training mode, so a pre-norm layer must return
 # its input unchanged, while in evaluation mode dropout is off and the layer changes its input.
 
 # %%
@@ -1054,7 +1059,7 @@ print("on mean-0 vectors, within 1e-5:", bool(centred_gap.max() < 1e-5))
 # %% [markdown]
 # **2. Predict the vanishing gradient.** The variance argument in the residual section says that
 # the weights of a default-initialised Linear–ReLU–Linear block scale a vector's size by
-# $\sqrt{1/18}$, and no bias enters the backward pass. Use it
+# $\sqrt{1/18}$. Use it
 # to predict the gradient norm at block 1 of the plain 30-block stack from the one at block 30
 # (2.0e-03). Then measure the factor per block in `grads_plain`. Does it depend on the width $d$?
 # Predict, then rerun the plain stack with $d = 16$ and $d = 256$.
@@ -1080,8 +1085,16 @@ for width in (16, 256):
 # %% [markdown] tags=["solution"]
 # The prediction, $\sqrt{1/18} = 0.236$ per block, is close to the measured factor, and over 29
 # blocks it predicts block 1's gradient to within a factor of about 3, across more than 17
-# orders of magnitude. The factor hardly changes with the width: the $d$ in the fan-in of the two
-# layers cancels, so the argument does not depend on it. It depends only on the initialisation's
+# orders of magnitude. That factor of 3 comes from the forward pass: the gradient of $W_1$ is the
+# signal that reaches the block from above times the block's input, summed over the 32 rows.
+# Block 1 reads the raw input, 32 unrelated rows of mean length 8.05, whose terms add up like
+# independent ones, to about $\sqrt{32} \cdot 8.05$. Block 30 reads the biases' part, rows of
+# length about 0.4 that are all alike (and so are the signals from above, because the outputs
+# are), whose terms add up to about $32 \cdot 0.4$. The ratio,
+# $(\sqrt{32} \cdot 8.05) / (32 \cdot 0.4) \approx 3.6$, is roughly the gap. In the draws shown
+# the factor per block hardly changes with the width: the $d$ in the fan-in of the two layers
+# cancels, so the argument does not depend on it (the inputs' share can vary from draw to draw).
+# The argument depends only on the initialisation's
 # variance, which is why He initialisation, which sets that variance to keep the size, removes
 # the decay.
 
