@@ -10,19 +10,20 @@
 #
 # What you will see:
 #
-# 1. by experiment, on a toy example and on a real model, that attention without positions
-#    ignores order;
+# 1. by experiment, that attention without positions ignores order;
 # 2. why an encoding made of several frequencies works (a binary counter, a clock), and why
-#    it is *added* to the embedding;
+#    it is *added* to the embedding, with a look at how a trained model (MiniLM) keeps its
+#    positions out of the way of its words;
 # 3. the sinusoidal encoding of the original Transformer: one position by hand, the whole
 #    table in a few lines, checked against the course's `PositionalEncoding` module and
-#    Hugging Face, and a common pitfall, a loop with the exponent doubled;
+#    Hugging Face, and a common pitfall, a loop that gets the angles wrong;
 # 4. what the encoding looks like, and why it suits attention: the dot product of two
 #    positions depends only on their distance, and a shift is a rotation;
 # 5. **rotary position embeddings** (RoPE), which rotate queries and keys instead of adding
-#    anything, so that attention scores depend only on relative positions;
+#    anything, so that attention scores depend on the positions only through their
+#    difference;
 # 6. learned position embeddings, as in BERT and GPT-2, and how long a sequence each kind
-#    can take.
+#    can take, with a tiny model trained in seconds that needs positions to solve its task.
 
 # %%
 import math
@@ -67,56 +68,19 @@ dog_same = torch.allclose(out1[0, 0], out2[0, 2], atol=1e-6)
 mean_same = torch.allclose(out1.mean(dim=1), out2.mean(dim=1), atol=1e-6)
 print("output of 'dog', first vs last:   identical:", dog_same)
 print("average over the three positions: identical:", mean_same)
-assert dog_same and mean_same
 
 # %% [markdown]
 # The output vector of "dog" is the same whether the dog bites or is bitten, and the
 # average is **permutation-invariant**: the two sentences get the same vector.
 #
-# ### A real model without its positions
-#
-# Chapter 02 ended on a puzzle: MiniLM, a 6-layer BERT trained to give similar sentences
-# similar vectors, finds "The cat chased the dog." and "The dog chased the cat." almost
-# identical. Both sentences have the same tokens, so what tells them apart can only come
-# from the model's *position embeddings*: a table with one learned vector per position,
-# added to the token embeddings. We replace every row of that table by the table's mean row,
-# so that every position gets the same vector, and embed the two sentences again.
-
-# %%
-from transformer_course.pretrained import embed_sentences, load_minilm
-
-tokenizer, model = load_minilm()
-pair = ["The cat chased the dog.", "The dog chased the cat."]
-position_table = model.embeddings.position_embeddings.weight  # (512, 384)
-with torch.no_grad():
-    saved = position_table.clone()
-    a, b = embed_sentences(pair, tokenizer, model)
-    position_table[:] = saved.mean(dim=0)  # the same vector at every position
-    a_nopos, b_nopos = embed_sentences(pair, tokenizer, model)
-    position_table[:] = saved  # put the table back
-word_table = model.embeddings.word_embeddings.weight
-print(
-    f"MiniLM's entries: word embeddings std {word_table.std():.3f}, "
-    f"position embeddings std {saved.std():.3f}"
-)
-print(f"cosine of the two sentences, with positions:    {a @ b:.4f}")
-print(
-    f"cosine of the two sentences, without positions: {a_nopos @ b_nopos:.6f}"
-)
-print(
-    "without positions the two vectors are identical (to 1e-6):",
-    torch.allclose(a_nopos, b_nopos, atol=1e-6),
-)
-assert torch.allclose(a_nopos, b_nopos, atol=1e-6)
-
-# %% [markdown]
-# Without its position table the model gives the two sentences the same vector: everything
-# that separates them (a cosine of 0.9913 instead of 1) comes from the positions.
+# Chapter 02 found the same in a real model: MiniLM gives "The cat chased the dog." and
+# "The dog chased the cat." a cosine of 0.991, and exactly the same vector (cosine 1.000)
+# once its position table is set to zero.
 #
 # One caveat. A **causal mask** (chapter 08), which GPT-style models use so that each
-# position sees only the positions before it, breaks the symmetry: the first token sees only
-# itself, the second sees two tokens, and so on, so some order leaks through even without
-# positions (exercise 3 tests it). Haviv et al. (2022, *Transformer Language Models without
+# position sees only itself and the positions before it, breaks the symmetry: the first
+# token sees only itself, the second sees two tokens, and so on, so some order leaks
+# through even without positions (exercise 3 tests it). Haviv et al. (2022, *Transformer Language Models without
 # Positional Encodings Still Learn Positional Information*) found that causal language models
 # trained without positions come close to those trained with them. Models are still built
 # with position information, and the rest of this chapter is about how.
@@ -124,9 +88,10 @@ assert torch.allclose(a_nopos, b_nopos, atol=1e-6)
 # ## Why several frequencies: a counter and a clock
 #
 # Why not simply add the position number `pos` to every dimension? Positions grow without
-# bound: 1,000 would swamp MiniLM's embeddings, whose entries are a few hundredths, and the
-# model would have to handle values it never saw in training. Dividing by the length makes
-# the encoding of a position depend on the length of the sentence.
+# bound: position 1,000 would be a thousand times larger than the entries of an embedding
+# table as `nn.Embedding` initialises it (standard deviation 1), and the model would have to
+# handle values it never saw in training. Dividing by the length makes the encoding of a
+# position depend on the length of the sentence.
 #
 # A better idea comes from the way we write numbers. In binary, the lowest bit flips at every
 # step, the next one every 2 steps, the next every 4:
@@ -163,8 +128,52 @@ print(
 )
 
 # %% [markdown]
-# A model that learns its embeddings can keep tokens and positions in nearly separate
-# directions if that helps, and adding keeps the width at $d_{model}$ instead of growing it.
+# Adding keeps the width at $d_{model}$ instead of growing it, and a model that learns its
+# embeddings is free to keep tokens and positions in nearly separate directions. Does a
+# trained model use that freedom? MiniLM, the sentence-embedding model of chapter 02, learns
+# both a word table and a position table (one row per position, up to 512). With chapter
+# 02's PCA we find the few directions along which the position rows vary most, then measure
+# how much of the word table's variance lies along those same directions.
+
+# %%
+from transformer_course.pretrained import load_minilm
+
+_, model = load_minilm()
+word_table = model.embeddings.word_embeddings.weight.detach().double()
+position_table = model.embeddings.position_embeddings.weight.detach().double()
+for name, table in [("word", word_table), ("position", position_table)]:
+    print(
+        f"{name + ' table':>14} {tuple(table.shape)}: "
+        f"entries' standard deviation {table.std():.3f}"
+    )
+
+
+def centred_and_directions(table: torch.Tensor):
+    """The rows minus their mean, the principal directions (rows of vh),
+    and the share of the variance along each."""
+    centred = table - table.mean(dim=0)
+    _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    return centred, vh, s**2 / (s**2).sum()
+
+
+_, pos_dirs, pos_share = centred_and_directions(position_table)
+n_dirs = int((pos_share.cumsum(0) < 0.9).sum()) + 1  # first to reach 90 %
+top = pos_dirs[:n_dirs]  # (n_dirs, 384), orthonormal rows
+print(
+    f"the position table's top {n_dirs} of 384 directions: "
+    f"{pos_share[:n_dirs].sum():.1%} of its variance"
+)
+words_centred = word_table - word_table.mean(dim=0)
+words_there = (words_centred @ top.T).pow(2).sum() / words_centred.pow(2).sum()
+print(f"the word table's variance along them: {words_there:.2%}")
+print(f"expected along {n_dirs} random directions: {n_dirs / 384:.2%}")
+
+# %% [markdown]
+# MiniLM's position rows vary almost only along 11 of its 384 directions (93.7 % of their
+# variance), and its words nearly avoid those directions: they put 0.33 % of their variance
+# there, less than an eighth of what 11 directions chosen at random would hold on average
+# (2.86 %). Training has built something close to a concatenation inside the sum: a small
+# subspace for positions that the words leave nearly empty.
 #
 # ## The sinusoidal encoding
 #
@@ -184,6 +193,14 @@ print(
 # slowly, up to a wavelength of $2\pi \cdot 10000^{(d_{model}-2)/d_{model}}$ for the last
 # pair, just under $2\pi \cdot 10000$. Every value lies in $[-1, 1]$ and any position has an
 # encoding.
+#
+# Implementations differ in how they lay the pairs out. The paper's formula interleaves
+# them (sine in even, cosine in odd dimensions), and so does this chapter. Tensor2tensor, the
+# library the paper's code was released in, puts all the sines in the first half of the
+# vector and all the cosines in the second half (and spaces its frequencies slightly
+# differently). A fixed reordering of the dimensions is something a model with learned
+# weights absorbs; what matters is that each sine keeps a cosine partner at the same angle.
+# The same two layouts appear again in rotary embeddings below.
 #
 # ### One position by hand
 #
@@ -252,39 +269,45 @@ print(
     "ours == Hugging Face DistilBERT's table (to 1e-6):",
     torch.allclose(ours, hf_table, atol=1e-6),
 )
-assert torch.allclose(ours, sinusoidal_table(512, 128), atol=1e-6)
-assert torch.allclose(ours, hf_table, atol=1e-6)
 
 # %%
 show_source(sinusoidal_table)
 
 # %% [markdown]
-# ### A wrong exponent, and what it does
+# ### A loop that gets the angles wrong
 #
-# A common pitfall when the formula is turned into a loop: the loop steps over the
-# *dimensions*, `for i in range(0, d_model, 2)`, but keeps the exponent `2 * i / d_model` of
-# the formula. In the loop, `i` is already the even dimension, twice the pair index; so for
-# pair $j$ (dimensions $2j$, $2j+1$) it computes $10000^{4j/d_{model}}$ instead of
-# $10000^{2j/d_{model}}$. Nothing crashes and the result looks like a positional encoding;
-# only a comparison with a trusted implementation shows the difference.
+# A common pitfall when the formula is turned into a loop. The loop below is found, nearly
+# character for character, in many public repositories and tutorials:
+#
+# ```python
+# for i in range(0, d_model, 2):
+#     pe[pos, i] = math.sin(pos / (10000 ** ((2 * i) / d_model)))
+#     pe[pos, i + 1] = math.cos(pos / (10000 ** ((2 * (i + 1)) / d_model)))
+# ```
+#
+# It makes two mistakes. First, the loop steps over *dimensions*, so `i` is already the even
+# dimension, twice the pair index; keeping the formula's `2 * i` gives pair $j$ (dimensions
+# $2j$, $2j+1$) the exponent $4j/d_{model}$ instead of $2j/d_{model}$. Second, the cosine uses
+# `i + 1`, so its angle is not the sine's. Nothing crashes and the result looks like a
+# positional encoding; we compare it with the correct loop, where the exponent is
+# `i / d_model` in both lines.
 
 
 # %%
-def doubled_loop_row(pos: int, d_model: int) -> torch.Tensor:
-    """The pitfall: i runs over even dimensions, yet the exponent is
-    2*i/d_model."""
-    row = torch.zeros(d_model)
+def copied_loop_row(pos: int, d_model: int) -> torch.Tensor:
+    """The pitfall: exponent 2*i/d_model with i an even dimension, and a
+    cosine at another angle than its sine."""
+    row = torch.zeros(d_model, dtype=torch.float64)
     for i in range(0, d_model, 2):
-        # wrong: i is already 2j
-        row[i] = math.sin(pos / (10000 ** (2 * i / d_model)))
-        row[i + 1] = math.cos(pos / (10000 ** (2 * i / d_model)))
+        row[i] = math.sin(pos / (10000 ** ((2 * i) / d_model)))
+        row[i + 1] = math.cos(pos / (10000 ** ((2 * (i + 1)) / d_model)))
     return row
 
 
 def correct_loop_row(pos: int, d_model: int) -> torch.Tensor:
-    """The same loop with the exponent fixed: i / d_model, since i is already
-    the even dimension."""
-    row = torch.zeros(d_model)
+    """The same loop fixed: i is already the even dimension, so the exponent
+    is i / d_model, the same for the sine and its cosine."""
+    row = torch.zeros(d_model, dtype=torch.float64)
     for i in range(0, d_model, 2):
         row[i] = math.sin(pos / (10000 ** (i / d_model)))
         row[i + 1] = math.cos(pos / (10000 ** (i / d_model)))
@@ -296,58 +319,85 @@ def show(t: torch.Tensor) -> str:
 
 
 module_row = sinusoidal_table(10, d_small)[pos]
-
-print("doubled exponent:", show(doubled_loop_row(pos, d_small)))
-print("fixed loop:      ", show(correct_loop_row(pos, d_small)))
-print("module:          ", show(module_row))
+print("copied loop:", show(copied_loop_row(pos, d_small)))
+print("fixed loop: ", show(correct_loop_row(pos, d_small)))
+print("module:     ", show(module_row))
 
 # %% tags=["remove-cell"]
-assert torch.allclose(correct_loop_row(pos, d_small), module_row, atol=1e-6)
+assert torch.allclose(correct_loop_row(pos, d_small).float(), module_row)
 assert not torch.allclose(
-    doubled_loop_row(pos, d_small), module_row, atol=1e-2
+    copied_loop_row(pos, d_small).float(), module_row, atol=1e-2
 )
 
 # %% [markdown]
-# Only pair 0 agrees (its exponent is 0 either way). The damage is in the frequencies. Slow
-# pairs are part of the design: over a short sentence they hardly move, $\sin \approx 0$ and
-# $\cos \approx 1$, and they serve long sequences. With the doubled exponent the wavelengths
-# grow twice as fast (in log scale), so far more pairs are spent on being nearly constant.
-# We count, for $d_{model} = 300$, the pairs whose angle moves less than 0.1 radian over the
-# first 512 positions, that is, whose wavelength exceeds $2\pi \cdot 511 / 0.1 \approx
-# 32{,}100$ positions.
+# Only dimension 0 agrees (its exponent is 0 either way). The second mistake breaks what the
+# pair was for. A sine and a cosine *of the same angle* are a point on the unit circle,
+# $\sin^2 + \cos^2 = 1$, so every correct encoding has the same length,
+# $\sqrt{d_{model}/2}$, and the pair pins the angle down. With two different angles, the
+# length changes from position to position:
 
 # %%
-d_big, n_pos = 300, 512
-pair_index = torch.arange(d_big // 2, dtype=torch.float64)
+d_model = 128
+n_pos = 512
+tables = {
+    "fixed loop": torch.stack(
+        [correct_loop_row(p, d_model) for p in range(n_pos)]
+    ),
+    "copied loop": torch.stack(
+        [copied_loop_row(p, d_model) for p in range(n_pos)]
+    ),
+}
+for name, t in tables.items():
+    lengths = t.norm(dim=1)
+    print(
+        f"{name:>11}: length of PE_pos over positions 0-{n_pos - 1} "
+        f"from {lengths.min():.3f} to {lengths.max():.3f}"
+    )
+
+# %% [markdown]
+# Every row of the correct table has length $\sqrt{128/2} = 8$; the copied loop's rows range
+# from 7.678 to 8.327. The section on shifts below shows what that costs.
+#
+# The first mistake shows in the frequencies. Slow pairs are part of the design: over a
+# short sentence they hardly move, $\sin \approx 0$ and $\cos \approx 1$, and they serve
+# long sequences. With the doubled exponent the wavelengths grow twice as fast (in log
+# scale), so far more pairs are spent on being nearly constant. For the $d_{model} = 128$
+# used in the rest of the chapter, we count the pairs whose sine moves less than 0.1 radian
+# over the first 512 positions, that is, whose wavelength exceeds
+# $2\pi \cdot 511 / 0.1 \approx 32{,}100$ positions.
+
+# %%
+pair_index = torch.arange(d_model // 2, dtype=torch.float64)
 wavelength = {
-    "correct, 10000^(2j/d)": 2 * math.pi * 10000 ** (2 * pair_index / d_big),
-    "doubled, 10000^(4j/d)": 2 * math.pi * 10000 ** (4 * pair_index / d_big),
+    "correct, 10000^(2j/d)": 2 * math.pi * 10000 ** (2 * pair_index / d_model),
+    "copied loop, 10000^(4j/d)": 2
+    * math.pi
+    * 10000 ** (4 * pair_index / d_model),
 }
 threshold = 2 * math.pi * (n_pos - 1) / 0.1  # angle < 0.1 rad over 511 steps
 for name, wl in wavelength.items():
     frozen = int((wl > threshold).sum())
     print(f"{name}: longest wavelength {wl.max().item():.3g} positions;")
     print(
-        f"    {frozen} of {d_big // 2} pairs nearly constant "
+        f"    {frozen} of {d_model // 2} pairs nearly constant "
         f"over {n_pos} positions"
     )
 
-# %% caption="The wavelength of each sine/cosine pair for d_model = 300, with the correct exponent and with the doubled one. Pairs above the dashed line barely move over 512 positions: 10 of 150 with the correct exponent, 80 with the doubled one." alt="Line plot, log-scale y axis, of wavelength against pair index 0 to 149. Both curves start at 6.3; the correct one rises steadily to about 60,000, the doubled one twice as steeply to about 400 million. A dashed horizontal line at about 32,000 is crossed by the doubled curve near pair 70 and by the correct curve near pair 140."
+# %% caption="The wavelength of the sine of each pair for d_model = 128, with the correct exponent and with the copied loop's doubled one. Pairs above the dashed line barely move over 512 positions: 4 of 64 with the correct exponent, 34 with the doubled one." alt="Line plot, log-scale y axis, of wavelength against pair index 0 to 63. Both curves start at 6.3; the correct one rises steadily to about 54,000, the doubled one twice as steeply to about 470 million. A dashed horizontal line at about 32,000 is crossed by the doubled curve near pair 30 and by the correct curve near pair 60."
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 for name, wl in wavelength.items():
     ax.semilogy(pair_index, wl, label=name)
-ax.axhline(threshold, color="gray", ls="--", lw=1)
-ax.text(
-    2,
-    threshold * 2.2,
-    f"wavelength {threshold:,.0f}: nearly constant over {n_pos} positions",
-    color="dimgray",
-    fontsize=8,
+ax.axhline(
+    threshold,
+    color="gray",
+    ls="--",
+    lw=1,
+    label=f"{threshold:,.0f}: nearly constant over {n_pos} positions",
 )
 ax.set_xlabel("pair index j (dimensions 2j, 2j+1)")
 ax.set_ylabel("wavelength (positions)")
-ax.set_title(f"Wavelength of each sine/cosine pair, d_model = {d_big}")
-ax.legend(fontsize=8, loc="lower right")
+ax.set_title(f"Wavelength of the sine of each pair, d_model = {d_model}")
+ax.legend(fontsize=8, loc="upper left")
 fig.tight_layout()
 plt.show()
 
@@ -360,9 +410,10 @@ plt.show()
 # as the paper does (rate 0.1 in its base model; the default here is 0).
 #
 # The sum only works if neither term drowns the other. The encoding's entries lie between
-# −1 and 1, while embeddings are often much smaller (MiniLM's have a standard deviation of
-# 0.056). The original Transformer multiplies its embeddings by $\sqrt{d_{model}}$ before the
-# addition; chapter 07 measures how that factor brings them to the encoding's scale.
+# −1 and 1, while embeddings are often much smaller (MiniLM's word embeddings have a
+# standard deviation of 0.056). The original Transformer multiplies its embeddings by
+# $\sqrt{d_{model}}$ before the addition; chapter 07 measures how that factor brings them
+# to the encoding's scale.
 
 # %%
 show_source(PositionalEncoding)
@@ -411,7 +462,7 @@ assert gap > 1e-4  # the averages are no longer identical
 # less (0.090). The input averages are the same, so all that separates the output averages
 # comes from the way attention mixes the rows; the rows' own changes largely cancel in the
 # average. The order is in the individual rows, and only a little of it survives averaging,
-# as in MiniLM's cosine of 0.9913.
+# just as MiniLM's vectors for the two cat-and-dog sentences keep a cosine of 0.991.
 #
 # ## What the encoding looks like
 #
@@ -460,51 +511,48 @@ print(
 # %% [markdown]
 # ## Dot products depend only on distance
 #
-# Attention compares vectors with dot products. For two positions $p$ and $q$, pair $i$
+# Attention compares vectors with dot products. For two positions $p$ and $r$, pair $i$
 # contributes
 #
 # $$
 # \begin{aligned}
-# &\sin(p\omega_i)\sin(q\omega_i) + \cos(p\omega_i)\cos(q\omega_i) \\
-# &\qquad = \cos\big((p-q)\,\omega_i\big),
+# &\sin(p\,\omega_i)\sin(r\,\omega_i) + \cos(p\,\omega_i)\cos(r\,\omega_i) \\
+# &\qquad = \cos\big((r-p)\,\omega_i\big),
 # \end{aligned}
 # $$
 #
 # so, summed over the $d_{model}/2$ pairs,
 #
-# $$PE_p \cdot PE_q = \sum_{i} \cos\big((p - q)\,\omega_i\big):$$
+# $$PE_p \cdot PE_r = \sum_{i} \cos\big((r - p)\,\omega_i\big):$$
 #
-# a function of the distance $p - q$ only, largest ($d_{model}/2$) at distance 0, falling
-# steeply over the first few positions and then slowly, with ripples (figure below). Position 100 relates to position 110 the
-# way position 300 relates to 310.
+# a function of the distance $r - p$ only, largest ($d_{model}/2$) at distance 0. Position
+# 100 relates to position 110 the way position 300 relates to 310.
 
 # %%
 table512 = pe.pe.double()
 gram = table512 @ table512.T
-for k in [0, 1, 10, 50]:
-    diag = gram.diagonal(k)
+for delta in [0, 1, 10, 50]:
+    diag = gram.diagonal(delta)
     same = torch.allclose(diag, diag[0].expand_as(diag), atol=1e-4)
     print(
-        f"distance {k:>2}: PE_p . PE_(p+{k}) = {diag[0]:7.3f}, "
+        f"distance {delta:>2}: PE_p . PE_(p+{delta}) = {diag[0]:7.3f}, "
         f"the same for every p: {same}"
     )
+
+# %% [markdown]
+# As a function of the distance, the dot product falls steeply over the first few
+# positions, then slowly and with ripples:
 
 # %% caption="The dot product of position 100's encoding with every position from 0 to 200 (d_model = 128). It is 64 at distance 0, falls steeply over the first five positions, then slowly and with ripples; the curve is symmetric." alt="A line plot of the dot product against distance from -100 to 100, mirror-symmetric around 0. A sharp peak of 64 at 0 drops to about 47 at distance 5 and about 43 at distance 10, declines to about 35 by distance 40, and beyond that oscillates between about 24 and 35."
 centre = 100
 others = torch.arange(0, 201)
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 ax.plot(others - centre, gram[centre, others], marker=".", ms=3)
-ax.set_xlabel(f"distance from position {centre} (q - {centre})")
-ax.set_ylabel(f"PE_{centre} · PE_q")
+ax.set_xlabel(f"distance from position {centre} (r - {centre})")
+ax.set_ylabel(f"PE_{centre} · PE_r")
 ax.set_title(f"Dot product with position {centre}, d_model = {d_model}")
 fig.tight_layout()
 plt.show()
-
-# %%
-near = gram[centre, centre + 1 : centre + 6].mean()
-far = gram[centre, centre + 50 : centre + 101].mean()
-print(f"mean dot product at distance 1-5:   {near:.2f}")
-print(f"mean dot product at distance 50-100: {far:.2f}")
 
 # %% [markdown]
 # ### Every position gets its own vector
@@ -514,29 +562,30 @@ print(f"mean dot product at distance 50-100: {far:.2f}")
 #
 # $$
 # \begin{aligned}
-# |PE_p - PE_q|^2 &= |PE_p|^2 + |PE_q|^2 \\
-# &\qquad - 2\,PE_p \cdot PE_q \\
-# &= d_{model} - 2\,PE_p \cdot PE_q :
+# |PE_p - PE_r|^2 &= |PE_p|^2 + |PE_r|^2 \\
+# &\qquad - 2\,PE_p \cdot PE_r \\
+# &= d_{model} - 2\,PE_p \cdot PE_r :
 # \end{aligned}
 # $$
 #
-# it too depends only on the distance $k = |p - q|$, and the closest pair of positions is the pair whose
-# dot product is largest. We compute it for every distance $k$ up to the module's default
-# `max_len` of 5000, without building a 5000 × 5000 matrix.
+# it too depends only on the distance $\Delta = |r - p|$, and the closest pair of positions
+# is the pair whose dot product is largest. We compute it for every distance $\Delta$ up to
+# the module's default `max_len` of 5000, without building a 5000 × 5000 matrix.
 
 # %%
 omega = 10000 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
-k_all = torch.arange(1, 5000, dtype=torch.float64)
-dot_k = torch.cos(k_all[:, None] * omega).sum(dim=1)  # PE_p . PE_(p+k)
-dist_k = (d_model - 2 * dot_k).sqrt()
+deltas = torch.arange(1, 5000, dtype=torch.float64)
+dot_at = torch.cos(deltas[:, None] * omega).sum(dim=1)  # PE_p . PE_(p+delta)
+dist_at = (d_model - 2 * dot_at).sqrt()
 print(
-    f"neighbours (k = 1): dot product {dot_k[0]:.3f}, distance {dist_k[0]:.3f}"
+    f"neighbours (distance 1): dot product {dot_at[0]:.3f}, "
+    f"distance {dist_at[0]:.3f}"
 )
 for n in [512, 2048, 5000]:
-    k_best = int(dist_k[1 : n - 1].argmin()) + 2  # distances 2 .. n-1
+    best = int(dist_at[1 : n - 1].argmin()) + 2  # distances 2 .. n-1
     print(
-        f"max_len {n:>4}: closest non-neighbours are {k_best} apart, "
-        f"distance {dist_k[k_best - 1]:.3f}"
+        f"max_len {n:>4}: closest non-neighbours are {best} apart, "
+        f"distance {dist_at[best - 1]:.3f}"
     )
 all_pairs = torch.cdist(table512, table512).fill_diagonal_(float("inf"))
 print(f"check, all pairs of the first 512 rows: {all_pairs.min():.3f}")
@@ -549,54 +598,173 @@ print(f"check, all pairs of the first 512 rows: {all_pairs.min():.3f}")
 # ### A shift is a rotation
 #
 # The dot-product curve is symmetric: the plain dot product cannot tell *before* from
-# *after*. The encoding itself can, though. Shifting by $k$ positions rotates each sine/cosine
-# pair by the angle $k\omega_i$, the same rotation whatever the starting position, so
-# $PE_{pos+k} = M_k\, PE_{pos}$ for one fixed matrix $M_k$ made of $2 \times 2$ rotation
-# blocks. The paper gives this as the reason for choosing sinusoids, in the form of a
-# hypothesis: "we hypothesized it would allow the model to easily learn to attend by
-# relative positions, since for any fixed offset $k$, $PE_{pos+k}$ can be represented as a
-# linear function of $PE_{pos}$."
+# *after*. The encoding itself can, though. Back to the clock: each pair is the tip of a hand,
+# and moving $\Delta$ positions forward turns the hand of pair $i$ by the angle
+# $\Delta\,\omega_i$, the same turn whatever the starting position. The figure below draws three
+# hands of the $d_{model} = 128$ encoding, with the sine on the horizontal axis and the
+# cosine on the vertical one, so that position 0 points up, like twelve o'clock.
+
+
+# %% caption="Three sine/cosine pairs of the encoding (d_model = 128) as clock hands, for positions 0 to 12. Left: pair 0 turns 1 radian per position; middle: pair 8 turns 0.32; right: pair 24 turns 0.032. The thin lines are the hand at positions 2 and 5 (orange) and at 7 and 10 (green); the arcs mark these shifts by 3 positions, and on each circle both arcs span the same angle." alt="Three unit circles side by side. On each, blue dots mark the tip of the hand at positions 0 to 12, starting at the top and moving clockwise; 0 and 12 are labelled. On the left the dots go almost twice around the circle; in the middle they cover a little over half of it; on the right they stay within a short stretch near the top. Thin orange lines from the centre to the dots of positions 2 and 5, and green ones to 7 and 10, with an orange and a green arc between them at two different radii, have the same angular length on each circle: three radians on the left, about one in the middle, a sliver on the right."
+def arc(ax, start, end, radius, color):
+    """Hands at angles start and end (clockwise from the top, as the hands
+    turn), and an arrow between them along the circle of `radius`."""
+    for a in (start, end):
+        ax.plot([0, math.sin(a)], [0, math.cos(a)], color=color, lw=0.8)
+    angles = torch.linspace(start, end, 50)
+    xs, ys = radius * torch.sin(angles), radius * torch.cos(angles)
+    ax.plot(xs[:-3], ys[:-3], color=color, lw=1.5)
+    ax.annotate(
+        "",
+        xy=(xs[-1], ys[-1]),
+        xytext=(xs[-4], ys[-4]),
+        arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.5},
+    )
+
+
+fig, axes = plt.subplots(1, 3, figsize=(6.6, 2.7))
+circle = torch.linspace(0, 2 * math.pi, 200)
+for ax, j in zip(axes, [0, 8, 24]):
+    w = omega[j].item()
+    ax.plot(torch.sin(circle), torch.cos(circle), color="lightgray", lw=1)
+    tips = torch.arange(13) * w
+    ax.plot(torch.sin(tips), torch.cos(tips), "o", color="tab:blue", ms=3)
+    for p in (0, 12):
+        ax.annotate(
+            str(p),
+            (math.sin(p * w), math.cos(p * w)),
+            xytext=(1.22 * math.sin(p * w), 1.22 * math.cos(p * w)),
+            ha="center",
+            va="center",
+            fontsize=8,
+        )
+    arc(ax, 2 * w, 5 * w, 0.45, "tab:orange")
+    arc(ax, 7 * w, 10 * w, 0.7, "tab:green")
+    ax.set_title(f"pair {j}: {w:.2g} rad per position", fontsize=9)
+    ax.set_xlim(-1.4, 1.4)
+    ax.set_ylim(-1.4, 1.4)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_xlabel(
+        f"across: dim {2 * j} (sin)\nup: dim {2 * j + 1} (cos)", fontsize=8
+    )
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# So $PE_{pos+\Delta} = M_\Delta\, PE_{pos}$ for one fixed matrix $M_\Delta$ made of
+# $2 \times 2$ rotation blocks, the block of pair $i$ turning by $\Delta\,\omega_i$. The paper
+# gives this as the reason for choosing sinusoids, in the form of a hypothesis: "we
+# hypothesized it would allow the model to easily learn to attend by relative positions,
+# since for any fixed offset $k$, $PE_{pos+k}$ can be represented as a linear function of
+# $PE_{pos}$" (their $k$ is our $\Delta$). We build $M_3$ and apply it to every row of the
+# table.
 
 # %%
-k = 3
+delta = 3
 M = torch.zeros(d_model, d_model, dtype=torch.float64)
 for j, w in enumerate(omega.tolist()):
-    c, s = math.cos(k * w), math.sin(k * w)
+    c, s = math.cos(delta * w), math.sin(delta * w)
     M[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = torch.tensor([[c, s], [-s, c]])
-shifted = table512[:-k] @ M.T  # M_k applied to every row
+shifted = table512[:-delta] @ M.T  # M_3 applied to every row
 print(
-    f"PE_(pos+{k}) == M_{k} PE_pos for all {len(table512) - k} positions "
-    "(to 1e-6):",
-    torch.allclose(shifted, table512[k:], atol=1e-6),
+    f"PE_(pos+{delta}) == M_{delta} PE_pos for all "
+    f"{len(table512) - delta} positions (to 1e-6):",
+    torch.allclose(shifted, table512[delta:], atol=1e-6),
 )
-assert torch.allclose(shifted, table512[k:], atol=1e-6)
+
+# %% [markdown]
+# One fixed rotation does the job at all 509 positions. This is exactly what the copied
+# loop of the pitfall section loses: a rotation never changes a vector's length, and the
+# lengths of that loop's rows vary (from 7.678 to 8.327), so no rotation takes its
+# $PE_{pos}$ to $PE_{pos+\Delta}$. A sine and a cosine at one shared angle are what make a
+# shift a rotation.
 
 # %% [markdown]
 # (ch03-rope)=
 # ## Rotary position embeddings: rotate instead of add
 #
 # **Rotary position embeddings** (RoPE; Su et al., 2021, *RoFormer*), used by Llama, Mistral
-# and many other recent language models, use the rotation $M_k$ itself, and add nothing to
-# the token vectors. Inside attention, the query of position $p$
-# is rotated by $M_p$ and the key of position $r$ by $M_r$, pair by pair, with the same
-# angles $p\,\omega_i$ as the sinusoids. A rotation's transpose is the rotation backwards,
-# $M_p^\top M_r = M_{r-p}$, so
+# and many other recent language models, use the rotation $M_\Delta$ itself, and add nothing
+# to the token vectors. Inside attention, the query $\mathbf q$ of position $p$ is rotated by
+# $M_p$ and the key $\mathbf k$ of position $r$ by $M_r$, pair by pair, with the same angles
+# $p\,\omega_i$ as the sinusoids. A rotation's transpose is the rotation backwards,
+# $M_p^{\mathsf T} M_r = M_{r-p}$, so
 #
 # $$
 # \begin{aligned}
-# (M_p\, q) \cdot (M_r\, k) &= q^\top M_p^\top M_r\, k \\
-# &= q^\top M_{r-p}\, k :
+# (M_p\, \mathbf q) \cdot (M_r\, \mathbf k)
+#   &= \mathbf q^{\mathsf T} M_p^{\mathsf T} M_r\, \mathbf k \\
+# &= \mathbf q^{\mathsf T} M_{r-p}\, \mathbf k :
 # \end{aligned}
 # $$
 #
-# the score depends on the contents $q$, $k$ and on the **relative** position $r - p$ only.
-# The cell builds $M_p$ exactly as $M_k$ above and checks this on random vectors.
+# the score depends on the contents $\mathbf q$, $\mathbf k$, and on the positions only
+# through $r - p$. In a picture, for one pair of a query and a key: moving both by the same
+# number of positions turns both by the same angle, and the angle between them stays.
+
+
+# %% caption="RoPE for one pair of features (pair 8, 0.32 rad per position). Left: the query rotated to position 1 and the key to position 4. Right: the same query and key rotated to positions 11 and 14. Both are turned by 10 × 0.32 rad more, and the angle between them, which sets their dot product, is the same. Dashed: the query and the key before rotation." alt="Two panels, each a unit circle with two solid arrows from the centre, a blue query and an orange key, and the same two vectors before rotation drawn as faint dashed arrows. A small grey arc marks the angle between the solid query and key. In the right panel both solid arrows point in a different direction than in the left panel, but the angle between them is the same."
+def turn(v: torch.Tensor, angle: float) -> torch.Tensor:
+    """One 2 x 2 block of M_p: turn the pair v by `angle`."""
+    c, s = math.cos(angle), math.sin(angle)
+    return torch.tensor([[c, s], [-s, c]], dtype=v.dtype) @ v
+
+
+w8 = omega[8].item()
+q_pair = torch.tensor([0.9, 0.3], dtype=torch.float64)
+k_pair = torch.tensor([-0.2, 0.8], dtype=torch.float64)
+fig, axes = plt.subplots(1, 2, figsize=(6.0, 3.1))
+for ax, (p, r) in zip(axes, [(1, 4), (11, 14)]):
+    ax.plot(torch.sin(circle), torch.cos(circle), color="lightgray", lw=1)
+    q_rot, k_rot = turn(q_pair, p * w8), turn(k_pair, r * w8)
+    for v, rot, color, name in [
+        (q_pair, q_rot, "tab:blue", f"query at {p}"),
+        (k_pair, k_rot, "tab:orange", f"key at {r}"),
+    ]:
+        ax.annotate(
+            "",
+            xy=(v[0], v[1]),
+            xytext=(0, 0),
+            arrowprops={
+                "arrowstyle": "->",
+                "color": color,
+                "ls": "--",
+                "alpha": 0.4,
+            },
+        )
+        ax.annotate(
+            "",
+            xy=(rot[0], rot[1]),
+            xytext=(0, 0),
+            arrowprops={"arrowstyle": "-|>", "color": color, "lw": 2},
+        )
+        ax.plot([], [], color=color, lw=2, label=name)
+    a_q = math.atan2(q_rot[0], q_rot[1])  # clockwise from the top
+    a_k = math.atan2(k_rot[0], k_rot[1])
+    gap = (a_k - a_q + math.pi) % (2 * math.pi) - math.pi
+    angles = torch.linspace(a_q, a_q + gap, 30)
+    ax.plot(0.3 * torch.sin(angles), 0.3 * torch.cos(angles), color="gray")
+    ax.set_title(f"angle between them: {math.degrees(abs(gap)):.1f}°")
+    ax.set_xlim(-1.15, 1.15)
+    ax.set_ylim(-1.15, 1.15)
+    ax.set_aspect("equal")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.legend(fontsize=8, loc="lower left")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The cell below builds $M_p$ exactly as $M_\Delta$ above, for $d_{model} = 128$, and checks
+# the property on random vectors.
 
 
 # %%
 def rotation(shift: int) -> torch.Tensor:
     """The block-diagonal matrix that rotates pair i by the angle
-    shift * omega_i (M_k above)."""
+    shift * omega_i (M_delta above)."""
     R = torch.zeros(d_model, d_model, dtype=torch.float64)
     for j, w in enumerate(omega.tolist()):
         c, s = math.cos(shift * w), math.sin(shift * w)
@@ -623,7 +791,6 @@ print(
     "offset +5 gives one score at all 500 places (to 1e-9):",
     bool(plus5.max() - plus5.min() < 1e-9),
 )
-assert plus5.max() - plus5.min() < 1e-9
 
 # %% [markdown]
 # Offset $+5$ gives one score wherever the pair sits (0 and 5, 10 and 15, 300 and 305),
@@ -640,7 +807,8 @@ print("   ", ", ".join(f"{v:.2f}" for v in added))
 
 # %% [markdown]
 # With the encoding added, the same offset gives different scores at different places,
-# because the cross terms $q \cdot PE_r$ and $PE_p \cdot k$ depend on the absolute positions.
+# because the cross terms $\mathbf q \cdot PE_r$ and $PE_p \cdot \mathbf k$ depend on the
+# absolute positions.
 #
 # Four details matter when you meet RoPE in real code, as in chapter 11, which rebuilds the
 # attention of a modern model with it:
@@ -650,11 +818,16 @@ print("   ", ", ".join(f"{v:.2f}" for v in added))
 # * The rotation is applied per attention head, so $d$ in $\omega_i$ is the head's size, not
 #   $d_{model}$, and the base is often larger than 10000 (500,000 in Llama 3).
 # * Our blocks $\begin{pmatrix} c & s \\ -s & c \end{pmatrix}$ move the encoding forward,
-#   $PE_{pos} \to PE_{pos+k}$; RoFormer and Llama rotate the other way,
+#   $PE_{pos} \to PE_{pos+\Delta}$; RoFormer and Llama rotate the other way,
 #   $\begin{pmatrix} c & -s \\ s & c \end{pmatrix}$. That swaps the scores of offsets $+5$
 #   and $-5$ but not the relative property.
-# * Llama's code pairs feature $j$ with feature $j + d/2$ instead of neighbouring features,
-#   and some models rotate only part of each head (GPT-NeoX rotates a quarter of it).
+# * Which features form a pair differs between codebases, like the two layouts of the
+#   sinusoidal table. Meta's original Llama code pairs neighbouring features, as we do (it
+#   treats each pair as one complex number). Hugging Face's Llama code, like GPT-NeoX, pairs
+#   feature $j$ with feature $j + d/2$ (its `rotate_half`), and the script that converts
+#   Meta's weights permutes the rows of the query and key projections so that both give the
+#   same model; chapter 11 uses the Hugging Face convention. Some models also rotate only
+#   part of each head (GPT-NeoX rotates a quarter of it).
 #
 # ## Learned position embeddings
 #
@@ -664,8 +837,8 @@ print("   ", ", ".join(f"{v:.2f}" for v in added))
 # versions produced nearly identical results" (its Table 3, row E: 25.7 BLEU against 25.8
 # for sinusoids, on its development set). It kept sinusoids "because it may allow the model
 # to extrapolate to sequence lengths longer than the ones encountered during training".
-# BERT and GPT-2 learn their table (chapter 10 builds one). MiniLM's table is the one we
-# switched off at the start of the chapter.
+# BERT and GPT-2 learn their table (chapter 10 builds one), and so does MiniLM, whose table
+# we met when adding versus concatenating.
 
 # %%
 learned = model.embeddings.position_embeddings.weight.detach()
@@ -703,20 +876,31 @@ fig.colorbar(im, ax=axes, fraction=0.025, pad=0.03, label="cosine similarity")
 plt.show()
 
 # %%
-print("mean cosine at distance k = 1 .. 12:")
+print("mean cosine at distance 1 .. 12:")
 for name, mat in [("sinusoidal", sin_cos), ("learned", learned_cos)]:
     by_k = [mat.diagonal(k).mean().item() for k in range(1, 13)]
     print(f"{name:>10}:", " ".join(f"{c:.2f}" for c in by_k))
 for name, mat in [("sinusoidal", sin_cos), ("learned", learned_cos)]:
-    print(f"{name:>10}: smallest cosine {mat.min():.2f}")
+    lowest = int(mat.argmin())
+    by_distance = torch.stack([mat.diagonal(k).mean() for k in range(1, n)])
+    print(
+        f"{name:>10}: smallest cosine {mat.min():.2f} "
+        f"(positions {lowest // n} and {lowest % n}),"
+    )
+    print(
+        f"{'':>12}lowest mean by distance {by_distance.min():.2f} "
+        f"(distance {int(by_distance.argmin()) + 1})"
+    )
 
 # %% [markdown]
 # In both tables neighbouring positions are the most similar. The sinusoidal similarity
 # falls steadily and never drops below about 0.4, because its slow pairs stay almost constant
 # over 128 positions. The learned one ripples: it falls from distance 1 to 3, rises again up
 # to distance 5, falls to distance 9 and rises again up to 12, a period of about six
-# positions, and it reaches negative values, as if training had built periodic components
-# of its own, somewhat like the sinusoids' waves.
+# positions, as if training had built periodic components of its own, somewhat like the
+# sinusoids' waves. Far from the diagonal it turns negative: the mean cosine is lowest at
+# distance 75 (−0.11), and the single lowest value, −0.40, is between positions 44 and 124.
+# These are the dark bands of the right panel.
 #
 # ## How long can a sequence be?
 #
@@ -741,28 +925,148 @@ print(
 # *Train Short, Test Long*, Fig. 1) measured it: the perplexity of language models with
 # sinusoidal positions rises steeply once the input is only a little longer than the
 # training sequences, rotary positions hold out somewhat longer, and their method, ALiBi,
-# was designed to extrapolate. How far a model
-# extrapolates depends on how it encodes positions, and is still studied.
+# was designed to extrapolate. How far a model extrapolates depends on how it encodes
+# positions, and is still studied.
+#
+# ### Seeing it in a model small enough to train here
+#
+# A toy task shows both why positions are needed and how far each kind carries. The model
+# reads a sequence of random tokens (16 possible ones) and must output, at every position
+# $t \ge 3$, the token three places back: a task only position information can solve. It
+# is a single attention layer without a mask, as in the rest of the chapter, with learned
+# query, key and value maps and a linear readout. Its input is the token embedding plus
+# either nothing, the sinusoidal encoding (the `PositionalEncoding` module), or, for RoPE,
+# the rotation $M_t$ of the query and the key at position $t$ (`rotation(t)` from the RoPE
+# section). Each is trained for 200 steps on sequences of 16 tokens, with the same seed,
+# then tested on new sequences of 16 and of 64 tokens.
+
+# %%
+V, BACK, TRAIN_LEN = 16, 3, 16  # vocabulary, how far back, training length
+rotations = torch.stack([rotation(t) for t in range(64)]).float()  # M_0..M_63
+
+
+class LookBack(nn.Module):
+    """One attention layer that should output the token BACK places back."""
+
+    def __init__(self, positions: str) -> None:
+        super().__init__()
+        self.positions = positions  # "none", "sinusoidal" or "rotary"
+        self.embed = nn.Embedding(V, d_model)
+        self.add_pe = PositionalEncoding(d_model, max_len=64)
+        self.q, self.k, self.v = (nn.Linear(d_model, d_model) for _ in "qkv")
+        self.readout = nn.Linear(d_model, V)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        if self.positions == "sinusoidal":
+            h = self.add_pe(h)
+        q, k = self.q(h), self.k(h)
+        if self.positions == "rotary":  # the vectors at position t turn by M_t
+            R = rotations[: ids.size(1)]
+            q = torch.einsum("tij,btj->bti", R, q)
+            k = torch.einsum("tij,btj->bti", R, k)
+        out, _ = scaled_dot_product_attention(q, k, self.v(h))
+        return self.readout(out)
+
+
+def sequences(g: torch.Generator, n: int, length: int):
+    """Random token ids and the targets: position t >= BACK should give
+    ids[t - BACK]."""
+    ids = torch.randint(0, V, (n, length), generator=g)
+    return ids, ids[:, :-BACK]
+
+
+def train(positions: str) -> LookBack:
+    set_seed(0)
+    g = torch.Generator().manual_seed(0)
+    model = LookBack(positions)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(200):
+        ids, target = sequences(g, 64, TRAIN_LEN)
+        logits = model(ids)[:, BACK:]
+        loss = F.cross_entropy(logits.reshape(-1, V), target.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model
+
+
+def correct(model: LookBack, ids: torch.Tensor, target: torch.Tensor):
+    """1 where the prediction at position BACK, BACK + 1, ... is right."""
+    with torch.no_grad():
+        return (model(ids)[:, BACK:].argmax(dim=-1) == target).float()
+
+
+test16 = sequences(torch.Generator().manual_seed(1), 500, 16)
+test64 = sequences(torch.Generator().manual_seed(2), 500, 64)
+seen = TRAIN_LEN - BACK  # test64 columns 0..12 are the positions 3..15
+print("accuracy     length 16 | length 64: positions 3-15  positions 16-63")
+acc = {}
+for positions in ["none", "sinusoidal", "rotary"]:
+    model_lb = train(positions)
+    ok64 = correct(model_lb, *test64)
+    acc[positions] = (
+        correct(model_lb, *test16).mean().item(),
+        ok64[:, :seen].mean().item(),
+        ok64[:, seen:].mean().item(),
+    )
+    a16, a_seen, a_new = acc[positions]
+    print(f"{positions:>10}:     {a16:.2f}   |{a_seen:20.2f}{a_new:17.2f}")
+counts = F.one_hot(test16[0], V).sum(dim=1)  # how often each token occurs
+guess = counts.argmax(dim=-1, keepdim=True) == test16[1]
+print(
+    f"guessing each sequence's most frequent token: {guess.float().mean():.2f}"
+)
+assert acc["none"][0] < 0.3
+assert min(acc["sinusoidal"][:2]) > 0.99 and acc["sinusoidal"][2] < 0.3
+assert min(acc["rotary"]) > 0.95
+
+# %% [markdown]
+# Without positions the model is right 20 % of the time, no better than guessing each
+# sequence's most frequent token: it knows which tokens the sequence holds, not where they
+# are. Both encodings solve the task at the trained length. On 64-token sequences the
+# sinusoidal model is still right at every position it was trained on (3–15) and drops to
+# 0.12 from position 16 on, the level of the model without positions: the encoding is
+# defined at those positions, but the model has never seen their vectors. With RoPE the
+# query at $t$ and the key at $t - 3$ give the same score wherever they sit, so the model is
+# right at the new positions too (1.00). The toy is a best case for RoPE, whose task is a
+# pure offset; in language models, rotary positions also degrade beyond the training
+# length, only later than sinusoids (Press et al., above).
 #
 # ## Summary
 #
 # * Self-attention without a mask is permutation-equivariant; pooled over positions, it
-#   cannot tell "dog bites man" from "man bites dog". Without its position table, MiniLM
-#   gives "The cat chased the dog." and "The dog chased the cat." the same vector.
+#   cannot tell "dog bites man" from "man bites dog" (nor, in chapter 02, MiniLM without its
+#   position table "The cat chased the dog." from "The dog chased the cat.").
 # * Several frequencies, like the bits of a counter or the hands of a clock, name every
 #   position with bounded numbers. The encoding is added to the embedding; concatenation is
-#   the special case of adding in separate dimensions.
+#   the special case of adding in separate dimensions, and a trained model comes close to
+#   it: MiniLM's positions vary along 11 directions that its words nearly avoid.
 # * Sinusoidal encoding: pair $i$ of dimensions is $(\sin, \cos)(pos\,\omega_i)$ with
-#   $\omega_i = 10000^{-2i/d_{model}}$, where $i$ counts *pairs*; a loop over dimensions must
-#   use exponent $i/d_{model}$, or it spends far more pairs on nearly constant values.
+#   $\omega_i = 10000^{-2i/d_{model}}$, where $i$ counts *pairs*. A loop over dimensions must
+#   use exponent $i/d_{model}$ for both the sine and its cosine; the widely copied loop
+#   spends far more pairs on nearly constant values, and its rows change length, so that no
+#   rotation shifts them.
+# * The `PositionalEncoding` module stores the table as a buffer, not a parameter, adds it
+#   to the embeddings and applies dropout to the sum; the embeddings must be on the
+#   encoding's scale, which is what the Transformer's factor $\sqrt{d_{model}}$ is for
+#   (chapter 07).
+# * With positions added, order reaches attention: "dog" gets a clearly different output in
+#   the two sentences (up to 1.127), though the sentence averages differ far less (0.090).
 # * The dot product of two encodings depends only on their distance; the closest two are
-#   neighbours; a shift by $k$ is one fixed rotation $M_k$.
-# * RoPE rotates the query by $M_p$ and the key by $M_r$, so scores depend only on $r - p$:
-#   attention sees relative positions (chapter 11 uses it in a real model).
+#   neighbours; a shift by $\Delta$ turns every pair like a clock hand, one fixed rotation
+#   $M_\Delta$.
+# * RoPE rotates the query by $M_p$ and the key by $M_r$, so scores depend on the positions
+#   only through $r - p$: attention sees relative positions (chapter 11 uses it in a real
+#   model).
 # * Learned tables (BERT, GPT-2) did as well as sinusoids in the paper; MiniLM's trained
 #   table makes neighbours similar, with periodic ripples. A learned table stops at
-#   `max_len`; sinusoids are defined at every position, yet work poorly far beyond the
-#   training length (Press et al., 2022).
+#   `max_len`; sinusoids are defined at every position, yet work poorly even a little
+#   beyond the training length (Press et al., 2022).
+# * A one-layer model trained to output the token three places back: without positions it
+#   only guesses (0.20); with sinusoids it is perfect on the trained positions and guesses
+#   beyond them; with RoPE, whose scores depend only on the offset, it is right at every
+#   position of sequences four times longer.
 #
 # ## Exercises
 #
@@ -801,7 +1105,8 @@ assert n_params == 20 * 8 and rows_with_grad == [0, 1, 2, 3, 4]
 # receive a gradient: rows 5–19 were not used, so a training run on short sequences never
 # trains them. This is one reason a learned table does not help beyond the lengths seen in
 # training.
-#
+
+# %% [markdown]
 # **2. Change the base.** Build the table with base 100 instead of 10000 (`minimal_table`
 # takes a `base`). Predict first: will distant positions look more alike or less alike than
 # with base 10000? Then plot the dot product of position 100 with positions 0–200 for both
@@ -824,7 +1129,7 @@ slowest = {
 }
 print("slowest wavelength:", {b: round(w) for b, w in slowest.items()})
 ax.set_xlabel(f"distance from position {centre}")
-ax.set_ylabel(f"PE_{centre} · PE_q")
+ax.set_ylabel(f"PE_{centre} · PE_r")
 ax.set_title(f"Dot product with position {centre}, two bases")
 ax.legend()
 fig.tight_layout()
@@ -834,10 +1139,10 @@ plt.show()
 # Less alike. With base 100 even the slowest pair turns within a few hundred positions
 # (wavelength 585), so beyond about 50 positions the pairs' cosines point every which way
 # and cancel: distant positions look unrelated (mean dot product −2.15 at distances
-# 50–100, against 64 at distance 0). Base 10000
-# keeps slow pairs (wavelength 54,410) that stay alike over hundreds of positions, so the dot
+# 50–100, against 64 at distance 0). Base 10000 keeps slow pairs (wavelength 54,410) that stay alike over hundreds of positions, so the dot
 # product falls gradually with distance.
-#
+
+# %% [markdown]
 # **3. A causal mask without positions.** A causal mask lets position $t$ attend only to
 # positions $0, \dots, t$: in `scaled_dot_product_attention`, pass
 # `mask=torch.tril(torch.ones(3, 3, dtype=torch.bool))`. Without any positional encoding,
@@ -865,9 +1170,14 @@ assert mean_gap > 1e-4 and dog_gap_causal > 1e-6
 # Neither is equal. With the mask, the first position attends only to itself, so its output
 # is its own embedding, while the last position averages over all three words; which words a
 # position can see depends on where it is. Order leaks into the outputs through the mask,
-# without any positional encoding. The mask gives only this indirect signal, though: the
-# output at position $t$ still does not depend on the order of the words before it.
-#
+# without any positional encoding. In one layer the mask gives only this indirect signal,
+# though: the output at position $t$ still does not depend on the order of the words before
+# it. With two layers it does, because the first layer's output at each earlier position
+# already depends on what came before *that* position. Stacked causal layers are what give
+# the models of Haviv et al., cited at the start of the chapter, room to learn positional
+# information without any encoding.
+
+# %% [markdown]
 # **4. RoPE in $O(d)$.** Write `rope_rotate(x, p)` that rotates a vector `x` of size
 # `d_model` to position `p` without building a matrix: take the even and odd entries
 # `x[0::2]`, `x[1::2]`, and combine them with `cos(p * omega)` and `sin(p * omega)`. Check
@@ -902,4 +1212,5 @@ assert max(scores) - min(scores) < 1e-9
 # Each entry of the result takes two multiplications and one addition, so the rotation
 # costs $O(d)$ instead of the $O(d^2)$ of a matrix product, and it gives the same numbers;
 # the score for offset $+5$ is the same at every place, as with the matrix. Chapter 11's
-# `rope` works the same way, with Llama's pairing (feature $j$ with $j + d/2$) and direction.
+# `rope` works the same way, with the pairing of Hugging Face's Llama code (feature $j$ with
+# feature $j + d/2$) and its direction of rotation.
