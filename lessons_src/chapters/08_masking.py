@@ -690,7 +690,7 @@ for name, rule in [("causal", causal_mask), ("off by one", off_by_one)]:
     print(
         f"{name:<12}{trained:>18.3f}{generated:>19.3f}{reversed_share:>10.1%}"
     )
-# the leak: a training loss no honest model can reach, and no skill
+# the leak: a training loss no honest model can reach
 assert results["off by one"][0] < 0.01 < floor
 assert results["off by one"][2] < 0.25
 assert results["causal"][2] > 0.95
@@ -702,8 +702,9 @@ assert results["causal"][2] > 0.95
 # 0.000, far below what any model that cannot see ahead can reach: each position reads its
 # label and copies it. Run the way generation runs it, with no next token to read, the same
 # model has a loss five times the causal model's (4.812 against 0.955) and reverses 8.3% of
-# the prompts. It learned to copy, not to predict. A training loss below what the data allows
-# is the signature of a leaking mask.
+# the prompts. That loss is worse than guessing uniformly among the 12 tokens ($\ln 12 =
+# 2.48$): it learned to read the answer it was shown, and when it generates, that answer is
+# not there. A training loss below what the data allows is the signature of a leaking mask.
 #
 # ## Check 3: a query that may see nothing
 #
@@ -1290,9 +1291,9 @@ print(
 # a prefix of $t+1$ tokens the positions $t-3$ to $t$ reach a token after $t$ and differ.
 
 # %% [markdown]
-# **3. $-10^9$ in half precision.** Mixed-precision training in float16 (not bfloat16, whose
-# range is float32's) computes the scores and the mask in float16, whose largest finite number
-# is 65504. Predict what the additive recipe `softmax(scores + blocked * -1e9)` gives when it is
+# **3. $-10^9$ in half precision.** A model run entirely in float16 (`model.half()`; bfloat16
+# has float32's range), or code that casts the mask to the scores' dtype before scaling it,
+# computes the scores and the mask in float16, whose largest finite number is 65504. Predict what the additive recipe `softmax(scores + blocked * -1e9)` gives when it is
 # computed in float16 on check 3's left-padded row, for the rows that have an allowed key and
 # for the rows that have none. Then run it, and the package's
 # `scaled_dot_product_attention` on the same float16 inputs.
