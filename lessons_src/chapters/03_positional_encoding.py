@@ -169,7 +169,7 @@ print(f"the word table's variance along them: {words_there:.2%}")
 print(f"expected along {n_dirs} random directions: {n_dirs / 384:.2%}")
 
 # %% [markdown]
-# MiniLM's position rows vary almost only along 11 of its 384 directions (93.7 % of their
+# MiniLM's position rows vary mostly along 11 of its 384 directions (93.7 % of their
 # variance), and its words nearly avoid those directions: they put 0.33 % of their variance
 # there, less than an eighth of what 11 directions chosen at random would hold on average
 # (2.86 %). Training has built something close to a concatenation inside the sum: a small
@@ -368,11 +368,10 @@ for name, t in tables.items():
 
 # %%
 pair_index = torch.arange(d_model // 2, dtype=torch.float64)
+exponent = {"correct, 10000^(2j/d)": 2, "copied loop, 10000^(4j/d)": 4}
 wavelength = {
-    "correct, 10000^(2j/d)": 2 * math.pi * 10000 ** (2 * pair_index / d_model),
-    "copied loop, 10000^(4j/d)": 2
-    * math.pi
-    * 10000 ** (4 * pair_index / d_model),
+    name: 2 * math.pi * 10000 ** (e * pair_index / d_model)
+    for name, e in exponent.items()
 }
 threshold = 2 * math.pi * (n_pos - 1) / 0.1  # angle < 0.1 rad over 511 steps
 for name, wl in wavelength.items():
@@ -605,7 +604,7 @@ print(f"check, all pairs of the first 512 rows: {all_pairs.min():.3f}")
 # cosine on the vertical one, so that position 0 points up, like twelve o'clock.
 
 
-# %% caption="Three sine/cosine pairs of the encoding (d_model = 128) as clock hands, for positions 0 to 12. Left: pair 0 turns 1 radian per position; middle: pair 8 turns 0.32; right: pair 24 turns 0.032. The thin lines are the hand at positions 2 and 5 (orange) and at 7 and 10 (green); the arcs mark these shifts by 3 positions, and on each circle both arcs span the same angle." alt="Three unit circles side by side. On each, blue dots mark the tip of the hand at positions 0 to 12, starting at the top and moving clockwise; 0 and 12 are labelled. On the left the dots go almost twice around the circle; in the middle they cover a little over half of it; on the right they stay within a short stretch near the top. Thin orange lines from the centre to the dots of positions 2 and 5, and green ones to 7 and 10, with an orange and a green arc between them at two different radii, have the same angular length on each circle: three radians on the left, about one in the middle, a sliver on the right."
+# %% tags=["hide-input"] caption="Three sine/cosine pairs of the encoding (d_model = 128) as clock hands, for positions 0 to 12. Left: pair 0 turns 1 radian per position; middle: pair 8 turns 0.32; right: pair 24 turns 0.032. The thin lines are the hand at positions 2 and 5 (orange) and at 7 and 10 (green); the arcs mark these shifts by 3 positions, and on each circle both arcs span the same angle." alt="Three unit circles side by side. On each, blue dots mark the tip of the hand at positions 0 to 12, starting at the top and moving clockwise; 0 and 12 are labelled. On the left the dots go almost twice around the circle; in the middle they cover a little over half of it; on the right they stay within a short stretch near the top. Thin orange lines from the centre to the dots of positions 2 and 5, and green ones to 7 and 10, with an orange and a green arc between them at two different radii, have the same angular length on each circle: three radians on the left, about one in the middle, a sliver on the right."
 def arc(ax, start, end, radius, color):
     """Hands at angles start and end (clockwise from the top, as the hands
     turn), and an arrow between them along the circle of `radius`."""
@@ -705,7 +704,7 @@ print(
 # number of positions turns both by the same angle, and the angle between them stays.
 
 
-# %% caption="RoPE for one pair of features (pair 8, 0.32 rad per position). Left: the query rotated to position 1 and the key to position 4. Right: the same query and key rotated to positions 11 and 14. Both are turned by 10 × 0.32 rad more, and the angle between them, which sets their dot product, is the same. Dashed: the query and the key before rotation." alt="Two panels, each a unit circle with two solid arrows from the centre, a blue query and an orange key, and the same two vectors before rotation drawn as faint dashed arrows. A small grey arc marks the angle between the solid query and key. In the right panel both solid arrows point in a different direction than in the left panel, but the angle between them is the same."
+# %% tags=["hide-input"] caption="RoPE for one pair of features (pair 8, 0.32 rad per position). Left: the query rotated to position 1 and the key to position 4. Right: the same query and key rotated to positions 11 and 14. Both are turned by 10 × 0.32 rad more, and the angle between them, which sets their dot product, is the same. Dashed: the query and the key before rotation." alt="Two panels, each a unit circle with two solid arrows from the centre, a blue query and an orange key, and the same two vectors before rotation drawn as faint dashed arrows. A small grey arc marks the angle between the solid query and key. In the right panel both solid arrows point in a different direction than in the left panel, but the angle between them is the same."
 def turn(v: torch.Tensor, angle: float) -> torch.Tensor:
     """One 2 x 2 block of M_p: turn the pair v by `angle`."""
     c, s = math.cos(angle), math.sin(angle)
@@ -976,6 +975,11 @@ def sequences(g: torch.Generator, n: int, length: int):
     return ids, ids[:, :-BACK]
 
 
+# %% [markdown]
+# Training and testing, for each of the three inputs:
+
+
+# %%
 def train(positions: str) -> LookBack:
     set_seed(0)
     g = torch.Generator().manual_seed(0)
@@ -1000,7 +1004,8 @@ def correct(model: LookBack, ids: torch.Tensor, target: torch.Tensor):
 test16 = sequences(torch.Generator().manual_seed(1), 500, 16)
 test64 = sequences(torch.Generator().manual_seed(2), 500, 64)
 seen = TRAIN_LEN - BACK  # test64 columns 0..12 are the positions 3..15
-print("accuracy     length 16 | length 64: positions 3-15  positions 16-63")
+print(f"{'':12}length 16 |{'':11}length 64")
+print(f"{'':22}| positions 3-15 | positions 16-63")
 acc = {}
 for positions in ["none", "sinusoidal", "rotary"]:
     model_lb = train(positions)
@@ -1011,7 +1016,7 @@ for positions in ["none", "sinusoidal", "rotary"]:
         ok64[:, seen:].mean().item(),
     )
     a16, a_seen, a_new = acc[positions]
-    print(f"{positions:>10}:     {a16:.2f}   |{a_seen:20.2f}{a_new:17.2f}")
+    print(f"{positions:>10}: {a16:9.2f} | {a_seen:14.2f} | {a_new:15.2f}")
 counts = F.one_hot(test16[0], V).sum(dim=1)  # how often each token occurs
 guess = counts.argmax(dim=-1, keepdim=True) == test16[1]
 print(
