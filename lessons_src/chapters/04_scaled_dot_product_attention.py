@@ -682,6 +682,7 @@ for ax in axes:
 axes[-1].set_xlabel("sequence length $n$")
 fig.tight_layout()
 plt.show()
+assert all(cost[n][k] > 0 for n in lengths for k in ("naive", "fused"))
 
 # %% [markdown]
 # For short sequences fixed costs (starting the operations, allocating their results) weigh

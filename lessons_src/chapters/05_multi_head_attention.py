@@ -884,6 +884,7 @@ head_view(
     layer=best["previous token"][0],
     heads=[best["previous token"][1]],
 )
+assert len(attentions) == 6 and len(tokens) == attentions[0].shape[-1]
 
 # %% [markdown]
 # ## Summary

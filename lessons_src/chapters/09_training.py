@@ -649,6 +649,7 @@ history = train_seq2seq(
     eval_every=100,
     device=device,
 )
+assert len(history.loss) == STEPS and history.loss[-1] < history.loss[0]
 
 # %% [markdown]
 # How long that took, on the clock and in CPU time:
@@ -658,6 +659,7 @@ print(
     f"{STEPS} steps: {history.wall_seconds:.0f} s on the clock, "
     f"{history.cpu_seconds:.0f} s of CPU time"
 )
+assert history.cpu_seconds > 0 and history.wall_seconds > 0
 
 # %% [markdown]
 # What the run measured: the training loss at the first step and at the end, and the
