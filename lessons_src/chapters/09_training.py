@@ -40,7 +40,6 @@ import datetime as dt
 import functools
 import math
 import tempfile
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -94,7 +93,10 @@ print("training on:", device)
 # `get_device()` picks a GPU when there is one (CUDA, or Apple's MPS), else the CPU: open this
 # notebook in Colab with a GPU runtime and the same code trains there. Training amplifies tiny
 # differences in floating-point rounding, so on your machine (CPU or GPU) the numbers printed
-# after training will differ from the ones shown here, and so will the counts of mistakes.
+# after training will differ from the ones shown here, and so will the counts of mistakes. Even
+# the number of CPU threads matters: a sum split over two threads is added up in a different
+# order, and rounds differently, from the same sum on one. That is why `set_seed` above also
+# fixes the thread count: with the seed, it makes a run repeat exactly on the same machine.
 #
 # ## The task: normalising dates
 #
@@ -217,8 +219,7 @@ tgt_ids = tgt_tok.encode(e.target, add_bos=True)
 print(repr(e.source), "->", src_ids)
 print(repr(e.target), "->", tgt_ids)
 # decoding drops the special tokens and gives the text back
-assert src_tok.decode(src_ids) == e.source
-assert tgt_tok.decode(tgt_ids) == e.target
+print("decoded:", repr(src_tok.decode(src_ids)), repr(tgt_tok.decode(tgt_ids)))
 
 # %% [markdown]
 # ## A `Dataset`, a `DataLoader` and a collate function that pads
@@ -336,28 +337,10 @@ print(
 )
 
 # %% [markdown]
-# Chapter 08 listed a pitfall that only a training loop can fall into: masks built from the
-# full target `tgt` (12 positions) while the decoder is fed `tgt_in = tgt[:, :-1]`
-# (11 positions). A 12 × 12 mask cannot be laid over 11 × 11 attention scores, and our
-# attention refuses it with a message that says which shapes disagree:
-
-# %%
-# the mistake: masks built for tgt
-_, unshifted_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)
-try:
-    model(
-        src.to(device),
-        tgt_in.to(device),
-        src_mask.to(device),
-        unshifted_tgt_mask.to(device),
-        memory_mask.to(device),
-    )
-except ValueError as err:
-    print(textwrap.fill(f"ValueError: {err}", width=80))
-
-# %% [markdown]
-# The package keeps the three steps (shift, masks, forward pass) together in one function, so
-# that the training loop cannot build the masks from the wrong tensor:
+# Chapter 08's pitfall 5 is the one only a training loop can fall into: masks built from the
+# full target `tgt` (12 positions here) while the decoder is fed `tgt_in = tgt[:, :-1]`
+# (11 positions). The package keeps the three steps (shift, masks, forward pass) together in one
+# function, so that the training loop cannot build the masks from the wrong tensor:
 
 # %%
 show_source(teacher_forced_logits)
@@ -380,15 +363,19 @@ show_source(teacher_forced_logits)
 #
 # over the $K$ classes. The model is then never pushed to be infinitely sure (logits growing
 # without bound), which tends to help generalisation and calibration (Müller, Kornblith and
-# Hinton, 2019, *When Does Label Smoothing Help?*). Its price: the paper notes it makes
-# perplexity worse while improving accuracy and BLEU. The loss is the
+# Hinton, 2019, *When Does Label Smoothing Help?*). Its price: the 2017 paper notes that it
+# makes perplexity worse while improving accuracy and BLEU. Our $q$ spreads $\varepsilon$ over
+# all $K$ tokens, `<pad>` and `<bos>` included, which the model is never asked to write; that is
+# also what PyTorch's `cross_entropy(..., label_smoothing=0.1)` does. The Annotated Transformer
+# gives those columns zero and spreads $\varepsilon$ over the rest; either way the label keeps
+# the largest target probability, and only the floor computed below moves a little. The loss is the
 # cross-entropy with $q$, which splits into two familiar parts:
 #
 # $$
 # \begin{aligned}
 # -\sum_k q_k \log p_k
-# &= (1 - \varepsilon)\,(-\log p_\text{label})
-#    + \varepsilon \cdot \frac{1}{K}\sum_k (-\log p_k),
+# &= (1 - \varepsilon)\,(-\log p_\text{label}) \\
+# &\quad + \varepsilon \cdot \frac{1}{K}\sum_k (-\log p_k),
 # \end{aligned}
 # $$
 #
@@ -442,8 +429,8 @@ for eps in (0.0, 0.1):
 # ### What the loss should be before training
 #
 # A first check of a training run, before it starts, is the loss of the untrained model
-# (Karpathy's [A Recipe for Training Neural Networks](https://karpathy.github.io/2019/04/25/recipe/)
-# starts with it): a model that knows nothing and says so gives each of the $K$ tokens
+# ("verify loss @ init" is one of the first checks in Karpathy's
+# [A Recipe for Training Neural Networks](https://karpathy.github.io/2019/04/25/recipe/)): a model that knows nothing and says so gives each of the $K$ tokens
 # probability $1/K$, a loss of $\ln K$. Ours is above that, 3.53 against
 # $\ln 14 = 2.64$. The reason is in its logits: its random weights (Glorot's initialisation,
 # chapter 07) give every position logits of random sizes, so the softmax is far from uniform,
@@ -566,7 +553,7 @@ print(
 # that rests on very few gradients, so its first steps can be far too large (Liu et al., 2020,
 # *On the Variance of the Adaptive Learning Rate and Beyond*). And in a *post-norm* Transformer
 # (ours, and the paper's: layer norm after each residual sum), the gradients of the layers near
-# the output are large at initialisation, so a full learning rate from step 0 makes training
+# the output are large at initialisation, so a full learning rate from step 0 can make training
 # unstable (Xiong et al., 2020, *On Layer Normalization in the Transformer Architecture*).
 # Exercise 2 measures what leaving the warm-up out costs, for post-norm and pre-norm. The
 # decay at the end lets the weights settle. The 2017 paper used a related schedule (linear
@@ -649,7 +636,6 @@ history = train_seq2seq(
     eval_every=100,
     device=device,
 )
-assert len(history.loss) == STEPS and history.loss[-1] < history.loss[0]
 
 # %% [markdown]
 # How long that took, on the clock and in CPU time:
@@ -659,7 +645,6 @@ print(
     f"{STEPS} steps: {history.wall_seconds:.0f} s on the clock, "
     f"{history.cpu_seconds:.0f} s of CPU time"
 )
-assert history.cpu_seconds > 0 and history.wall_seconds > 0
 
 # %% [markdown]
 # What the run measured: the training loss at the first step and at the end, and the
@@ -670,6 +655,8 @@ final_train = float(np.mean(history.loss[-50:]))
 val_curve = history.evals["val_loss"]
 excess = [v - floor for v in val_curve]
 print(f"training loss at step 1: {history.loss[0]:.3f}")
+below_lnK = next(i for i, x in enumerate(history.loss, 1) if x < math.log(K))
+print(f"first step with a training loss below ln K: {below_lnK}")
 print(f"training loss, mean of the last 50 steps: {final_train:.4f}")
 print(f"floor (entropy of the smoothed target):    {floor:.4f}")
 print("step  validation loss  above the floor")
@@ -684,14 +671,18 @@ assert min(history.loss) > floor
 
 # %% [markdown]
 # The loss curves. In the top panel, the training loss (one value per step, and its average
-# over 25 steps) and the validation loss fall from the untrained model's 3.5 to just above the
-# floor within the first few hundred steps, and from there on the curves look flat: a plain
-# plot hides the second half of training. The bottom panel plots the same curves *minus the
+# over 25 steps) falls from the untrained model's 3.5 to just above the floor within the first
+# few hundred steps, and the validation loss, first measured at step 100, follows it; from there
+# on the curves look flat: a plain plot hides the second half of training. (The recipe's remedy
+# for a first loss above $\ln K$, an output layer initialised to give the uniform guess, would
+# save little here: the training loss first falls below $\ln K$ at step 7.) The bottom panel plots the same curves *minus the
 # floor*, on a log scale. What the model has left to learn keeps shrinking while the learning
 # rate decays: in the table above it falls from 0.0431 at step 400 to 0.0006 at step 800. The
-# validation loss stays close to the training loss all along, but in a single pass that says
-# little: every training batch is new to the model when its loss is recorded, so the two curves
-# must agree. Whether the model has learned the rule or memorised its examples is for the
+# validation loss stays close to the training loss all along, but that says little about
+# memorising: each training example is seen once, so its loss is recorded before the model has
+# trained on it. (The validation excess does sit above the training one at steps 400 and 500.
+# Part of the reason: a training date recurs in other formats, 26,966 distinct dates in the
+# 51,200 training examples, while validation dates never occur in training.) Whether the model has learned the rule or memorised its examples is for the
 # held-out dates, below, to say.
 
 # %% tags=["hide-input"] caption="Training and validation loss of the 800-step run. Top: the label-smoothed loss falls from 3.5 to just above its floor (dotted) within a few hundred steps and then looks flat. Bottom: the same curves minus the floor, on a log scale; what is left to learn keeps shrinking, from about 0.4 at step 100 to below 0.001 at step 800." alt="Two stacked line plots sharing a step axis from 0 to 800. Top: the training loss (light blue per step, dark blue 25-step average) and the validation loss (orange squares every 100 steps) drop steeply from about 3.5 to about 0.6 by step 300, then run flat just above a dotted horizontal line at 0.547. Bottom: the same curves minus 0.547, on a logarithmic axis, fall along a nearly straight line from about 1 to below 0.001; the per-step training values scatter around the average, with spikes near the end."
@@ -699,7 +690,9 @@ steps = np.arange(1, STEPS + 1)
 loss = np.array(history.loss)
 smooth = np.convolve(loss, np.ones(25) / 25, mode="valid")
 fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 5.6), sharex=True)
-top.plot(steps, loss, color="C0", alpha=0.3, lw=0.8)
+top.plot(
+    steps, loss, color="C0", alpha=0.3, lw=0.8, label="training (per step)"
+)
 top.plot(steps[24:], smooth, color="C0", label="training (25-step average)")
 top.plot(history.eval_steps, val_curve, "s-", color="C1", label="validation")
 top.axhline(floor, color="gray", ls=":", lw=1)
@@ -721,6 +714,7 @@ bottom.semilogy(steps[24:], smooth - floor, color="C0")
 bottom.semilogy(history.eval_steps, excess, "s-", color="C1")
 bottom.set_xlabel("step")
 bottom.set_ylabel("loss minus the floor")
+bottom.set_title("the same curves minus the floor (same colours)", fontsize=9)
 fig.tight_layout()
 plt.show()
 
@@ -756,7 +750,6 @@ with torch.inference_mode():
         if next_id.item() == tgt_tok.eos_id:  # step 4
             break
 print(f"{example.source!r} -> {tgt_tok.decode(ys[0].tolist())!r}")
-assert tgt_tok.decode(ys[0].tolist()) == example.target
 
 # %% [markdown]
 # The package's `greedy_decode` does the same for a whole batch at once; a sequence that has
@@ -785,10 +778,10 @@ predicted = translate(
 ok = ["✓" if p == x.target else "✗" for p, x in zip(predicted, per_format)]
 table = pd.DataFrame(
     {
+        "ok": ok,
         "input": [x.source for x in per_format],
         "prediction": predicted,
         "target": [x.target for x in per_format],
-        "ok": ok,
     }
 )
 print(table.to_string(index=False))
@@ -823,7 +816,6 @@ mistakes = [
 print("mistakes:", len(mistakes))
 for source, p, target in mistakes:
     print(f"  {source!r:30} -> {p!r}  (target {target})")
-assert accuracy >= 0.99
 
 # %% [markdown]
 # ## Where the model fails: dates written in ways it has never seen
@@ -858,7 +850,7 @@ ood = pd.DataFrame(
 )
 ood["correct"] = ood["wrong"].map(len) == 0
 summary = ood.groupby("format", sort=False).agg(
-    example=("example", "first"), exact_match=("correct", "mean")
+    exact_match=("correct", "mean"), example=("example", "first")
 )
 print(summary.to_string(formatters={"exact_match": "{:.1%}".format}))
 print(
@@ -916,8 +908,9 @@ print(
 # differently.
 #
 # * **`1962/10/23`** (0 %): in training, `/` *always* meant month/day/year, so the model trusts
-#   the separator over the shape of the numbers. Each field is wrong in about four predictions
-#   out of five, and some outputs are not even dates (`2023-19-26` has a month 19).
+#   the separator over the shape of the numbers. 34 of the 200 outputs are not even shaped like
+#   a date (`2013-02-4`); in the other 166 the year is wrong in 165, the day in 162 and the
+#   month in 158, and some name a month that does not exist (`2023-19-26` has a month 19).
 # * **`1962 October 23`** (0.5 %) fails differently: the month name is always read right, but
 #   year and day are both wrong in almost every prediction (`2032-10-19` for 1962-10-23). In
 #   training a date with words never started with its year, so the model has no place to look
@@ -928,8 +921,10 @@ print(
 #   property of this run more than of the format: the share of `October 23 1962` mistakes that
 #   drop the day's tens digit, printed above, is one such detail.
 #
-# So the model has learned the regularities of its training formats, including one that is not
-# the real rule: a `/` *implies* month-first. A held-out set drawn from the training
+# So the model has learned the regularities of its training formats, including one a human
+# reader would not apply: a `/` *implies* month-first, even when a four-digit year comes first.
+# The convention of our task (`/` is month/day/year) never had to cover that case, and nothing
+# in training taught the model that a four-digit field is a year wherever it stands. A held-out set drawn from the training
 # distribution shares those regularities, so it could not reveal them; a high score there
 # measured interpolation. To know how a model behaves on the inputs you will actually get, test
 # on those, and look at *which* mistakes it makes: here they point straight at the fix (more
@@ -1067,10 +1062,13 @@ restored.to(device).eval()
 n_tensors = len(checkpoint["state_dict"])
 print("saved:", sorted(checkpoint), f"| {n_tensors} tensors")
 same = (
-    translate(restored, test_sources[:200], src_tok, tgt_tok, device=device)
-    == predictions[:200]
+    translate(restored, test_sources, src_tok, tgt_tok, device=device)
+    == predictions
 )
-print("the restored model gives the same 200 predictions:", same)
+print(
+    f"the restored model gives the same {len(predictions):,} predictions:",
+    same,
+)
 
 # %% [markdown]
 # ## From dates to real translation: what changes
@@ -1093,8 +1091,10 @@ print("the restored model gives the same 200 predictions:", same)
 # * **Decoding and evaluation.** Beam search instead of greedy, a length penalty, and BLEU/chrF
 #   instead of exact match.
 #
-# How much bigger is "base"? With a 37,000-token vocabulary on each side, built on PyTorch's
-# `meta` device (shapes only, no memory for the weights):
+# How much bigger is "base"? Chapter 07 counted it: 63.1 million parameters with one 37,000-token
+# vocabulary shared by both languages and one table tied three ways, close to the 65M the paper
+# reports (101 million with three separate tables). Built on PyTorch's `meta` device (shapes
+# only, no memory for the weights), next to ours:
 
 # %%
 V = 37_000
@@ -1111,19 +1111,14 @@ with torch.device("meta"):
     base = Transformer(base_config)
 n_base, n_ours = count_parameters(base), count_parameters(model)
 table_size = V * base_config.d_model  # one 37,000 x 512 matrix
-print(f"ours:                                 {n_ours:>11,}")
-print(f"base, two vocabularies, three tables: {n_base:>11,}")
-print(f"  of which the three token tables:    {3 * table_size:>11,}")
-print(f"base, one table shared by all three:  {n_base - 2 * table_size:>11,}")
-print(f"base is {n_base / n_ours:.0f} times ours")
+n_tied = n_base - 2 * table_size  # one table shared by all three
+print(f"ours:                          {n_ours:>11,}")
+print(f"base, one shared token table:  {n_tied:>11,}")
+print(f"base is {n_tied / n_ours:.0f} times ours")
 
 # %% [markdown]
-# In this untied build most of base's size is vocabulary: the encoder's embedding, the decoder's
-# embedding and the output layer are three 37,000 × 512 tables, 57 million of the 101 million.
-# The paper shares one vocabulary of about 37,000 tokens between the two languages and ties the
-# three tables into one (chapter 07), which leaves 63 million parameters, close to the 65M it
-# reports for base. Of those, the one shared table (19 million) is 30 %; the 12 layers hold the
-# rest.
+# The 2017 paper trained base for 100,000 steps, 12 hours on 8 P100 GPUs; ours trained for 800
+# steps on a CPU, with the same recipe.
 #
 # ## Summary
 #
@@ -1145,8 +1140,11 @@ print(f"base is {n_base / n_ours:.0f} times ours")
 # * A high score on held-out dates is not a high score on the dates people write: on six
 #   **unseen formats**, in the one run shown, the model gets half right, and the two formats it
 #   fails outright show a training regularity it has mistaken for a rule. Test on the inputs
-#   you will get, and analyse the errors, not just
-#   count them.
+#   you will get, and analyse the errors, not just count them.
+# * A **checkpoint** holds the configuration, the `state_dict` and the vocabularies; loaded with
+#   `weights_only=True`, it restores a model that gives the same predictions.
+# * For **real translation** the recipe is the same and the pieces grow: a subword tokeniser,
+#   batches sized in tokens, a bigger model with dropout, a GPU, beam search and BLEU.
 #
 # ## Exercises
 #
@@ -1218,15 +1216,14 @@ cap = 1 - EPS + EPS / K
 print(runs.round(3).to_string())
 print(f"smoothed target for the label: {cap:.3f}")
 print(f"held-out exact match of the 800-step run: {accuracy:.3f}")
-p_plain = runs.loc["ε = 0.0", "mean p(correct)"]
-p_smoothed = runs.loc["ε = 0.1", "mean p(correct)"]
-assert p_plain > cap > p_smoothed
+p800 = mean_p_correct(model)
+print(f"mean p(correct) of the 800-step run (ε = 0.1): {p800:.3f}")
 
 # %% [markdown] tags=["solution"]
 # At equal steps, the model trained without smoothing is more confident: its average
 # p(correct) exceeds the 0.907 that the smoothed loss asks for, while the smoothed model stays
 # below that cap (the smoothed loss is smallest when p(correct) is exactly 0.907, so it has no
-# reason to go beyond). Being more confident does not make it more accurate: after 250 steps
+# reason to go beyond; the chapter's 800-step model, trained further, reaches 0.906, right at the cap). Being more confident does not make it more accurate: after 250 steps
 # both models get only about two thirds of the held-out dates right (the full 800-step run gets
 # them all), and about a third of the unseen formats. The two accuracies differ by a few
 # points, from one seed each; to claim that smoothing helps or hurts accuracy, repeat the
@@ -1287,11 +1284,6 @@ warm = pd.DataFrame(
 warm["cost of no warm-up"] = warm["without"] - warm["with warm-up"]
 print("validation loss after 100 steps at peak learning rate 1e-2:")
 print(warm.round(3).to_string())
-assert (warm["cost of no warm-up"] > 0.1).all()
-assert (
-    warm.loc["post-norm", "cost of no warm-up"]
-    > warm.loc["pre-norm", "cost of no warm-up"]
-)
 
 # %% [markdown] tags=["solution"]
 # Without the warm-up, both models end the 100 steps with a higher validation loss: the large
@@ -1300,7 +1292,9 @@ assert (
 # the highest loss of the four. That is what Xiong et al. predict: with the layer norm inside
 # each residual branch (pre-norm), the gradients near the output are not large at
 # initialisation. Pre-norm does not make the warm-up useless here, though: it still costs a
-# third of a nat to leave it out.
+# third of a nat to leave it out. These are single runs from one seed at a learning rate
+# 3.3 times ours: they show the direction of the effect, not its exact size, and whether the
+# warm-up matters at our own $3 \times 10^{-3}$ is a run you can add with `short_run`.
 
 # %% [markdown]
 # **3. A new date format.** Add the format `"1962, October 23"` (year, full month name, day).
@@ -1373,15 +1367,13 @@ ft = pd.DataFrame(
 )
 print("exact match:")
 print(ft.to_string(formatters=dict.fromkeys(ft, "{:.1%}".format)))
-assert ft.loc["fine-tuned copy", "new format"] > 0.95
 
 # %% [markdown] tags=["solution"]
 # Before fine-tuning, the model gets almost none of the new format right (0.2 %): like
 # `1962 October 23` in the unseen-format test, a date with words that starts with its year is
 # outside everything it has seen. 300 steps on the mix bring the new format to 98.3 %. On the
 # held-out set, in the old formats, the copy's score is within a few dates out of 1,000 of the
-# trained model's (the table above): little forgetting, with half of every fine-tuning batch
-# still in
-# the old formats. The chapter's `model` is untouched: `copy.deepcopy` gave the fine-tuning its
+# trained model's (the table above): little forgetting, with half of the fine-tuning examples
+# (about 32 of every batch of 64) still in the old formats. The chapter's `model` is untouched: `copy.deepcopy` gave the fine-tuning its
 # own weights. To see forgetting at work, fine-tune a copy on the new format alone and measure
 # the held-out set again.
