@@ -171,9 +171,20 @@ print(
 )
 
 # %% [markdown]
-# Attention replaces the zeros by learned scores $q_i \cdot k_j / \sqrt{d_k}$, so that each
-# position weighs its past by relevance instead of equally, and keeps the lower triangle: that
-# triangle is the whole causal mask. `causal_mask(n)` returns it as booleans with two leading
+# Attention replaces the zeros by scores $q_i \cdot k_j / \sqrt{d_k}$ computed from the tokens.
+# On the same `x`, with random query and key maps standing in for learned ones:
+
+# %%
+maps = torch.Generator().manual_seed(1)
+Wq, Wk = torch.randn(2, 2, 2, generator=maps)  # query and key maps
+s_x = (x @ Wq) @ (x @ Wk).T / math.sqrt(2)  # 4 x 4 scores
+w = torch.softmax(s_x.masked_fill(lower == 0, float("-inf")), dim=-1)
+print(w.round(decimals=2))
+
+# %% [markdown]
+# The same lower triangle, now holding weights that depend on what the tokens are: each
+# position weighs its past by relevance instead of equally. That triangle is the whole causal
+# mask. `causal_mask(n)` returns it as booleans with two leading
 # axes of size 1, for the batch and the heads, since it is the same for every sentence and
 # every head.
 
@@ -269,11 +280,14 @@ print(
 # An encoder–decoder model needs three masks, one per kind of attention, and
 # `make_seq2seq_masks` builds them from exactly the tensors the model receives:
 #
-# | attention | queries | keys | mask | shape |
-# |---|---|---|---|---|
-# | encoder self-attention | source | source | source padding | `(batch, 1, 1, L_src)` |
-# | decoder self-attention | target | target | target padding AND causal | `(batch, 1, L_tgt, L_tgt)` |
-# | cross-attention | target | source (memory) | source padding | `(batch, 1, 1, L_src)` |
+# | attention | queries | keys | mask |
+# |---|---|---|---|
+# | encoder self-attention | source | source | source padding |
+# | decoder self-attention | target | target | target padding AND causal |
+# | cross-attention | target | source (memory) | source padding |
+#
+# Their shapes are `(batch, 1, 1, L_src)` for the two padding masks and
+# `(batch, 1, L_tgt, L_tgt)` for the decoder's self-attention.
 
 # %%
 show_source(make_seq2seq_masks)
@@ -573,28 +587,37 @@ plt.show()
 # Not every cell of the top grid is 0, but the differences there are float32 rounding, at least
 # ten thousand times smaller than the smallest difference without the mask. They come from the
 # shapes, not from the mask: the prefix pass multiplies matrices with fewer rows than the full
-# pass, and a matrix library may compute a product with a different number of rows with a
-# different kernel, which adds the same terms in a different order. One linear layer shows it:
-# the decoder's first query projection $W_q$, applied once to the prefix's input vectors and
-# once to all 7, its rows for the prefix compared bit for bit (which prefixes round differently
-# depends on the CPU and the library version):
+# pass, and a matrix library may compute a product of another shape with another kernel, which
+# adds the same terms in a different order. Keep the shapes and the test becomes exact: at the
+# full length, replace the tokens after $t$ by random ones, and compare the logits at positions
+# $0 \ldots t$:
 
-# %% tags=["nbval-ignore-output"]
-W_q = model.decoder.layers[0].self_attn.W_q
+# %%
+s_mask = padding_mask(src[:1], PAD)
+other_tokens = torch.Generator().manual_seed(3)
+
+
+def decode_causal(tokens: torch.Tensor) -> torch.Tensor:
+    mask = combine_masks(
+        padding_mask(tokens, PAD), causal_mask(tokens.size(1))
+    )
+    return model.decode(tokens, model.encode(src[:1], s_mask), mask, s_mask)
+
+
 with torch.no_grad():
-    h = model.decoder.embed(tgt_in[:1])  # the decoder's input vectors
-    all_rows = W_q(h)
+    full = decode_causal(tgt_in[:1])
     for t in range(n - 1):
-        same = torch.equal(W_q(h[:, : t + 1]), all_rows[:, : t + 1])
+        other = tgt_in[:1].clone()
+        other[:, t + 1 :] = torch.randint(
+            3, len(vocab), (1, n - t - 1), generator=other_tokens
+        )
+        change = (decode_causal(other) - full)[:, : t + 1].abs().max()
         print(
-            f"prefix {t + 1}: logits differ by",
-            f"{with_causal[t, : t + 1].max():.0e}, W_q same: {same}",
+            f"tokens after {t} replaced: logits at 0..{t} change by {change}"
         )
 
 # %% [markdown]
-# Here, the prefixes whose logits differ are exactly those on which this one linear layer
-# already rounds differently. In check 1 the two passes had the same shapes, and
-# the change was exactly 0.
+# Exactly 0 at every prefix, as in check 1, where the two passes also had the same shapes.
 #
 # ## What a leaky mask teaches a model
 #
@@ -849,8 +872,8 @@ print(f"real positions, left vs right padding: max change {change:.2f}")
 
 # %% [markdown]
 # The mask is not the problem: the **positions** are. The embedding adds the encoding of
-# position $i$ to token $i$, and with three pads in front, "dogs" sits at position 4 instead of
-# 1. The fix is to count positions from the first real token, `attention_mask.cumsum(-1) - 1`,
+# position $i$ to token $i$, and with three pads in front, "dogs" sits at position 4 instead
+# of 1. The fix is to count positions from the first real token, `attention_mask.cumsum(-1) - 1`,
 # which is how Hugging Face's `generate` builds its `position_ids` for a left-padded batch
 # (chapter 11 generates for such a batch). At the pads the count gives $-1$; we clamp it to 0,
 # Hugging Face puts 1 there, and any value works, since nothing reads a pad position. Our model
@@ -902,8 +925,8 @@ print(f"the same with the causal mask alone: max change {change:.2f}")
 #   (`src_mask`, `tgt_mask`, `memory_mask`, `*_key_padding_mask`): boolean, `True` =
 #   **blocked**, the opposite. A float mask is added, as above; PyTorch's own
 #   `nn.Transformer.generate_square_subsequent_mask(n)` returns that float form.
-# * **Hugging Face models** (`attention_mask`): integers `(batch, L)`, 1 = real token: a padding
-#   mask only.
+# * **Hugging Face models** (`attention_mask`): in the usual call, integers `(batch, L)`,
+#   1 = real token: a padding mask only.
 # * **d2l.ai** (`valid_lens`): `(batch,)`, the number of real tokens.
 #
 # With `is_causal=True` the caller builds no mask, and PyTorch's fused kernels apply the rule
@@ -1023,7 +1046,7 @@ print(mixed_combined[1, 0].int())
 # **only the future** real tokens, never itself and never its past; the rows of `<eos>` and of
 # the three pads are blocked entirely, and under $-10^9$ such rows attend to every key (check 3).
 # Read as "1 = may attend", it lets every position see its past **and the padding**. The grids
-# below are drawn by `two_plus_one`, the helper that drew Fig. 8.1:
+# below are drawn as in Fig. 8.1:
 
 # %% caption="The mixed mask of pitfall 1 for “dogs bark”, read both ways, and the course's mask. Dark cells are the pairs that may attend. Top left: read as 1 = blocked, only the future. Top right: read as 1 = may attend, the past and the padding. Bottom: combine_masks, the past without the padding." alt="Three 7 by 7 grids arranged two on top and one below. Top left: a few dark cells above the diagonal in the first three rows only. Top right: a dark lower triangle plus three fully dark columns on the right for the pads. Bottom: a dark lower triangle cut off after the fourth column."
 two_plus_one(
@@ -1107,22 +1130,15 @@ for b in range(3):
 
 # %% [markdown]
 # The first and last sentences let query 1 attend to their pad, and the middle one, which has
-# no padding, blocks its last word from queries 0 and 2. The course's `MultiHeadAttention`
-# refuses a 2-D mask shaped `(batch, keys)`, because it cannot tell which of the two readings is
-# meant; the unambiguous forms are `mask[:, None, None, :]` (padding, one row per sentence) and
-# `mask[None, None]` (one pattern shared by every sentence).
-
-# %%
-try:
-    MultiHeadAttention(8, 2)(torch.randn(3, 3, 8), mask=hf_mask.bool())
-    refused = False
-except ValueError:
-    refused = True
-print("MultiHeadAttention refuses the (batch, keys) mask:", refused)
+# no padding, blocks its last word from queries 0 and 2. A 2-D mask is ambiguous, and the safe
+# habit is never to pass one: write `mask[:, None, None, :]` for padding (one row per
+# sentence) and `mask[None, None]` for one pattern shared by every sentence. (Our attention
+# refuses a 2-D mask that could be either, rather than guess.)
 
 # %% [markdown]
 # **Pitfall 5, run.** Masks built from the full target `tgt` are one position too long for the
-# decoder input `tgt[:, :-1]`, and the course's attention refuses them:
+# decoder input `tgt[:, :-1]`: no attention can lay an 8 × 8 mask over 7 × 7 scores, and
+# ours says so rather than broadcast:
 
 # %%
 _, full_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)  # built for tgt
@@ -1196,7 +1212,7 @@ for a, b in zip(prefix_lm.int().tolist(), sliding.int().tolist()):
 #   data allows, by copying its labels, and fails when it generates.
 # * A query with no allowed key: $-\infty$ gives NaN, which spreads to every position in the
 #   next layer; adding $-10^9$ makes the row attend to every key it should not see, as if
-#   unmasked in exact arithmetic, exactly uniform in float32; the course, like
+#   unmasked in exact arithmetic, rounded to exactly uniform in float32 for scores of ordinary size; the course, like
 #   `F.scaled_dot_product_attention`, gives zero weights and a zero output, and the attention
 #   sub-layer then returns only its output bias.
 # * Left padding keeps the masks right but shifts the positions: count position ids from the
