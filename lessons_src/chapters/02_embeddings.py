@@ -116,7 +116,7 @@ for other in ["dog", "car"]:
 
 
 # %% tags=["hide-input"] caption="The five rows of the hand-made table drawn as arrows in the plane. The cosine of the angle between two arrows is their similarity: cat and dog are 12 degrees apart (cosine 0.98), cat and car 110 degrees (cosine -0.34)." alt="Five arrows from the origin. cat and dog point right and slightly up, almost together, with a small arc between them labelled cos = 0.98. car points up and to the left, with a wide arc from cat labelled cos = -0.34. the points straight down, saw down and to the left."
-def draw_arrows(ax, rows, labels, colour=None, side=None) -> None:
+def draw_arrows(ax, rows, labels, colour=None, side=None, fontsize=11) -> None:
     """Draw each 2-D row as an arrow from the origin, labelled past its tip.
 
     colour and side map a label to its colour and to a sideways shift of
@@ -138,6 +138,7 @@ def draw_arrows(ax, rows, labels, colour=None, side=None) -> None:
             ha="center",
             va="center",
             color=c,
+            fontsize=fontsize,
         )
     ax.axhline(0, color="grey", lw=0.5)
     ax.axvline(0, color="grey", lw=0.5)
@@ -326,9 +327,10 @@ print(f"{'SparseAdam (sparse=True gradients)':>34}: {sparse_adam}")
 # one). In a corpus where "cat" and "dog" are followed by the same verbs, the two rows must
 # produce the same predictions, and the simplest way is the same row, so training pulls
 # them towards the same place; "car" and "bus"
-# are followed by other verbs and end up elsewhere. This is the idea behind word2vec (which
-# predicts the words around a word rather than the next one) and its successors: a word is
-# characterised by the company it keeps.
+# are followed by other verbs and end up elsewhere. This is the idea behind word2vec (whose
+# skip-gram model predicts the words around a word, and whose CBOW model predicts a word from
+# the words around it) and its successors, and the linguist J. R. Firth put it in one line in
+# 1957: "You shall know a word by the company it keeps."
 
 # %%
 nouns = {"animal": ["cat", "dog"], "vehicle": ["car", "bus"]}
@@ -419,27 +421,34 @@ print(
 # seeds, cos(cat, car) ranges from −0.835 to −0.056. The figure shows the five rows that
 # the model reads, before and after, in this run.
 
-# %% tags=["hide-input"] caption="The rows of the, cat, dog, car and bus in the 2-dimensional table of the tiny next-word model. Left: random rows before training. Right: after 300 steps, cat and dog point nearly the same way, and so do car and bus." alt="Two panels of arrows from the origin. Left, before training: five arrows in unrelated directions. Right, after training: the cat and dog arrows point almost the same way, up and to the right; the car and bus arrows lie on top of each other, pointing up and to the left; the arrow of the points down and to the left."
+# %% tags=["hide-input"] caption="The rows of the, cat, dog, car and bus in the 2-dimensional table of the tiny next-word model. Left: random rows before training. Right: after 300 steps, cat and dog point nearly the same way, and so do car and bus. Both panels have the same scale: training also made the rows longer." alt="Two panels of arrows from the origin, on the same scale. Left, before training: five short arrows in unrelated directions. Right, after training: longer arrows; the cat and dog arrows point almost the same way, up and to the right; the car and bus arrows lie on top of each other, pointing up and to the left; the arrow of the points down and to the left."
 shown_words = ["the", "cat", "dog", "car", "bus"]
 colour_of = {"the": "grey", "cat": "tab:orange", "dog": "tab:orange"}
 colour_of |= {"car": "tab:blue", "bus": "tab:blue"}
-fig, axes = plt.subplots(1, 2, figsize=(6.9, 3.6))
+shown_ids = [id_lm[w] for w in shown_words]
+# the same scale in both panels
+reach = torch.cat([before[shown_ids], after[shown_ids]]).abs().max().item()
+reach *= 1.3
+fig, axes = plt.subplots(1, 2, figsize=(6.0, 3.3))
 for ax, lm_table, title in [
     (axes[0], before, "before training"),
     (axes[1], after, "after training"),
 ]:
-    rows = lm_table[[id_lm[w] for w in shown_words]]
+    rows = lm_table[shown_ids]
     tip = dict(zip(shown_words, rows))
-    reach = rows.abs().max().item() * 1.35
-    # two tips close together: their labels move apart, sideways
+    # two arrows less than 25 degrees apart: their labels move apart, sideways
     side = {}
-    for a, b in [("cat", "dog"), ("car", "bus")]:
-        if (tip[a] - tip[b]).norm() < 0.2 * reach:
+    for k, a in enumerate(shown_words):
+        for b in shown_words[k + 1 :]:
+            if F.cosine_similarity(tip[a], tip[b], dim=0) < math.cos(
+                math.radians(25)
+            ):
+                continue
             u = F.normalize(tip[a] + tip[b], dim=0)
             across = torch.stack([-u[1], u[0]])  # u turned by 90 degrees
             side[a] = 1 if (tip[a] - tip[b]) @ across >= 0 else -1
             side[b] = -side[a]
-    draw_arrows(ax, rows, shown_words, colour_of, side)
+    draw_arrows(ax, rows, shown_words, colour_of, side, fontsize=13)
     ax.set_xlim(-reach, reach)
     ax.set_ylim(-reach, reach)
     ax.set_title(title)
@@ -448,8 +457,8 @@ plt.show()
 
 # %% [markdown]
 # The verbs' rows did not move at all: in this corpus no verb is ever followed by a word, so
-# no verb row is ever looked up. A real table is trained the same way, only with a deeper
-# network above it and on billions of tokens.
+# no verb row is ever looked up. The table of a GPT is trained the same way, by predicting
+# the next token, only with a deeper network above it and on billions of tokens.
 #
 # ## How big is the table?
 #
@@ -503,7 +512,7 @@ for name, layer in [
 print(f"{'whole model':>14}: {total:>21,}")
 
 # %% [markdown]
-# Half of this small model is its token table; the position and segment tables add 0.9 %.
+# Half of this small model is its token table; the position and segment tables add 0.9 %.
 # Its tokenizer uses *WordPiece*: frequent words are one token, rarer words are split into
 # pieces (`##` marks a piece that continues a word), so 30,522 entries cover any English
 # text. Chapter 11 builds a subword vocabulary of another kind (byte-pair encoding) from
@@ -535,8 +544,11 @@ group_of = torch.tensor(
     [g for g, ws in enumerate(groups.values()) for _ in ws]
 )
 word_ids = tokenizer.convert_tokens_to_ids(words)
-# every word is one token of the vocabulary
-assert tokenizer.unk_token_id not in word_ids
+# a word missing from the vocabulary would get the id of [UNK]
+print(
+    f"all {len(words)} words are single tokens of the vocabulary:",
+    tokenizer.unk_token_id not in word_ids,
+)
 
 unit_table = F.normalize(table, dim=-1)  # (30522, 384), rows of length 1
 unit = unit_table[word_ids]  # (20, 384): the twenty words' rows
@@ -548,9 +560,10 @@ by_group = [
     cos[same_group & off_diagonal & (group_of[:, None] == g)].mean().item()
     for g in range(len(groups))
 ]
-random_ids = torch.randint(
-    len(table), (2000,), generator=torch.Generator().manual_seed(0)
-)
+# 2,000 different tokens
+random_ids = torch.randperm(
+    len(table), generator=torch.Generator().manual_seed(0)
+)[:2000]
 random_cos = unit_table[random_ids] @ unit_table[random_ids].T
 print("mean cosine similarity of two different words")
 print(f"  in the same group:      {cos[same_group & off_diagonal].mean():.3f}")
@@ -574,7 +587,7 @@ for k in torch.nonzero(~agree).flatten().tolist():
     print(f"  except {words[k]} -> {words[n]} ({cos[k, n]:.3f})")
 
 # %% tags=["hide-input"] caption="Cosine similarity of the rows of twenty words in MiniLM's token table, grouped into animals, fruit, vehicles and colours (white lines). The four blocks on the diagonal are brighter than the rest; the colour block is the brightest, the fruit block the faintest, and the orange row is bright in the colour columns." alt="A 20 by 20 heatmap with the words on both axes and the diagonal left blank. Four 5 by 5 blocks along the diagonal are lighter, teal to yellow-green, than most of the rest, which is blue to dark purple; the colour block is the brightest and the fruit block the faintest. The orange row is green in the colour columns, brighter than in the fruit columns; the cherry row is teal at red."
-fig, ax = plt.subplots(figsize=(6.6, 6.0))
+fig, ax = plt.subplots(figsize=(5.4, 5.0))
 # the diagonal (always 1) left blank, for contrast
 shown = cos.clone().fill_diagonal_(float("nan"))
 im = ax.imshow(shown, cmap="viridis", vmin=-0.1, vmax=0.6)
@@ -583,14 +596,21 @@ ax.set_yticks(range(len(words)), words)
 for k in range(1, len(groups)):  # lines between the groups
     ax.axhline(5 * k - 0.5, color="white", lw=1)
     ax.axvline(5 * k - 0.5, color="white", lw=1)
-fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="cosine similarity")
+ax.tick_params(labelsize=11)
+bar = fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+bar.set_label("cosine similarity", fontsize=12)
+bar.ax.tick_params(labelsize=11)
 ax.set_title("Rows of MiniLM's token embedding table")
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
 # No one told the model that a cow is an animal: the rows came out this way from training on
-# text in which animal words occur in similar sentences, as in the tiny model above. Two words of a group have a
+# ordinary text, in which animal words occur in similar sentences. MiniLM was not trained like
+# our tiny model: it learned by imitating a larger model that had been trained to fill in
+# masked words, and was then trained on pairs of related sentences (chapter 12 tells the
+# story). The objective differs; the source of the similarity, words that occur in similar
+# contexts, is the same. Two words of a group have a
 # mean cosine of 0.306, about three times the 0.104 of words from different groups, against
 # 0.017 for random tokens. The fruit block is the faintest, and the two misses are both
 # fruit: orange and cherry are also colours, and their nearest rows are yellow and red. On
@@ -652,7 +672,7 @@ print(
     f"between groups: {distance[~same_group].mean():.3f}"
 )
 
-# %% tags=["hide-input"] caption="The twenty unit-length rows projected onto their first two principal components, which keep 26 % of the variance. The four groups occupy four regions, and orange sits between the fruit and the colours." alt="A scatter plot of twenty labelled points in four colours. Animals are at the top left, vehicles at the bottom left, fruit in the middle and colours on the right, tightly packed; orange lies between the other fruit and the colours."
+# %% tags=["hide-input"] caption="The twenty unit-length rows projected onto their first two principal components, which keep 26 % of the variance. The four groups occupy four regions, and orange sits between the fruit and the colours." alt="A scatter plot of twenty labelled points in four colours. Animals are at the top left, vehicles at the bottom left, fruit in the middle and colours on the right, tightly packed; orange lies between the other fruit and the colours."
 # labels of crowded points moved aside: (dx, dy) in points, left or right
 label_offset = {
     "green": (-5, 0, "right"),
@@ -684,9 +704,10 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The groups separate even in this 2-D projection, which keeps only 26 % of the variance
-# (17 % + 9 %). A projection always loses something; the heatmap, computed in all 384
-# dimensions, is the more faithful picture.
+# The groups separate even in this 2-D projection: two points of a group are 0.179 apart on
+# average, two points of different groups 0.709. The projection keeps only 26 % of the
+# variance (17 % + 9 %). A projection always loses something; the heatmap, computed in all
+# 384 dimensions, is the more faithful picture.
 #
 # ## Token, contextual and sentence embeddings
 #
@@ -723,14 +744,48 @@ for layer, when in [(0, "entering layer 1"), (6, "leaving layer 6")]:
     print(f"cosine of the 'bank' vectors {when} (river, river, money, money):")
     print((at_bank @ at_bank.T).numpy().round(2))
 
+# as a scale: "bank" leaving layer 6 against the other tokens of its sentence
+h6 = F.normalize(outputs.hidden_states[6], dim=-1)
+closest = []
+for s, p in enumerate(bank_pos):
+    n = int(enc["attention_mask"][s].sum())  # real tokens, [CLS] and [SEP] too
+    c = h6[s, :n] @ h6[s, p]
+    c[p] = -1  # not "bank" itself
+    k = c.argmax().item()
+    word = tokenizer.convert_ids_to_tokens(enc["input_ids"][s, k].item())
+    closest.append(f"{word} {c[k]:.2f}")
+print("leaving layer 6, the other token closest to 'bank' in its sentence:")
+print("   ", ", ".join(closest))
+
 # %% [markdown]
 # Entering the first layer, the four vectors differ only because their position rows differ,
 # and they group by position: "bank" at positions 5 and 6 (a river and a money sentence) has
-# a cosine of 0.99, and so has "bank" at positions 3 and 2. Leaving the sixth layer, they group by
-# meaning: 0.89 for the two river banks, 0.90 for the two money banks, 0.71 to 0.81 across.
-# All four are still fairly similar: the token's identity still dominates its vector, and
-# the context adjusts it.
+# a cosine of 0.99, and so has "bank" at positions 3 and 2. Leaving the sixth layer, they
+# group by meaning: 0.89 for the two river banks, 0.90 for the two money banks, 0.71 to 0.81
+# across. The four "bank" vectors are still closer to each other than any of them is to
+# another token of its own sentence (at most 0.64, for "money"): the token's identity still
+# dominates its vector, and the context adjusts it.
 #
+# What enters the first layer is the sum of three rows, one from each table, normalised by a
+# LayerNorm (chapter 06). We rebuild it from the tables:
+
+# %%
+tables = model.embeddings
+input_ids = enc["input_ids"]  # (4, 11)
+positions_used = torch.arange(input_ids.shape[1])  # 0, 1, ..., 10
+with torch.no_grad():
+    summed = (
+        tables.word_embeddings(input_ids)  # (4, 11, 384)
+        + tables.position_embeddings(positions_used)  # (11, 384), broadcast
+        + tables.token_type_embeddings(enc["token_type_ids"])  # all segment 0
+    )
+    rebuilt = tables.LayerNorm(summed)
+print(
+    "LayerNorm(token + position + segment rows) equals hidden_states[0]:",
+    torch.allclose(rebuilt, outputs.hidden_states[0], atol=1e-5),
+)
+
+# %% [markdown]
 # A **sentence embedding** is one vector for a whole sentence. all-MiniLM-L6-v2 makes it by
 # **mean pooling**: the average of the contextual token vectors. A batch pads the shorter
 # sentences to the length of the longest with `[PAD]` tokens; they have output vectors too,
@@ -754,21 +809,23 @@ print(
 )
 
 # %% [markdown]
-# Averaging the padding in would move the sentence's vector by up to 0.92 in one coordinate.
-# The course's `embed_sentences(texts, tokenizer, model)` does all the steps at once:
-# tokenize, run the model, mean-pool with the mask, and scale each vector to length 1, so that
-# a dot product is a cosine. Chapter 12 lists the package's mean pooling and uses
-# `embed_sentences` to search a collection of texts by meaning.
+# Averaging the two padding vectors in would move the sentence's vector by up to 0.92 in one
+# coordinate and turn it by an angle whose cosine is 0.965. The course's
+# `embed_sentences(texts, tokenizer, model)` does all the steps at once: tokenize, run the
+# model, mean-pool with the mask, and scale each vector to length 1, so that a dot product is
+# a cosine. Chapter 12 lists the package's mean pooling and uses `embed_sentences` to search
+# a collection of texts by meaning.
 
 # %%
 from transformer_course.pretrained import embed_sentences
 
-# the two lines above, scaled to unit length, are what it returns
-assert torch.allclose(
+# `pooled` from the cell before last, scaled to unit length, is what it returns
+same = torch.allclose(
     F.normalize(pooled, dim=-1),
     embed_sentences(bank_sentences, tokenizer, model),
     atol=1e-5,
 )
+print("embed_sentences equals the normalised masked mean, to 1e-5:", same)
 
 # %% [markdown]
 # ### How much word order survives?
@@ -776,8 +833,8 @@ assert torch.allclose(
 # An average does not care about the order of what it averages. A sentence embedding can
 # still depend on word order, but only if the encoder gave the tokens different vectors in
 # the two orders. We compare five sentences with the first two: S1 swaps the roles of S0,
-# S2 says what S1 says in the passive voice, S3 says roughly what S0 says with other words,
-# and S4 is about something else.
+# S2 says what S0 says, in the passive voice (so its nouns come in S1's order), S3 says
+# roughly what S0 says with other words, and S4 is about something else.
 
 # %%
 order_sentences = [
@@ -795,8 +852,10 @@ for k, text in enumerate(order_sentences):
 
 # %% [markdown]
 # S0 and S1 say different things (who chases whom is swapped), yet their similarity is 0.991,
-# far above the 0.568 of S3, which says roughly the same as S0 in other words. S2 is as close to S0
-# (0.971) as to S1 (0.973), whose meaning it shares. For this model, which words a sentence
+# far above the 0.568 of S3, which says roughly the same as S0 in other words. Swapping the
+# roles turned the vector less than averaging in two padding vectors did (cosine 0.965). S2
+# means the same as S0, but is, if anything, closer to S1 (0.973 against 0.971), whose order
+# of nouns it shares and whose meaning it does not. For this model, which words a sentence
 # contains counts for much more than their order.
 #
 # What tells the encoder the order at all? Attention, the only layer that mixes the tokens,
@@ -884,33 +943,62 @@ assert king_answers[0] == "queen"
 # **2. A word with two kinds of company.** Add three sentences to the tiny corpus in which
 # "dog" is followed by the vehicle verbs ("the dog drives", ...), so that "dog" occurs in
 # both kinds of context. Predict how the cosine of "dog" with "cat", and with "car", will
-# differ from training on the original corpus. Then train `train_bigram` on both corpora with
-# `dim=4` and compare. Does your answer hold
-# for other seeds?
+# differ from training on the original corpus. Then train `train_bigram` on both corpora and
+# compare, for ten seeds. Use `dim=4`: in 2 dimensions all the rows share one plane, which
+# leaves a run little room to move "dog" towards "car" and away from "cat" at once. Finally
+# try `dim=2` for twenty seeds: does your prediction still hold for every seed?
 
 # %% tags=["solution"]
 mixed = corpus + [["the", "dog", verb] for verb in verbs["vehicle"]]
-for seed in range(3):
-    _, plain_run, _ = train_bigram(corpus, dim=4, seed=seed)
-    _, mixed_run, _ = train_bigram(mixed, dim=4, seed=seed)
-    print(f"seed {seed}:")
-    for other in ["cat", "car"]:
-        print(
-            f"  cos(dog, {other}): {cos_lm(plain_run, 'dog', other):6.3f} "
-            f"in the first corpus, {cos_lm(mixed_run, 'dog', other):6.3f} "
-            "in the mixed one"
-        )
-    # dog moved away from cat and towards car
-    assert cos_lm(mixed_run, "dog", "cat") < cos_lm(plain_run, "dog", "cat")
-    assert cos_lm(mixed_run, "dog", "car") > cos_lm(plain_run, "dog", "car")
+compared = [("dog", "cat"), ("dog", "car"), ("cat", "car")]
+Cosines = dict[tuple[str, str], tuple[float, float]]  # pair -> (first, mixed)
+
+
+def both_runs(dim: int, seed: int) -> Cosines:
+    """Cosine of each compared pair after training on the first corpus and
+    after training on the mixed one, with the same seed."""
+    first = train_bigram(corpus, dim=dim, seed=seed)[1]
+    second = train_bigram(mixed, dim=dim, seed=seed)[1]
+    return {
+        (a, b): (cos_lm(first, a, b), cos_lm(second, a, b))
+        for a, b in compared
+    }
+
+
+def as_predicted(c: Cosines) -> bool:
+    """Did dog move away from cat and towards car?"""
+    cat, car = c["dog", "cat"], c["dog", "car"]
+    return cat[1] < cat[0] and car[1] > car[0]
+
+
+print("dim=4   cos(dog, cat)           cos(dog, car)")
+print("seed    first corpus -> mixed   first corpus -> mixed")
+for seed in range(10):
+    c = both_runs(4, seed)
+    cat, car = c["dog", "cat"], c["dog", "car"]
+    print(
+        f"{seed:>4} {cat[0]:13.3f} -> {cat[1]:6.3f}"
+        f" {car[0]:15.3f} -> {car[1]:6.3f}"
+    )
+    assert as_predicted(c)
+print("dim=2: the seeds of 0 to 19 where the prediction fails")
+for seed in range(20):
+    c = both_runs(2, seed)
+    if not as_predicted(c):
+        print(f"  seed {seed}:")
+        for a, b in compared:
+            print(f"    cos({a}, {b}): {c[a, b][0]:6.3f} -> {c[a, b][1]:6.3f}")
 
 # %% [markdown] tags=["solution"]
-# "dog" moves away from "cat" and towards "car", for every seed tried: its cosine with "cat"
-# falls and its cosine with "car" rises. Its row must now predict a mixture, the animal verbs
-# half of the time and the vehicle verbs the other half, so it ends up between the two
-# groups. A word with two kinds of use (like "orange", or "bank") gets one row that
-# compromises between them; the contextual vectors of a transformer can separate the uses
-# again, as they did for "bank".
+# With `dim=4`, "dog" moves away from "cat" and towards "car" for all ten seeds: its cosine
+# with "cat" falls and its cosine with "car" rises. Its row must now predict a mixture, the
+# animal verbs half of the time and the vehicle verbs the other half, so it ends up between
+# the two groups. With `dim=2` the prediction fails for one seed of twenty, seed 18: "dog"
+# turns towards "car" but also ends closer to "cat". In that run "cat" itself ends closer to
+# "car" than in the first one: the two runs are separate trainings that arrange all the rows
+# anew, and a plane leaves them few arrangements to choose from. A word with two kinds of use
+# (like "orange", or "bank") gets one row that compromises between them; the contextual
+# vectors of a transformer can separate the uses again, as they did for "bank".
 
 # %% [markdown]
 # **3. The gradient of a linear layer on one-hot vectors.** An `nn.Linear(V, d, bias=False)`
