@@ -329,8 +329,10 @@ print(f"{'SparseAdam (sparse=True gradients)':>34}: {sparse_adam}")
 # them towards the same place; "car" and "bus"
 # are followed by other verbs and end up elsewhere. This is the idea behind word2vec (whose
 # skip-gram model predicts the words around a word, and whose CBOW model predicts a word from
-# the words around it) and its successors, and the linguist J. R. Firth put it in one line in
-# 1957: "You shall know a word by the company it keeps."
+# the words around it; Mikolov et al., 2013,
+# [*Efficient Estimation of Word Representations in Vector Space*](https://arxiv.org/abs/1301.3781))
+# and its successors, and the linguist J. R. Firth put it in one line in 1957 (*A synopsis of
+# linguistic theory 1930–1955*): "You shall know a word by the company it keeps."
 
 # %%
 nouns = {"animal": ["cat", "dog"], "vehicle": ["car", "bus"]}
@@ -418,7 +420,9 @@ print(
 # 0.001 of the lowest loss this corpus allows. On the way, the rows of "cat" and "dog" turned
 # towards each other, as did "car" and "bus", while the animals and the vehicles ended up
 # nearly at right angles in this run (cosine −0.078). That angle is not fixed: over ten
-# seeds, cos(cat, car) ranges from −0.835 to −0.056. The figure shows the five rows that
+# seeds, cos(cat, car) ranges from −0.835 to −0.056, and some other seeds end with a positive
+# cosine (exercise 2 meets one). What holds in every run is the order: cat–dog and car–bus
+# end closer than cat–car. The figure shows the five rows that
 # the model reads, before and after, in this run.
 
 # %% tags=["hide-input"] caption="The rows of the, cat, dog, car and bus in the 2-dimensional table of the tiny next-word model. Left: random rows before training. Right: after 300 steps, cat and dog point nearly the same way, and so do car and bus. Both panels have the same scale: training also made the rows longer." alt="Two panels of arrows from the origin, on the same scale. Left, before training: five short arrows in unrelated directions. Right, after training: longer arrows; the cat and dog arrows point almost the same way, up and to the right; the car and bus arrows lie on top of each other, pointing up and to the left; the arrow of the points down and to the left."
@@ -514,7 +518,7 @@ print(f"{'whole model':>14}: {total:>21,}")
 # %% [markdown]
 # Half of this small model is its token table; the position and segment tables add 0.9 %.
 # Its tokenizer uses *WordPiece*: frequent words are one token, rarer words are split into
-# pieces (`##` marks a piece that continues a word), so 30,522 entries cover any English
+# pieces (`##` marks a piece that continues a word), so its 30,522 entries cover any English
 # text. Chapter 11 builds a subword vocabulary of another kind (byte-pair encoding) from
 # scratch, and chapter 12 looks at BERT's tokenizer in detail.
 
@@ -525,7 +529,7 @@ for word in ["cat", "unbelievable", "tokenization", "embeddings"]:
     print(f"{word:>13} -> {pieces} -> ids {piece_ids}")
 
 # %% [markdown]
-# "unbelievable" is frequent enough to have its own row; "embeddings" is not, and takes four.
+# "unbelievable" has its own row; "embeddings" is not, and takes four.
 #
 # ### Similar words have similar rows
 #
@@ -607,9 +611,9 @@ plt.show()
 # %% [markdown]
 # No one told the model that a cow is an animal: the rows came out this way from training on
 # ordinary text, in which animal words occur in similar sentences. MiniLM was not trained like
-# our tiny model: it learned by imitating a larger model that had been trained to fill in
-# masked words, and was then trained on pairs of related sentences (chapter 12 tells the
-# story). The objective differs; the source of the similarity, words that occur in similar
+# our tiny model: its weights come from distilling the self-attention of a larger model
+# trained to fill in masked words, then from fine-tuning on pairs of related sentences
+# (chapter 12 tells the story). The objective differs; the source of the similarity, words that occur in similar
 # contexts, is the same. Two words of a group have a
 # mean cosine of 0.306, about three times the 0.104 of words from different groups, against
 # 0.017 for random tokens. The fruit block is the faintest, and the two misses are both
@@ -809,8 +813,8 @@ print(
 )
 
 # %% [markdown]
-# Averaging the two padding vectors in would move the sentence's vector by up to 0.92 in one
-# coordinate and turn it by an angle whose cosine is 0.965. The course's
+# Averaging the two padding vectors in would turn the sentence's vector by an angle whose
+# cosine is 0.965. The course's
 # `embed_sentences(texts, tokenizer, model)` does all the steps at once: tokenize, run the
 # model, mean-pool with the mask, and scale each vector to length 1, so that a dot product is
 # a cosine. Chapter 12 lists the package's mean pooling and uses `embed_sentences` to search
@@ -819,7 +823,7 @@ print(
 # %%
 from transformer_course.pretrained import embed_sentences
 
-# `pooled` from the cell before last, scaled to unit length, is what it returns
+# `pooled` (mean pooling, above), scaled to unit length, is what it returns
 same = torch.allclose(
     F.normalize(pooled, dim=-1),
     embed_sentences(bank_sentences, tokenizer, model),
@@ -944,9 +948,8 @@ assert king_answers[0] == "queen"
 # "dog" is followed by the vehicle verbs ("the dog drives", ...), so that "dog" occurs in
 # both kinds of context. Predict how the cosine of "dog" with "cat", and with "car", will
 # differ from training on the original corpus. Then train `train_bigram` on both corpora and
-# compare, for ten seeds. Use `dim=4`: in 2 dimensions all the rows share one plane, which
-# leaves a run little room to move "dog" towards "car" and away from "cat" at once. Finally
-# try `dim=2` for twenty seeds: does your prediction still hold for every seed?
+# compare, for ten seeds, with `dim=4`. Then try `dim=2` for twenty seeds: does your
+# prediction still hold for every seed?
 
 # %% tags=["solution"]
 mixed = corpus + [["the", "dog", verb] for verb in verbs["vehicle"]]
@@ -996,7 +999,7 @@ for seed in range(20):
 # the two groups. With `dim=2` the prediction fails for one seed of twenty, seed 18: "dog"
 # turns towards "car" but also ends closer to "cat". In that run "cat" itself ends closer to
 # "car" than in the first one: the two runs are separate trainings that arrange all the rows
-# anew, and a plane leaves them few arrangements to choose from. A word with two kinds of use
+# anew, and the prediction is about the typical run, not every run. A word with two kinds of use
 # (like "orange", or "bank") gets one row that compromises between them; the contextual
 # vectors of a transformer can separate the uses again, as they did for "bank".
 
