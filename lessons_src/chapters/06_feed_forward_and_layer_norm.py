@@ -213,8 +213,10 @@ print(f"Hugging Face's GPT-2 small: {count_parameters(hf_gpt2):,} parameters")
 # %% [markdown]
 # BERT and GPT replace the ReLU with the **GELU**, $x\,\Phi(x)$, where $\Phi$ is the standard
 # normal CDF: a smooth ReLU. It is differentiable everywhere, and for negative inputs its gradient
-# is not zero (except at its minimum), so a unit whose input has gone negative can still learn,
-# where a ReLU unit gets no gradient at all. In the package it is
+# is not zero (except at its minimum), so a unit whose input is slightly negative can still
+# learn, where a ReLU unit gets no gradient at all. Far into the negative side the GELU's gradient
+# fades towards zero too (below, at $x = -4$), so a unit driven there is almost as stuck as a ReLU
+# unit. In the package it is
 # `PositionwiseFeedForward(..., activation="gelu")`.
 
 # %% caption="ReLU and GELU from -4 to 4. Far from 0 they nearly agree; near 0 the GELU is a smooth curve, slightly negative for negative inputs, with its minimum near x = -0.75." alt="Two curves on the same axes. ReLU is flat at zero for negative x and a straight line of slope 1 for positive x, with a corner at 0. GELU lies close to it far from 0, dips to a shallow minimum of about -0.17 near x = -0.75, and bends smoothly through the origin, staying a little below the ReLU line for small positive x."
@@ -233,7 +235,7 @@ plt.show()
 gelu_min = F.gelu(xs).min().item()
 x_min = xs[F.gelu(xs).argmin()].item()
 print(f"GELU's minimum: {gelu_min:.4f} at x = {x_min:.2f}")
-points = torch.tensor([-2.0, -1.0, -0.75, 1.0], requires_grad=True)
+points = torch.tensor([-4.0, -2.0, -1.0, -0.75, 1.0], requires_grad=True)
 (relu_grad,) = torch.autograd.grad(F.relu(points).sum(), points)
 (gelu_grad,) = torch.autograd.grad(F.gelu(points).sum(), points)
 print("x:              ", points.detach())
@@ -247,8 +249,9 @@ print("gradient, GELU: ", gelu_grad)
 # easiest to see through the gradient. Backpropagation multiplies, layer by layer, by each layer's
 # **Jacobian**: the matrix $\partial y / \partial x$ of the derivatives of the layer's outputs with
 # respect to its inputs. For a residual layer it is $I + \partial f / \partial x$: the identity
-# term always carries the gradient through, so it cannot vanish; what $f$ adds on top can still
-# make it grow (the residual stack with He initialisation, below). Without it, the gradient that
+# term always carries the gradient through, so it does not shrink layer after layer the way a
+# product of small Jacobians does; what $f$ adds on top can still make it grow (the residual
+# stack with He initialisation, below). Without it, the gradient that
 # reaches the first layer of a deep stack is a product of one Jacobian per layer, and if each one
 # shrinks vectors a little, the product shrinks exponentially.
 #
@@ -282,6 +285,8 @@ for layer in (0, 9, 19, 29):
     )
 
 # %% tags=["remove-cell"]
+# The plain stack's gradient vanishes towards the input; with residual
+# connections every block gets a gradient of about the same size.
 assert grads_plain[0] < 1e-10 < 1e-2 < grads_res[0]
 assert grads_plain[-1] > 1e10 * grads_plain[0]
 assert max(grads_res) / min(grads_res) < 10
@@ -290,9 +295,8 @@ assert max(grads_res) / min(grads_res) < 10
 # Without residual connections the gradient at the first block is more than 17 orders of
 # magnitude smaller than at the last (4.2e-21 against 2.0e-03): the first blocks cannot learn.
 # With residual connections every block gets a gradient of about the same size (1.6 to 2.2 at
-# the blocks printed). The plain stack has also forgotten its input: a completely different input
-# gives the same output, and that output is not zero but a vector of length 0.40, the same
-# whatever went in.
+# the blocks printed). Has the plain stack kept anything of its input? Feed it a completely
+# different input and compare the outputs:
 
 # %%
 torch.manual_seed(0)
@@ -309,6 +313,9 @@ print(
 print(f"mean length of an output vector: {h1.norm(dim=-1).mean():.2f}")
 
 # %% [markdown]
+# The plain stack has forgotten its input: a completely different input gives the same output,
+# and that output is not zero but a vector of length 0.40, the same whatever went in.
+#
 # **How much of this is the initialisation?** A fair question, because PyTorch's default
 # initialisation of `nn.Linear` draws its weights with variance $1/(3\,\mathrm{fan}_\mathrm{in})$,
 # where the fan-in is the layer's number of inputs. Follow the squared length of a vector through
@@ -322,8 +329,8 @@ print(f"mean length of an output vector: {h1.norm(dim=-1).mean():.2f}")
 # to block shrinks; a weight's gradient is that signal times the block's input (exercise 2 tests
 # the prediction). Forwards, PyTorch's default also
 # draws non-zero biases, and they add to each block's output a part that does not depend on the
-# input. The part that comes from the input shrinks by about 0.24 per block, the biases' part
-# does not, so after a few blocks the output is almost entirely the biases' part: the stack
+# input. By the argument, the part that comes from the input shrinks by about 0.24 per block;
+# the biases' part does not, so after a few blocks the output is almost entirely the biases' part: the stack
 # forgets its input.
 #
 # The control: the same plain stack with **He initialisation**, variance
@@ -407,8 +414,18 @@ for name, residual, init in (
         f" {cos[2]:8.2f}{cos[-1]:7.2f}"
         f" {length[2]:9.1e}{length[-1]:8.1e}"
     )
+zero_bias_length = report["plain, zero biases"][2]
+print(
+    "zero biases: the length is multiplied by",
+    f"{(zero_bias_length[-1] / length_in) ** (1 / depth):.3f} per block",
+    f"(sqrt(1/18) = {math.sqrt(1 / 18):.3f})",
+)
 
 # %% tags=["remove-cell"]
+# Default init: the plain stack's outputs end up parallel. He init keeps the
+# gradient but not the difference between inputs; the residual stack keeps
+# it; zero biases shrink the length to nothing; residual + He init grows the
+# stream by close to sqrt(2) per block.
 assert report["plain, default init"][1][-1] > 0.99
 he_grads, he_cos, _ = report["plain, He init"]
 assert he_grads[0] > 0.1 and max(he_grads) / min(he_grads) < 100
@@ -419,27 +436,27 @@ res_he_length = report["residual, He init"][2]
 assert 1.3 < (res_he_length[-1] / res_he_length[0]) ** (1 / 29) < 1.5
 
 # %% caption="Gradient norm of each block's first weight matrix after one backward pass through 30 feed-forward blocks. The plain stack with PyTorch's default initialisation loses more than 17 orders of magnitude towards the input; He initialisation and the residual connection both keep it flat." alt="Line plot, log-scale y axis from 1e-21 to 10, x axis block 1 to 30. The plain default-init curve rises in a straight line from about 4e-21 at block 1 to 2e-3 at block 30. The plain He-init and residual default-init curves lie flat between about 1 and 3 across all blocks."
-fig, ax = plt.subplots(figsize=(6.5, 3.8))
-blocks_idx = range(1, depth + 1)
-for name in (
-    "plain, default init",
-    "plain, He init",
-    "residual, default init",
-):
-    ax.semilogy(blocks_idx, report[name][0], "o-", ms=3, label=name)
-ax.set_xlabel("block (1 = next to the input)")
-ax.set_ylabel("gradient norm of $W_1$")
-ax.set_title(f"{depth} feed-forward blocks, one backward pass")
-ax.legend(fontsize=12)
-plt.show()
+with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
+    fig, ax = plt.subplots(figsize=(6.5, 4.6))
+    blocks_idx = range(1, depth + 1)
+    for name in (
+        "plain, default init",
+        "plain, He init",
+        "residual, default init",
+    ):
+        ax.semilogy(blocks_idx, report[name][0], "o-", ms=3, label=name)
+    ax.set_xlabel("block (1 = next to the input)")
+    ax.set_ylabel("gradient norm of $W_1$")
+    ax.set_title(f"{depth} feed-forward blocks, one backward pass")
+    ax.legend()
+    plt.show()
 
 # %% [markdown]
 # The first two rows separate the weights from the biases. With zero biases the length falls by
-# about 0.24 per block, as the argument predicts, to 5.6e-19 after 30 blocks (its gradients print
-# as 0: their norms are computed in float32, where squaring entries this small underflows to 0).
-# With the default biases the length
-# settles at 0.40, and the outputs for the two inputs are alike (1.00): what is left is the
-# biases' part.
+# a factor of 0.230 per block, close to the argument's 0.236, to 5.6e-19 after 30 blocks (its
+# gradients print as 0: their norms are computed in float32, where squaring entries this small
+# underflows to 0). With the default biases the length settles at 0.40, and the outputs for the
+# two inputs are alike (1.00): what is left is the biases' part.
 #
 # So the vanishing gradient of the plain stack is the initialisation's doing: with He
 # initialisation block 1 receives a gradient as large as block 30's (1.6 against 1.4), and the
@@ -640,7 +657,7 @@ for name, norm in (
 #
 # Side by side, for one sub-layer $f$, with the residual stream drawn as the thick grey line:
 
-# %% caption="One sub-layer with its residual connection, post-norm (left) and pre-norm (right). In post-norm the layer norm sits on the stream, after the addition; in pre-norm it sits on the branch, before the sub-layer, and the stream itself is never normalised." alt="Two diagrams side by side, each with a thick vertical grey line from x at the bottom to out at the top. Left, post-norm: a branch leaves the line to a yellow box 'sublayer + dropout' and returns to a plus sign on the line, followed by a pink LayerNorm box on the line itself, labelled LN(x + f(x)). Right, pre-norm: the branch goes through a pink LayerNorm box and then the yellow sublayer box before returning to the plus sign; nothing else is on the line, labelled x + f(LN(x))."
+# %% caption="One sub-layer with its residual connection, post-norm (left) and pre-norm (right). In post-norm the layer norm sits on the stream, after the addition; in pre-norm it sits on the branch, before the sub-layer, and the stream itself is not normalised inside the layer (only once, after the last layer of the stack)." alt="Two diagrams side by side, each with a thick vertical grey line from x at the bottom to out at the top. Left, post-norm: a branch leaves the line to a yellow box 'sublayer + dropout' and returns to a plus sign on the line, followed by a pink LayerNorm box on the line itself, labelled LN(x + f(x)). Right, pre-norm: the branch goes through a pink LayerNorm box and then the yellow sublayer box before returning to the plus sign; nothing else is on the line, labelled x + f(LN(x)), with the note: the stream is not normalised here."
 norm_placement()
 plt.show()
 
@@ -680,8 +697,8 @@ for norm_first, place in ((False, post_norm), (True, pre_norm)):
 
 # %% [markdown]
 # `EncoderLayer` is the layer chapter 07 stacks into the encoder; this chapter borrows it for its
-# experiments. `norm_first` picks the variant, and each variant is the two lines above plus
-# dropout. (Its `mask` argument hides positions, as in chapter 04, and chapter 08 builds padding
+# experiments. `norm_first` picks the variant, and each variant applies its one-line placement
+# twice, plus dropout. (Its `mask` argument hides positions, as in chapter 04, and chapter 08 builds padding
 # and causal masks; `cache` reuses keys and values during generation, chapter 10.) Both listings
 # are folded:
 
@@ -690,7 +707,9 @@ show_source(EncoderLayer.forward)
 
 # %% [markdown]
 # The attention branch goes through `_sa`, which applies attention and then `dropout1` to its
-# output, as `dropout2` does for the feed-forward branch:
+# output, as `dropout2` does for the feed-forward branch. (It also keeps a copy of the attention
+# weights, for plotting, whenever the layer computes them itself; PyTorch's fused attention
+# kernel, `use_sdpa=True` from chapter 05, does not return them.)
 
 # %%
 show_source(EncoderLayer._sa)
@@ -700,7 +719,7 @@ show_source(EncoderLayer._sa)
 # ($\gamma = 1$, $\beta = 0$) every vector therefore leaves a layer with the same length
 # $\sqrt{d}$; once $\gamma$ and $\beta$ are trained, with whatever lengths they set. The path from
 # a layer to the output passes through all later layer norms. In pre-norm the stream is never
-# normalised: each layer *adds* its contribution, and the output of the stack is the input plus
+# normalised inside the stack (only once, after the last layer): each layer *adds* its contribution, and the output of the stack is the input plus
 # the sum of all contributions, so every layer has an identity path to the output, as in the
 # residual experiment above. For comparison, a third stack has no layer norms at all (the norms of
 # pre-norm layers replaced by `nn.Identity`). The mean length of the token vectors, 24 layers,
@@ -710,9 +729,10 @@ show_source(EncoderLayer._sa)
 # %%
 def stream_norms(
     placement: str, n_layers: int = 24, d_model: int = 32
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
     """Mean length of the token vectors entering each layer and leaving
-    the last one, for placement "post", "pre" or "none"."""
+    the last one, and of what each layer adds to them (output - input),
+    for placement "post", "pre" or "none"."""
     torch.manual_seed(0)
     layers = [
         EncoderLayer(
@@ -728,15 +748,18 @@ def stream_norms(
         for layer in layers:
             layer.norm1, layer.norm2 = nn.Identity(), nn.Identity()
     h = torch.randn(4, 8, d_model, generator=torch.Generator().manual_seed(1))
-    norms = [h.norm(dim=-1).mean().item()]
+    norms, added = [h.norm(dim=-1).mean().item()], []
     with torch.no_grad():
         for layer in layers:
-            h = layer(h)
+            h, h_in = layer(h), h
             norms.append(h.norm(dim=-1).mean().item())
-    return norms
+            added.append((h - h_in).norm(dim=-1).mean().item())
+    return norms, added
 
 
-streams = {p: stream_norms(p) for p in ("none", "post", "pre")}
+streams, added = {}, {}
+for p in ("none", "post", "pre"):
+    streams[p], added[p] = stream_norms(p)
 print(f"{'layers passed':14}", " ".join(f"{i:5d}" for i in range(0, 25, 4)))
 for name, p in (
     ("no norm", "none"),
@@ -745,18 +768,23 @@ for name, p in (
 ):
     print(f"{name:14}", " ".join(f"{n:5.2f}" for n in streams[p][::4]))
 print(f"sqrt(32) = {math.sqrt(32):.2f}")
+print("what a layer adds to the stream (mean length), layer 1 and layer 24:")
+for name, p in (("no norm", "none"), ("pre-norm", "pre")):
+    print(f"  {name:12} {added[p][0]:5.2f} {added[p][-1]:5.2f}")
 
 # %% tags=["remove-cell"]
+# Post-norm's vectors have length sqrt(d) after every layer; pre-norm's
+# stream grows, and the stream without norms grows faster still.
 assert all(abs(n - math.sqrt(32)) < 1e-3 for n in streams["post"][1:])
 assert streams["pre"][-1] > 1.5 * streams["pre"][0]
 assert streams["none"][-1] > 1.5 * streams["pre"][-1]
 
 # %% [markdown]
 # Without any norm the stream grows by a factor of 1.1 to 1.6 every 4 layers, four-fold over 24,
-# because each layer's contribution is computed from the stream it reads and grows with it.
-# Pre-norm's stream grows too, but each
-# branch reads a normalised input, so each contribution stays about the same size and the growth
-# is much slower: 11.66 after 24 layers, against 23.53 without norms. Post-norm's vectors all have
+# because each layer's contribution is computed from the stream it reads and grows with it (from
+# 1.69 at layer 1 to 8.02 at layer 24). Pre-norm's stream grows too, but each branch reads a
+# normalised input, so each contribution stays about the same size (1.63 and 2.04) and the
+# growth is much slower: 11.66 after 24 layers, against 23.53 without norms. Post-norm's vectors all have
 # length $\sqrt{32} = 5.66$ after every layer.
 #
 # Why does the placement matter for training? Post-norm is known to be touchy. The 2017 paper
@@ -781,12 +809,46 @@ assert streams["none"][-1] > 1.5 * streams["pre"][-1]
 # similarity over all pairs of tokens, which is 1 if every token ended up with the same vector.
 # One run could be luck, so each model is trained five times, with five random seeds for the
 # initial weights and the batches.
+#
+# The task's settings and three helpers are in the folded cell below: `reversal_batch` draws 32
+# random sequences and their reversals, `mean_cosine_similarity` is the similarity measure, and
+# `first_step_below_1` finds a run's first step with a loss below 1.
 
-# %%
+# %% tags=["hide-input"]
 VOCAB, LENGTH, D_MODEL, LAYERS = 12, 8, 32, 12
 SEEDS, STEPS = (0, 1, 2, 3, 4), 150
 
 
+def reversal_batch(
+    gen: torch.Generator, batch_size: int = 32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random token sequences and, as targets, the same sequences
+    reversed."""
+    tokens = torch.randint(0, VOCAB, (batch_size, LENGTH), generator=gen)
+    return tokens, tokens.flip(1)
+
+
+probe, _ = reversal_batch(torch.Generator().manual_seed(123), batch_size=16)
+
+
+def mean_cosine_similarity(h: torch.Tensor) -> float:
+    """Mean cosine similarity over all pairs of distinct token vectors in
+    ``h`` (..., d)."""
+    u = F.normalize(h.reshape(-1, h.size(-1)), dim=-1)
+    n = u.size(0)
+    return ((u @ u.T).sum().item() - n) / (n * (n - 1))
+
+
+def first_step_below_1(losses: list[float]) -> str:
+    step = next((i + 1 for i, loss in enumerate(losses) if loss < 1), None)
+    return "-" if step is None else str(step)
+
+
+# %% [markdown]
+# The model and the training loop:
+
+
+# %%
 class ReversalModel(nn.Module):
     """Embeddings + learned positions, ``layers`` encoder layers, a linear
     read-out per position. placement: "post", "pre" or "none" (no norms)."""
@@ -819,24 +881,6 @@ class ReversalModel(nn.Module):
         return self.head(self.encode(tokens))
 
 
-def reversal_batch(
-    gen: torch.Generator, batch_size: int = 32
-) -> tuple[torch.Tensor, torch.Tensor]:
-    tokens = torch.randint(0, VOCAB, (batch_size, LENGTH), generator=gen)
-    return tokens, tokens.flip(1)
-
-
-probe, _ = reversal_batch(torch.Generator().manual_seed(123), batch_size=16)
-
-
-def mean_cosine_similarity(h: torch.Tensor) -> float:
-    """Mean cosine similarity over all pairs of distinct token vectors in
-    ``h`` (..., d)."""
-    u = F.normalize(h.reshape(-1, h.size(-1)), dim=-1)
-    n = u.size(0)
-    return ((u @ u.T).sum().item() - n) / (n * (n - 1))
-
-
 def train_reversal(
     placement: str,
     seed: int,
@@ -849,6 +893,7 @@ def train_reversal(
     torch.manual_seed(seed)  # the same initial weights for post- and pre-norm
     model = ReversalModel(placement, layers)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    # a linear warmup over `warmup` steps (exercise 3); none by default
     schedule = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
     )
@@ -870,11 +915,11 @@ def train_reversal(
     return losses, similarity
 
 
-def first_step_below_1(losses: list[float]) -> str:
-    step = next((i + 1 for i, loss in enumerate(losses) if loss < 1), None)
-    return "-" if step is None else str(step)
+# %% [markdown]
+# The 25 runs, and a table of when each passed a loss of 1 and of how alike its token vectors
+# were after two steps (the code is folded):
 
-
+# %% tags=["hide-input"]
 VARIANTS = {"post-norm": "post", "pre-norm": "pre", "no norm": "none"}
 jobs = [(name, LAYERS, s) for name in VARIANTS for s in SEEDS]
 jobs += [(name, 3, s) for name in ("post-norm", "pre-norm") for s in SEEDS]
@@ -898,41 +943,52 @@ for name in VARIANTS:
         + "".join(f"{c:6.2f}" for c in cells)
     )
 
-# %% caption="Five training runs per variant of a 12-layer encoder on sequence reversal, Adam at 3e-3 without warmup. Top: the training loss; pre-norm passes a loss of 1 after about 40 steps in every run, post-norm much later or not at all. Bottom: how alike the final token vectors of a probe batch are; post-norm's become nearly identical within two steps." alt="Two stacked line plots sharing an x axis of training steps 0 to 150, five thin lines per variant. Top: cross-entropy; all lines start near 2.5; the five orange pre-norm lines fall steeply between steps 20 and 50 to near 0; the blue post-norm lines stay near the dotted guessing line at 2.48 much longer: three fall between steps 60 and 100, one between 120 and 150, and one stays flat to the end. Bottom: mean cosine similarity; the blue lines jump to about 1 within two steps; four come down slowly as their runs start to learn, one stays at 1 to the end; the orange lines rise to about 0.9 by step 10 and fall to near 0 by step 40."
-fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4), sharex=True)
-colors = {"post-norm": "tab:blue", "pre-norm": "tab:orange"}
-for (name, layers, s), (losses, sim) in runs.items():
-    if name not in colors or layers != LAYERS:
-        continue
-    label = name if s == SEEDS[0] else None
-    axes[0].plot(
-        range(1, STEPS + 1), losses, color=colors[name], lw=0.9, label=label
+# %% caption="Five training runs per variant of a 12-layer encoder on sequence reversal, Adam at 3e-3 without warmup. Top: the training loss; pre-norm (orange) passes a loss of 1 after about 40 steps in every run, the model without norms (grey) a little later, post-norm (blue) much later or not at all. Bottom: how alike the final token vectors of a probe batch are, for post- and pre-norm; post-norm's become nearly identical within two steps." alt="Two stacked line plots sharing an x axis of training steps 0 to 150, five thin lines per variant. Top: cross-entropy; the lines start near 2.5, except the five grey no-norm lines, which jump off the top of the panel at step 2 and are back near 2.5 by step 10; the five orange pre-norm lines fall steeply between steps 20 and 50 to near 0; the grey lines fall just after them, between steps 25 and 60, and are a little noisy near 0 later on; the blue post-norm lines stay near the dotted guessing line at 2.48 much longer: three fall between steps 60 and 100, one between 120 and 150, and one stays flat to the end. Bottom: mean cosine similarity of the blue and orange runs only; the blue lines jump to about 1 within two steps; four come down slowly as their runs start to learn, one stays at 1 to the end; the orange lines rise to about 0.9 by step 10 and fall to near 0 by step 40."
+colors = {"no norm": "0.6", "post-norm": "tab:blue", "pre-norm": "tab:orange"}
+with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
+    fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.0), sharex=True)
+    for (name, layers, s), (losses, sim) in runs.items():
+        if layers != LAYERS:
+            continue
+        label = name if s == SEEDS[0] else None
+        axes[0].plot(
+            range(1, STEPS + 1),
+            losses,
+            color=colors[name],
+            lw=0.9,
+            label=label,
+        )
+        if name != "no norm":  # the bottom panel: post- and pre-norm only
+            axes[1].plot(
+                list(sim),
+                list(sim.values()),
+                color=colors[name],
+                lw=0.9,
+                label=label,
+            )
+    axes[0].axhline(
+        math.log(VOCAB), color="k", ls=":", label=r"guessing ($\ln 12$)"
     )
-    axes[1].plot(
-        list(sim), list(sim.values()), color=colors[name], lw=0.9, label=label
-    )
-axes[0].axhline(
-    math.log(VOCAB), color="gray", ls=":", label=r"guessing ($\ln 12$)"
-)
-axes[0].set_ylabel("cross-entropy")
-axes[0].set_title("12-layer encoder, Adam 3e-3, no warmup, 5 runs each")
-axes[1].set_ylabel("mean cosine similarity")
-axes[1].set_title("how alike the final token vectors are")
-axes[1].set_xlabel("training step")
-axes[0].set_ylim(-0.1, 3.5)
-axes[1].set_ylim(-0.05, 1.25)
-axes[0].legend(loc="upper center", ncol=3)
-axes[1].legend(loc="upper center", ncol=2)
-fig.tight_layout()
-plt.show()
+    axes[0].set_ylabel("cross-entropy")
+    axes[0].set_title("12-layer encoder, Adam 3e-3, no warmup")
+    axes[1].set_ylabel("mean cosine similarity")
+    axes[1].set_title("how alike the final token vectors are")
+    axes[1].set_xlabel("training step")
+    axes[0].set_ylim(-0.1, 4.3)
+    axes[1].set_ylim(-0.05, 1.3)
+    axes[0].legend(loc="upper center", ncol=2)
+    axes[1].legend(loc="upper center", ncol=2)
+    fig.tight_layout()
+    plt.show()
 
 # %% [markdown]
-# In the top panel pre-norm passes a loss of 1 at step 36 to 44 in all five runs. Post-norm sits
-# on the plateau of guessing about twice as long in three runs (step 81 to 83), three to four
-# times as long in a fourth (138), and does not leave it within 150 steps in the fifth. The
-# controls in the table say more. With 3 layers the gap is gone: post-norm passes a loss of 1 at
-# step 33 to 38, pre-norm at 36 to 42, so it is depth that makes post-norm hard to train. And the
-# 12-layer model without any norm learns in every run, at step 42 to 55, later than pre-norm in
+# The table gives the steps, and the top panel shows the same picture: pre-norm passes a loss of
+# 1 at step 36 to 44 in all five runs. Post-norm sits on the plateau of guessing about twice as
+# long in three runs (step 81 to 83), three to four times as long in a fourth (138), and does not
+# leave it within 150 steps in the fifth. The controls say more. With 3 layers the gap is gone,
+# and post-norm is even slightly ahead in every run (step 33 to 38, against 36 to 42 for
+# pre-norm), so it is depth that makes post-norm hard to train. And the 12-layer model without
+# any norm (grey in the top panel) learns in every run, at step 42 to 55, later than pre-norm in
 # each: at this depth the residual connections alone keep the stack trainable, the norms in the
 # pre-norm position make it faster, and in the post-norm position they are what slows it down.
 #
@@ -948,20 +1004,23 @@ plt.show()
 #
 # This fits the analyses cited above: in post-norm, the stack amplifies early parameter updates
 # (Liu et al., 2020), so the first steps must be small, and a warmup makes them small
-# (exercise 3). A warmup also has a second, independent job: in the first steps Adam's estimate of
-# each gradient's variance rests on a handful of gradients, so its step sizes are unreliable
-# (Liu et al., 2019, *On the Variance of the Adaptive Learning Rate and Beyond*). Both variants
-# here use the same Adam without warmup, so that reason cannot explain the gap between them.
+# (exercise 3). A warmup also has a second job: in the first steps Adam's estimate of each
+# gradient's variance rests on a handful of gradients, so its step sizes are unreliable (Liu et
+# al., 2019, *On the Variance of the Adaptive Learning Rate and Beyond*, who show it on a
+# Transformer for translation). Both variants here use the same Adam without warmup, so that
+# reason alone cannot explain the gap between them; but it may matter more for post-norm, whose
+# stack amplifies every early update, and this experiment does not tell the two causes apart.
 #
 # Pre-norm's forgiveness has a price. Its stream grows (from 5.82 to 11.66 over 24 layers in the
-# stream table above) while each layer's contribution stays about the same size, so every later
-# layer changes a smaller share of the stream. Liu et al. (2020) describe the trade-off: a heavy
+# stream table above) while each layer's contribution stays about the same size (1.63 at layer
+# 1, 2.04 at layer 24), so every later layer changes a smaller share of the stream. Liu et al. (2020) describe the trade-off: a heavy
 # dependence of each layer's output on its branch, as in post-norm, makes training unstable, yet a
 # light one, as in pre-norm, "limits the model potential and leads to inferior trained models".
 # Takase et al. (2022, *On Layer Normalizations and Residual Connections in Transformers*) report
-# that with six or fewer
-# layers post-norm has consistently performed better than pre-norm. The original Transformer and
-# BERT are post-norm; pre-norm is the more forgiving choice.
+# that with six or fewer layers post-norm has consistently performed better than pre-norm. The
+# 3-layer runs above lean the same way, in speed of training rather than final quality: post-norm
+# passed a loss of 1 first in all five. The original Transformer and BERT are post-norm; pre-norm
+# is the more forgiving choice.
 #
 # ## Where dropout sits
 #
@@ -997,7 +1056,8 @@ print("evaluation mode: output == input:", torch.equal(eval_out, xd))
 #   45.54 % of GPT-2 small, whose token embeddings hold 31.02 %.
 # * Residual connections give the gradient an identity path. A plain 30-block stack with PyTorch's
 #   default initialisation loses its gradient (4.2e-21 at block 1) and forgets its input, whose
-#   part of the output shrinks by about 0.24 per block while the biases' part stays; He
+#   part of the output shrinks by a factor of about 0.23 per block (the variance argument
+#   predicts $\sqrt{1/18} \approx 0.236$) while the biases' part stays; He
 #   initialisation restores the gradient but not the distinction between inputs, which ReLU
 #   layers drive towards parallel; the residual stack keeps both, but its stream can grow from
 #   block to block (from 8.05 to 1.9e+05 over 30 blocks with He initialisation).
@@ -1059,44 +1119,65 @@ print("on mean-0 vectors, within 1e-5:", bool(centred_gap.max() < 1e-5))
 # %% [markdown]
 # **2. Predict the vanishing gradient.** The variance argument in the residual section says that
 # the weights of a default-initialised Linear–ReLU–Linear block scale a vector's size by
-# $\sqrt{1/18}$. Use it
-# to predict the gradient norm at block 1 of the plain 30-block stack from the one at block 30
-# (2.0e-03). Then measure the factor per block in `grads_plain`. Does it depend on the width $d$?
-# Predict, then rerun the plain stack with $d = 16$ and $d = 256$.
+# $\sqrt{1/18}$. Backwards, the same argument applies to the gradient that one block passes to
+# the block below it: the gradient of the loss with respect to the block's input. Predict the
+# factor by which that gradient shrinks per block in the plain 30-block stack, then measure it
+# (call `retain_grad()` on each block's input before the backward pass). Does the factor depend
+# on the width $d$? Predict, then measure at $d = 16$, $64$ and $256$. Finally compare it with the
+# factor per block of the gradients of $W_1$ in `grads_plain`, the quantity plotted in the figure.
+
 
 # %% tags=["solution"]
-predicted = math.sqrt(1 / 18)
-measured = (grads_plain[0] / grads_plain[-1]) ** (1 / (depth - 1))
-print(f"factor per block: predicted {predicted:.3f}, measured {measured:.3f}")
-print(
-    f"block 1: predicted {grads_plain[-1] * predicted ** (depth - 1):.1e}, "
-    f"measured {grads_plain[0]:.1e}"
-)
-for width in (16, 256):
+def backward_factors(width: int, x: torch.Tensor) -> tuple[float, float]:
+    """Factor per block, in the plain default-init stack, of the gradient
+    with respect to each block's input and of the gradient of its W1."""
     torch.manual_seed(0)
-    stack = nn.Sequential(
-        *(PositionwiseFeedForward(width, 4 * width) for _ in range(depth))
-    )
-    stack(torch.randn(32, width, generator=g)).pow(2).mean().backward()
-    grads = [block.linear1.weight.grad.norm().item() for block in stack]
-    factor = (grads[0] / grads[-1]) ** (1 / (depth - 1))
-    print(f"d = {width:3d}: measured factor per block {factor:.3f}")
+    stack = [PositionwiseFeedForward(width, 4 * width) for _ in range(depth)]
+    h = x.clone().requires_grad_()
+    block_inputs = []
+    for block in stack:
+        h.retain_grad()
+        block_inputs.append(h)
+        h = block(h)
+    h.pow(2).mean().backward()
+    # norms in float64: at block 1 the entries are near 1e-23, and their
+    # squares underflow in float32
+    to_input = [t.grad.double().norm().item() for t in block_inputs]
+    of_w1 = [b.linear1.weight.grad.double().norm().item() for b in stack]
+
+    def per_block(norms: list[float]) -> float:
+        return (norms[0] / norms[-1]) ** (1 / (depth - 1))
+
+    return per_block(to_input), per_block(of_w1)
+
+
+predicted = math.sqrt(1 / 18)
+print(f"predicted factor per block: sqrt(1/18) = {predicted:.3f}")
+print(f"{'measured':10} {'gradient at the input':>22} {'gradient of W1':>15}")
+for width in (16, 64, 256):
+    x_w = inputs if width == d else torch.randn(32, width, generator=g)
+    to_input, of_w1 = backward_factors(width, x_w)
+    print(f"{f'd = {width}':10} {to_input:22.3f} {of_w1:15.3f}")
+print(
+    "d = 64, gradient of W1 at block 1: predicted from block 30's",
+    f"{grads_plain[-1] * predicted ** (depth - 1):.1e},",
+)
+print(f"{'measured':>59} {grads_plain[0]:.1e}")
 
 # %% [markdown] tags=["solution"]
-# The prediction, $\sqrt{1/18} = 0.236$ per block, is close to the measured factor, and over 29
-# blocks it predicts block 1's gradient to within a factor of about 3, across more than 17
-# orders of magnitude. That factor of 3 comes from the forward pass: the gradient of $W_1$ is the
-# signal that reaches the block from above times the block's input, summed over the 32 rows.
-# Block 1 reads the raw input, 32 unrelated rows of mean length 8.05, whose terms add up like
-# independent ones, to about $\sqrt{32} \cdot 8.05$. Block 30 reads the biases' part, rows of
-# length about 0.4 that are all alike (and so are the signals from above, because the outputs
-# are), whose terms add up to about $32 \cdot 0.4$. The ratio,
-# $(\sqrt{32} \cdot 8.05) / (32 \cdot 0.4) \approx 3.6$, is roughly the gap. In the draws shown
-# the factor per block hardly changes with the width: the $d$ in the fan-in of the two layers
-# cancels, so the argument does not depend on it (the inputs' share can vary from draw to draw).
-# The argument depends only on the initialisation's
-# variance, which is why He initialisation, which sets that variance to keep the size, removes
-# the decay.
+# The gradient passed from block to block shrinks by the predicted factor at every width, to
+# within 0.006 of $\sqrt{1/18} = 0.236$: the $d$ in the fan-in of the two layers cancels, so the
+# argument does not depend on it. It depends only on the initialisation's variance, which is why
+# He initialisation, which sets that variance to keep the size, removes the decay.
+#
+# The gradient of $W_1$ is that signal times the block's input, summed over the 32 rows, so its
+# factor per block also depends on how the inputs of block 1 and block 30 differ (block 1 reads
+# the raw, unrelated rows; block 30 reads the biases' part, rows that are nearly all alike), and
+# the variance argument does not capture that. Its factor is close to the prediction too, but it
+# varies more from stack to stack (0.236 to 0.253 in these three). At $d = 64$ it is 0.246
+# instead of 0.236, and that small excess, compounded over 29 blocks, puts block 1's gradient a
+# factor of about 3 above the prediction (4.2e-21 against 1.3e-21), across more than 17 orders of
+# magnitude.
 
 # %% [markdown]
 # **3. Warmup rescues post-norm.** Train the post-norm encoder again on the same five seeds for

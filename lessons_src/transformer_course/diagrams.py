@@ -219,7 +219,7 @@ def soft_lookup(
         ax,
         0.1,
         bottom - 0.65,
-        "weights = softmax(q·kᵢ/√d);  arrow width ∝ weight",
+        "weights = softmax(q·kᵢ/√d);  value arrow width ∝ weight",
         va="center",
     )
     return fig
@@ -450,7 +450,7 @@ def _block(ax: plt.Axes, x: float, pre_norm: bool, title: str) -> None:
             ax,
             stream_x + 0.35,
             5.3,
-            "x + f(LN(x))\nthe stream is\nnever normalised",
+            "x + f(LN(x))\nthe stream is not\nnormalised here",
             ha="left",
             va="center",
             size=MIN_FONT_PT,
