@@ -82,9 +82,12 @@ plt.show()
 # %% [markdown]
 # ## The task and a small batch to follow
 #
-# The model in this chapter reverses words: it reads `hello` and writes `olleh`. A translation
-# model works the same way, with a harder mapping; reversal has the advantage that we know
-# exactly which source letter each output letter must come from.
+# The model in this chapter reverses words: it reads `hello` and writes `olleh`. Chapter 06
+# reversed sequences of one fixed length with an encoder alone, reading the answer off each
+# position; here a decoder writes the reversal token by token, which lets the lengths vary and
+# gives cross-attention a job. A translation model works the same way, with a harder mapping;
+# reversal has the advantage that we know exactly which source letter each output letter must
+# come from.
 #
 # Its vocabulary has 20 tokens, shared by source and target: `<pad>` (id 0) fills short sequences
 # up to the batch's length, `<s>` (id 1) starts the decoder's input, `</s>` (id 2) ends the
@@ -132,7 +135,10 @@ print("shapes: src", tuple(src.shape), " tgt_in", tuple(tgt_in.shape))
 # The second word is shorter, so its source ends in two pads and its decoder input in one. (Its
 # decoder input still holds its own `</s>`, at position 4: cutting off the last column removed
 # only the longer target's `</s>`. Its label at position 4 is a pad, which the loss will skip, so
-# what the decoder makes of that `</s>` never matters.) The three masks, for exactly these tensors:
+# what the decoder makes of that `</s>` never matters.) The three masks, for exactly these tensors
+# (`True` = may attend). `tgt_mask` combines two rules: position $t$ may look only at positions
+# up to $t$ (causal), and never at a `<pad>`. Printed for the second word, `bad`, as 0/1 with one
+# row per position that attends:
 
 # %%
 src_mask, tgt_mask, memory_mask = make_seq2seq_masks(src, tgt_in, PAD)
@@ -146,8 +152,16 @@ def show(t: torch.Tensor, name: str) -> None:
 show(src_mask, "src_mask: which source tokens may be attended to")
 show(tgt_mask, "tgt_mask: which earlier target tokens, per position")
 show(memory_mask, "memory_mask: which source tokens cross-attention sees")
+print("tgt_mask of sentence 1, bad (row: attending, column: attended to):")
+tokens_bad = show_tokens(tgt_in[1]).split()
+print("      " + "".join(f"{tok:>6}" for tok in tokens_bad))
+for tok, row in zip(tokens_bad, tgt_mask[1, 0].int().tolist()):
+    print(f"{tok:>6}" + "".join(f"{v:>6}" for v in row))
 
 # %% [markdown]
+# The 1s fill the diagonal and the triangle below it (causal), except in the last column: the
+# `<pad>` is never attended to, not even by its own row.
+#
 # The model is small on purpose, so that every shape and count below can be checked by hand:
 # $d_\text{model}=32$, 4 heads, $d_\text{ff}=64$.
 #
@@ -156,7 +170,7 @@ show(memory_mask, "memory_mask: which source tokens cross-attention sees")
 # Chapter 06 compared the two ways of wrapping a sub-layer in a residual connection and a layer
 # norm: **post-norm**, $\mathrm{LN}(x + \mathrm{Sublayer}(x))$, as in the 2017 paper, and
 # **pre-norm**, $x + \mathrm{Sublayer}(\mathrm{LN}(x))$, as in GPT-2 and most models since, which
-# trains more easily when the stack is deep. Every layer in this chapter takes the choice as
+# trains more easily when the stack is deep. Every package layer in this chapter takes the choice as
 # `norm_first`, the argument name PyTorch uses; the default, `False`, is the paper's post-norm.
 #
 # ## A minimal encoder layer
@@ -303,8 +317,8 @@ print(f"max |MiniDecoderLayer - DecoderLayer| below 1e-6: {diff < 1e-6}")
 # sentence (`bad`), in head 0. The weights are random, so the values mean nothing yet, but where
 # they are zero is set by the masks:
 
-# %% caption="Attention weights of one untrained decoder layer for the second sentence, head 0. Left: masked self-attention; each position sees only itself and earlier positions, and the padded last position is never looked at. Right: cross-attention; every target position reads the three letters of bad and never the two source pads." alt="Two heatmaps side by side. Left, 6 by 6, rows and columns labelled <s> d a b </s> <pad>: everything above the diagonal is black (weight 0) and so is the last column; the first row has all its weight, 1, on the first column. Right, 6 target rows by 5 source columns labelled b a d <pad> <pad>: the two pad columns are black, the three letter columns hold weights between about 0.2 and 0.5 in every row."
-fig, axes = plt.subplots(1, 2, figsize=(6.9, 3.4), width_ratios=[6, 5])
+# %% caption="Attention weights of one untrained decoder layer for the second sentence, head 0. Top: masked self-attention; each position sees only itself and earlier positions, and the padded last position is never looked at. Bottom: cross-attention; every target position reads the three letters of bad and never the two source pads." alt="Two heatmaps, one above the other, with one colour bar from 0 to 1. Top, 6 by 6, rows and columns labelled <s> d a b </s> <pad>: everything above the diagonal is black (weight 0) and so is the last column; the first row has all its weight, 1, on the first column. Bottom, 6 target rows by 5 source columns labelled b a d <pad> <pad>: the two pad columns are black, the three letter columns hold weights between about 0.2 and 0.5 in every row."
+fig, axes = plt.subplots(2, 1, figsize=(4.2, 7.0), layout="constrained")
 plot_attention(
     dec_layer.self_attn_weights[1, 0],
     keys=show_tokens(tgt_in[1]).split(),
@@ -319,10 +333,10 @@ plot_attention(
     queries=show_tokens(tgt_in[1]).split(),
     ax=axes[1],
     title="cross-attention",
+    colorbar=False,
     vmax=1.0,
 )
-axes[1].set_ylabel("")
-fig.tight_layout()
+fig.colorbar(axes[0].images[0], ax=axes, shrink=0.5, label="weight")
 plt.show()
 
 # %%
@@ -335,30 +349,12 @@ show_source(DecoderLayer)
 # $\sqrt{d_\text{model}}$, plus the sinusoidal positional encoding (chapter 03), then dropout.
 # (Why the factor $\sqrt{d_\text{model}}$ is there, and why it goes with the way the table is
 # initialised, is the subject of a section below.)
-
-# %%
-show_source(TokenAndPositionEmbedding)
-
-# %% [markdown]
+#
 # A stack is that embedding followed by $N$ layers of the same shape, each with its own weights.
 # Because every layer maps `(batch, length, d_model)` to the same shape, a loop is all there is.
-# A pre-norm stack ends with one more layer norm, because its residual stream is never
-# normalised on the way (chapter 06); in a post-norm stack `self.norm` is an identity.
-
-# %%
-show_source(LayerStack)
-
-# %% [markdown]
 # The encoder and the decoder differ only in their layer and in what it reads: the decoder's
 # layers also read the memory.
-
-# %%
-show_source(Encoder)
-
-# %%
-show_source(Decoder)
-
-# %% [markdown]
+#
 # ## The Transformer
 #
 # The full model adds one linear layer on top of the decoder that turns each position's vector
@@ -376,6 +372,68 @@ show_source(Decoder)
 # The projection matrices start from Glorot (Xavier) uniform initialisation, as in the paper's
 # reference code (tensor2tensor); the shared table gets that code's normal initialisation, whose
 # reason is the next section.
+#
+# Written in the style of the minimal layers above (post-norm, no dropout, one shared
+# vocabulary), the whole model is one short class: the scaled embedding plus positions, a loop
+# over each stack, the tied output layer, and `encode` and `decode`:
+
+
+# %%
+class MiniTransformer(nn.Module):
+    def __init__(self, vocab, d_model, num_heads, d_ff, num_layers):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d_model)  # the one shared table
+        self.pe = PositionalEncoding(d_model, max_len=64).pe  # fixed
+        sizes = (d_model, num_heads, d_ff)
+        self.enc = nn.ModuleList(
+            MiniEncoderLayer(*sizes) for _ in range(num_layers)
+        )
+        self.dec = nn.ModuleList(
+            MiniDecoderLayer(*sizes) for _ in range(num_layers)
+        )
+        self.out = nn.Linear(d_model, vocab)
+        self.out.weight = self.tok.weight  # tied: the same tensor
+
+    def embed(self, ids):  # token vectors times sqrt(d), plus positions
+        d = self.tok.embedding_dim
+        return self.tok(ids) * math.sqrt(d) + self.pe[: ids.size(1)]
+
+    def encode(self, src, src_mask):
+        x = self.embed(src)
+        for layer in self.enc:
+            x = layer(x, src_mask)
+        return x  # the memory
+
+    def decode(self, tgt_in, memory, tgt_mask, memory_mask):
+        y = self.embed(tgt_in)
+        for layer in self.dec:
+            y = layer(y, memory, tgt_mask, memory_mask)
+        return self.out(y)  # logits
+
+    def forward(self, src, tgt_in, src_mask, tgt_mask, memory_mask):
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt_in, memory, tgt_mask, memory_mask)
+
+
+# %% [markdown]
+# The package builds the same model from parts, folded below. `TokenAndPositionEmbedding` is
+# `embed` with dropout after the sum. `LayerStack` holds an embedding and the loop's layers; a
+# pre-norm stack ends with one more layer norm, because its residual stream is never normalised
+# on the way (chapter 06), and in a post-norm stack `self.norm` is an identity. `Encoder` and
+# `Decoder` are the two loops, `TransformerConfig` holds the sizes, and `Transformer` puts them
+# together, with `tie_embeddings` as an option.
+
+# %%
+show_source(TokenAndPositionEmbedding)
+
+# %%
+show_source(LayerStack)
+
+# %%
+show_source(Encoder)
+
+# %%
+show_source(Decoder)
 
 # %%
 show_source(TransformerConfig)
@@ -443,18 +501,30 @@ print(pd.DataFrame(trace, columns=columns).to_string(index=False))
 # %% [markdown]
 # The logits have shape `(batch, L_tgt, vocabulary)`: at every target position, one score per
 # token; a softmax turns them into the distribution of the next token. `forward` is just `encode`
-# then `decode`, and the three tables are one tensor:
+# then `decode`, and the three tables are one tensor. The minimal model, given the same weights
+# part by part with `load_state_dict`, computes the same logits:
 
 # %%
 with torch.no_grad():
     memory = model.encode(src, src_mask)
     logits_2 = model.decode(tgt_in, memory, tgt_mask, memory_mask)
+print("forward equals encode then decode:", torch.equal(logits, logits_2))
 print(
     "encoder embedding, decoder embedding and output layer share one tensor:",
     model.encoder.embed.tok.weight
     is model.decoder.embed.tok.weight
     is model.out.weight,
 )
+
+mini = MiniTransformer(VOCAB, d_model, num_heads, d_ff, num_layers=2)
+mini.tok.load_state_dict(model.encoder.embed.tok.state_dict())
+mini.enc.load_state_dict(model.encoder.layers.state_dict())
+mini.dec.load_state_dict(model.decoder.layers.state_dict())
+mini.out.load_state_dict(model.out.state_dict())  # the table and the bias
+with torch.no_grad():
+    logits_mini = mini(src, tgt_in, src_mask, tgt_mask, memory_mask)
+diff = (logits_mini - logits).abs().max().item()
+print(f"max |MiniTransformer - Transformer| below 1e-5: {diff < 1e-5}")
 
 # %% [markdown]
 # ## Why the embedding is multiplied by $\sqrt{d_\text{model}}$
@@ -484,7 +554,7 @@ assert abs(rms(pe) - math.sqrt(0.5)) < 0.01  # sin^2 and cos^2 average 1/2
 assert 0.85 < rms(scaled) < 1.15
 
 # %% [markdown]
-# The scale only works together with that initialisation. A common pitfall is to initialise
+# The scale only works together with that initialisation. Another common choice is to initialise
 # every matrix with Glorot, the embeddings included, and keep the factor: the Annotated
 # Transformer's `make_model` does this (`nn.init.xavier_uniform_` on every parameter with more
 # than one dimension). Glorot's scale depends on the table's shape,
@@ -501,10 +571,12 @@ for vocab, d in ((VOCAB, d_model), (37_000, 512)):
 del glorot
 
 # %% [markdown]
-# At the paper's size the token vectors would be under a quarter of the size of the positions
-# added to them: 0.165 against 0.707. The package's untied models keep Glorot for every
-# matrix, like the Annotated Transformer: fine for a vocabulary as small as ours, as the first
-# line shows, but not for a large one.
+# At the paper's size, at initialisation, the token vectors would be under a quarter of the size
+# of the positions added to them: 0.165 against 0.707. The package's untied models keep Glorot
+# for every matrix, like the Annotated Transformer: with a vocabulary as small as ours the two
+# signals start at about the same size, as the first line shows; with 37,000 tokens the token
+# signal starts under a quarter of the position signal. Training can grow the embeddings from
+# there; what we measured is only where they start.
 #
 # ## Counting the parameters
 #
@@ -625,11 +697,18 @@ print(
 )
 print(f"tied model:          {count_parameters(base) / 1e6:5.1f} M")
 print(f"untied (3 tables):   {count_parameters(untied) / 1e6:5.1f} M")
+gap = 65e6 - count_parameters(base)
+print(f"65 M minus the tied model: {gap / 1e6:.1f} M ({gap / 65e6:.0%})")
+per_token = d + 1  # one row of the table, one output bias
+print(f"vocabulary that would close it: {37_000 + gap / per_token:,.0f}")
 del base, untied
 
 # %% [markdown]
 # Table 3 of the paper gives 65 M parameters for the base model; the tied count is 1.9 M (3 %)
-# under it (the paper gives the vocabulary only as "about 37000 tokens"). At this size the one
+# under it. The rounding of the vocabulary does not explain it: each token adds 513 parameters
+# (a row of the table and an output bias), so the two counts would meet only at a vocabulary of
+# about 40,700 tokens, where the paper says "about 37000". The paper does not break its count
+# down, so the gap stays unexplained. At this size the one
 # shared $37{,}000 \times 512$ table holds 18.9 M parameters, and untying it into three tables
 # would make the model 60 % larger: 101.0 M instead of 63.1 M.
 #
@@ -705,8 +784,21 @@ assert diff < 1e-5  # float32 rounding (the exact value varies by CPU)
 
 # %% [markdown]
 # Differences this small are float32 rounding: the two implementations add the same numbers in
-# a different order.
-#
+# a different order. In float64, whose rounding step is hundreds of millions of times finer, the
+# same two layers, with the same weights and input, agree far below float32's rounding:
+
+# %%
+ours, theirs = ours.double(), theirs.double()
+with torch.no_grad():
+    out_ours = ours(x.double(), src_mask)
+    out_torch = theirs(x.double(), src_key_padding_mask=(src == PAD))
+diff64 = (out_ours - out_torch).abs().max().item()
+for dtype in (torch.float32, torch.float64):
+    print(f"{dtype}: rounding step {torch.finfo(dtype).eps:.1e}")
+close = diff64 < 1e-12
+print(f"float64 encoder layer: max |ours - PyTorch| below 1e-12: {close}")
+
+# %% [markdown]
 # ## Training it: reversing words
 #
 # So far every weight was random, and the attention weights meant nothing. Reversal gives
@@ -755,12 +847,14 @@ def weight_on_letter_written(m: Transformer, words: list[str]) -> float:
 
 src_f, tgt_in_f, labels_f = reversal_batch(["fabled"])
 fabled_before = cross_attention(model, src_f, tgt_in_f)[0]
-train_gen = torch.Generator().manual_seed(1)  # the stream `train` draws
+TRAIN_SEED = 1  # seeds the stream of training strings (the loop below)
+train_gen = torch.Generator().manual_seed(TRAIN_SEED)
 seen = {w for _ in range(600) for w in random_words(64, train_gen)}
 candidates = random_words(3000, torch.Generator().manual_seed(2))
 fresh = [w for w in candidates if w not in seen][:1000]
 print(f"distinct strings in the training stream: {len(seen):,}")
-print(f"test strings: {len(fresh):,}, none of them among those")
+print(f"test strings: {len(fresh):,}; of them in that stream: ", end="")
+print(len(set(fresh) & seen))
 share_before = weight_on_letter_written(model, fresh)
 
 # %% [markdown]
@@ -771,14 +865,17 @@ share_before = weight_on_letter_written(model, fresh)
 
 
 # %%
-def train(m: Transformer, make_batch, steps: int = 600) -> list[float]:
+def train(
+    m: Transformer, make_batch, steps: int = 600, seed: int = TRAIN_SEED
+) -> list[float]:
     """Adam at 3e-3, falling linearly to 0; 64 fresh random strings per
-    step. Returns the loss of every step."""
+    step, drawn from a generator seeded with `seed`. Returns the loss of
+    every step."""
     optimizer = torch.optim.Adam(m.parameters(), lr=3e-3)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: 1 - s / steps
     )
-    gen = torch.Generator().manual_seed(1)
+    gen = torch.Generator().manual_seed(seed)
     losses = []
     m.train()
     for _ in range(steps):
@@ -832,9 +929,9 @@ assert accuracy > 0.9
 # with the correct decoder input, before and after training, averaged over the four heads. Each
 # row is labelled with the letter that position writes:
 
-# %% caption="Cross-attention of the last decoder layer on fabled, averaged over the four heads, before training (left) and after (right). Each row is a decoder position, labelled with the letter it writes; each column is a source letter. Before training the weight is spread over all six letters; after training each row that writes a letter puts its largest weight on that letter of the source, so the bright cells run along the anti-diagonal." alt="Two heatmaps side by side, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), colour scale 0 to 1. Left, before training: every cell dark, weights between about 0.08 and 0.28, the rows alike. Right, after training: bright cells on the anti-diagonal, from row d at column d (top right, near 1) down to row f at column f (bottom left, about 0.8); the middle rows are dimmer, about 0.5, with some weight on the neighbouring letters; the last row, </s>, is bright at column f."
+# %% caption="Cross-attention of the last decoder layer on fabled, averaged over the four heads, before training (top) and after (bottom). Each row is a decoder position, labelled with the letter it writes; each column is a source letter. Before training the weight is spread over all six letters; after training each row that writes a letter puts its largest weight on that letter of the source, so the bright cells run along the anti-diagonal." alt="Two heatmaps, one above the other, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top, before training: every cell dark, weights between about 0.08 and 0.28, the rows alike. Bottom, after training: bright cells on the anti-diagonal, from row d at column d (top right, near 1) down to row f at column f (bottom left, about 0.8); the middle rows are dimmer, about 0.5, with some weight on the neighbouring letters; the last row, </s>, is bright at column f."
 fabled_after = cross_attention(model, src_f, tgt_in_f)[0]
-fig, axes = plt.subplots(1, 2, figsize=(6.9, 3.8), sharey=True)
+fig, axes = plt.subplots(2, 1, figsize=(4.2, 7.0), layout="constrained")
 for ax, weights, title in (
     (axes[0], fabled_before, "before training"),
     (axes[1], fabled_after, "after training"),
@@ -845,14 +942,13 @@ for ax, weights, title in (
         queries=show_tokens(labels_f[0]).split(),
         ax=ax,
         title=title,
-        colorbar=ax is axes[1],
+        colorbar=False,
         vmax=1.0,
     )
     ax.set_xlabel("source letter")
+    ax.set_ylabel("letter being written")
     ax.tick_params(axis="x", labelrotation=0)
-axes[0].set_ylabel("letter being written")
-axes[1].set_ylabel("")
-fig.tight_layout()
+fig.colorbar(axes[0].images[0], ax=axes, shrink=0.5, label="weight")
 plt.show()
 
 # %% [markdown]
@@ -902,7 +998,7 @@ assert share_before < 0.3 and share_after > 0.5
 # block is a decoder layer with its cross-attention removed, which leaves exactly our
 # `EncoderLayer` used with a causal mask (GPT-2 also puts the norm first). Chapter 10 builds GPT
 # that way. The figure shows the two one-stack wirings side by side, with residual connections
-# and norms left out (they wrap every block, as in Fig. 7.1). How
+# and norms left out (they wrap every sub-layer, as in Fig. 7.1). How
 # positions enter also differs: the 2017 model adds sinusoids to embeddings scaled by
 # $\sqrt{d_\text{model}}$, BERT and GPT-2 learn a position embedding, T5 adds a learned
 # relative-position bias to the attention scores.
@@ -912,9 +1008,10 @@ model_families(num_layers=12)  # BERT-base and GPT-2 small both have 12 layers
 plt.show()
 
 # %% [markdown]
-# The claim that a decoder-only block is an `EncoderLayer` with a causal mask, checked: replacing
-# the last two positions of the input changes nothing at the first four (chapter 08 tests the
-# causal property at length).
+# One property such a block must have, checked: with the causal mask, replacing the last two
+# positions of the input changes nothing at the first four (chapter 08 tests the causal property
+# at length). Chapter 10 checks the rest: given the weights of a pre-norm `EncoderLayer` with
+# GELU, its GPT-2-style block computes the same outputs as that layer with a causal mask.
 
 # %%
 block = EncoderLayer(
@@ -939,15 +1036,17 @@ print("positions 4-5 changed:  ", changed)
 # * An encoder layer is self-attention + feed-forward; a decoder layer inserts cross-attention
 #   over the encoder's memory between its masked self-attention and its feed-forward. Each
 #   sub-layer is wrapped in dropout, a residual connection and a layer norm (post-norm in the
-#   2017 paper, pre-norm in GPT-2 and most models since; chapter 06). Written from `nn.Linear`, `nn.LayerNorm` and
-#   a softmax, an encoder layer's `forward` is two lines, one per sub-layer, and a decoder
+#   2017 paper, pre-norm in GPT-2 and most models since; chapter 06). Written from
+#   `nn.Linear`, `nn.LayerNorm` and a softmax, an encoder layer's `forward` is two lines, one per sub-layer, and a decoder
 #   layer's three; the package's layers compute the same function.
 # * Below the layers, token embeddings are multiplied by $\sqrt{d_\text{model}}$ and added to the
 #   sinusoidal positions. The factor belongs with the reference initialisation of the tied table,
 #   $\mathcal N(0, 1/d_\text{model})$: together they give token vectors of about unit size per
 #   entry. With Glorot on the embeddings their size depends on the vocabulary instead.
 # * The Transformer encodes a source once (`encode`) and decodes with that memory (`decode`): on
-#   the whole shifted target in training, once per new token when generating.
+#   the whole shifted target in training, once per new token when generating. A
+#   `MiniTransformer` of about 25 lines (embeddings, two lists of layers, a tied output layer)
+#   computes what the package's `Transformer` computes.
 # * Every layer keeps the shape `(batch, length, d_model)`; cross-attention's output has the
 #   target's length; the logits are `(batch, L_tgt, V_tgt)`.
 # * Parameters: $4d^2 + 2d\,d_\text{ff} + 9d + d_\text{ff}$ per encoder layer,
@@ -1008,10 +1107,11 @@ assert by_length[8] > 0.9 and by_length[10] < 0.1
 
 # %% [markdown] tags=["solution"]
 # It reverses 96.4 % of the 8-letter strings, the longest length it was trained on, then 17.6 %
-# at 9 letters and none at 10 or 12. The rate at 9 letters is one run's: retrained from other
-# seeds it varies widely, while the cliff at 10 letters stays. The sinusoids give positions 9 and beyond their vectors,
-# but no training example ever asked the model to use them, and what it learned for the
-# positions it saw does not carry over. The paper chose sinusoids partly because they "may allow
+# at 9 letters and none at 10 or 12. These are the rates of this one trained model; the exact
+# rate at 9 letters depends on the seed it was trained from. Counting positions from 0, the
+# sinusoids give vectors to source positions from 8 on (the ninth letter) and to decoder
+# positions from 9 on, but no training example ever asked the model to use them, and what it
+# learned for the positions it saw does not carry over. The paper chose sinusoids partly because they "may allow
 # the model to extrapolate to sequence lengths longer than the ones encountered during training"
 # (section 3.5); in this small experiment they do not.
 
