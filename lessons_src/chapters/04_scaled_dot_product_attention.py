@@ -1,10 +1,10 @@
 # %% [markdown]
 # # 04 — Scaled dot-product attention
 #
-# Attention is a *soft lookup*. Every position of a sequence asks a question (its **query**),
-# every position advertises what it holds (its **key**) and what it will hand over if chosen
-# (its **value**). A query is compared with all keys; the comparisons become weights that sum
-# to one; the answer is the weighted average of the values. As a formula:
+# Chapter 01 used attention as a black box: every position of a sequence asks a question (its
+# **query**), advertises what it holds (its **key**) and what it will hand over if chosen (its
+# **value**); a query is compared with all keys, the comparisons become weights that sum to
+# one, and the answer is the weighted average of the values. Here we take its formula apart:
 #
 # $$\begin{aligned}
 # &\operatorname{Attention}(Q, K, V)\\
@@ -14,7 +14,7 @@
 # with $Q \in \mathbb{R}^{L_q \times d_k}$ (one row per query), $K \in \mathbb{R}^{L_k \times d_k}$,
 # $V \in \mathbb{R}^{L_k \times d_v}$, and the softmax taken over each row, that is over the keys.
 #
-# This chapter computes the formula by hand on a two-word example and builds the softmax from
+# We compute it by hand on a two-word example and build the softmax from
 # scratch. Experiments then show why the formula is built the way it is: why the scores are
 # divided by $\sqrt{d_k}$, and why queries and keys come from two different projections. On the
 # way we write the attention function of the course's package, meet masks
@@ -60,7 +60,8 @@ plt.show()
 # ## A two-word example by hand
 #
 # Two words, each with a 3-dimensional query and key and a 2-dimensional value. In a real model
-# $Q$, $K$ and $V$ come out of learned linear layers (chapter 05); here we simply write them down.
+# $Q$, $K$ and $V$ come out of learned linear layers (the experiments below use them; chapter 05
+# builds them into multi-head attention); here we simply write them down.
 
 # %%
 # one row per word: the first row belongs to word 1, the second to word 2
@@ -159,7 +160,9 @@ assert torch.allclose(softmax(r), torch.softmax(r, dim=-1), atol=1e-7)
 # Suppose the entries of a query and of a key are independent, with mean 0 and variance
 # $\sigma^2$. Their dot product $q\cdot k = \sum_{i=1}^{d_k} q_i k_i$ is a sum of $d_k$
 # independent terms of variance $\sigma^4$ each, so its **variance is $d_k\sigma^4$**: it grows
-# in proportion to $d_k$. The value of $\sigma^2$ depends on how the projections are initialised
+# in proportion to $d_k$. This is the argument the Transformer paper gives for its scale
+# (Vaswani et al., 2017, *Attention Is All You Need*, footnote 4, with $\sigma^2 = 1$). The value
+# of $\sigma^2$ depends on how the projections are initialised
 # and changes during training. With PyTorch's default initialisation of `nn.Linear` and inputs of
 # variance 1, it is about $1/3$, so the variance of $q \cdot k$ is about $d_k/9$:
 
@@ -177,17 +180,31 @@ for d in (64, 256, 1024):
 
 # %% [markdown]
 # At $d_k = 1024$ such scores have a standard deviation of about 11, and a softmax of numbers
-# that far apart puts most of its weight on one key: it *saturates*. To see what that does,
+# that far apart puts most of its weight on one key: it *saturates*. The same paper reports
+# that without the scale, dot-product attention falls behind additive attention (a small
+# network that scores each pair, exercise 4) for large $d_k$, and suspects the cause is a
+# softmax pushed into regions where its gradients are extremely small. To see what that does,
 # take $\sigma^2 = 1$ (another value multiplies every score by $\sigma^2$) and draw 1000 queries
 # with 16 keys each, for $d_k$ from 1 to 1024. For each, with and without the division by
 # $\sqrt{d_k}$, we measure the variance of the scores, the average largest weight of the
 # softmax, and the gradient that the softmax passes back to its scores, $\partial L/\partial s$,
 # with a random signal standing in for the rest of the network. For a query whose softmax is
 # saturated, moving its scores a little changes nothing, so this gradient is nearly zero; we
-# count the queries for which its norm is below 0.01.
+# count the queries for which its norm is below 0.01, and give the median norm of the others.
 
 
 # %%
+def softmax_gradients(
+    s: torch.Tensor, upstream: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax weights of the scores ``s`` and, per query, the norm of the
+    gradient they pass back to ``s`` for the signal ``upstream``."""
+    s = s.detach().requires_grad_(True)
+    w = torch.softmax(s, dim=-1)
+    (w * upstream).sum().backward()  # a random signal from "the network"
+    return w.detach(), s.grad.norm(dim=-1)
+
+
 def score_statistics(
     d: int, n_queries: int = 1000, n_keys: int = 16
 ) -> dict[str, float]:
@@ -197,29 +214,27 @@ def score_statistics(
     stats = {}
     upstream = torch.randn(n_queries, n_keys, generator=g)
     for name, s in (("raw", raw), ("scaled", raw / math.sqrt(d))):
-        s = s.detach().requires_grad_(True)
-        w = torch.softmax(s, dim=-1)
-        (w * upstream).sum().backward()  # a random signal from "the network"
+        w, grad_norm = softmax_gradients(s, upstream)
+        stuck = grad_norm < 0.01  # queries whose score gradient is ~0
         stats[f"var_{name}"] = s.var().item()
         stats[f"max_w_{name}"] = w.max(dim=-1).values.mean().item()
-        # the share of queries whose score gradient is almost zero
-        stats[f"stuck_{name}"] = (
-            (s.grad.norm(dim=-1) < 0.01).float().mean().item()
-        )
+        stats[f"stuck_{name}"] = stuck.float().mean().item()
+        stats[f"rest_{name}"] = grad_norm[~stuck].median().item()
     return stats
 
 
 dims = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 stats = {d: score_statistics(d) for d in dims}
-print("      variance of the scores  largest weight    gradient below 0.01")
-print("  d_k    unscaled    scaled   unscaled  scaled    unscaled  scaled")
-for d in dims:
-    s = stats[d]
-    print(
-        f"{d:5d} {s['var_raw']:11.2f} {s['var_scaled']:9.2f}"
-        f" {s['max_w_raw']:10.2f} {s['max_w_scaled']:7.2f}"
-        f" {s['stuck_raw']:10.0%} {s['stuck_scaled']:7.0%}"
-    )
+for name, title in (("raw", "unscaled"), ("scaled", "scaled by 1/sqrt(d_k)")):
+    print(f"{title}:")
+    print("               largest  gradient  median")
+    print("  d_k variance  weight    < 0.01  of rest")
+    for d in dims:
+        s = stats[d]
+        print(
+            f"{d:5d} {s[f'var_{name}']:8.2f} {s[f'max_w_{name}']:7.2f}"
+            f" {s[f'stuck_{name}']:9.0%} {s[f'rest_{name}']:8.2f}"
+        )
 for d in dims:
     # the variance of q·k is d_k, to sampling noise; scaled, it is 1
     assert abs(stats[d]["var_raw"] / d - 1) < 0.25
@@ -229,7 +244,7 @@ for d in dims:
 # unscaled at d_k = 1024: nearly one-hot, and most queries get no gradient
 assert stats[1024]["max_w_raw"] > 0.9 and stats[1024]["stuck_raw"] > 0.5
 
-# %% tags=["hide-input"] caption="The same random queries and keys, with and without the division by √d_k, for d_k from 1 to 1024. Top: the variance of the unscaled scores follows d_k (dotted line); scaled, it stays at 1. Middle: the unscaled softmax puts more and more of its weight on one key. Bottom: the share of queries whose softmax passes back almost no gradient (below 0.01) grows to 77% at d_k = 1024 without scaling and stays at zero with it." alt="Three line plots stacked, sharing a logarithmic d_k axis from 1 to 1024, red for unscaled and blue for scaled. Top, log-log: the red line rises along a dotted diagonal from 1 to about 1000; the blue line stays flat at 1. Middle: the red line climbs from about 0.2 to 0.96, the blue line stays near 0.25, a grey dotted line marks 1/16. Bottom: the red line rises from 0 to about 0.77, the blue line stays at 0."
+# %% tags=["hide-input"] caption="The same random queries and keys, with and without the division by √dₖ, for dₖ from 1 to 1024. Top: the variance of the unscaled scores follows dₖ (dotted line); scaled, it stays at 1. Middle: the unscaled softmax puts more and more of its weight on one key. Bottom: the share of queries whose softmax passes back almost no gradient (below 0.01) grows to 77% at dₖ = 1024 without scaling and stays at zero with it." alt="Three line plots stacked, sharing a logarithmic d_k axis from 1 to 1024, red for unscaled and blue for scaled. Top, log-log: the red line rises along a dotted diagonal from 1 to about 1000; the blue line stays flat at 1. Middle: the red line climbs from about 0.2 to 0.96, the blue line stays near 0.25, a grey dotted line marks 1/16. Bottom: the red line rises from 0 to about 0.77, the blue line stays at 0."
 fig, axes = plt.subplots(3, 1, figsize=(6.4, 8.4), sharex=True)
 colour = {"raw": "tab:red", "scaled": "tab:blue"}
 label = {"raw": "unscaled", "scaled": r"scaled by $1/\sqrt{d_k}$"}
@@ -261,8 +276,9 @@ plt.show()
 # at 1024), and the gradient that reaches the scores vanishes for more and more queries (bottom
 # panel: for 30% of them at $d_k = 64$ and 77% at 1024). Saturation does not shrink every
 # query's gradient by the same factor: it switches the gradient off for some queries (most of
-# them at $d_k = 1024$), while the others still get one. With scaling, all three stay flat: variance 1, a largest weight
-# near 0.25, and no query left without a gradient.
+# them at $d_k = 1024$), while the others still get one, under a third as large as with
+# scaling (a median norm of 0.08 against 0.28 at $d_k = 1024$). With scaling, all three stay
+# flat: variance 1, a largest weight near 0.25, and no query left without a gradient.
 #
 # ### What saturation does to learning
 #
@@ -292,91 +308,149 @@ class FirstTokenReader(nn.Module):
         scores = q @ k.transpose(-2, -1)  # (batch, 1, length)
         if self.scale:
             scores = scores / math.sqrt(q.size(-1))
+        self.scores = scores  # kept to measure saturation
         self.weights = torch.softmax(scores, dim=-1)
         return self.out((self.weights @ v)[:, 0])
 
 
 # %% [markdown]
-# We train it eight times with scaling and eight times without (Adam, learning rate $10^{-3}$,
-# fresh batches of 64 sequences, 300 steps); run $i$ starts both versions from the same initial
-# weights and feeds them the same batches. Every 25 steps we measure the accuracy on 1000
-# held-out sequences.
+# How fast a model learns depends on its learning rate as much as on its architecture, so a fair
+# comparison gives each version its own best rate. We train both versions with Adam at three
+# learning rates, $10^{-3}$, $3\cdot10^{-3}$ and $10^{-2}$, eight times each (fresh batches of 64
+# sequences, 300 steps): run $i$ starts every version from the same initial weights and feeds it
+# the same batches. Every 25 steps we measure the accuracy on 1000 held-out sequences, and
+# before training we measure, with the statistic of the previous experiment, how saturated
+# each model's softmax is.
 
 # %%
 test = first_token_data(1000, 20, generator=torch.Generator().manual_seed(1))
-curves, first_weight, on_first = {}, {}, {}
-for run in range(8):
-    for scale in (True, False):
-        torch.manual_seed(run)  # the same initial weights for both versions
-        model = FirstTokenReader(d=128, scale=scale)
-        with torch.no_grad():  # how peaked is the softmax before training?
-            model(test[0])
-        first_weight[scale, run] = model.weights.max(-1).values.mean().item()
-        curves[scale, run] = train_classifier(
-            model,
-            lambda n, gen: first_token_data(n, 20, generator=gen),
-            steps=300,
-            lr=1e-3,
-            generator=torch.Generator().manual_seed(run),
-            eval_data=test,
-            eval_every=25,
-        ).curve("accuracy")
-        with torch.no_grad():  # where does the trained query look?
-            model(test[0])
-        on_first[scale, run] = model.weights[:, 0, 0].mean().item()
+rates = (1e-3, 3e-3, 1e-2)
+curves, on_first, before = {}, {}, {}
+for scale in (True, False):
+    for run in range(8):
+        for lr in rates:
+            torch.manual_seed(run)  # the same initial weights at every rate
+            model = FirstTokenReader(d=128, scale=scale)
+            if lr == rates[0]:  # before training: how saturated is it?
+                with torch.no_grad():
+                    model(test[0])
+                signal = torch.randn(
+                    model.scores.shape,
+                    generator=torch.Generator().manual_seed(run),
+                )
+                w, grad_norm = softmax_gradients(model.scores, signal)
+                before[scale, run] = (
+                    w.max(dim=-1).values.mean().item(),  # largest weight
+                    (grad_norm < 0.01).float().mean().item(),  # share ~0
+                )
+            curves[scale, lr, run] = train_classifier(
+                model,
+                lambda n, gen: first_token_data(n, 20, generator=gen),
+                steps=300,
+                lr=lr,
+                generator=torch.Generator().manual_seed(run),
+                eval_data=test,
+                eval_every=25,
+            ).curve("accuracy")
+            with torch.no_grad():  # where does the trained query look?
+                model(test[0])
+            on_first[scale, lr, run] = model.weights[:, 0, 0].mean().item()
 
 reached = {key: steps_to_reach(c, 0.95) for key, c in curves.items()}
 final = {key: c[-1][1] for key, c in curves.items()}
-rows = (
-    ("largest weight before training (mean)", first_weight, "6.2f"),
-    ("steps to 95% held-out accuracy (-: not in 300)", reached, ">6"),
-    ("accuracy after 300 steps", final, "6.2f"),
-    ("weight on position 0 after 300 steps (mean)", on_first, "6.2f"),
-)
-print("run       " + "".join(f"{run:>6}" for run in range(8)))
-for title, table, fmt in rows:
-    print(title)
-    for scale, name in ((True, "scaled"), (False, "unscaled")):
-        cells = [table[scale, run] for run in range(8)]
-        row = "".join(f"{'-' if c is None else c:{fmt}}" for c in cells)
-        print(f"  {name:<8}{row}")
+
+
+def n_reached(scale: bool, lr: float) -> int:
+    return sum(reached[scale, lr, run] is not None for run in range(8))
+
+
+def mean_final(scale: bool, lr: float) -> float:
+    return sum(final[scale, lr, run] for run in range(8)) / 8
+
+
+names = ((True, "scaled"), (False, "unscaled"))
+print("learning rate      " + "".join(f"{lr:>7}" for lr in rates))
+print("runs at 95% accuracy within 300 steps")
+for scale, name in names:
+    row = "".join(f"{f'{n_reached(scale, lr)}/8':>7}" for lr in rates)
+    print(f"  {name:<17}{row}")
+print("mean accuracy after 300 steps")
+for scale, name in names:
+    row = "".join(f"{mean_final(scale, lr):7.2f}" for lr in rates)
+    print(f"  {name:<17}{row}")
+# the best rate: the most runs at 95%, then the best mean accuracy
+best = {
+    scale: max(
+        rates, key=lambda r: (n_reached(scale, r), mean_final(scale, r))
+    )
+    for scale in (True, False)
+}
+print(f"best rate: scaled {best[True]}, unscaled {best[False]}")
+
+# %% [markdown]
+# At each version's best rate, run by run: how saturated the softmax is before training (the
+# mean largest weight, and the share of the 1000 held-out sequences whose scores get a
+# gradient below 0.01), when the run first reaches 95% held-out accuracy, and, after 300 steps,
+# its accuracy and the weight its query puts on position 0, the position that holds the answer:
+
+# %%
+for scale, name in names:
+    lr = best[scale]
+    print(f"{name}, learning rate {lr}")
+    print("     largest  gradient   steps      weight")
+    print("run   weight    < 0.01  to 95%  acc.  on 0")
+    for run in range(8):
+        largest, stuck = before[scale, run]
+        steps = reached[scale, lr, run]
+        print(
+            f"{run:3d} {largest:8.2f} {stuck:9.0%} {steps or '-':>7}"
+            f" {final[scale, lr, run]:5.2f} {on_first[scale, lr, run]:5.2f}"
+        )
 
 # with scaling every run learns the task quickly ...
-assert all(reached[True, run] is not None for run in range(8))
-assert max(reached[True, run] for run in range(8)) <= 100
-# ... without it, some runs do not get there at all
-assert any(reached[False, run] is None for run in range(8))
+assert all(reached[True, best[True], run] is not None for run in range(8))
+assert max(reached[True, best[True], run] for run in range(8)) <= 100
 
-# %% tags=["hide-input"] caption="Held-out accuracy of the 16 training runs, one line per run, measured every 25 steps. Top: with the division by √d_k, every run has accuracy 1.00 at the first measurement after step 0, step 25. Bottom: without it, two runs get there, by step 75 and step 175; three level off between 0.5 and 0.9, and three are still near chance (0.13 to 0.29) after 300 steps." alt="Two line plots stacked, held-out accuracy from 0 to 1 against training step from 0 to 300, a grey dotted line at chance (0.125). Top, scaled: eight lines that all jump from about 0.12 to 1.0 at step 25 and stay there. Bottom, unscaled: one line reaches 1.0 at step 75, another at step 175; three level off near 0.87, 0.76 and 0.52; three stay near chance, two of them rising slightly at the very end."
-fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.0), sharex=True, sharey=True)
-for ax, scale, title in (
-    (axes[0], True, r"scaled by $1/\sqrt{d_k}$"),
-    (axes[1], False, "unscaled"),
-):
+# %% tags=["hide-input"] caption="Held-out accuracy of the eight runs at each version's best learning rate, measured every 25 steps, one colour per run (the same colour in both panels). Top: with the division by √dₖ, every run jumps from chance to 1.00 by step 25 and stays there. Bottom: without it, six runs reach 1.00, between step 25 and step 225, two of them only after a long plateau below 0.35; run 0 levels off near 0.63 and run 4 stays at chance." alt="Two line plots stacked, held-out accuracy from 0 to 1 against training step from 0 to 300, a grey dotted line at chance (0.125), and a legend of eight colours for runs 0 to 7 below them. Top, scaled, learning rate 0.001: eight lines that all jump from about 0.12 to 1.0 at step 25 and stay there. Bottom, unscaled, learning rate 0.003: six lines reach 1.0, at steps 25, 50, 75 and 150, and two at step 225 after creeping along between 0.15 and 0.35; one line levels off near 0.63 from step 50 on; one stays near chance throughout."
+fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.6), sharex=True, sharey=True)
+for ax, scale in zip(axes, (True, False)):
     for run in range(8):
-        steps, accs = zip(*curves[scale, run])
-        ax.plot(steps, accs, marker=".", alpha=0.8)
-    ax.axhline(1 / 8, color="gray", ls=":", label="chance")
-    ax.set_title(title)
+        steps, accs = zip(*curves[scale, best[scale], run])
+        ax.plot(steps, accs, marker=".", alpha=0.8, label=f"run {run}")
+    ax.axhline(1 / 8, color="gray", ls=":")
+    title = r"scaled by $1/\sqrt{d_k}$" if scale else "unscaled"
+    ax.set_title(f"{title}, learning rate {best[scale]}")
     ax.set_ylabel("held-out accuracy")
     ax.set_ylim(0, 1.05)
-axes[0].legend(loc="center right", fontsize=9)
 axes[1].set_xlabel("training step")
-fig.tight_layout()
+for ax in axes:
+    ax.text(300, 1 / 8 + 0.03, "chance", color="gray", ha="right")
+handles, labels = axes[0].get_legend_handles_labels()
+fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9)
+fig.tight_layout(rect=(0, 0.08, 1, 1))
 plt.show()
 
 # %% [markdown]
-# Before training, the unscaled softmax already puts most of its weight on a single position
-# (between 0.73 and 0.89 on average, against 0.11 to 0.22 with scaling): a position chosen by
-# the random initial weights, not by the task. With scaling, every run has accuracy 1.00 at
-# the first measurement after step 0, step 25, and its query puts nearly all its weight on position 0. Without it, two runs get there, by step 75 and
-# step 175. In the other six the query still gives position 0 at most 0.74 of its weight after 300
-# steps, and the accuracy stays below 95%: as the previous experiment showed, a saturated softmax
-# passes back almost no gradient for many queries (19% to 44% at $d_k$ = 32 to 128, where the
-# largest weight, 0.78 to 0.89, is close to these models' 0.73 to 0.89). Adam rescales the update, but its direction now comes only from
-# the sequences that are not saturated, so a query that started on the wrong position can lock
-# in. These are eight pairs of runs from one set of seeds; with other seeds the
-# number of unscaled runs that stall changes, so try it.
+# With scaling the learning rate hardly matters: at $10^{-3}$ and $3\cdot10^{-3}$ every run
+# reaches 95%, at the best rate all of them by step 25, the first measurement, and after 300
+# steps each query puts 1.00 of its weight on position 0. (At $10^{-2}$, too high a rate for
+# both versions, two scaled runs fail as well.) Without scaling the rate matters a lot: 2, 6
+# and 5 of the eight runs reach 95% at the three rates. Even at its best rate the unscaled
+# model is slower and less reliable: six runs get there, between step 25 and step 225, runs 1
+# and 5 only after a long plateau; run 0 levels off at 0.63, and run 4 never leaves chance,
+# its query putting 0.00 of its weight on position 0.
+#
+# Before training, the unscaled softmax already puts most of its weight on one position (0.73
+# to 0.89 on average, against 0.11 to 0.22 with scaling), a position chosen by the random
+# initial weights and the tokens, not by the task, and for 11% to 43% of the held-out
+# sequences its scores get a gradient below 0.01 (with scaling, 0%). Saturation does not
+# decide a run on its own, though. Run 4, the most saturated (43%), never learns; but run 0
+# (22%) stalls while runs 1 and 5 (28% and 24%) learn, and the two least saturated runs, 6 and
+# 7 (12% and 11%), learn at step 25 and step 150. One reading of the plateaus: while the
+# gradient is switched off for many sequences, the query learns mostly from the others, and
+# turning it from the position it started on to position 0 can take many steps, or, as in run
+# 4, more than we gave it. These are eight runs from one set of seeds, and the unscaled runs
+# are sensitive to the seed; try others.
 #
 # Dividing by $\sqrt{d_k}$ keeps the spread of the scores independent of $d_k$. It does not
 # change *which* key wins, only how sharply, and a trained model can still learn sharp attention
@@ -407,8 +481,10 @@ print("the same as by hand:", torch.equal(out, output))
 # `transformer_course.attention`. It is the attention inside the course's `MultiHeadAttention`
 # (chapter 05), and so inside the Transformer of chapters 07 to 09 and the BERT of chapter 12;
 # the GPT of chapter 10 calls PyTorch's fused version, which we meet below. It adds what a
-# library needs around those lines: an optional boolean mask (next section) and dropout on
-# the weights. On a batch of heads it computes exactly the same numbers (its full source is folded below):
+# library needs around those lines: checks of the input shapes, an optional boolean mask (next
+# section; with a rule for a query that may see no key at all, chapter 08), and dropout on the
+# weights. On a batch of heads it computes exactly the same numbers (its full source is folded
+# below):
 
 # %%
 # (batch, heads, length, d_k)
@@ -444,16 +520,30 @@ print(
 # in a language model, the *future* words a query is not allowed to peek at. A **mask** says, for
 # every (query, key) pair, whether the query may attend. In this course a mask is a **boolean**
 # tensor that broadcasts to the scores `(..., L_q, L_k)`, and **`True` means "may attend"**, as
-# in the boolean `attn_mask` of `F.scaled_dot_product_attention`. Blocked scores are replaced by
-# a hugely negative number before the softmax, so their weight is exactly 0 and the weights of
-# the keys a query may see renormalise to sum to one. A causal mask on four tokens:
+# in the boolean `attn_mask` of `F.scaled_dot_product_attention`. Our function needs one more
+# line to apply it: blocked scores are replaced by $-\infty$ before the softmax, so their
+# weight is $e^{-\infty} = 0$ exactly, and the weights of the keys a query may see renormalise
+# to sum to one. A causal mask on four tokens, where each token may see itself and the tokens
+# before it:
+
 
 # %%
+def masked_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    scores = scores.masked_fill(~mask, float("-inf"))  # blocked: weight 0
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
 x4 = torch.randn(4, 8, generator=g)
 causal = torch.ones(4, 4, dtype=torch.bool).tril()  # query i may see keys 0..i
-_, w_causal = scaled_dot_product_attention(x4, x4, x4, causal)
+_, w_causal = masked_attention(x4, x4, x4, causal)
 print(causal)
 print(w_causal)
+_, w_package = scaled_dot_product_attention(x4, x4, x4, causal)
+print("the package gives the same weights:", torch.equal(w_package, w_causal))
 # nothing above the diagonal, and every row still sums to 1
 assert torch.equal(w_causal.triu(diagonal=1), torch.zeros(4, 4))
 assert torch.allclose(w_causal.sum(-1), torch.ones(4))
@@ -501,7 +591,7 @@ _, w_sent = scaled_dot_product_attention(X, X, X)
 mask6 = torch.ones(6, 6, dtype=torch.bool).tril()
 _, w_sent_causal = scaled_dot_product_attention(X, X, X, mask6)
 
-# %% tags=["hide-input"] caption="Self-attention weights of “the cat sat on the mat” with Q = K = V = X, on one colour scale from 0 to 1. Top: without a mask, the two “the”s share their weight equally, and “mat” splits its weight equally between “cat” and itself. Bottom: the causal mask removes everything above the diagonal, and each row renormalises over the words before it." alt="Two 6 by 6 heatmaps stacked, rows are the query words and columns the key words of the cat sat on the mat, each cell annotated with its weight. Top: rows the have 0.45 on both columns the; cat has 0.93 on itself; sat 0.73 on itself; on 0.77 on itself; mat 0.45 on cat and 0.45 on mat; all other cells 0.08 or less. Bottom: all cells above the diagonal are 0; the first the has 1.00 on itself, cat 1.00 on itself, sat 0.86, on 0.83, the second the 0.46 on each the, mat 0.45 on cat and on itself."
+# %% tags=["hide-input"] caption="Self-attention weights of “the cat sat on the mat” with Q = K = V = X, on one colour scale from 0 to 1. Top: without a mask, the two “the”s share their weight equally, and “mat” splits its weight equally between “cat” and itself. Bottom: the causal mask removes everything above the diagonal, and each row renormalises over its own word and the words before it." alt="Two 6 by 6 heatmaps stacked, rows are the query words and columns the key words of the cat sat on the mat, each cell annotated with its weight. Top: rows the have 0.45 on both columns the; cat has 0.93 on itself; sat 0.73 on itself; on 0.77 on itself; mat 0.45 on cat and 0.45 on mat; all other cells 0.08 or less. Bottom: all cells above the diagonal are 0; the first the has 1.00 on itself, cat 1.00 on itself, sat 0.86, on 0.83, the second the 0.46 on each the, mat 0.45 on cat and on itself."
 fig, axes = plt.subplots(2, 1, figsize=(4.6, 7.6))
 for ax, w_plot, title in (
     (axes[0], w_sent, "self-attention, Q = K = V = X"),
@@ -514,7 +604,12 @@ plt.show()
 # %% [markdown]
 # Identical words ask identical questions, so the two "the"s have identical rows (top panel),
 # each with 0.45 on both "the"s. Every word gives itself at least as much weight as it gives any
-# other word, but "mat" gives "cat" exactly as much as itself. The scores show why:
+# other word, but "mat" gives "cat" exactly as much as itself. The causal mask (bottom panel)
+# removes the weight on later words, and the rest renormalises: the first "the" may no longer
+# see the second, so it puts 1.00 on itself, and "sat" and "on" rise from 0.73 and 0.77 on
+# themselves to 0.86 and 0.83. The second "the" gave later words only 0.03 and keeps 0.46 on
+# each "the"; "mat", the last word, loses nothing and keeps 0.45 on "cat" and on itself. The
+# scores show why "mat" likes "cat" as much as itself:
 
 # %%
 S = X @ X.T  # the scores before the division by sqrt(5)
@@ -525,9 +620,11 @@ print(f"cosine of cat and mat: {cos:.2f}")
 
 # %% [markdown]
 # The query of "mat" asks for one feature, *noun*. The key of "cat" has it, and its second
-# feature, *animal*, costs nothing, because the query's entry for it is 0. A dot product is
-# not a cosine (chapter 02): it rewards agreement but does not penalise what the key has on top, and it grows
-# with the length of the vectors. A key that is longer in the query's direction can even score
+# feature, *animal*, costs nothing, because the query's entry for it is 0: the two vectors
+# have a cosine of only 0.71, yet "mat"'s query scores "cat"'s key exactly as high as its own
+# (6.25 each). A dot product is not a cosine (chapter 02): it rewards agreement but does not
+# penalise what the key has on top, and it grows with the length of the vectors. A key that is
+# longer in the query's direction can even score
 # higher than the query's own key (exercise 2).
 #
 # ## Why separate queries and keys?
@@ -584,7 +681,7 @@ fig, axes = plt.subplots(2, 1, figsize=(4.6, 7.6))
 names = [f"token {i}" for i in range(6)]
 for ax, shared, title in (
     (axes[0], True, "one matrix for queries and keys"),
-    (axes[1], False, "separate W_q and W_k"),
+    (axes[1], False, "separate $W_q$ and $W_k$"),
 ):
     plot_attention(fitted[shared], names, ax=ax, annotate=True, vmax=1)
     ax.set_title(title)
@@ -597,7 +694,7 @@ plt.show()
 # With separate $W_q$ and $W_k$ the score matrix $XW_qW_k^{\mathsf T}X^{\mathsf T}$ need not be
 # symmetric, and the fit puts all the weight on the previous token. This is a good reason to
 # learn the two projections separately, as the Transformer does, so that the query and the key
-# of one token are different vectors (chapter 05 builds the projections). The Reformer (Kitaev
+# of one token are different vectors. The Reformer (Kitaev
 # et al., 2020) uses one projection for both, so that a query and its key fall into the same
 # hash bucket, and has to stop each token from attending to itself: with shared (and
 # normalised) queries and keys, a token's score with itself is almost always its largest.
@@ -634,18 +731,28 @@ def time_attention(n: int, d: int = 64, repeats: int = 5) -> dict:
 
 lengths = [128, 256, 512, 1024, 2048, 4096]
 cost = {n: time_attention(n) for n in lengths}
-print("     n   three lines  growth        fused  score matrix")
+
+
+def growth(n: int, key: str) -> str:
+    """The time at length n divided by the time at half the length."""
+    return f"x{cost[n][key] / cost[n // 2][key]:.1f}" if n > 128 else ""
+
+
+print("        three lines       fused     scores")
+print("     n     ms  growth     ms  growth    MiB")
 for n in lengths:
     c = cost[n]
-    growth = f"x{c['naive'] / cost[n // 2]['naive']:.1f}" if n > 128 else ""
     print(
-        f"{n:6d} {1000 * c['naive']:10.2f} ms {growth:>7}"
-        f" {1000 * c['fused']:9.2f} ms {c['bytes'] / 2**20:9.1f} MiB"
+        f"{n:6d} {1000 * c['naive']:6.2f} {growth(n, 'naive'):>7}"
+        f" {1000 * c['fused']:6.2f} {growth(n, 'fused'):>7}"
+        f" {c['bytes'] / 2**20:6.1f}"
     )
+ratio = cost[4096]["naive"] / cost[4096]["fused"]
+print(f"at n = 4096 the fused function is {ratio:.1f} times faster")
 # exactly n^2 float32 numbers
 assert all(cost[n]["bytes"] == 4 * n * n for n in lengths)
 
-# %% tags=["hide-input", "nbval-ignore-output"] caption="The cost of one attention step of one head (d_k = 64), on a log-log scale. Top: the time of the three-line version and of PyTorch's fused function; from a few hundred tokens on both grow about as steeply as the n² line, or more, and at 4096 tokens the fused function is the faster. Bottom: the memory of the score matrix, exactly 4n² bytes." alt="Two log-log plots stacked, sequence length 128 to 4096 on the x axis. Top: milliseconds for the three-line version (blue) and the fused function (green), both rising steeply from well under a millisecond, with a dotted n squared reference line through the blue point at 1024; at 4096 the green point lies below the blue one. Bottom: the orange memory line lies exactly on a dotted line of 4 n squared bytes, rising from under 0.1 MiB to 64 MiB."
+# %% tags=["hide-input", "nbval-ignore-output"] caption="The cost of one attention step of one head (dₖ = 64), on a log-log scale. Top: the time of the three-line version and of PyTorch's fused function; up to 1024 tokens they stay close to each other and, from a few hundred tokens on, grow about as steeply as the n² line; from 2048 to 4096 tokens the three lines jump far above it, while the fused function stays near it and ends up the faster by a wide margin. Bottom: the memory of the score matrix, exactly 4n² bytes." alt="Two log-log plots stacked, sequence length 128 to 4096 on the x axis. Top: milliseconds for the three-line version (blue) and the fused function (green), both rising steeply from well under a millisecond, with a dotted n squared reference line through the blue point at 1024; at 4096 the green point lies below the blue one. Bottom: the orange memory line lies exactly on a dotted line of 4 n squared bytes, rising from under 0.1 MiB to 64 MiB."
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
 ns = torch.tensor(lengths, dtype=torch.float64)
 for key, name, colour in (
@@ -682,14 +789,18 @@ for ax in axes:
 axes[-1].set_xlabel("sequence length $n$")
 fig.tight_layout()
 plt.show()
-assert all(cost[n][k] > 0 for n in lengths for k in ("naive", "fused"))
 
 # %% [markdown]
 # For short sequences fixed costs (starting the operations, allocating their results) weigh
-# heavily, and the time grows more slowly than $n^2$. As $n$ grows, the column *growth* (the
-# time divided by the time at half the length) of the three lines climbs to about 4 or more:
-# $n^2$ predicts 4. The fused function is faster on the longest sequences. The memory
-# needs no measurement; scale it up to a modern context window:
+# heavily, and the time grows more slowly than $n^2$. The columns *growth* divide each time by
+# the time at half the length, and $n^2$ predicts 4. From a few hundred tokens on, both
+# functions grow about that fast, and they stay close to each other. From 2048 to 4096 tokens
+# the three lines grow far more than fourfold: the score matrix of 64 MiB and the weight matrix
+# of the same size no longer fit in the processor's cache (tens of MiB at most), and every
+# pass over them goes out to main memory. The fused function never stores these matrices; its
+# growth stays near 4 or below, and it ends up several times faster (last line of the table).
+#
+# The memory follows from the formula alone; scale it up to a modern context window:
 
 # %%
 print("one head's score matrix, float32:")
@@ -702,7 +813,9 @@ for n in (4096, 32_768, 131_072):
 # computes all its heads at once, so it holds these matrices for every head. Long-context
 # models therefore never store them. Fused kernels such as FlashAttention (Dao et al., 2022,
 # *FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness*) compute the
-# softmax block by block and keep only the output. That is the kernel the fused curve above
+# softmax block by block and keep only the output and one number per query (the
+# log-sum-exp of its scores, which the backward pass needs). That is the kernel the fused curve
+# above
 # used, on a CPU; PyTorch has it for GPUs too. The number of operations is still $O(n^2)$, but
 # the memory drops to $O(n)$, and because far less data moves to and from memory, the time
 # drops too.
@@ -716,10 +829,10 @@ for n in (4096, 32_768, 131_072):
 # * A softmax subtracts each row's maximum before exponentiating; written naively, large scores
 #   overflow into `nan`.
 # * Without the scale, the variance of the scores grows with $d_k$ and the softmax saturates:
-#   many queries receive almost no gradient (77% at $d_k = 1024$). In our eight pairs of
-#   training runs, every scaled run had learned the task at the first check after step 0,
-#   step 25; six of the eight unscaled runs had not
-#   after 300 steps.
+#   many queries receive almost no gradient (77% at $d_k = 1024$). Trained at its best
+#   learning rate from the same three, the scaled model learned the first-token task in all
+#   eight runs by step 25; the unscaled one took up to 225 steps, failed in two runs, and
+#   depended far more on the learning rate.
 # * Masks are boolean, `True` = may attend; blocked keys get weight exactly 0 (chapter 08 has
 #   the details).
 # * A dot product is not a cosine: it ignores what a key has beyond the query, and grows with
