@@ -24,6 +24,14 @@ def test_plot_attention_square_defaults_queries_to_keys():
     plt.close("all")
 
 
+def test_plot_attention_one_query_row():
+    # one query (e.g. the last position's weights): a 1 x keys map, not squeezed away
+    ax = plot_attention(torch.tensor([[0.5, 0.25, 0.25]]), keys=list("abc"), queries=["q"], annotate=True)
+    assert ax.images[0].get_array().shape == (1, 3)
+    assert len(ax.texts) == 3
+    plt.close("all")
+
+
 def test_plot_attention_errors_name_the_problem():
     with pytest.raises(ValueError, match="one \\(queries, keys\\) matrix"):
         plot_attention(torch.rand(2, 3, 4))

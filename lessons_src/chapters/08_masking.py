@@ -258,9 +258,10 @@ two_plus_one(
 # On every real row, the combined mask equals the look-ahead mask: with padding on the right,
 # the pads come after the last real token, so the causal rule already hides them from every
 # real query. The padding part only changes the pad rows, whose outputs nothing uses. It
-# earns its keep where pads or other sequences do *not* sit in the future: with padding on the
-# left (below), with several sequences packed into one row (exercise 1), and in the attentions
-# that have no causal rule at all, the encoder's and the cross-attention.
+# earns its keep where pads do *not* sit in the future: with padding on the left (below), and in
+# the attentions that have no causal rule at all, the encoder's and the cross-attention. (For
+# several sequences packed into one row, exercise 1, what must be hidden is the other sequence,
+# and the rule that hides it is "same sequence", not padding.)
 
 # %%
 real_rows = tgt_in[1] != PAD
@@ -352,8 +353,9 @@ plt.show()
 # 2. In the decoder's self-attention, query $i$ may see keys $j \le i$. So if the vectors entering
 #    the layer at positions $\le i$ depend only on tokens $\le i$, so does the output at $i$.
 # 3. Everything else in a layer acts on each position on its own: the feed-forward network,
-#    layer norm, dropout, the residual addition. Cross-attention reads the source, never the
-#    target.
+#    layer norm, dropout, the residual addition. Dropout on the attention weights, in training,
+#    only zeroes or rescales weights, so a 0 stays a 0 and it lets nothing in. Cross-attention
+#    reads the source, never the target.
 # 4. Below the first layer, the vector at position $i$ is the embedding of token $i$ plus the
 #    encoding of position $i$. By induction over the layers, the output at $i$ depends only on
 #    tokens $\le i$, however many layers there are.
@@ -489,8 +491,8 @@ with torch.no_grad():
 enc_change = (mem[real] - mem_junk[real]).abs().max().item()
 dec_change = (logits - logits_junk).abs().max().item()
 control = (unmasked[real] - unmasked_junk[real]).abs().max().item()
-print(f"{enc_change:.6f}  largest change, encoder output at real positions")
-print(f"{dec_change:.6f}  largest change, any decoder logit")
+print(f"{enc_change!r:>8}  largest change, encoder output at real positions")
+print(f"{dec_change!r:>8}  largest change, any decoder logit")
 print(f"{control:8.2f}  control without masks: encoder at real positions")
 assert enc_change == 0 and dec_change == 0  # exactly, not just small
 
@@ -588,7 +590,8 @@ plt.show()
 # ten thousand times smaller than the smallest difference without the mask. They come from the
 # shapes, not from the mask: the prefix pass multiplies matrices with fewer rows than the full
 # pass, and a matrix library may compute a product of another shape with another kernel, which
-# adds the same terms in a different order. Keep the shapes and the test becomes exact: at the
+# adds the same terms in a different order (which shapes get another kernel depends on the
+# library and the machine). Keep the shapes and the test becomes exact: at the
 # full length, replace the tokens after $t$ by random ones, and compare the logits at positions
 # $0 \ldots t$:
 
@@ -627,7 +630,7 @@ with torch.no_grad():
 # `3 1 4 1 5 9 2 6 | 6 2 9 5 1 4 1 3 .`. A language model reads it and predicts every next
 # token: 17 labels. Seven of them (the digits after the first) are random, so a model that
 # cannot see the future predicts them no better than chance, at a loss of $\ln 10$ each; the
-# other ten follow from the tokens before them. No such model can get its average loss below
+# other ten follow from the tokens before them. No such model can get its expected loss below
 # $\tfrac{7}{17} \ln 10$.
 #
 # The model is a decoder-only stack, two `EncoderLayer`s (chapter 07) run with a mask we pass
@@ -715,16 +718,16 @@ for name, rule in [("causal", causal_mask), ("off by one", off_by_one)]:
         f"{name:<12}{trained:>10.3f}{generated:>11.3f}{reversed_share:>10.1%}"
     )
 # the leak: a training loss no honest model can reach
-assert results["off by one"][0] < 0.01 < floor
+assert results["off by one"][0] < floor
 
 # %% [markdown]
-# With the causal mask, the model ends within 0.01 of the lowest loss the task allows, and its
+# With the causal mask, the model ends within about 0.01 of the lowest loss the task allows, and its
 # two losses agree, as check 2 promised: what it learned in training is what it does when it
 # generates, and it reverses every prompt. With `off_by_one`, the loss computed as in training
 # falls to 0.000, far below what any model that cannot see ahead can reach: each position reads its
 # label and copies it. Run the way generation runs it, with no next token to read, the same
-# model has a loss five times the causal model's (4.812 against 0.955) and reverses 8.3% of
-# the prompts. That loss is worse than guessing uniformly among the 12 tokens ($\ln 12 =
+# model has a loss five times the causal model's (4.812 against 0.955) and reverses only a few
+# percent of the prompts (8.3 % here). That loss is worse than guessing uniformly among the 12 tokens ($\ln 12 =
 # 2.48$): it learned to read the answer it was shown, and when it generates, that answer is
 # not there. A training loss below what the data allows is the signature of a leaking mask.
 #
@@ -927,12 +930,12 @@ print(f"the same with the causal mask alone: max change {change:.2f}")
 #   `nn.Transformer.generate_square_subsequent_mask(n)` returns that float form.
 # * **Hugging Face models** (`attention_mask`): in the usual call, integers `(batch, L)`,
 #   1 = real token: a padding mask only.
-# * **d2l.ai** (`valid_lens`): `(batch,)`, the number of real tokens.
+# * **d2l.ai** (`valid_lens`): `(batch,)` (or `(batch, queries)`), the number of real tokens.
 #
 # With `is_causal=True` the caller builds no mask, and PyTorch's fused kernels apply the rule
 # inside, without an $n \times n$ mask in memory (its plain fallback implementation still
 # builds one); chapter 10's GPT uses it. The rule lines up query 0 with key 0, which is wrong
-# when the queries are only the *last* positions. Generating several new tokens at once
+# when the queries are only the *last* positions. Feeding several new tokens at once
 # against a cache of past keys (chapter 10) needs the last rows of the causal mask,
 # `causal_mask(past + n)[:, :, past:]`; a single new query needs no mask at all, since it may
 # read every key. Code that keeps a mask tensor builds it once for the longest sequence and
@@ -1132,28 +1135,29 @@ for b in range(3):
 # The first and last sentences let query 1 attend to their pad, and the middle one, which has
 # no padding, blocks its last word from queries 0 and 2. A 2-D mask is ambiguous, and the safe
 # habit is never to pass one: write `mask[:, None, None, :]` for padding (one row per
-# sentence) and `mask[None, None]` for one pattern shared by every sentence. (Our attention
-# refuses a 2-D mask that could be either, rather than guess.)
+# sentence) and `mask[None, None]` for one pattern shared by every sentence.
 
 # %% [markdown]
-# **Pitfall 5, run.** Masks built from the full target `tgt` are one position too long for the
-# decoder input `tgt[:, :-1]`: no attention can lay an 8 × 8 mask over 7 × 7 scores, and
-# ours says so rather than broadcast:
+# **Pitfall 5, run.** Masks built from the full target `tgt` do not even fit the decoder input
+# `tgt[:, :-1]`: an 8 × 8 mask cannot lie over 7 × 7 scores, and any attention stops with an
+# error. The silent form of the same bug builds the padding mask from a tensor of the right
+# length but the wrong content, the labels `tgt[:, 1:]`:
 
 # %%
-_, full_tgt_mask, _ = make_seq2seq_masks(src, tgt, PAD)  # built for tgt
-try:
-    model.decode(tgt_in, mem, full_tgt_mask, memory_mask)
-    outcome = "accepted"
-except ValueError:
-    outcome = "ValueError"
-print(
-    f"mask {tuple(full_tgt_mask.shape)} with tgt_in {tuple(tgt_in.shape)}:",
-    outcome,
-)
+right = combine_masks(padding_mask(tgt_in, PAD), causal_mask(n))
+from_labels = combine_masks(padding_mask(labels, PAD), causal_mask(n))
+print("same shape as the right mask:", from_labels.shape == right.shape)
+print("cells that differ (sentence, query, key):")
+for b, _, q, k in (from_labels != right).nonzero().tolist():
+    print(f"  sentence {b}, query {q}, key {k}: now {from_labels[b, 0, q, k]}")
 
 # %% [markdown]
-# The tempting "fix" is worse: drop the shift altogether, feed the decoder `tgt` and score its
+# Every shape check passes, and nothing fails; but in the two shorter sentences the decoder can
+# no longer read its real `<eos>` input (key 3 of sentence 1, key 4 of sentence 2), not even at
+# the `<eos>` position itself: the labels are the input shifted by one, and so is a padding
+# mask built from them.
+#
+# The tempting "fix" for the shapes is worse: drop the shift altogether, feed the decoder `tgt` and score its
 # output against `tgt` too, so that masks, inputs and labels all have one length. Position $t$
 # is then labelled with token $t$, which the causal mask lets it read:
 
@@ -1175,7 +1179,7 @@ print("  positions that may read their label:", int(label_visible.sum()))
 # ## Two more shapes of mask
 #
 # Every mask so far is a rule about positions or tokens, written as one boolean comparison, and
-# rules are combined with AND. Two masks that current models use are built the same way. A
+# rules are combined with AND. Two masks that models use are built the same way. A
 # **prefix language model** (the "causal with prefix" mask of the T5 paper, Raffel et al.,
 # 2020, and of UniLM, Dong et al., 2019) reads its prompt in both directions and generates the
 # rest causally: key $j$ is visible to query $i$ if $j \le i$ *or* $j$ lies in the prompt, one

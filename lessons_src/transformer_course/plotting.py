@@ -127,7 +127,8 @@ def _to_2d(weights: torch.Tensor | np.ndarray) -> np.ndarray:
         if isinstance(weights, torch.Tensor)
         else np.asarray(weights)
     )
-    arr = np.squeeze(arr)
+    if arr.ndim > 2:  # drop batch / head axes of size 1; keep a 1-row map
+        arr = np.squeeze(arr)
     if arr.ndim != 2:
         raise ValueError(
             "plot_attention needs one (queries, keys) matrix, "
