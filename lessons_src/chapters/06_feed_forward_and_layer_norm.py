@@ -37,12 +37,7 @@ from transformer_course.attention import MultiHeadAttention
 from transformer_course.diagrams import feed_forward, norm_axes, norm_placement
 from transformer_course.layers import LayerNorm, PositionwiseFeedForward
 from transformer_course.transformer import EncoderLayer
-from transformer_course.utils import (
-    count_parameters,
-    progress,
-    set_seed,
-    show_source,
-)
+from transformer_course.utils import count_parameters, set_seed, show_source
 
 g = set_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
@@ -62,7 +57,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # negative ones to zero, and $W_2$ brings the result back to $d_\text{model}$ numbers. The same
 # network, with the same weights, is applied to every position:
 
-# %% caption="The feed-forward network at one position, with d_model = 4 and d_ff = 16: W1 widens the 4 numbers to 16 hidden units, the ReLU sets some of them to zero (white), and W2 narrows the rest back to 4. Units at zero write nothing to the output." alt="Three rows of circles. Bottom: 4 input circles, each connected by thin grey lines to all 16 circles of the middle row. Middle: 16 hidden units, 7 of them filled in teal and 9 white. Top: 4 output circles, connected only to the 7 filled hidden units. Labels: 'W1 widens' between bottom and middle, 'W2 narrows' between middle and top."
+# %% caption="The feed-forward network at one position, with d_model = 4 and d_ff = 16: W1 widens the 4 numbers to 16 hidden units, the ReLU sets some of them to zero (white), and W2 narrows the rest back to 4. Units at zero write nothing to the output." alt="Three rows of circles. Bottom: 4 input circles, each connected by thin grey lines to all 16 circles of the middle row. Middle: 16 hidden units, 7 of them filled in teal and 9 white. Top: 4 output circles, connected only to the 7 filled hidden units. Labels: 'W1 widens' between bottom and middle, 'W2 narrows' between middle and top, and right of the middle row: 16 hidden units, ReLU(xW1 + b1), white = 0."
 feed_forward(d_model=4, d_ff=16)
 plt.show()
 
@@ -116,7 +111,7 @@ print("for -x, after the ReLU:", F.relu(-x @ W1 + b1))
 #
 # As a module the whole FFN is `nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(),
 # nn.Linear(d_ff, d_model))`. The package's `PositionwiseFeedForward` is the same three steps,
-# with a GELU as an option, dropout on the hidden layer and input checks (its source is folded
+# with the GELU (a smooth ReLU, met below) as an option, dropout on the hidden layer and input checks (its source is folded
 # below). One detail trips up everyone once: `nn.Linear(d_in, d_out)` stores its weight as a
 # `(d_out, d_in)` matrix and computes `x @ weight.T + bias`, so our $W_1$ goes in transposed.
 
@@ -255,6 +250,11 @@ print("gradient, GELU: ", gelu_grad)
 # reaches the first layer of a deep stack is a product of one Jacobian per layer, and if each one
 # shrinks vectors a little, the product shrinks exponentially.
 #
+# A deep plain stack can fail in two ways: the gradient can shrink on its way down to the first
+# layers, so that they cannot learn, and the output can forget what distinguished one input from
+# another. In a stack of feed-forward blocks we will find that the first is the initialisation's
+# doing and the second the ReLU's, and that the residual connection avoids both.
+#
 # The experiment: 30 feed-forward blocks stacked, once as $x \leftarrow f_\ell(x)$ and once as
 # $x \leftarrow x + f_\ell(x)$, with identical (PyTorch default) initial weights. One backward pass
 # of a simple loss, then the gradient norm of every block's first weight matrix.
@@ -272,7 +272,9 @@ def ffn_stack_gradients(residual: bool) -> list[float]:
     for block in blocks:
         h = h + block(h) if residual else block(h)
     h.pow(2).mean().backward()
-    return [b.linear1.weight.grad.norm().item() for b in blocks]
+    # norms in float64: the smallest gradients have entries so small that
+    # their squares underflow in float32
+    return [b.linear1.weight.grad.double().norm().item() for b in blocks]
 
 
 inputs = torch.randn(32, d, generator=g)
@@ -293,7 +295,8 @@ assert max(grads_res) / min(grads_res) < 10
 
 # %% [markdown]
 # Without residual connections the gradient at the first block is more than 17 orders of
-# magnitude smaller than at the last (4.2e-21 against 2.0e-03): the first blocks cannot learn.
+# magnitude smaller than at the last (4.4e-21 against 2.0e-03): with this initialisation the
+# first blocks cannot learn.
 # With residual connections every block gets a gradient of about the same size (1.6 to 2.2 at
 # the blocks printed). Has the plain stack kept anything of its input? Feed it a completely
 # different input and compare the outputs:
@@ -381,7 +384,7 @@ def stack_report(
         cos.append(cos_uw.mean().item())
         length.append(h.norm(dim=-1).mean().item())
     h.pow(2).mean().backward()
-    grads = [b.linear1.weight.grad.norm().item() for b in blocks]
+    grads = [b.linear1.weight.grad.double().norm().item() for b in blocks]
     return grads, cos, length
 
 
@@ -437,7 +440,7 @@ assert 1.3 < (res_he_length[-1] / res_he_length[0]) ** (1 / 29) < 1.5
 
 # %% caption="Gradient norm of each block's first weight matrix after one backward pass through 30 feed-forward blocks. The plain stack with PyTorch's default initialisation loses more than 17 orders of magnitude towards the input; He initialisation and the residual connection both keep it flat." alt="Line plot, log-scale y axis from 1e-21 to 10, x axis block 1 to 30. The plain default-init curve rises in a straight line from about 4e-21 at block 1 to 2e-3 at block 30. The plain He-init and residual default-init curves lie flat between about 1 and 3 across all blocks."
 with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
-    fig, ax = plt.subplots(figsize=(6.5, 4.6))
+    fig, ax = plt.subplots(figsize=(5.2, 4.2))
     blocks_idx = range(1, depth + 1)
     for name in (
         "plain, default init",
@@ -453,10 +456,15 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 
 # %% [markdown]
 # The first two rows separate the weights from the biases. With zero biases the length falls by
-# a factor of 0.230 per block, close to the argument's 0.236, to 5.6e-19 after 30 blocks (its
-# gradients print as 0: their norms are computed in float32, where squaring entries this small
-# underflows to 0). With the default biases the length settles at 0.40, and the outputs for the
-# two inputs are alike (1.00): what is left is the biases' part.
+# a factor of 0.230 per block, close to the argument's 0.236, to 5.6e-19 after 30 blocks. Its
+# gradients are tiny everywhere (the loss's gradient is proportional to an output that small),
+# but block 1's is about as large as block 30's (2.8e-38 and 2.4e-38). The gradient of a block's
+# $W_1$ is the signal coming back from above times the block's input. Going down from block 30
+# to block 1, the signal shrinks by a factor of about 0.24 per block, while the block's input
+# grows by the inverse of the 0.230 it shrank by on the way forward, so the two cancel. With the
+# default biases the input of every later block keeps a length of about 0.40, the biases' part,
+# so nothing cancels the backward shrinkage, and the gradient vanishes towards the input. The outputs for the two inputs are
+# then alike (1.00): what is left is the biases' part.
 #
 # So the vanishing gradient of the plain stack is the initialisation's doing: with He
 # initialisation block 1 receives a gradient as large as block 30's (1.6 against 1.4), and the
@@ -655,7 +663,8 @@ for name, norm in (
 # * **pre-norm** (GPT-2 and nearly every large model since): the norm on the branch,
 #   $x \leftarrow x + f(\operatorname{LN}(x))$, and one final norm after the last layer.
 #
-# Side by side, for one sub-layer $f$, with the residual stream drawn as the thick grey line:
+# Side by side, for one sub-layer $f$ (with dropout on its output, which the last section of the
+# chapter explains), with the residual stream drawn as the thick grey line:
 
 # %% caption="One sub-layer with its residual connection, post-norm (left) and pre-norm (right). In post-norm the layer norm sits on the stream, after the addition; in pre-norm it sits on the branch, before the sub-layer, and the stream itself is not normalised inside the layer (only once, after the last layer of the stack)." alt="Two diagrams side by side, each with a thick vertical grey line from x at the bottom to out at the top. Left, post-norm: a branch leaves the line to a yellow box 'sublayer + dropout' and returns to a plus sign on the line, followed by a pink LayerNorm box on the line itself, labelled LN(x + f(x)). Right, pre-norm: the branch goes through a pink LayerNorm box and then the yellow sublayer box before returning to the plus sign; nothing else is on the line, labelled x + f(LN(x)), with the note: the stream is not normalised here."
 norm_placement()
@@ -663,7 +672,11 @@ plt.show()
 
 # %% [markdown]
 # Written out for one sub-layer `f` and its norm `ln`, each placement is one line, and a layer
-# applies it twice, once with attention and once with the feed-forward network:
+# applies it twice, once with attention and once with the feed-forward network. The package's
+# `EncoderLayer`, the layer chapter 07 stacks into the encoder, does exactly that, and this
+# chapter borrows it for its experiments: `norm_first` picks the variant, `self_attn` and `ff`
+# are its two sub-layers, `norm1` and `norm2` their norms. With dropout off, our two functions,
+# each applied twice, reproduce it:
 
 
 # %%
@@ -696,9 +709,8 @@ for norm_first, place in ((False, post_norm), (True, pre_norm)):
     )
 
 # %% [markdown]
-# `EncoderLayer` is the layer chapter 07 stacks into the encoder; this chapter borrows it for its
-# experiments. `norm_first` picks the variant, and each variant applies its one-line placement
-# twice, plus dropout. (Its `mask` argument hides positions, as in chapter 04, and chapter 08 builds padding
+# `EncoderLayer.forward` applies the one-line placement of its variant twice, plus dropout on each
+# branch. (Its `mask` argument hides positions, as in chapter 04, and chapter 08 builds padding
 # and causal masks; `cache` reuses keys and values during generation, chapter 10.) Both listings
 # are folded:
 
@@ -707,9 +719,7 @@ show_source(EncoderLayer.forward)
 
 # %% [markdown]
 # The attention branch goes through `_sa`, which applies attention and then `dropout1` to its
-# output, as `dropout2` does for the feed-forward branch. (It also keeps a copy of the attention
-# weights, for plotting, whenever the layer computes them itself; PyTorch's fused attention
-# kernel, `use_sdpa=True` from chapter 05, does not return them.)
+# output, as `dropout2` does for the feed-forward branch.
 
 # %%
 show_source(EncoderLayer._sa)
@@ -780,7 +790,7 @@ assert streams["pre"][-1] > 1.5 * streams["pre"][0]
 assert streams["none"][-1] > 1.5 * streams["pre"][-1]
 
 # %% [markdown]
-# Without any norm the stream grows by a factor of 1.1 to 1.6 every 4 layers, four-fold over 24,
+# Without any norm the stream grows by a factor of 1.1 to 1.5 every 4 layers, four-fold over 24,
 # because each layer's contribution is computed from the stream it reads and grows with it (from
 # 1.69 at layer 1 to 8.02 at layer 24). Pre-norm's stream grows too, but each branch reads a
 # normalised input, so each contribution stays about the same size (1.63 and 2.04) and the
@@ -924,7 +934,7 @@ VARIANTS = {"post-norm": "post", "pre-norm": "pre", "no norm": "none"}
 jobs = [(name, LAYERS, s) for name in VARIANTS for s in SEEDS]
 jobs += [(name, 3, s) for name in ("post-norm", "pre-norm") for s in SEEDS]
 runs = {}
-for name, layers, s in progress(jobs, desc=f"{len(jobs)} training runs"):
+for name, layers, s in jobs:
     runs[name, layers, s] = train_reversal(VARIANTS[name], s, layers=layers)
 
 print(f"{'random seed':25}" + "".join(f"{s:6d}" for s in SEEDS))
@@ -942,11 +952,22 @@ for name in VARIANTS:
         f"  {f'{LAYERS} layers, {name}':23}"
         + "".join(f"{c:6.2f}" for c in cells)
     )
+for title, first, last in (
+    ("highest loss in the first 10 steps", 0, 10),
+    (f"highest loss after step 100 (of {STEPS})", 100, STEPS),
+):
+    print(title)
+    for name in VARIANTS:
+        cells = [max(runs[name, LAYERS, s][0][first:last]) for s in SEEDS]
+        print(
+            f"  {f'{LAYERS} layers, {name}':23}"
+            + "".join(f"{c:6.2f}" for c in cells)
+        )
 
-# %% caption="Five training runs per variant of a 12-layer encoder on sequence reversal, Adam at 3e-3 without warmup. Top: the training loss; pre-norm (orange) passes a loss of 1 after about 40 steps in every run, the model without norms (grey) a little later, post-norm (blue) much later or not at all. Bottom: how alike the final token vectors of a probe batch are, for post- and pre-norm; post-norm's become nearly identical within two steps." alt="Two stacked line plots sharing an x axis of training steps 0 to 150, five thin lines per variant. Top: cross-entropy; the lines start near 2.5, except the five grey no-norm lines, which jump off the top of the panel at step 2 and are back near 2.5 by step 10; the five orange pre-norm lines fall steeply between steps 20 and 50 to near 0; the grey lines fall just after them, between steps 25 and 60, and are a little noisy near 0 later on; the blue post-norm lines stay near the dotted guessing line at 2.48 much longer: three fall between steps 60 and 100, one between 120 and 150, and one stays flat to the end. Bottom: mean cosine similarity of the blue and orange runs only; the blue lines jump to about 1 within two steps; four come down slowly as their runs start to learn, one stays at 1 to the end; the orange lines rise to about 0.9 by step 10 and fall to near 0 by step 40."
+# %% caption="Five training runs per variant of a 12-layer encoder on sequence reversal, Adam at 3e-3 without warmup. Top: the training loss; pre-norm (orange) passes a loss of 1 after about 40 steps in every run, the model without norms (grey) a little later and less steadily (a spike at the start, noise near the end), post-norm (blue) much later or not at all. Bottom: how alike the final token vectors of a probe batch are, for post- and pre-norm; post-norm's become nearly identical within two steps." alt="Two stacked line plots sharing an x axis of training steps 0 to 150, five thin lines per variant. Top: cross-entropy; the lines start near 2.5, except the five grey no-norm lines, which jump to between about 4 and 6.5 at step 2 or 3 and are back near 2.5 by step 10; the five orange pre-norm lines fall steeply between steps 20 and 50 to near 0; the grey lines fall just after them, between steps 25 and 60, and grow noisy again after step 100, one rising to about 0.7 at the end; the blue post-norm lines stay near the dotted guessing line at 2.48 much longer: three fall between steps 60 and 100, one between 120 and 150, and one stays flat to the end. Bottom: mean cosine similarity of the blue and orange runs only; the blue lines jump to about 1 within two steps; four come down slowly as their runs start to learn, one stays at 1 to the end; the orange lines rise to about 0.9 by step 10 and fall to near 0 by step 40."
 colors = {"no norm": "0.6", "post-norm": "tab:blue", "pre-norm": "tab:orange"}
 with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
-    fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.0), sharex=True)
+    fig, axes = plt.subplots(2, 1, figsize=(5.2, 8.0), sharex=True)
     for (name, layers, s), (losses, sim) in runs.items():
         if layers != LAYERS:
             continue
@@ -974,23 +995,28 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
     axes[1].set_ylabel("mean cosine similarity")
     axes[1].set_title("how alike the final token vectors are")
     axes[1].set_xlabel("training step")
-    axes[0].set_ylim(-0.1, 4.3)
+    axes[0].set_ylim(-0.1, 7.4)
     axes[1].set_ylim(-0.05, 1.3)
-    axes[0].legend(loc="upper center", ncol=2)
+    axes[0].legend(loc="upper right")
     axes[1].legend(loc="upper center", ncol=2)
     fig.tight_layout()
     plt.show()
 
 # %% [markdown]
 # The table gives the steps, and the top panel shows the same picture: pre-norm passes a loss of
-# 1 at step 36 to 44 in all five runs. Post-norm sits on the plateau of guessing about twice as
-# long in three runs (step 81 to 83), three to four times as long in a fourth (138), and does not
-# leave it within 150 steps in the fifth. The controls say more. With 3 layers the gap is gone,
-# and post-norm is even slightly ahead in every run (step 33 to 38, against 36 to 42 for
-# pre-norm), so it is depth that makes post-norm hard to train. And the 12-layer model without
-# any norm (grey in the top panel) learns in every run, at step 42 to 55, later than pre-norm in
-# each: at this depth the residual connections alone keep the stack trainable, the norms in the
-# pre-norm position make it faster, and in the post-norm position they are what slows it down.
+# 1 at step 36 to 44 in all five runs. Post-norm passes a loss of 1 about twice as late in three
+# runs (step 81 to 83), more than three times as late in a fourth (138), and never leaves the
+# plateau of guessing within 150 steps in the fifth. The controls say more. With 3 layers the
+# gap is gone, and post-norm is even slightly ahead in every run (step 33 to 38, against 36 to 42 for
+# pre-norm): in this experiment, depth is what separates the two placements.
+#
+# The 12-layer model without any norm (grey in the top panel) learns in every run, at step 42 to
+# 55, later than pre-norm in each, but less steadily. In its first 10 steps its loss jumps to
+# between 3.80 and 6.45, far above guessing, where pre-norm's stays at 2.70 or below; and once it
+# has learned, its loss grows noisy again: its highest loss after step 100 is 0.11 to 0.72,
+# against at most 0.02 for pre-norm. In these runs the residual connections alone keep the
+# 12-layer stack trainable; the norms in the pre-norm position make it faster and steadier, and
+# in the post-norm position they slow it down.
 #
 # The bottom panel shows what happens first. After two full-size Adam steps, post-norm's final
 # vectors are nearly all the same vector (similarity 0.97 to 1.00), whatever the token and its
@@ -1055,10 +1081,10 @@ print("evaluation mode: output == input:", torch.equal(eval_out, xd))
 #   thirds of an encoder layer's or a GPT block's parameters (half of a decoder layer's), and
 #   45.54 % of GPT-2 small, whose token embeddings hold 31.02 %.
 # * Residual connections give the gradient an identity path. A plain 30-block stack with PyTorch's
-#   default initialisation loses its gradient (4.2e-21 at block 1) and forgets its input, whose
-#   part of the output shrinks by a factor of about 0.23 per block (the variance argument
-#   predicts $\sqrt{1/18} \approx 0.236$) while the biases' part stays; He
-#   initialisation restores the gradient but not the distinction between inputs, which ReLU
+#   default initialisation loses its gradient (4.4e-21 at block 1) and forgets its input: its
+#   weights shrink a vector by $\sqrt{1/18} \approx 0.236$ per block by the variance argument
+#   (with zero biases the length shrinks by 0.230 per block), while the biases' part of the
+#   output stays. He initialisation restores the gradient but not the distinction between inputs, which ReLU
 #   layers drive towards parallel; the residual stack keeps both, but its stream can grow from
 #   block to block (from 8.05 to 1.9e+05 over 30 blocks with He initialisation).
 # * Layer normalisation rescales each token's vector over its own features, with the biased
@@ -1066,11 +1092,13 @@ print("evaluation mode: output == input:", torch.equal(eval_out, xd))
 #   function and does not reproduce PyTorch's numbers. Unlike batch normalisation it never looks at
 #   the other tokens of the batch.
 # * Post-norm renormalises the stream after every sub-layer; pre-norm normalises only the branch
-#   input, lets the stream grow slowly and keeps an identity path to the output. Without warmup a
-#   12-layer post-norm encoder's token vectors collapse to nearly one vector within two Adam steps
-#   and it stays on the plateau of guessing far longer than pre-norm, which learned within 44
-#   steps in every run. With 3 layers the gap disappears; with no norms at all the 12-layer
-#   model learns too, later than pre-norm and much sooner than post-norm.
+#   input, lets the stream grow slowly and keeps an identity path to the output. On the reversal
+#   task, without warmup, the 12-layer post-norm encoder's token vectors collapsed to nearly one
+#   vector within two Adam steps in all five runs, and it stayed on the plateau of guessing far
+#   longer than pre-norm, which learned within 44 steps in every run. With 3 layers the gap
+#   disappeared; with no norms at all the 12-layer model learned too, later than pre-norm and
+#   sooner than post-norm, but less stably: its loss spiked in the first steps and grew noisy
+#   again late in training.
 # * Dropout acts on each sub-layer's output before it joins the residual stream; inside the layers
 #   the stream itself is never dropped.
 #
@@ -1140,8 +1168,6 @@ def backward_factors(width: int, x: torch.Tensor) -> tuple[float, float]:
         block_inputs.append(h)
         h = block(h)
     h.pow(2).mean().backward()
-    # norms in float64: at block 1 the entries are near 1e-23, and their
-    # squares underflow in float32
     to_input = [t.grad.double().norm().item() for t in block_inputs]
     of_w1 = [b.linear1.weight.grad.double().norm().item() for b in stack]
 
@@ -1158,11 +1184,13 @@ for width in (16, 64, 256):
     x_w = inputs if width == d else torch.randn(32, width, generator=g)
     to_input, of_w1 = backward_factors(width, x_w)
     print(f"{f'd = {width}':10} {to_input:22.3f} {of_w1:15.3f}")
+from_block_30 = grads_plain[-1] * predicted ** (depth - 1)
+print("d = 64, gradient of W1 at block 1:")
 print(
-    "d = 64, gradient of W1 at block 1: predicted from block 30's",
-    f"{grads_plain[-1] * predicted ** (depth - 1):.1e},",
+    f"  predicted from block 30's {from_block_30:.1e},",
+    f"measured {grads_plain[0]:.1e},",
+    f"{grads_plain[0] / from_block_30:.1f} times the prediction",
 )
-print(f"{'measured':>59} {grads_plain[0]:.1e}")
 
 # %% [markdown] tags=["solution"]
 # The gradient passed from block to block shrinks by the predicted factor at every width, to
@@ -1176,7 +1204,7 @@ print(f"{'measured':>59} {grads_plain[0]:.1e}")
 # the variance argument does not capture that. Its factor is close to the prediction too, but it
 # varies more from stack to stack (0.236 to 0.253 in these three). At $d = 64$ it is 0.246
 # instead of 0.236, and that small excess, compounded over 29 blocks, puts block 1's gradient a
-# factor of about 3 above the prediction (4.2e-21 against 1.3e-21), across more than 17 orders of
+# factor of 3.4 above the prediction (4.4e-21 against 1.3e-21), across more than 17 orders of
 # magnitude.
 
 # %% [markdown]
@@ -1214,4 +1242,5 @@ for step in (0, 2):
 # collapse: after two steps of a small learning rate they are hardly more alike than at the
 # start. The same warmup also slows pre-norm down: with it pre-norm passes a loss of 1 at step 51
 # to 57 instead of 36 to 44, 13 to 17 steps later, and post-norm with the same warmup is still 7
-# to 10 steps behind it. Warmup fixes post-norm's start; pre-norm does not need the fix.
+# to 10 steps behind it. In these runs warmup fixed post-norm's start; pre-norm did not need the
+# fix.

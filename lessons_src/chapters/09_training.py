@@ -93,8 +93,8 @@ print("training on:", device)
 # `get_device()` picks a GPU when there is one (CUDA, or Apple's MPS), else the CPU: open this
 # notebook in Colab with a GPU runtime and the same code trains there. Training amplifies tiny
 # differences in floating-point rounding, so on your machine (CPU or GPU) the numbers printed
-# after training will differ slightly from the ones shown here, and so may the counts of
-# mistakes.
+# after training will differ: the held-out accuracy should again be 99 % or more, while the
+# percentages on the unseen formats near the end can move by several points.
 #
 # ## The task: normalising dates
 #
@@ -608,7 +608,8 @@ plt.show()
 # \end{aligned}
 # $$
 #
-# Why warm up? At the start, Adam divides each step by a running estimate of the gradient's size
+# Chapter 06 showed why a post-norm stack needs a warm-up; here we see what it costs in a real
+# training run. Why warm up? At the start, Adam divides each step by a running estimate of the gradient's size
 # that rests on very few gradients, so its first steps can be far too large (Liu et al., 2020,
 # *On the Variance of the Adaptive Learning Rate and Beyond*). And in a *post-norm* Transformer
 # (ours, and the paper's: layer norm after each residual sum), the gradients of the layers near
@@ -781,7 +782,7 @@ print(
 # 20 losses should be the loop's; and the recorded norms say when clipping acted:
 
 # %%
-same_20 = max(abs(a - b) for a, b in zip(hand_loss, history.loss)) < 1e-6
+same_20 = max(abs(a - b) for a, b in zip(hand_loss, history.loss)) < 1e-4
 print("fit's first 20 losses equal the hand-written loop's:", same_20)
 clipped = np.array(seen_norms) > 0.999
 per_100 = clipped.reshape(-1, 100).sum(1).tolist()
@@ -827,13 +828,12 @@ assert min(history.loss) > floor
 # The loss curves. In the top panel, the training loss (one value per step, and its average
 # over 25 steps) falls from the untrained model's 3.5 to just above the floor within the first
 # few hundred steps, and the validation loss, first measured at step 100, follows it; from there
-# on the curves look flat: a plain plot hides the second half of training. (The recipe's remedy
-# for a first loss above $\ln K$, an output layer initialised to give the uniform guess, would
-# save little here: the training loss first falls below $\ln K$ at step 7.) The bottom panel plots the same curves *minus the
+# on the curves look flat: a plain plot hides the second half of training (the training loss is
+# already below $\ln K$ at step 7). The bottom panel plots the same curves *minus the
 # floor*, on a log scale. What the model has left to learn keeps shrinking while the learning
 # rate decays: in the table above, the validation excess falls from 0.0362 at step 400 to 0.0006
-# at step 800. In the last 100 steps single batches still make the per-step training loss spike
-# (to several times its median there); the learning rate is close to its minimum, and the
+# at step 800. In the last 100 steps single batches still make the per-step excess over the
+# floor spike, to about nine times its median there (0.0064 against 0.0007); the learning rate is close to its minimum, and the
 # validation loss keeps falling. The validation excess stays close to the training one all
 # along, above it at steps 400 and 600 and below it at the other six: with 500 validation
 # examples, gaps this small are noise. Nor does the closeness say much about memorising: each training
@@ -963,7 +963,10 @@ by_format = (
     .groupby([x.format for x in splits.test])
     .mean()
 )
-print(f"the format with the lowest accuracy: {100 * by_format.min():.1f} %")
+print(
+    f"the format with the lowest accuracy: {by_format.idxmin()},",
+    f"{100 * by_format.min():.1f} %",
+)
 mistakes = [
     (x.source, p, x.target)
     for p, x in zip(predictions, splits.test)
@@ -1053,6 +1056,13 @@ print(
     "'July 14 2021' mistakes whose day is '0' + the last digit "
     f"of the true day: {lost_tens:.0%}"
 )
+iso = ood[ood["format"] == "iso_slash"]
+iso = iso[iso["prediction"].str.fullmatch(r"\d{4}-\d{2}-\d{2}")]
+last_as_year = (iso["prediction"].str[2:4] == iso["example"].str[-2:]).mean()
+first_as_month = (iso["prediction"].str[5:7] == iso["example"].str[:2]).mean()
+print(f"'1962/10/23', the {len(iso)} well-formed outputs:")
+print(f"  year ends in the last field ('23' -> 2023): {last_as_year:.0%}")
+print(f"  month is the first two digits ('19'):        {first_as_month:.0%}")
 
 # %% [markdown]
 # These numbers come from one training run, and that matters here. Models trained on the same
@@ -1064,7 +1074,9 @@ print(
 # differently.
 #
 # * **`1962/10/23`** (0 %): in training, `/` *always* meant month/day/year, so the model trusts
-#   the separator over the shape of the numbers. 30 of the 200 outputs are not even shaped like
+#   the separator over the shape of the numbers and reads `1962/10/23` as it would read
+#   `19/10/23`, month first and year last: in two thirds of the well-formed outputs (printed
+#   above) the year ends in `23`, and in two thirds the month is `19`. 30 of the 200 outputs are not even shaped like
 #   a date (`2013-02-4`); in the other 170 the year is wrong in 169, the month in 166 and the
 #   day in 165, and some name a month that does not exist (`2023-19-26` has a month 19).
 # * **`1962 October 23`** (0.5 %) fails differently: 16 outputs are malformed, and in every
@@ -1078,9 +1090,11 @@ print(
 #   drop the day's tens digit, printed above, is one such detail.
 #
 # So the model has learned the regularities of its training formats, including one a human
-# reader would not apply: a `/` *implies* month-first, even when a four-digit year comes first.
+# reader would not apply: after a `/`, the first field is the month and the last the year, even
+# when a four-digit year comes first.
 # The convention of our task (`/` is month/day/year) never had to cover that case, and nothing
-# in training taught the model that a four-digit field is a year wherever it stands. A held-out set drawn from the training
+# in training taught the model that a four-digit field is a year wherever it stands. A held-out
+# set drawn from the training
 # distribution shares those regularities, so it could not reveal them; a high score there
 # measured interpolation. To know how a model behaves on the inputs you will actually get, test
 # on those, and look at *which* mistakes it makes: here they point straight at the fix (more
@@ -1272,8 +1286,10 @@ print(f"ours: {n_ours:,} parameters; base is {n_tied / n_ours:.0f} times ours")
 # %% [markdown]
 # The 2017 paper trained base for 100,000 steps, 12 hours on 8 P100 GPUs; ours trained for 800
 # steps, with the same ingredients: label smoothing 0.1, Adam's $\beta_2 = 0.98$ and a
-# warm-up. We changed three things: a cosine decay in place of the paper's $1/\sqrt{n}$, weight
-# decay and gradient clipping added, and no dropout.
+# warm-up. We changed the decay (cosine in place of the paper's $1/\sqrt{n}$) and chose the
+# peak learning rate by hand ($3 \times 10^{-3}$; the paper's formula gives $1.4 \times 10^{-2}$
+# here); we added weight decay and gradient clipping; we dropped dropout; and our output layer
+# is not tied to the target embedding.
 #
 # ## Summary
 #
@@ -1294,7 +1310,7 @@ print(f"ours: {n_ours:,} parameters; base is {n_tied / n_ours:.0f} times ours")
 # * **Greedy decoding** encodes once and decodes token by token until `<eos>`; the
 #   **cross-attention** of the trained model shows the reordering of day, month and year.
 # * A high score on held-out dates is not a high score on the dates people write: on six
-#   **unseen formats**, in the one run shown, the model gets half right, and the two formats it
+#   **unseen formats**, in the one run shown, the model gets a little under half right (46.6 %), and the two formats it
 #   fails outright show a training regularity it has mistaken for a rule. Test on the inputs
 #   you will get, and analyse the errors, not just count them.
 # * A **checkpoint** holds the configuration, the `state_dict` and the vocabularies; loaded with
@@ -1381,7 +1397,7 @@ print(f"mean p(correct) of the 800-step run (ε = 0.1): {p800:.3f}")
 # below that cap (the smoothed loss is smallest when p(correct) is exactly 0.907, so it has no
 # reason to go beyond; the chapter's 800-step model, trained further, reaches 0.907, right at the cap). Being more confident does not make it more accurate: after 250 steps
 # both models get only about two thirds of the held-out dates right (the full 800-step run gets
-# 99.8 %), and about a third of the unseen formats. The two accuracies differ by at most two
+# 99.8 %), and about a third of the unseen formats. The two accuracies differ by about two
 # points, from one seed each; to claim that smoothing helps or hurts accuracy, repeat the
 # comparison over several seeds and look at the spread.
 
@@ -1530,6 +1546,5 @@ print(ft.to_string(formatters=dict.fromkeys(ft, "{:.1%}".format)))
 # outside everything it has seen. 300 steps on the mix bring the new format to 100.0 %. On the
 # held-out set, in the old formats, the copy's score is within one date out of 1,000 of the
 # trained model's (the table above): little forgetting, with half of the fine-tuning examples
-# (about 32 of every batch of 64) still in the old formats. The chapter's `model` is untouched: `copy.deepcopy` gave the fine-tuning its
-# own weights. To see forgetting at work, fine-tune a copy on the new format alone and measure
+# (about 32 of every batch of 64) still in the old formats. To see forgetting at work, fine-tune a copy on the new format alone and measure
 # the held-out set again.

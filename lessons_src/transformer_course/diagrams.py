@@ -954,14 +954,16 @@ def feed_forward(d_model: int = 4, d_ff: int = 16, seed: int = 1) -> Figure:
     active = (pre > 0).tolist()
     width, height = MAX_WIDTH_IN, 4.3
     fig, ax = _canvas(width, height)
-    gap = min(0.34, (width - 0.4) / d_ff)
-    r = gap * 0.36
+    label_room = 1.55  # right of the hidden row: its label
+    gap = min(0.34, (width - 0.5 - label_room) / d_ff)
+    r = gap * 0.4
+    centre = (width - label_room) / 2 + 0.1
 
     def xs(n: int, centre: float) -> list[float]:
         return [centre + gap * (i - (n - 1) / 2) for i in range(n)]
 
     y_in, y_hid, y_out = 0.4, 2.0, 3.6
-    x_in, x_hid = xs(d_model, width / 2), xs(d_ff, width / 2)
+    x_in, x_hid = xs(d_model, centre), xs(d_ff, centre)
     x_out = x_in
     for a in x_in:
         for b in x_hid:
@@ -990,15 +992,14 @@ def feed_forward(d_model: int = 4, d_ff: int = 16, seed: int = 1) -> Figure:
     right = x_in[-1] + gap
     white = {"facecolor": "white", "edgecolor": "none", "pad": 1}
     _text(ax, right, y_in, f"x: {d_model} numbers", va="center")
-    _text(ax, right, y_out, f"FFN(x): {d_model}", va="center")
+    _text(ax, right, y_out, f"FFN(x): {d_model} numbers", va="center")
     _text(
         ax,
-        width / 2,
-        y_hid - r - 0.12,
-        f"ReLU(x W\u2081 + b\u2081): {d_ff} hidden units, white = 0",
-        ha="center",
-        va="top",
-        bbox=white,
+        x_hid[-1] + r + 0.12,
+        y_hid,
+        f"{d_ff} hidden units\nReLU(xW\u2081 + b\u2081)\nwhite = 0",
+        va="center",
+        linespacing=1.2,
     )
     _text(
         ax,
