@@ -567,8 +567,8 @@ for name, c in (("BERT-base", BertConfig()), ("GPT-2 small", GPT2Config())):
     )
 
 # %% [markdown]
-# BERT-base and GPT-2 small (the defaults of `transformers`' configs) follow the 2017 recipe:
-# 12 heads of 64. Many recent models also let several query heads share one
+# BERT-base and GPT-2 small (the defaults of `transformers`' configs) keep the 2017 base
+# model's head width of 64, with 12 heads instead of its 8. Many recent models also let several query heads share one
 # key/value head (grouped-query attention, chapter 11).
 #
 # ## The package module
@@ -953,15 +953,15 @@ assert len(attentions) == 6 and len(tokens) == attentions[0].shape[-1]
 #   recovered each only partly), while two or four heads got both exactly in every run.
 # * With $d_\text{head} = d_\text{model}/h$, more heads cost no more parameters and no more
 #   multiply-adds, but $h$ times the attention weights ($hL^2$ per layer and sequence), and the
-#   scaling, softmax and masking run over all of them. So more heads are slower in practice:
-#   mostly that softmax work, and many narrow products instead of one wide one. Very narrow
+#   scaling, softmax and masking run over all of them. So more heads were slower in our timing
+#   of the explicit path on a CPU, where the softmax work grew most. Very narrow
 #   heads have a second limit: a head's score matrix has rank at most $d_\text{head}$. Models such
 #   as T5 choose $d_\text{head}$ freely and let $W^O$ map $h\,d_\text{head}$ back to
 #   $d_\text{model}$.
 # * The package module equals `torch.nn.MultiheadAttention` once the weights are copied and the
 #   masks inverted (PyTorch: `True` = blocked; the course: `True` = may attend). Its fused path
-#   (`use_sdpa=True`) gives the same outputs without storing the attention weights, and so does
-#   not return them.
+#   (`use_sdpa=True`) gives the same outputs and does not return the attention weights (it can
+#   avoid storing them).
 # * In a trained model some heads have recognisable jobs (previous token, next token, same word,
 #   parking on [CLS] with near-zero values), but a tidy pattern is not the same as importance:
 #   removing any one of them moved MiniLM's sentence embedding far less than removing the most
@@ -998,7 +998,9 @@ for also in (False, True):
 # %% [markdown] tags=["solution"]
 # Swapping only the input projections changes the output: head 0's result now lands in features
 # 4–7 of the concatenation, where $W^O$ expects head 1's. Swapping the matching blocks of $W^O$ as
-# well gives exactly the same output (the same products, added in the same order). The heads have no order of their own: a
+# well gives the same output: here exactly, and in general up to float rounding, because
+# $W^O$ then adds the heads' contributions in another order. The heads have no order of their
+# own: a
 # head is nothing but its slices of the four matrices, so any relabelling of the heads, carried
 # through all four, describes the same model.
 
