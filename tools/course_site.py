@@ -129,9 +129,13 @@ def _chapter_figures(text: str, page: Path) -> str:
     """ "Fig. 3" on chapter 05's page -> "Fig. 5.3": a figure number a reader can cite across the
     book."""
     m = re.match(r"(\d\d)_", page.name)
-    if not m:
+    if m:
+        chapter = str(int(m.group(1)))
+    elif page.stem == "performance":  # the appendix: "Fig. A.1"
+        chapter = "A"
+    else:
         return text
-    chapter, count = int(m.group(1)), iter(range(1, 10_000))
+    count = iter(range(1, 10_000))
     return re.sub(
         r'<span class="caption-number">Fig\. [\d.]+ </span>',
         lambda f: f'<span class="caption-number">Fig. {chapter}.{next(count)} </span>',
