@@ -773,7 +773,8 @@ def render(results: dict) -> str:
             ),
             "",
             "```bash",
-            "torchrun --standalone --nproc_per_node=2 -m transformer_course.train_gpt --steps 5000",
+            "torchrun --standalone --nproc_per_node=2 \\",
+            "    -m transformer_course.train_gpt --steps 5000",
             "```",
             "",
             (
