@@ -524,7 +524,8 @@ print(f"{'whole model':>14}: {total:>21,}")
 # Half of this small model is its token table; the position and segment tables add 0.9 %.
 # Its tokenizer uses *WordPiece*: frequent words are one token, rarer words are split into
 # pieces (`##` marks a piece that continues a word), so its 30,522 entries cover nearly any
-# English text (a character it has no entry for, such as most emoji, becomes `[UNK]`).
+# English text (a word containing a character it has no entry for, such as most emoji, becomes
+# one `[UNK]`).
 # Chapter 11 trains a subword vocabulary of another kind (byte-pair encoding) and checks its
 # first merge by hand, and chapter 12 looks at BERT's tokenizer in detail.
 
@@ -596,7 +597,7 @@ for k in torch.nonzero(~agree).flatten().tolist():
     n = nearest[k].item()
     print(f"  except {words[k]} -> {words[n]} ({cos[k, n]:.3f})")
 
-# %% tags=["hide-input"] caption="Cosine similarity of the rows of twenty words in MiniLM's token table, grouped into animals, fruit, vehicles and colours (white lines). The four blocks on the diagonal are brighter than the rest; the colour block is the brightest, the fruit block the faintest, and the orange row is bright in the colour columns." alt="A 20 by 20 heatmap with the words on both axes and the diagonal left blank. Four 5 by 5 blocks along the diagonal are lighter, teal to yellow-green, than most of the rest, which is blue to dark purple; the colour block is the brightest and the fruit block the faintest. The orange row is green in the colour columns, brighter than in the fruit columns; the cherry row is teal at red."
+# %% tags=["hide-input"] caption="Cosine similarity of the rows of twenty words in MiniLM's token table, grouped into animals, fruit, vehicles and colours (white lines). The colour block on the diagonal is the brightest and the fruit block the faintest, and the orange row is bright in the colour columns (brighter than the fruit block itself)." alt="A 20 by 20 heatmap with the words on both axes and the diagonal left blank. Four 5 by 5 blocks along the diagonal are lighter, teal to yellow-green, than most of the rest, which is blue to dark purple; the colour block is the brightest and the fruit block the faintest. The orange row is green in the colour columns, brighter than in the fruit columns; the cherry row is teal at red."
 fig, ax = plt.subplots(figsize=(5.4, 5.0))
 # the diagonal (always 1) left blank, for contrast
 shown = cos.clone().fill_diagonal_(float("nan"))
@@ -905,8 +906,8 @@ print(f"cos(S0, S1) without position embeddings: {no_pos[0] @ no_pos[1]:.3f}")
 # * The table gives one vector per token; the transformer's layers turn these into
 #   contextual vectors ("bank" by a river or a loan); mean pooling over the real tokens turns
 #   those into one sentence vector.
-# * The order of the words reaches a sentence embedding only through the position
-#   embeddings: without them, a sentence and its reordering get the same vector.
+# * In an encoder like MiniLM, the order of the words reaches a sentence embedding only through
+#   the position embeddings: without them, a sentence and its reordering get the same vector.
 #
 # ## Exercises
 #
