@@ -554,7 +554,8 @@ assert abs(rms(pe) - math.sqrt(0.5)) < 0.01  # sin^2 and cos^2 average 1/2
 assert 0.85 < rms(scaled) < 1.15
 
 # %% [markdown]
-# The scale only works together with that initialisation. Another common choice is to initialise
+# The scale and that initialisation are chosen together, so that token vectors start at the
+# size of the positions. Another common choice is to initialise
 # every matrix with Glorot, the embeddings included, and keep the factor: the Annotated
 # Transformer's `make_model` does this (`nn.init.xavier_uniform_` on every parameter with more
 # than one dimension). Glorot's scale depends on the table's shape,
@@ -929,7 +930,7 @@ assert accuracy > 0.9
 # with the correct decoder input, before and after training, averaged over the four heads. Each
 # row is labelled with the letter that position writes:
 
-# %% caption="Cross-attention of the last decoder layer on fabled, averaged over the four heads, before training (top) and after (bottom). Each row is a decoder position, labelled with the letter it writes; each column is a source letter. Before training the weight is spread over all six letters; after training each row that writes a letter puts its largest weight on that letter of the source, so the bright cells run along the anti-diagonal." alt="Two heatmaps, one above the other, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top, before training: every cell dark, weights between about 0.08 and 0.28, the rows alike. Bottom, after training: bright cells on the anti-diagonal, from row d at column d (top right, near 1) down to row f at column f (bottom left, about 0.8); the middle rows are dimmer, about 0.5, with some weight on the neighbouring letters; the last row, </s>, is bright at column f."
+# %% caption="Cross-attention of the last decoder layer on fabled, averaged over the four heads, before training (top) and after (bottom). Each row is a decoder position, labelled with the letter it writes; each column is a source letter. Before training the weight is spread over all six letters; after training each row that writes a letter puts its largest weight on that letter of the source, so the bright cells run along the anti-diagonal." alt="Two heatmaps, one above the other, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top, before training: every cell dark, weights between about 0.08 and 0.28, the rows alike. Bottom, after training: bright cells on the anti-diagonal, from row d at column d (top right, near 1) down to row f at column f (bottom left, about 0.8); the middle rows are dimmer, about 0.5 to 0.7, with some weight on the neighbouring letters; the last row, </s>, is bright at column f."
 fabled_after = cross_attention(model, src_f, tgt_in_f)[0]
 fig, axes = plt.subplots(2, 1, figsize=(4.2, 7.0), layout="constrained")
 for ax, weights, title in (
@@ -996,7 +997,7 @@ assert share_before < 0.3 and share_after > 0.5
 # decoder-only models are trained to predict the next token; encoder–decoder models map one
 # sequence to another. They differ in wiring and masks, not in building blocks. A decoder-only
 # block is a decoder layer with its cross-attention removed, which leaves exactly our
-# `EncoderLayer` used with a causal mask (GPT-2 also puts the norm first). Chapter 10 builds GPT
+# `EncoderLayer` used with a causal mask (GPT-2 also puts the norm first and uses GELU). Chapter 10 builds GPT
 # that way. The figure shows the two one-stack wirings side by side, with residual connections
 # and norms left out (they wrap every sub-layer, as in Fig. 7.1). How
 # positions enter also differs: the 2017 model adds sinusoids to embeddings scaled by
