@@ -96,23 +96,23 @@ print("average over the three positions: identical:", mean_same)
 # position depend on the length of the sentence.
 #
 # A better idea comes from the way we write numbers. In binary, the lowest bit flips at every
-# step, the next one every 2 steps, the next every 4:
+# step, the next one every 2 steps, the next every 4, the next every 8:
 
 # %%
-for pos in range(8):
-    bits = [(pos >> b) & 1 for b in (2, 1, 0)]
+for pos in range(9):
+    bits = [(pos >> b) & 1 for b in (3, 2, 1, 0)]
     print(f"position {pos}:  bits {bits}")
 
 # %% [markdown]
-# Each bit alone repeats, yet together they name every position from 0 to 7 with numbers
-# that stay in $[0, 1]$. A clock does the same with hands: the second hand comes back every
+# Each bit alone repeats, yet together four bits name every position from 0 to 15 with
+# numbers that stay in $[0, 1]$. A clock does the same with hands: the second hand comes back every
 # minute, the hour hand every twelve hours, and together they tell the time. The sinusoidal
 # encoding is a smooth version of this: each pair of dimensions is the tip of one "hand",
 # $(\sin, \cos)$ of its angle, and each hand turns at its own speed, the first fast, the last
 # very slowly. A pair rather than a single sine, because a sine alone cannot tell a rising
 # angle from a falling one; the pair pins the angle down. Smooth hands also mean that nearby
-# positions get similar vectors, which bits do not give (in four bits, positions 7 and 8 are
-# 0111 and 1000: they differ in every bit).
+# positions get similar vectors, which bits do not give (positions 7 and 8 are neighbours, yet
+# their bits 0111 and 1000 differ in every place).
 #
 # ### Add, don't concatenate
 #
@@ -417,16 +417,29 @@ plt.show()
 # as the paper does (rate 0.1 in its base model; the default here is 0).
 #
 # The sum only works if neither term drowns the other. The encoding's entries lie between
-# −1 and 1, while embeddings are often much smaller (MiniLM's word embeddings have a
-# standard deviation of 0.056). The original Transformer multiplies its embeddings by
-# $\sqrt{d_{model}}$ before the addition; chapter 07 measures how that factor brings them
-# to the encoding's scale.
+# −1 and 1. `nn.Embedding`'s default initialisation (standard deviation 1) is on that
+# scale, but the original Transformer shares its embedding table with the output layer,
+# and its reference code initialises that table with standard deviation
+# $1/\sqrt{d_{model}}$, a sensible size for the output layer. At $d_{model} = 128$:
+
+# %%
+g = torch.Generator().manual_seed(0)
+shared_like = torch.randn(1000, d_model, generator=g) / math.sqrt(d_model)
+encoding = sinusoidal_table(512, d_model)
+rms = {"table N(0, 1/d_model)": shared_like, "sinusoidal encoding": encoding}
+for name, t in rms.items():
+    print(f"{name:>21}: root mean square entry {t.pow(2).mean().sqrt():.3f}")
+
+# %% [markdown]
+# Added to the encoding as they are, such token vectors would be drowned by it, eight times
+# smaller. The Transformer multiplies its embeddings by $\sqrt{d_{model}}$ before the
+# addition, which brings them to the encoding's scale; chapter 07 measures it on a full
+# model.
 
 # %%
 show_source(PositionalEncoding)
 
 # %%
-d_model = 128
 pe = PositionalEncoding(d_model, max_len=512)
 print(
     "trainable parameters:",
@@ -453,8 +466,8 @@ print(
 # %%
 pos_enc = PositionalEncoding(16, max_len=32)
 p1, p2 = pos_enc(x1), pos_enc(x2)
-out1_pos, _ = scaled_dot_product_attention(p1, p1, p1)
-out2_pos, _ = scaled_dot_product_attention(p2, p2, p2)
+out1_pos, w1 = scaled_dot_product_attention(p1, p1, p1)
+out2_pos, w2 = scaled_dot_product_attention(p2, p2, p2)
 in_gap = (p1.mean(dim=1) - p2.mean(dim=1)).abs().max().item()
 gap = (out1_pos.mean(dim=1) - out2_pos.mean(dim=1)).abs().max().item()
 dog_gap = (out1_pos[0, 0] - out2_pos[0, 2]).abs().max().item()  # "dog"
@@ -466,27 +479,35 @@ cos_dog = F.cosine_similarity(out1_pos[0, 0], out2_pos[0, 2], dim=0)
 print(f"cosine of the two output averages: {cos_mean.item():.3f}")
 print(f"cosine of the two outputs of 'dog': {cos_dog.item():.3f}")
 assert gap > 1e-4  # the averages are no longer identical
+print("attention each position receives, averaged over the queries:")
+for words, w in [(s1, w1), (s2, w2)]:
+    received = w[0].mean(dim=0)  # column means of the 3 x 3 weights
+    print(f"  {' '.join(words):<13}", " ".join(f"{v:.3f}" for v in received))
 
 # %% [markdown]
 # The word "dog" now gets a clearly different output in the two sentences (entries differ by
 # up to 1.127), and the two sentence averages are no longer identical, but they differ much
-# less (0.090). The input averages are the same, so all that separates the output averages
-# comes from the way attention mixes the rows; the rows' own changes largely cancel in the
-# average. The order is in the individual rows, and only a little of it survives averaging:
-# the two outputs of "dog" have a cosine of 0.928, the two averages one of 0.999. Chapter 02
-# measured the same kind of number on a trained model: MiniLM's averaged vectors for the two
-# cat-and-dog sentences have a cosine of 0.991.
+# less (0.090). Why so much less? Each output row is a weighted average of the input rows,
+# so the average of the outputs is the average of the input rows, each weighted by the
+# attention it receives on average. If every position received the same attention, 1/3,
+# the output average would equal the input average, which is the same for both sentences.
+# The 0.090 comes only from how far the attention received departs from 1/3 (the last two
+# lines: from 0.276 to 0.380), while the much larger differences of the individual rows
+# mostly cancel in the average. The order is in the individual rows, and only a little of
+# it survives averaging: the two outputs of "dog" have a cosine of 0.928, the two averages
+# one of 0.999.
 #
 # ## What the encoding looks like
 #
 # Each row of the heatmap (top panel) is one position, each column one dimension. Like the
 # bits of the binary counter, the columns change more slowly from left to right: the left
 # columns (fast pairs) change from one position to the next, while the right columns change
-# so slowly that over 100 positions the sines stay near 0 and the cosines near 1. The lower
-# panel shows a few sine dimensions as curves. Each pair's wavelength is $10000^{2/d_{model}}$
+# so slowly that from about dimension 100 on, over 100 positions, the sines stay near 0 and
+# the cosines near 1 (printed below the figure). The lower panel shows a few sine
+# dimensions as curves. Each pair's wavelength is $10000^{2/d_{model}}$
 # times the previous one's, so they grow geometrically, from $2\pi$ for dimension 0 (sampled
 # only at whole positions, hence the zig-zag) to tens of thousands of positions for the last
-# pair (printed below).
+# pair.
 
 # %% caption="The sinusoidal encoding for d_model = 128 and positions 0 to 99. Top: the table as a heatmap, fast pairs on the left, slow ones on the right. Bottom: four sine dimensions as curves; each wavelength is a fixed multiple of the previous one." alt="Top: a heatmap, 100 positions by 128 dimensions, red-blue stripes that are narrow in the left columns and widen to the right until the columns are uniformly white (sines near 0) and blue (cosines near 1). Bottom: four curves over positions 0 to 99: dimension 0 zig-zags with period 6.3, dimension 20 oscillates with period about 27, dimension 40 with period about 112, and dimension 60 rises slowly from 0."
 table = pe.pe[:100]  # positions 0..99
@@ -519,6 +540,12 @@ print(
     f"wavelengths for d_model = {d_model}: pair 0 {wl_all[0]:.1f}, "
     f"pair 32 {wl_all[32].item():,.0f}, "
     f"last pair (63) {wl_all[-1].item():,.0f}"
+)
+right = table[:, 100:]  # dimensions 100-127, positions 0-99
+print("dimensions 100-127 over positions 0-99:")
+print(
+    f"  sines at most {right[:, 0::2].abs().max():.3f}, "
+    f"cosines at least {right[:, 1::2].min():.3f}"
 )
 
 # %% [markdown]
@@ -592,18 +619,14 @@ omega = 10000 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
 deltas = torch.arange(1, 5000, dtype=torch.float64)
 dot_at = torch.cos(deltas[:, None] * omega).sum(dim=1)  # PE_p . PE_(p+delta)
 dist_at = (d_model - 2 * dot_at).sqrt()
-print(
-    f"neighbours (distance 1): dot product {dot_at[0]:.3f}, "
-    f"distance {dist_at[0]:.3f}"
-)
+print("neighbours (1 apart):")
+print(f"  dot product {dot_at[0]:.3f}, distance {dist_at[0]:.3f}")
+print("closest non-neighbours:")
 for n in [512, 2048, 5000]:
     best = int(dist_at[1 : n - 1].argmin()) + 2  # distances 2 .. n-1
-    print(
-        f"max_len {n:>4}: closest non-neighbours are {best} apart, "
-        f"distance {dist_at[best - 1]:.3f}"
-    )
+    print(f"  max_len {n:>4}: {best} apart, distance {dist_at[best - 1]:.3f}")
 all_pairs = torch.cdist(table512, table512).fill_diagonal_(float("inf"))
-print(f"check, all pairs of the first 512 rows: {all_pairs.min():.3f}")
+print(f"check, closest of all pairs of 512 rows: {all_pairs.min():.3f}")
 
 # %% [markdown]
 # The closest two rows are neighbours (distance 1.953, from the dot product 62.094 printed
@@ -692,9 +715,9 @@ for j, w in enumerate(omega.tolist()):
     c, s = math.cos(delta * w), math.sin(delta * w)
     M[2 * j : 2 * j + 2, 2 * j : 2 * j + 2] = torch.tensor([[c, s], [-s, c]])
 shifted = table512[:-delta] @ M.T  # M_3 applied to every row
+print(f"PE_(pos+{delta}) == M_{delta} PE_pos to 1e-6,")
 print(
-    f"PE_(pos+{delta}) == M_{delta} PE_pos for all "
-    f"{len(table512) - delta} positions (to 1e-6):",
+    f"  at all {len(table512) - delta} positions:",
     torch.allclose(shifted, table512[delta:], atol=1e-6),
 )
 
@@ -704,15 +727,21 @@ print(
 # lengths of that loop's rows vary (from 7.678 to 8.327), so no rotation takes its
 # $PE_{pos}$ to $PE_{pos+\Delta}$. Nor does any other linear map, which is what the paper's
 # reason asks for. We fit the best matrix $A$ with $PE_{pos+3} \approx A\, PE_{pos}$ over
-# the 512 rows of both tables, by least squares:
+# the 512 rows of both tables, by least squares. One numerical point: over 512 positions
+# the slow pairs hardly vary, so the rows of either table barely extend along many of the
+# 128 directions, and along those the fit would chase rounding errors. We fit with an SVD
+# that leaves out every direction whose singular value is below $10^{-8}$ of the largest
+# (`rcond`), and print how many that is.
 
 # %%
 for name, t in tables.items():
     before, after = t[:-delta], t[delta:]  # rows pos and pos + 3
-    # rcond: directions along which the rows hardly vary are left out
+    singular = torch.linalg.svdvals(before)
+    left_out = int((singular < 1e-8 * singular[0]).sum())
     A = torch.linalg.lstsq(before, after, rcond=1e-8, driver="gelsd").solution
     error = (before @ A - after).norm() / after.norm()
-    print(f"{name:>11}: best linear map, relative error {error:.2f}")
+    print(f"{name:>11}: best map's relative error {error:.2f}")
+    print(f"{'':>11}  ({left_out} of {d_model} directions left out)")
 
 # %% [markdown]
 # The fixed loop's table is shifted exactly by a matrix (by $M_3$), while the best matrix
@@ -732,11 +761,13 @@ for name, t in tables.items():
 g = torch.Generator().manual_seed(0)
 W_q, W_k = torch.randn(2, d_model, d_model, dtype=torch.float64, generator=g)
 W_q, W_k = W_q / math.sqrt(d_model), W_k / math.sqrt(d_model)
-print(f"{'p':>3} | PE_p . PE_(p+5) | (W_q PE_p) . (W_k PE_(p+5))")
+print("plain:  PE_p . PE_(p+5)")
+print("mapped: (W_q PE_p) . (W_k PE_(p+5))")
+print(f"{'p':>3} | {'plain':>7} | {'mapped':>7}")
 for p in (0, 10, 300):
     plain = table512[p] @ table512[p + 5]
     mapped = (W_q @ table512[p]) @ (W_k @ table512[p + 5])
-    print(f"{p:>3} | {plain:15.3f} | {mapped:27.3f}")
+    print(f"{p:>3} | {plain:7.3f} | {mapped:7.3f}")
 
 # %% [markdown]
 # The encodings alone give the same dot product at the three places; through the maps, the
@@ -749,8 +780,8 @@ for p in (0, 10, 300):
 # ## Rotary position embeddings: rotate instead of add
 #
 # **Rotary position embeddings** (RoPE; Su et al., 2021, *RoFormer*), used by Llama, Mistral
-# and many other recent language models, apply the rotation $M_\Delta$ *after* the learned
-# maps, right before the dot product, and add nothing to the token vectors. Inside
+# and many other recent language models, apply the rotations $M_p$ of the previous section
+# *after* the learned maps, right before the dot product, and add nothing to the token vectors. Inside
 # attention, the query $\mathbf q$ of position $p$ is rotated by $M_p$ and the key $\mathbf
 # k$ of position $r$ by $M_r$, pair by pair, with the same angles $p\,\omega_i$ as the
 # sinusoids. A rotation's transpose is the rotation backwards, $M_p^{\mathsf T} M_r =
@@ -810,13 +841,15 @@ for ax, (p, r) in zip(axes, [(1, 4), (11, 14)]):
     gap = (a_k - a_q + math.pi) % (2 * math.pi) - math.pi
     angles = torch.linspace(a_q, a_q + gap, 30)
     ax.plot(0.3 * torch.sin(angles), 0.3 * torch.cos(angles), color="gray")
-    ax.set_title(f"angle between them: {math.degrees(abs(gap)):.1f}°")
+    ax.set_title(
+        f"angle between them: {math.degrees(abs(gap)):.1f}°", fontsize=12
+    )
     ax.set_xlim(-1.15, 1.15)
     ax.set_ylim(-1.15, 1.15)
     ax.set_aspect("equal")
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.legend(fontsize=8, loc="lower left")
+    ax.legend(fontsize=12, loc="lower left", handlelength=1.2)
 fig.tight_layout()
 plt.show()
 
@@ -847,13 +880,13 @@ q_vec, k_vec = torch.randn(
 )
 for p, r in ((0, 5), (10, 15), (300, 305), (5, 0), (305, 300)):
     print(
-        f"query at {p:3d}, key at {r:3d} (offset {r - p:+d}): "
-        f"score {rope_score(q_vec, p, k_vec, r):8.4f}"
+        f"query {p:3d}, key {r:3d} (offset {r - p:+d}): "
+        f"{rope_score(q_vec, p, k_vec, r):8.4f}"
     )
 plus5 = torch.tensor([rope_score(q_vec, p, k_vec, p + 5) for p in range(500)])
 print(
-    "offset +5 gives one score at all 500 places (to 1e-9):",
-    bool(plus5.max() - plus5.min() < 1e-9),
+    "offset +5, one score at all 500 places:",
+    bool(plus5.max() - plus5.min() < 1e-9),  # equal to 1e-9
 )
 
 # %% [markdown]
@@ -862,19 +895,27 @@ print(
 # from *after*. Adding the encoding to the same vectors instead does not give this property:
 
 # %%
-added = [
-    ((q_vec + table512[p]) @ (k_vec + table512[p + 5])).item()
-    for p in (0, 10, 300)
-]
-print("encoding added instead, offset +5, pairs at 0, 10, 300:")
-print("   ", ", ".join(f"{v:.2f}" for v in added))
+places = (0, 10, 300)
+terms = {"q.k": [], "q.PE_r": [], "PE_p.k": [], "PE_p.PE_r": [], "score": []}
+for p in places:
+    pe_p, pe_r = table512[p], table512[p + 5]  # offset +5: r = p + 5
+    terms["q.k"].append(q_vec @ k_vec)
+    terms["q.PE_r"].append(q_vec @ pe_r)
+    terms["PE_p.k"].append(pe_p @ k_vec)
+    terms["PE_p.PE_r"].append(pe_p @ pe_r)
+    terms["score"].append((q_vec + pe_p) @ (k_vec + pe_r))
+print("encoding added instead, offset +5:")
+print("(q + PE_p) . (k + PE_r), r = p + 5:")
+print(f"{'':>9} |" + " |".join(f"{'p = ' + str(p):>8}" for p in places))
+for name, values in terms.items():
+    print(f"{name:>9} |" + " |".join(f"{v:8.2f}" for v in values))
 
 # %% [markdown]
-# With the encoding added, the same offset gives different scores at different places,
-# because the cross terms $\mathbf q \cdot PE_r$ and $PE_p \cdot \mathbf k$ depend on the
-# absolute positions; and here the encodings meet unmapped, so their own term
-# $PE_p \cdot PE_{p+5}$ is the one part that stays the same (with learned maps, as we saw,
-# not even that part does).
+# With the encoding added, the same offset gives different scores at different places. Of
+# the four terms of the score, only the two cross terms, $\mathbf q \cdot PE_r$ and
+# $PE_p \cdot \mathbf k$, change with $p$: $\mathbf q \cdot \mathbf k$ does not involve
+# positions at all, and $PE_p \cdot PE_{p+5}$ depends only on the offset (with learned
+# maps, as we saw, not even that holds).
 #
 # Four details matter when you meet RoPE in real code, as in chapter 11, which rebuilds the
 # attention of a modern model with it:
@@ -904,8 +945,9 @@ print("   ", ", ".join(f"{v:.2f}" for v in added))
 # versions produced nearly identical results" (its Table 3, row E: 25.7 BLEU against 25.8
 # for sinusoids, on its development set). It kept sinusoids "because it may allow the model
 # to extrapolate to sequence lengths longer than the ones encountered during training".
-# BERT and GPT-2 learn their table (chapter 10 builds one), and so does MiniLM, whose table
-# we met when adding versus concatenating.
+# BERT and GPT-2 learn their table, and so does MiniLM, whose table we met when adding
+# versus concatenating. Chapter 01's attention classifier already used one, and chapter 10
+# builds one into a GPT.
 
 # %%
 learned = model.embeddings.position_embeddings.weight.detach()
@@ -1077,11 +1119,11 @@ def correct(model: LookBack, ids: torch.Tensor, target: torch.Tensor):
 test16 = sequences(torch.Generator().manual_seed(1), 500, 16)
 test64 = sequences(torch.Generator().manual_seed(2), 500, 64)
 seen = TRAIN_LEN - BACK  # test64 columns 0..12 are the positions 3..15
-print(f"{'':12}length 16 |{'':11}length 64")
-print(f"{'':22}| positions 3-15 | positions 16-63")
-acc, per_position = {}, {}
+print("accuracy   | length 16 | length 64")
+print(f"{'positions':>10} | {'3-15':>9} | {'3-15':>6} | {'16-63':>6}")
+acc, per_position, models = {}, {}, {}
 for positions in ["none", "sinusoidal", "rotary"]:
-    model_lb = train(positions)
+    model_lb = models[positions] = train(positions)
     ok64 = correct(model_lb, *test64)
     per_position[positions] = ok64.mean(dim=0)  # positions 3..63
     acc[positions] = (
@@ -1090,10 +1132,10 @@ for positions in ["none", "sinusoidal", "rotary"]:
         ok64[:, seen:].mean().item(),
     )
     a16, a_seen, a_new = acc[positions]
-    print(f"{positions:>10}: {a16:9.2f} | {a_seen:14.2f} | {a_new:15.2f}")
+    print(f"{positions:>10} | {a16:9.2f} | {a_seen:6.2f} | {a_new:6.2f}")
 counts = F.one_hot(test16[0], V).sum(dim=1)  # how often each token occurs
 guess = (counts.argmax(dim=-1, keepdim=True) == test16[1]).float().mean()
-print(f"guessing each sequence's most frequent token: {guess:.2f}")
+print(f"guessing the most frequent token: {guess:.2f}")
 # without positions: as good as that guess, no better
 assert abs(acc["none"][0] - guess) < 0.02
 # sinusoids: perfect where trained, no better than no positions beyond
@@ -1102,7 +1144,7 @@ assert acc["sinusoidal"][2] < acc["none"][2] + 0.02
 # RoPE: perfect everywhere
 assert min(acc["rotary"]) > 0.99
 
-# %% caption="Accuracy at each position of 64-token test sequences, for the three models trained on 16 tokens. The model without positions stays near 0.12 everywhere; the sinusoidal one is perfect up to position 15, the last it was trained on, and falls at once to about chance (1 in 16), rising only to about 0.25 by position 63; the rotary one stays perfect." alt="Line plot of accuracy (0 to 1) against position 3 to 63. A vertical dotted line after position 15 marks the end of the training length, a dotted horizontal line at 0.06 marks chance. The rotary curve, dashed, is flat at 1. The sinusoidal curve is at 1 up to position 15, drops to about 0.07 at 16, stays between about 0.06 and 0.14 up to position 52 and rises to about 0.2 to 0.25 over the last positions. The curve without positions wanders between about 0.09 and 0.16."
+# %% caption="Accuracy at each position of 64-token test sequences, for the three models trained on 16 tokens. The model without positions stays near 0.12 everywhere; the sinusoidal one is perfect up to position 15, the last it was trained on, and falls at once to near chance (1 in 16) until position 52, then climbs to 0.25 by position 63; the rotary one stays perfect." alt="Line plot of accuracy (0 to 1) against position 3 to 63. A vertical dotted line after position 15 marks the end of the training length, a dotted horizontal line at 0.06 marks chance. The rotary curve, dashed, is flat at 1. The sinusoidal curve is at 1 up to position 15, drops to about 0.07 at 16, stays between about 0.06 and 0.14 up to position 52 and rises to about 0.2 to 0.25 over the last positions. The curve without positions wanders between about 0.09 and 0.16."
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 positions_64 = torch.arange(BACK, 64)
 for name, curve in per_position.items():
@@ -1110,28 +1152,67 @@ for name, curve in per_position.items():
     ax.plot(positions_64, curve, style, marker=".", ms=4, label=name)
 ax.axvline(TRAIN_LEN - 0.5, color="gray", ls=":", lw=1)
 ax.axhline(1 / V, color="gray", ls=":", lw=1)
-ax.text(TRAIN_LEN, 0.5, " trained up to here", fontsize=10, color="gray")
-ax.text(17, -0.075, "chance, 1/16 (dotted)", fontsize=10, color="gray")
+ax.text(TRAIN_LEN, 0.5, " trained up to here", fontsize=12, color="gray")
+ax.text(17, -0.075, "chance, 1/16 (dotted)", fontsize=12, color="gray")
 ax.set_xlabel("position in a 64-token test sequence")
 ax.set_ylabel("accuracy")
 ax.set_ylim(-0.09, 1.05)
-ax.legend(loc="center right")
+ax.legend(loc="center right", fontsize=12)
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# The sinusoidal curve has three parts. We print each part's accuracy, and where that
+# model's attention goes: the weight that the query at position $t$ gives to the key at
+# $t - 3$, the token it should copy.
+
+# %%
+sin_model = models["sinusoidal"]
+with torch.no_grad():
+    h = sin_model.add_pe(sin_model.embed(test64[0]))
+    _, weights = scaled_dot_product_attention(
+        sin_model.q(h), sin_model.k(h), h
+    )
+t = torch.arange(BACK, 64)
+to_target = weights[:, t, t - BACK].mean(dim=0)  # query t -> key t - 3
+parts = [(3, 15), (16, 52), (53, 63)]
+print("sinusoidal model, each part of its curve:")
+print("          accuracy          weight | none:")
+print("positions mean  min   max   t->t-3 | acc.")
+for lo, hi in parts:
+    cols = slice(lo - BACK, hi - BACK + 1)  # curve index i is position i + 3
+    sin_acc = per_position["sinusoidal"][cols]
+    print(
+        f"{f'{lo}-{hi}':>9} {sin_acc.mean():.2f}  {sin_acc.min():.2f}  "
+        f"{sin_acc.max():.2f}  {to_target[cols].mean():.3f}  | "
+        f"{per_position['none'][cols].mean():.2f}"
+    )
+print(f"(uniform attention over 64 keys: {1 / 64:.3f})")
 
 # %% [markdown]
 # Without positions the model is right 20 % of the time, no better than guessing each
 # sequence's most frequent token: it knows which tokens the sequence holds, not where they
 # are. Both encodings solve the task at the trained length. On 64-token sequences the
 # sinusoidal model is still right at every position it was trained on (3–15); over
-# positions 16–63 it averages 0.12, the same as the model without positions. The figure
-# above shows it falling at once, at position 16, to about chance, and recovering only a
-# little over the last ten positions: the encoding is defined at those positions, but the
-# model has never seen their vectors. With RoPE the query at $t$ and the key at $t - 3$
-# give the same score wherever they sit, so the model is right at the new positions too
-# (1.00). The toy is a best case for RoPE, whose task is a pure offset; in language models,
-# rotary positions also degrade beyond the training length, only later than sinusoids
-# (Press et al., above).
+# positions 16–63 it averages 0.12, no better than the model without positions. This is one
+# training run (one seed), and its new positions fall into two parts:
+#
+# * Over positions 16–52 it is right 0.09 of the time on average (0.06 to 0.14): below the
+#   model without positions (0.12), and down to chance (1/16 = 0.06) at some positions.
+#   It has learned to find the token three back by its position, and it has never seen
+#   the vectors of these positions: the attention from $t$ to $t - 3$, 0.631 on the
+#   trained positions, drops to 0.024, not far above the 0.016 of uniform attention over
+#   64 keys.
+# * Over positions 53–63 it climbs back to 0.20 on average and 0.25 at most, against 0.13
+#   without positions, and its attention to $t - 3$ nearly doubles, to 0.046. This page does not
+#   explain that late recovery.
+#
+# The encoding is *defined* at every position, but the model only learned to use the ones
+# it was trained on. With RoPE the query at $t$ and the key at $t - 3$ give the same score
+# wherever they sit, so the model is right at the new positions too (1.00). The toy is a
+# best case for RoPE, whose task is a pure offset; in language models, rotary positions
+# also degrade beyond the training length, only later than sinusoids (Press et al.,
+# above).
 #
 # ## Summary
 #
@@ -1165,9 +1246,10 @@ plt.show()
 #   `max_len`; sinusoids are defined at every position, yet work poorly even a little
 #   beyond the training length (Press et al., 2022).
 # * A one-layer model trained to output the token three places back: without positions it
-#   only guesses (0.20); with sinusoids it is perfect on the trained positions and guesses
-#   beyond them; with RoPE, whose scores depend only on the offset, it is right at every
-#   position of sequences four times longer.
+#   only guesses (0.20); with sinusoids it is perfect on the trained positions and, in the
+#   run shown, no better than without positions beyond them (0.12); with RoPE, whose
+#   scores depend only on the offset, it is right at every position of sequences four
+#   times longer.
 #
 # ## Exercises
 #

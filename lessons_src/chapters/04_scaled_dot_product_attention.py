@@ -24,12 +24,15 @@
 # %%
 import math
 import time
+import weakref
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from transformer_course.attention import scaled_dot_product_attention
 from transformer_course.diagrams import soft_lookup
@@ -143,9 +146,10 @@ print("naive:        ", softmax_naive(z))
 print("stable:       ", softmax(z))
 print("torch.softmax:", torch.softmax(z, dim=-1))
 big = torch.tensor([[1000.0, 1001.0]])
-print("naive on [1000, 1001]:        ", softmax_naive(big))
-print("stable on [1000, 1001]:       ", softmax(big))
-print("torch.softmax on [1000, 1001]:", torch.softmax(big, dim=-1))
+print("on [1000, 1001]:")
+print("  naive: ", softmax_naive(big))
+print("  stable:", softmax(big))
+print("  torch: ", torch.softmax(big, dim=-1))
 
 r = torch.randn(64, 10, generator=g) * 5
 # the stable version is softmax, on any scores
@@ -180,8 +184,9 @@ for d in (64, 256, 1024):
 
 # %% [markdown]
 # At $d_k = 1024$ such scores have a standard deviation of about 11, and a softmax of numbers
-# that far apart puts most of its weight on one key: it *saturates*. The same paper reports
-# that without the scale, dot-product attention falls behind additive attention (a small
+# that far apart puts most of its weight on one key: it *saturates*. The same paper, citing
+# Britz et al. (2017, *Massive Exploration of Neural Machine Translation Architectures*),
+# notes that without the scale, dot-product attention falls behind additive attention (a small
 # network that scores each pair, exercise 4) for large $d_k$, and suspects the cause is a
 # softmax pushed into regions where its gradients are extremely small. To see what that does,
 # take $\sigma^2 = 1$ (another value multiplies every score by $\sigma^2$) and draw 1000 queries
@@ -264,9 +269,10 @@ axes[1].axhline(1 / 16, color="gray", ls=":", label="uniform (1/16)")
 axes[1].set_ylim(0, 1)
 axes[2].set_ylim(0, 1)
 axes[-1].set_xticks(dims, [str(d) for d in dims])
-axes[-1].set_xlabel("$d_k$")
+axes[-1].set_xlabel("$d_k$", fontsize=11)
 for ax in axes:
-    ax.legend(fontsize=9)
+    ax.legend(fontsize=11)
+    ax.tick_params(labelsize=11)
 fig.tight_layout()
 plt.show()
 
@@ -323,7 +329,11 @@ class FirstTokenReader(nn.Module):
 # each model's softmax is.
 
 # %%
-test = first_token_data(1000, 20, generator=torch.Generator().manual_seed(1))
+# a seed that no training run uses (they use 0 to 7): no test sequence
+# is ever a training batch
+test = first_token_data(
+    1000, 20, generator=torch.Generator().manual_seed(1000)
+)
 rates = (1e-3, 3e-3, 1e-2)
 curves, on_first, before = {}, {}, {}
 for scale in (True, False):
@@ -411,7 +421,7 @@ for scale, name in names:
 assert all(reached[True, best[True], run] is not None for run in range(8))
 assert max(reached[True, best[True], run] for run in range(8)) <= 100
 
-# %% tags=["hide-input"] caption="Held-out accuracy of the eight runs at each version's best learning rate, measured every 25 steps, one colour per run (the same colour in both panels). Top: with the division by √dₖ, every run jumps from chance to 1.00 by step 25 and stays there. Bottom: without it, six runs reach 1.00, between step 25 and step 225, two of them only after a long plateau below 0.35; run 0 levels off near 0.63 and run 4 stays at chance." alt="Two line plots stacked, held-out accuracy from 0 to 1 against training step from 0 to 300, a grey dotted line at chance (0.125), and a legend of eight colours for runs 0 to 7 below them. Top, scaled, learning rate 0.001: eight lines that all jump from about 0.12 to 1.0 at step 25 and stay there. Bottom, unscaled, learning rate 0.003: six lines reach 1.0, at steps 25, 50, 75 and 150, and two at step 225 after creeping along between 0.15 and 0.35; one line levels off near 0.63 from step 50 on; one stays near chance throughout."
+# %% tags=["hide-input"] caption="Held-out accuracy of the eight runs at each version's best learning rate, measured every 25 steps, one colour per run (the same colour in both panels). Top: with the division by √dₖ, every run jumps from chance to 1.00 by step 25 and stays there. Bottom: without it, six runs reach 1.00, between step 25 and step 225, two of them only after a long plateau below 0.35; run 0 levels off near 0.64 and run 4 stays at chance." alt="Two line plots stacked, held-out accuracy from 0 to 1 against training step from 0 to 300, a grey dotted line at chance (0.125), and a legend of eight colours for runs 0 to 7 below them. Top, scaled, learning rate 0.001: eight lines that all jump from about 0.12 to 1.0 at step 25 and stay there. Bottom, unscaled, learning rate 0.003: six lines reach 1.0, at steps 25, 50, 75 and 150, and two at step 225 after creeping along between 0.1 and 0.35; one line levels off near 0.64 from step 50 on; one stays near chance throughout."
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.6), sharex=True, sharey=True)
 for ax, scale in zip(axes, (True, False)):
     for run in range(8):
@@ -420,37 +430,39 @@ for ax, scale in zip(axes, (True, False)):
     ax.axhline(1 / 8, color="gray", ls=":")
     title = r"scaled by $1/\sqrt{d_k}$" if scale else "unscaled"
     ax.set_title(f"{title}, learning rate {best[scale]}")
-    ax.set_ylabel("held-out accuracy")
+    ax.set_ylabel("held-out accuracy", fontsize=11)
     ax.set_ylim(0, 1.05)
-axes[1].set_xlabel("training step")
+    ax.tick_params(labelsize=11)
+axes[1].set_xlabel("training step", fontsize=11)
 for ax in axes:
-    ax.text(300, 1 / 8 + 0.03, "chance", color="gray", ha="right")
+    ax.text(300, 1 / 8 + 0.03, "chance", color="gray", ha="right", fontsize=11)
 handles, labels = axes[0].get_legend_handles_labels()
-fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=9)
-fig.tight_layout(rect=(0, 0.08, 1, 1))
+fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=11)
+fig.tight_layout(rect=(0, 0.09, 1, 1))
 plt.show()
 
 # %% [markdown]
 # With scaling the learning rate hardly matters: at $10^{-3}$ and $3\cdot10^{-3}$ every run
-# reaches 95%, at the best rate all of them by step 25, the first measurement, and after 300
-# steps each query puts 1.00 of its weight on position 0. (At $10^{-2}$, too high a rate for
+# reaches 95%; at the best rate all eight runs do so by step 25, the first measurement after
+# the start, and after 300 steps each run's query puts on average 1.00 of its weight on
+# position 0. (At $10^{-2}$, too high a rate for
 # both versions, two scaled runs fail as well.) Without scaling the rate matters a lot: 2, 6
 # and 5 of the eight runs reach 95% at the three rates. Even at its best rate the unscaled
 # model is slower and less reliable: six runs get there, between step 25 and step 225, runs 1
-# and 5 only after a long plateau; run 0 levels off at 0.63, and run 4 never leaves chance,
+# and 5 only after a long plateau; run 0 levels off at 0.64, and run 4 never leaves chance,
 # its query putting 0.00 of its weight on position 0.
 #
-# Before training, the unscaled softmax already puts most of its weight on one position (0.73
+# Before training, the unscaled softmax already puts most of its weight on one position (0.74
 # to 0.89 on average, against 0.11 to 0.22 with scaling), a position chosen by the random
-# initial weights and the tokens, not by the task, and for 11% to 43% of the held-out
+# initial weights and the tokens, not by the task, and for 12% to 45% of the held-out
 # sequences its scores get a gradient below 0.01 (with scaling, 0%). Saturation does not
-# decide a run on its own, though. Run 4, the most saturated (43%), never learns; but run 0
-# (22%) stalls while runs 1 and 5 (28% and 24%) learn, and the two least saturated runs, 6 and
-# 7 (12% and 11%), learn at step 25 and step 150. One reading of the plateaus: while the
+# decide a run on its own, though. Run 4, the most saturated (45%), never learns; but run 0
+# (24%) stalls while runs 1 and 5 (28% and 25%) learn, and the two least saturated runs, 6 and
+# 7 (12% each), learn at step 25 and step 150. One reading of the plateaus: while the
 # gradient is switched off for many sequences, the query learns mostly from the others, and
 # turning it from the position it started on to position 0 can take many steps, or, as in run
-# 4, more than we gave it. These are eight runs from one set of seeds, and the unscaled runs
-# are sensitive to the seed; try others.
+# 4, more than we gave it. These are eight runs from one set of seeds, and both versions
+# vary with the seed, the unscaled one far more; try others.
 #
 # Dividing by $\sqrt{d_k}$ keeps the spread of the scores independent of $d_k$. It does not
 # change *which* key wins, only how sharply, and a trained model can still learn sharp attention
@@ -523,7 +535,9 @@ print(
 # in the boolean `attn_mask` of `F.scaled_dot_product_attention`. Our function needs one more
 # line to apply it: blocked scores are replaced by $-\infty$ before the softmax, so their
 # weight is $e^{-\infty} = 0$ exactly, and the weights of the keys a query may see renormalise
-# to sum to one. A causal mask on four tokens, where each token may see itself and the tokens
+# to sum to one. (The package's `attention` uses the most negative finite float instead of
+# $-\infty$: it gives the same weights here, and avoids a `nan` when a query may see no key at
+# all; chapter 08.) A causal mask on four tokens, where each token may see itself and the tokens
 # before it:
 
 
@@ -621,7 +635,7 @@ print(f"cosine of cat and mat: {cos:.2f}")
 # %% [markdown]
 # The query of "mat" asks for one feature, *noun*. The key of "cat" has it, and its second
 # feature, *animal*, costs nothing, because the query's entry for it is 0: the two vectors
-# have a cosine of only 0.71, yet "mat"'s query scores "cat"'s key exactly as high as its own
+# have a cosine of only 0.71, yet the query of "mat" scores the key of "cat" exactly as high as its own
 # (6.25 each). A dot product is not a cosine (chapter 02): it rewards agreement but does not
 # penalise what the key has on top, and it grows with the length of the vectors. A key that is
 # longer in the query's direction can even score
@@ -696,111 +710,179 @@ plt.show()
 # learn the two projections separately, as the Transformer does, so that the query and the key
 # of one token are different vectors. The Reformer (Kitaev
 # et al., 2020) uses one projection for both, so that a query and its key fall into the same
-# hash bucket, and has to stop each token from attending to itself: with shared (and
-# normalised) queries and keys, a token's score with itself is almost always its largest.
+# hash bucket, and has to stop each token from attending to itself: with shared queries and
+# keys (it normalises the keys), a token's score with itself is almost always its largest.
+# The Reformer reports that with many heads and layers sharing costs little on its
+# benchmarks; but a single head with shared projections has symmetric scores, and cannot
+# express a one-way pattern like this one.
 #
 # ## The price: $O(n^2)$
 #
 # Every query is compared with every key, so a sequence of $n$ tokens needs an $n \times n$ score
 # matrix, per head and per layer: twice the text, four times the work and four times the memory.
-# The cell below times one attention step of one head ($d_k = 64$) for growing $n$, both as the
-# three lines of `attention` and as PyTorch's fused function, and reads off the memory the score
-# matrix of the three lines occupies: $4n^2$ bytes in 32-bit floats. For the fused function we ask
-# for its FlashAttention kernel by name (`sdpa_kernel`, which raises an error if that kernel
-# cannot run); more about it below. Times depend on the machine and vary from run to run, so
-# each is the fastest of five runs.
+# We measure both, for one attention step of one head ($d_k = 64$) and growing $n$, as the three
+# lines of `attention` and as PyTorch's fused function, for which we ask for its
+# FlashAttention kernel by name (more about it below). First the memory. A
+# `TorchDispatchMode` sees every operation PyTorch runs inside a `with` block; ours adds up
+# the bytes of each new tensor an operation returns, subtracts them when the tensor is freed,
+# and keeps the largest total. (Scratch space a kernel uses inside one operation is not a
+# tensor, so it does not count.)
 
 
-# %% tags=["nbval-ignore-output"]
-def time_attention(n: int, d: int = 64, repeats: int = 5) -> dict:
-    """Fastest times of the three-line step and of PyTorch's fused one."""
+# %%
+class PeakMemory(TorchDispatchMode):
+    """The most bytes held at once by tensors created inside the block."""
+
+    def __enter__(self) -> "PeakMemory":
+        self.live = self.peak = 0
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        inputs = [t for t in tree_leaves((args, kwargs)) if torch.is_tensor(t)]
+        known = {t.untyped_storage().data_ptr() for t in inputs}
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            # a view shares its input's memory; only new memory counts
+            if (
+                torch.is_tensor(t)
+                and t.untyped_storage().data_ptr() not in known
+            ):
+                storage = t.untyped_storage()
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(storage, self.free, storage.nbytes())
+        return out
+
+    def free(self, nbytes: int) -> None:
+        self.live -= nbytes
+
+
+def three_lines(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    # sdpa_kernel raises an error if this kernel cannot run
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def peak_memory(step, n: int, d: int = 64) -> int:
     q, k, v = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))
-    naive, fused = [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        scores = q @ k.transpose(-2, -1) / math.sqrt(d)
-        _ = torch.softmax(scores, dim=-1) @ v
-        t1 = time.perf_counter()
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            F.scaled_dot_product_attention(q, k, v)
-        fused.append(time.perf_counter() - t1)
-        naive.append(t1 - t0)
-    nbytes = scores.untyped_storage().nbytes()
-    return {"naive": min(naive), "fused": min(fused), "bytes": nbytes}
+    with PeakMemory() as memory:
+        step(q, k, v)
+    return memory.peak
 
 
 lengths = [128, 256, 512, 1024, 2048, 4096]
-cost = {n: time_attention(n) for n in lengths}
+steps = {"naive": three_lines, "fused": fused}
+memory = {
+    (key, n): peak_memory(step, n)
+    for key, step in steps.items()
+    for n in lengths
+}
+print("peak memory    three lines      fused")
+print("     n           MiB  / 4n²       MiB")
+for n in lengths:
+    naive_mib, fused_mib = (memory[key, n] / 2**20 for key in steps)
+    print(
+        f"{n:6d} {naive_mib:13.2f} {memory['naive', n] / (4 * n * n):6.2f}"
+        f" {fused_mib:10.3f}"
+    )
+
+# %% [markdown]
+# The three lines create three $n \times n$ matrices (the scores, their scaled copy and the
+# weights), and at their peak two of them are alive at once, plus the small output: the
+# column $/\,4n^2$ counts the $n \times n$ float32 matrices held, and tends to 2. Doubling $n$
+# multiplies this memory by about 4. The fused function holds only its output ($n \times d_k$) and
+# one number per query, so its memory doubles with $n$: at 4096 tokens it is 1 MiB against
+# 129 MiB.
+#
+# Now the time. Times depend on the machine and vary from run to run, so each is the fastest
+# of ten runs.
+
+
+# %% tags=["nbval-ignore-output"]
+def fastest(n: int, d: int = 64, repeats: int = 10) -> dict:
+    """The fastest of ``repeats`` runs of each attention step, in seconds."""
+    q, k, v = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))
+    times = {key: [] for key in steps}
+    for _ in range(repeats):  # the two functions take turns
+        for key, step in steps.items():
+            t0 = time.perf_counter()
+            step(q, k, v)
+            times[key].append(time.perf_counter() - t0)
+    return {key: min(t) for key, t in times.items()}
+
+
+cost = {(key, n): t for n in lengths for key, t in fastest(n).items()}
 
 
 def growth(n: int, key: str) -> str:
     """The time at length n divided by the time at half the length."""
-    return f"x{cost[n][key] / cost[n // 2][key]:.1f}" if n > 128 else ""
+    return f"x{cost[key, n] / cost[key, n // 2]:.1f}" if n > 128 else ""
 
 
-print("        three lines       fused     scores")
-print("     n     ms  growth     ms  growth    MiB")
+print("        three lines       fused")
+print("     n     ms  growth     ms  growth")
 for n in lengths:
-    c = cost[n]
     print(
-        f"{n:6d} {1000 * c['naive']:6.2f} {growth(n, 'naive'):>7}"
-        f" {1000 * c['fused']:6.2f} {growth(n, 'fused'):>7}"
-        f" {c['bytes'] / 2**20:6.1f}"
+        f"{n:6d} {1000 * cost['naive', n]:6.2f} {growth(n, 'naive'):>7}"
+        f" {1000 * cost['fused', n]:6.2f} {growth(n, 'fused'):>7}"
     )
-ratio = cost[4096]["naive"] / cost[4096]["fused"]
+ratio = cost["naive", 4096] / cost["fused", 4096]
 print(f"at n = 4096 the fused function is {ratio:.1f} times faster")
-# exactly n^2 float32 numbers
-assert all(cost[n]["bytes"] == 4 * n * n for n in lengths)
 
-# %% tags=["hide-input", "nbval-ignore-output"] caption="The cost of one attention step of one head (dₖ = 64), on a log-log scale. Top: the time of the three-line version and of PyTorch's fused function; up to 1024 tokens they stay close to each other and, from a few hundred tokens on, grow about as steeply as the n² line; from 2048 to 4096 tokens the three lines jump far above it, while the fused function stays near it and ends up the faster by a wide margin. Bottom: the memory of the score matrix, exactly 4n² bytes." alt="Two log-log plots stacked, sequence length 128 to 4096 on the x axis. Top: milliseconds for the three-line version (blue) and the fused function (green), both rising steeply from well under a millisecond, with a dotted n squared reference line through the blue point at 1024; at 4096 the green point lies below the blue one. Bottom: the orange memory line lies exactly on a dotted line of 4 n squared bytes, rising from under 0.1 MiB to 64 MiB."
-fig, axes = plt.subplots(2, 1, figsize=(6.4, 6), sharex=True)
+# %% tags=["hide-input", "nbval-ignore-output"] caption="The cost of one attention step of one head (dₖ = 64), on log-log scales, measured on one CPU. Top: the time of the three lines and of the fused function; for a few hundred tokens they take about the same time and grow about as steeply as the n² line; at the longest length the three lines rise well above that line, while the fused function stays near it and ends up the faster. Bottom: the peak memory; the three lines lie on the 8n² line (two n × n matrices of 32-bit floats), while the memory of the fused function only doubles when n doubles." alt="Two log-log plots stacked, sequence length 128 to 4096 on the x axis. Top: milliseconds for the three lines (blue) and the fused function (green), both rising steeply from under 0.1 milliseconds, with a dotted n squared reference line through the blue point at 1024; at 4096 the blue point lies well above the dotted line and the green point far below the blue one. Bottom: MiB of peak memory; the blue line lies on a dotted 8 n squared bytes line, rising from about 0.2 to 129 MiB, and the green line rises far less steeply, from about 0.03 to 1 MiB."
+fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4), sharex=True)
 ns = torch.tensor(lengths, dtype=torch.float64)
 for key, name, colour in (
     ("naive", "three lines", "tab:blue"),
-    ("fused", "F.scaled_dot_product_attention", "tab:green"),
+    ("fused", "fused function", "tab:green"),
 ):
-    ms = [1000 * cost[n][key] for n in lengths]
+    ms = [1000 * cost[key, n] for n in lengths]
     axes[0].loglog(lengths, ms, "o-", color=colour, label=name)
+    mib = [memory[key, n] / 2**20 for n in lengths]
+    axes[1].loglog(lengths, mib, "o-", color=colour, label=name)
 axes[0].loglog(
     lengths,
-    (1000 * cost[1024]["naive"] * (ns / 1024) ** 2).tolist(),
+    (1000 * cost["naive", 1024] * (ns / 1024) ** 2).tolist(),
     "k:",
     label=r"$\propto n^2$",
 )
+axes[1].loglog(
+    lengths, (8 * ns**2 / 2**20).tolist(), "k:", label=r"$8n^2$ bytes"
+)
 axes[0].set_title("time of one attention step")
 axes[0].set_ylabel("milliseconds")
-axes[1].loglog(
-    lengths,
-    [cost[n]["bytes"] / 2**20 for n in lengths],
-    "o-",
-    color="tab:orange",
-    label="score matrix",
-)
-axes[1].loglog(
-    lengths, (4 * ns**2 / 2**20).tolist(), "k:", label=r"$4n^2$ bytes"
-)
-axes[1].set_title("memory of the score matrix")
+axes[1].set_title("peak memory of one attention step")
 axes[1].set_ylabel("MiB")
 for ax in axes:
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(n) for n in lengths])
     ax.minorticks_off()
-    ax.legend(fontsize=9)
-axes[-1].set_xlabel("sequence length $n$")
+    ax.tick_params(labelsize=11)
+    ax.legend(fontsize=11)
+axes[-1].set_xlabel("sequence length $n$", fontsize=11)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
 # For short sequences fixed costs (starting the operations, allocating their results) weigh
 # heavily, and the time grows more slowly than $n^2$. The columns *growth* divide each time by
-# the time at half the length, and $n^2$ predicts 4. From a few hundred tokens on, both
-# functions grow about that fast, and they stay close to each other. From 2048 to 4096 tokens
-# the three lines grow far more than fourfold: the score matrix of 64 MiB and the weight matrix
-# of the same size no longer fit in the processor's cache (tens of MiB at most), and every
-# pass over them goes out to main memory. The fused function never stores these matrices; its
-# growth stays near 4 or below, and it ends up several times faster (last line of the table).
+# the time at half the length, and $n^2$ predicts 4. On the CPU that ran these timings, the
+# two functions take about the same time for a few hundred tokens. At the longest length the
+# three lines pull away, growing far more than fourfold in the last doubling, while the fused
+# function keeps growing about fourfold and ends up several times faster (last line of the
+# table).
+# Where that jump comes, and how large it is, changes from machine to machine and from run to
+# run. A likely reason is the processor's cache: the three lines write and read back whole
+# $n \times n$ matrices, 16 MiB each at 2048 tokens and 64 MiB at 4096, and once these no
+# longer fit in the cache every pass over them goes out to main memory, while the fused
+# function works on blocks small enough to stay in it.
 #
-# The memory follows from the formula alone; scale it up to a modern context window:
+# Scale the memory up to a modern context window:
 
 # %%
 print("one head's score matrix, float32:")
@@ -813,12 +895,12 @@ for n in (4096, 32_768, 131_072):
 # computes all its heads at once, so it holds these matrices for every head. Long-context
 # models therefore never store them. Fused kernels such as FlashAttention (Dao et al., 2022,
 # *FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness*) compute the
-# softmax block by block and keep only the output and one number per query (the
-# log-sum-exp of its scores, which the backward pass needs). That is the kernel the fused curve
-# above
-# used, on a CPU; PyTorch has it for GPUs too. The number of operations is still $O(n^2)$, but
-# the memory drops to $O(n)$, and because far less data moves to and from memory, the time
-# drops too.
+# softmax block by block and keep only the output and a couple of numbers per query (the
+# row's maximum score and its sum of exponentials, which the backward pass needs;
+# FlashAttention-2, Dao, 2023, folds them into one, their log-sum-exp). That is the kernel the
+# fused function above used, on a CPU; PyTorch has it for GPUs too. The number of operations
+# is still $O(n^2)$, but the memory drops to $O(n)$, as measured above, and because far less
+# data moves to and from memory, the time drops too.
 #
 # ## Summary
 #
@@ -831,16 +913,16 @@ for n in (4096, 32_768, 131_072):
 # * Without the scale, the variance of the scores grows with $d_k$ and the softmax saturates:
 #   many queries receive almost no gradient (77% at $d_k = 1024$). Trained at its best
 #   learning rate from the same three, the scaled model learned the first-token task in all
-#   eight runs by step 25; the unscaled one took up to 225 steps, failed in two runs, and
+#   eight runs (by step 25 with these seeds); the unscaled one took up to 225 steps, failed in two runs, and
 #   depended far more on the learning rate.
 # * Masks are boolean, `True` = may attend; blocked keys get weight exactly 0 (chapter 08 has
 #   the details).
 # * A dot product is not a cosine: it ignores what a key has beyond the query, and grows with
-#   length. With one projection for queries and keys the scores are symmetric and favour the
-#   token itself; separate $W_q$ and $W_k$ can learn one-way patterns such as "look at the
+#   length. With one projection for queries and keys the scores are symmetric, and the token
+#   with the longest query attends to itself most; separate $W_q$ and $W_k$ can learn one-way patterns such as "look at the
 #   previous token".
 # * Time and memory grow with $n^2$; fused kernels such as FlashAttention avoid storing the score
-#   matrix, which saves memory and time, but not operations.
+#   matrix, so their memory grows only with $n$; they save time too, but not operations.
 #
 # Next, chapter 05 runs several attentions side by side, each on its own learned projections:
 # multi-head attention.
@@ -849,8 +931,8 @@ for n in (4096, 32_768, 131_072):
 #
 # **1. Temperature.** Divide the scores of the two-word example by a temperature $\tau$ instead
 # of $\sqrt{d_k}$. Predict what happens to the weights of word 2 as $\tau \to 0$ and as
-# $\tau \to \infty$, then compute them for $\tau \in \{0.01, 1, 100\}$. Which temperature does
-# multiplying every query by 3 correspond to?
+# $\tau \to \infty$, then compute them for $\tau \in \{0.01, 1, 100\}$. Starting from $\tau = 1$,
+# which temperature does multiplying every query by 3 correspond to?
 
 # %% tags=["solution"]
 for tau in (0.01, 1.0, 100.0):

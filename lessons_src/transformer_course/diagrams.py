@@ -909,6 +909,7 @@ def encoder_decoder_attention(
         ha="center",
         va="bottom",
         color=red,
+        size=MIN_FONT_PT + 2,
     )
     # the decoder, writing the last word of `written`
     x_dec = width - 0.8
@@ -926,6 +927,7 @@ def encoder_decoder_attention(
         "written\nso far",
         ha="center",
         va="top",
+        size=MIN_FONT_PT + 2,
     )
     return fig
 

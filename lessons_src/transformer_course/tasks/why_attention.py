@@ -151,9 +151,9 @@ class AttentionClassifier(nn.Module):
             x = x + self.pos(
                 torch.arange(tokens.size(1), device=tokens.device)
             )
-        y, w = self.attn(x)
-        assert w is not None
-        self.attn_weights = w.mean(dim=1).detach()  # average over heads
+        y, w = self.attn(x)  # w: (batch, heads, seq_len, seq_len)
+        if w is not None:
+            self.attn_weights = w.mean(dim=1).detach()  # average over heads
         return self.out(y[:, -1])
 
 
