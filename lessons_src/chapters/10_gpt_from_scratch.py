@@ -332,8 +332,8 @@ show(tok.decode(untrained[0]))
 #   `dtype=torch.bfloat16`: the matrix products read and write 16-bit numbers, half the memory
 #   traffic, on the GPU's tensor cores, while the weights, their gradients and AdamW's averages
 #   stay 32-bit. bfloat16 keeps float32's 8-bit exponent (its range) and gives up mantissa bits
-#   (precision), so, unlike float16, it needs no loss scaling. On a CPU, as on this page,
-#   everything stays float32.
+#   (precision), so, unlike float16, it needs no loss scaling. On a CPU everything
+#   stays float32.
 # * `accumulate` and the `DistributedDataParallel` lines serve larger runs: they split each
 #   step's batch into micro-batches, or between processes started by `torchrun`, whose
 #   gradients add up to those of the whole batch. Here one process takes the whole batch.
@@ -357,7 +357,7 @@ assert lrs[2] == max(lrs) and abs(lrs[-1] - 3e-4) < 1e-12
 # %% [markdown]
 # 1000 steps of 16 windows of 64 characters: about a million characters, two and a half
 # passes over the training text. Every 100 steps the run prints its two losses, and at the
-# end how long it took on the machine that executed this page.
+# end how long the training took.
 
 # %%
 print(
@@ -394,6 +394,8 @@ print(
     f"trained in {history.wall_seconds:.0f} s "
     f"({history.cpu_seconds:.0f} s of CPU time)"
 )
+
+# %% tags=["remove-cell"]
 # the model learned
 assert history.evals["val_loss"][-1] < 0.6 * history.evals["val_loss"][0]
 
@@ -484,6 +486,8 @@ print(
     f"{history.evals['val_loss'][-1]:.3f} nats/char"
 )
 assert abs(val_loss - history.evals["val_loss"][-1]) < 0.05
+
+# %% tags=["remove-cell"]
 assert val_loss <= 1.7
 
 # %% [markdown]
@@ -496,6 +500,8 @@ trained = generate(
 )
 sample = tok.decode(trained[0])
 show(sample)
+
+# %% tags=["remove-cell"]
 assert sample.startswith(prompt) and len(sample) == len(prompt) + 200
 
 # %% [markdown]
@@ -524,6 +530,8 @@ print(
     f"after {record['steps']} steps,"
 )
 print(f"trained {record['train_seconds'] / 60:.0f} min on {record['device']}")
+
+# %% tags=["remove-cell"]
 assert record["val_loss"] <= 1.25 and big_tok.chars == tok.chars
 
 # %% [markdown]
@@ -646,14 +654,16 @@ for name, kwargs in strategies.items():
     print(f"--- {name} ---")
     show(text_out)
     print()
+greedy_text = outputs["greedy"]
+trailing = len(greedy_text) - len(greedy_text.rstrip(" "))
+print(f"the greedy text ends in {trailing} spaces (the dots)")
+
+# %% tags=["remove-cell"]
+assert trailing >= 40
 assert all(
     o.startswith(prompt) and len(o) == len(prompt) + 160
     for o in outputs.values()
 )
-greedy_text = outputs["greedy"]
-trailing = len(greedy_text) - len(greedy_text.rstrip(" "))
-print(f"the greedy text ends in {trailing} spaces (the dots)")
-assert trailing >= 40
 
 # %% [markdown]
 # Greedy decoding soon gets stuck, here in a run of spaces that it never leaves. The

