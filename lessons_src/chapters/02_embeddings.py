@@ -316,7 +316,7 @@ print(f"{'SparseAdam (sparse=True gradients)':>34}: {sparse_adam}")
 # those rows" holds for plain SGD, not for Adam and AdamW, the usual optimisers of
 # transformers. When the table is huge and each batch uses few rows, PyTorch offers
 # `nn.Embedding(sparse=True)`, whose gradient stores only the used rows, together with
-# optimisers that accept it, such as `torch.optim.SparseAdam`, a "lazy" Adam that updates
+# optimisers that accept it, such as `torch.optim.SparseAdam`, a "masked" Adam that updates
 # only the rows present in the gradient ([PyTorch documentation](https://pytorch.org/docs/stable/generated/torch.optim.SparseAdam.html)).
 #
 # ## Where the meaning comes from

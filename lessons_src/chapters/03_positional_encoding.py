@@ -478,7 +478,6 @@ cos_mean = F.cosine_similarity(out1_pos.mean(dim=1), out2_pos.mean(dim=1))
 cos_dog = F.cosine_similarity(out1_pos[0, 0], out2_pos[0, 2], dim=0)
 print(f"cosine of the two output averages: {cos_mean.item():.3f}")
 print(f"cosine of the two outputs of 'dog': {cos_dog.item():.3f}")
-assert gap > 1e-4  # the averages are no longer identical
 print("attention each position receives, averaged over the queries:")
 for words, w in [(s1, w1), (s2, w2)]:
     received = w[0].mean(dim=0)  # column means of the 3 x 3 weights
@@ -1136,15 +1135,14 @@ for positions in ["none", "sinusoidal", "rotary"]:
 counts = F.one_hot(test16[0], V).sum(dim=1)  # how often each token occurs
 guess = (counts.argmax(dim=-1, keepdim=True) == test16[1]).float().mean()
 print(f"guessing the most frequent token: {guess:.2f}")
-# without positions: as good as that guess, no better
+
+# %% tags=["remove-cell"]
+# no positions: the guess; sinusoids: perfect where trained; RoPE: everywhere
 assert abs(acc["none"][0] - guess) < 0.02
-# sinusoids: perfect where trained, no better than no positions beyond
 assert min(acc["sinusoidal"][:2]) > 0.99
-assert acc["sinusoidal"][2] < acc["none"][2] + 0.02
-# RoPE: perfect everywhere
 assert min(acc["rotary"]) > 0.99
 
-# %% caption="Accuracy at each position of 64-token test sequences, for the three models trained on 16 tokens. The model without positions stays near 0.12 everywhere; the sinusoidal one is perfect up to position 15, the last it was trained on, and falls at once to near chance (1 in 16) until position 52, then climbs to 0.25 by position 63; the rotary one stays perfect." alt="Line plot of accuracy (0 to 1) against position 3 to 63. A vertical dotted line after position 15 marks the end of the training length, a dotted horizontal line at 0.06 marks chance. The rotary curve, dashed, is flat at 1. The sinusoidal curve is at 1 up to position 15, drops to about 0.07 at 16, stays between about 0.06 and 0.14 up to position 52 and rises to about 0.2 to 0.25 over the last positions. The curve without positions wanders between about 0.09 and 0.16."
+# %% caption="Accuracy at each position of 64-token test sequences, for the three models trained on 16 tokens. The model without positions stays near 0.12 everywhere; the sinusoidal one is perfect up to position 15, the last it was trained on, and falls at once to 0.06–0.14 (chance is 1 in 16) until position 52, then climbs to 0.25 by position 63; the rotary one stays perfect." alt="Line plot of accuracy (0 to 1) against position 3 to 63. A vertical dotted line after position 15 marks the end of the training length, a dotted horizontal line at 0.06 marks chance. The rotary curve, dashed, is flat at 1. The sinusoidal curve is at 1 up to position 15, drops to about 0.07 at 16, stays between about 0.06 and 0.14 up to position 52 and rises to about 0.2 to 0.25 over the last positions. The curve without positions wanders between about 0.09 and 0.16."
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 positions_64 = torch.arange(BACK, 64)
 for name, curve in per_position.items():
@@ -1204,8 +1202,8 @@ print(f"(uniform attention over 64 keys: {1 / 64:.3f})")
 #   trained positions, drops to 0.024, not far above the 0.016 of uniform attention over
 #   64 keys.
 # * Over positions 53–63 it climbs back to 0.20 on average and 0.25 at most, against 0.13
-#   without positions, and its attention to $t - 3$ nearly doubles, to 0.046. This page does not
-#   explain that late recovery.
+#   without positions, and its attention to $t - 3$ nearly doubles, to 0.046; why the last
+#   positions recover is a question this experiment leaves open.
 #
 # The encoding is *defined* at every position, but the model only learned to use the ones
 # it was trained on. With RoPE the query at $t$ and the key at $t - 3$ give the same score

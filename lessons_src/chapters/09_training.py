@@ -1061,8 +1061,8 @@ iso = iso[iso["prediction"].str.fullmatch(r"\d{4}-\d{2}-\d{2}")]
 last_as_year = (iso["prediction"].str[2:4] == iso["example"].str[-2:]).mean()
 first_as_month = (iso["prediction"].str[5:7] == iso["example"].str[:2]).mean()
 print(f"'1962/10/23', the {len(iso)} well-formed outputs:")
-print(f"  year ends in the last field ('23' -> 2023): {last_as_year:.0%}")
-print(f"  month is the first two digits ('19'):        {first_as_month:.0%}")
+print(f"  year ends in the source's last field: {last_as_year:.0%}")
+print(f"  month = the year's first two digits:  {first_as_month:.0%}")
 
 # %% [markdown]
 # These numbers come from one training run, and that matters here. Models trained on the same
@@ -1076,7 +1076,8 @@ print(f"  month is the first two digits ('19'):        {first_as_month:.0%}")
 # * **`1962/10/23`** (0 %): in training, `/` *always* meant month/day/year, so the model trusts
 #   the separator over the shape of the numbers and reads `1962/10/23` as it would read
 #   `19/10/23`, month first and year last: in two thirds of the well-formed outputs (printed
-#   above) the year ends in `23`, and in two thirds the month is `19`. 30 of the 200 outputs are not even shaped like
+#   above) the year ends in the last field (`23` here), and in two thirds the month is the year's
+#   first two digits (`19` here). 30 of the 200 outputs are not even shaped like
 #   a date (`2013-02-4`); in the other 170 the year is wrong in 169, the month in 166 and the
 #   day in 165, and some name a month that does not exist (`2023-19-26` has a month 19).
 # * **`1962 October 23`** (0.5 %) fails differently: 16 outputs are malformed, and in every
