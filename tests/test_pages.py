@@ -339,3 +339,29 @@ def test_solution_and_output_checks_catch_their_faults():
     wide = {"output_type": "stream", "name": "stdout", "text": "x" * (OUTPUT_WIDTH + 1) + "\n"}
     assert output_problems(_nb(_code([wide])))
     assert not output_problems(_nb(_code([{**wide, "text": "x" * OUTPUT_WIDTH}])))
+
+
+def _unchecked_ignored_outputs(cells: list[dict]) -> list[int]:
+    """Code cells whose output strict nbval does not compare and that assert nothing."""
+    return [
+        i
+        for i, cell in enumerate(cells)
+        if cell["cell_type"] == "code"
+        and "nbval-ignore-output" in cell["metadata"].get("tags", [])
+        and not re.search(r"^\s*assert\b", "".join(cell["source"]), re.M)
+    ]
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_ignored_outputs_assert_what_matters(nb_path):
+    """A cell whose output varies (timings, sampled text) is not compared by nbval, so it must
+    assert what matters in it, or nothing would check it."""
+    cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    bad = _unchecked_ignored_outputs(cells)
+    assert not bad, f"{nb_path.name}: cells {bad} ignore their output and assert nothing"
+
+
+def test_ignored_output_check_catches_a_cell_without_assert():
+    cell = {"cell_type": "code", "metadata": {"tags": ["nbval-ignore-output"]}, "source": ["print(t)\n"]}
+    ok = {**cell, "source": ["print(t)\n", "assert t > 0\n"]}
+    assert _unchecked_ignored_outputs([cell, ok]) == [0]

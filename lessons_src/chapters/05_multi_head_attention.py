@@ -515,6 +515,8 @@ for h in (1, 12, 48):
         )
         ms[h] = {p: best_ms(*call) for p, call in zip(parts, calls)}
     print(f"{h:5d} {d_h:6d}" + "".join(f"{ms[h][p]:15.0f}" for p in parts))
+# the last head count, 48: one L x L score matrix per head
+assert scores_h.shape == (1, 48, L_long, L_long)
 
 # %% [markdown]
 # The whole layer slows down as the heads get narrower, at equal multiply-adds. Of the three
@@ -928,6 +930,7 @@ head_view(
     layer=best["previous token"][0],
     heads=[best["previous token"][1]],
 )
+assert attentions[0].shape[-1] == len(tokens)  # one row per token
 
 # %% tags=["remove-cell"]
 assert len(attentions) == 6 and len(tokens) == attentions[0].shape[-1]

@@ -394,6 +394,8 @@ print(
     f"trained in {history.wall_seconds:.0f} s "
     f"({history.cpu_seconds:.0f} s of CPU time)"
 )
+# training lowered the validation loss by more than a third
+assert history.evals["val_loss"][-1] < 0.67 * history.evals["val_loss"][0]
 
 # %% tags=["remove-cell"]
 # the model learned
@@ -500,6 +502,7 @@ trained = generate(
 )
 sample = tok.decode(trained[0])
 show(sample)
+assert set(sample) <= set(tok.chars)  # only characters of the vocabulary
 
 # %% tags=["remove-cell"]
 assert sample.startswith(prompt) and len(sample) == len(prompt) + 200

@@ -281,6 +281,8 @@ view = head_view(
     html_action="return",
 )
 display(view)
+# one row and one column of weights per token of the pair
+assert pair_att[3].shape[-1] == len(pair_tokens)
 
 # %% tags=["remove-cell"]
 assert "umbrella" in view.data and "bertviz-" in view.data
@@ -368,6 +370,8 @@ view = model_view(
     html_action="return",
 )
 display(view)
+# every layer's weights cover every token of the sentence
+assert all(a.shape[-1] == len(coref_tokens) for a in coref_att)
 
 # %% tags=["remove-cell"]
 assert "animal" in view.data and "bertviz-" in view.data
@@ -687,6 +691,7 @@ assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% tags=["nbval-ignore-output"]
 print(f"pre-training took {mlm_seconds:.0f} s ({mlm_cpu:.0f} s of CPU time)")
+assert mlm_seconds > 0  # a measured duration; its value depends on the machine
 
 # %% [markdown]
 # Is that loss good? The test is held-out text: mask it the same way, and count how often the
@@ -1248,6 +1253,7 @@ for name in CANDIDATES:
         f"{name:42s} {ft_seconds[name]:5.0f} s "
         f"({ft_cpu[name]:.0f} s of CPU time)"
     )
+assert all(ft_seconds[name] > 0 for name in CANDIDATES)  # measured, per model
 
 # %% [markdown]
 # After two epochs the candidates are within one of the 150 dev reviews of each other (87.3 %
@@ -1350,6 +1356,9 @@ print(f"dev accuracy: our loop {dev_loop:.1%}, Trainer {dev_trainer:.1%}")
 
 # %% tags=["nbval-ignore-output"]
 print(f"Trainer: {trainer_seconds:.0f} s ({trainer_cpu:.0f} s of CPU time)")
+assert (
+    trainer_seconds > 0
+)  # a measured duration; its value depends on the machine
 
 # %% [markdown]
 # The two numbers are not the same, and they are not from identical runs: our loop's number was
