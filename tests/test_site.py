@@ -92,3 +92,25 @@ def test_course_map_times_are_measured_from_the_pages():
         measured = course_config.reading_minutes(ROOT / "book" / f"{stem}.ipynb")
         assert int(minutes) == measured, f"the course map says {minutes} min for {stem}; its page measures {measured}"
     assert f"{course_config.PROSE_WPM} words" in intro and f"{course_config.CODE_LPM} lines" in intro
+
+
+def test_intro_samples_are_printed_by_their_chapters():
+    """The intro's "What you will have made" quotes model outputs: every quoted line is a line that
+    chapter 09's or chapter 10's notebook printed, verbatim."""
+    import json
+
+    intro = (ROOT / "book" / "intro.md").read_text()
+    section = intro.split("## What you will have made", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```text\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 2, "expected the chapter 09 and chapter 10 samples"
+    for block, stem in zip(blocks, ("09_training", "10_gpt_from_scratch"), strict=True):
+        nb = json.loads((ROOT / "book" / f"{stem}.ipynb").read_text())
+        printed = {
+            line.strip()
+            for c in nb["cells"]
+            if c["cell_type"] == "code"
+            for o in c.get("outputs", [])
+            for line in "".join(o.get("text", "")).splitlines()
+        }
+        for line in block.strip().splitlines():
+            assert line.strip() in printed, f"the intro quotes {line!r}, which book/{stem}.ipynb does not print"

@@ -23,7 +23,14 @@ NOTEBOOKS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 def _cells(nb):
     return [
-        (c.cell_type, c.source.strip(), sorted(c.metadata.get("tags", [])), c.metadata.get("mystnb")) for c in nb.cells
+        (
+            c.cell_type,
+            c.source.strip(),
+            sorted(c.metadata.get("tags", [])),
+            c.metadata.get("mystnb"),
+            c.metadata.get("jupyter"),
+        )
+        for c in nb.cells
     ]
 
 

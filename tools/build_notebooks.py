@@ -43,6 +43,9 @@ SOURCE_PROMPT = "Show the package's code: {}", "Hide the package's code: {}"
 # page shows the caption under the figure (numbered, so that a reader can cite it) and gives the
 # image the alt text (what the figure shows, for a reader who cannot see it).
 FIGURE_KEYS = ("caption", "alt")
+# In JupyterLab and Jupyter Notebook 7 the same cells (a solution, its explanation, a package
+# listing) open collapsed, as on the site: a click on the bar beside a cell unfolds it.
+COLLAPSED = {"source_hidden": True, "outputs_hidden": True}
 
 
 def source_metadata(cell: nbformat.NotebookNode) -> dict[str, str]:
@@ -89,9 +92,13 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
         if SOLUTION_TAG in tags and c.cell_type == "code":
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
             c.metadata["mystnb"] = dict(SOLUTION_METADATA)
+            c.metadata["jupyter"] = dict(COLLAPSED)
+        elif SOLUTION_TAG in tags:  # the explanation of the solution
+            c.metadata["jupyter"] = {"source_hidden": True}
         elif only_lists_source(c):
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
             c.metadata["mystnb"] = source_metadata(c)
+            c.metadata["jupyter"] = dict(COLLAPSED)
         if c.cell_type == "code":
             figure_metadata(c)
             c.outputs = []

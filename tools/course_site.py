@@ -29,9 +29,11 @@ from docutils import nodes
 from myst_nb.sphinx_ import SphinxNbRenderer
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
+from sphinxext.opengraph._description_parser import DescriptionParser
 
 logger = logging.getLogger(__name__)
 _original_render_markdown_cell = SphinxNbRenderer.render_nb_cell_markdown
+_original_visit = DescriptionParser.dispatch_visit
 
 STATIC = Path(__file__).resolve().parent / "course_static"
 
@@ -106,6 +108,19 @@ class FoldSolutions(SphinxPostTransform):
             parent[before].append(box)
 
 
+def _visit_keeping_spaces(self: Any, node: nodes.Node) -> None:
+    """sphinxext-opengraph strips each piece of text before it joins them, so a line break
+    before a parenthesis ("table\n(chapter 02)") vanished: "table(chapter 02)"."""
+    if (
+        isinstance(node, nodes.Text)
+        and node.astext()[:1].isspace()
+        and self.description
+        and not self.description[-1].isspace()
+    ):
+        self.description += " "
+    _original_visit(self, node)
+
+
 def _site_address(app: Any, config: Any) -> None:
     """``html_baseurl`` (the published site: GitHub Pages of the repository), unless set."""
     if not config.html_baseurl:
@@ -133,6 +148,8 @@ def _chapter_figures(text: str, page: Path) -> str:
         chapter = str(int(m.group(1)))
     elif page.stem == "performance":  # the appendix: "Fig. A.1"
         chapter = "A"
+    elif page.stem == "intro":  # the front page's one picture needs no number
+        return re.sub(r'<span class="caption-number">Fig\. [\d.]+ </span>', "", text)
     else:
         return text
     count = iter(range(1, 10_000))
@@ -171,11 +188,13 @@ def _root_page(out: Path, root_doc: str) -> str | None:
         )
     ]
     target = f"{root_doc}.html"
+    canonical = re.search(r'<link rel="canonical" href="([^"]+)"', head)
+    canonical_url = canonical.group(1) if canonical else target
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8" />\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1" />\n'
         + "\n".join(keep)
-        + f'\n<link rel="canonical" href="{html.escape(target)}" />\n'
+        + f'\n<link rel="canonical" href="{html.escape(canonical_url)}" />\n'
         + f'<meta http-equiv="Refresh" content="0; url={html.escape(target)}" />\n'
         + f'</head>\n<body><p><a href="{html.escape(target)}">Go to the course</a></p></body>\n</html>\n'
     )
@@ -205,6 +224,7 @@ def _add_static(app: Any) -> None:
 
 def setup(app: Any) -> dict:
     SphinxNbRenderer.render_nb_cell_markdown = _render_markdown_cell  # type: ignore[method-assign]
+    DescriptionParser.dispatch_visit = _visit_keeping_spaces  # type: ignore[method-assign]
     app.add_post_transform(FoldSolutions)
     app.connect("config-inited", _site_address)
     # after sphinx-external-toc has written its redirect (priority 500)

@@ -112,10 +112,38 @@
     Search.htmlToText = function (htmlString, anchor) {
       const doc = new DOMParser().parseFromString(htmlString, "text/html");
       doc.querySelectorAll(".math").forEach(function (m) { m.textContent = readable(m.textContent); });
-      return original(doc.documentElement.outerHTML, anchor);
+      // Quote the chapter's own text: the theme's [role=main] also holds the header's buttons
+      // ("Colab", "Repository") and the contents list, which would open every quote.
+      const main = doc.querySelector('[role="main"]');
+      const article = doc.querySelector(".bd-article");
+      if (main && article && main !== article) {
+        main.removeAttribute("role");
+        article.setAttribute("role", "main");
+      }
+      const text = original(doc.documentElement.outerHTML, anchor);
+      return text.replace(/\s+/g, " ");
     };
     Search._coursePatched = true;
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", patch);
   else patch();
+})();
+
+// A figure scaled down to a phone's width can be opened at full size: a tap on it opens the
+// image itself (stored at twice its shown size), which the phone can then zoom.
+(function () {
+  function link() {
+    document.querySelectorAll(".bd-article .cell_output img, .bd-article figure img").forEach(
+      function (img) {
+        if (img.closest("a") || !img.getAttribute("src")) return;
+        const a = document.createElement("a");
+        a.href = img.getAttribute("src");
+        a.className = "course-figure-link";
+        a.title = "Open the figure at full size";
+        img.parentNode.insertBefore(a, img);
+        a.appendChild(img);
+      });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", link);
+  else link();
 })();
