@@ -123,6 +123,17 @@
       const text = original(doc.documentElement.outerHTML, anchor);
       return text.replace(/\s+/g, " ");
     };
+    // The quote starts at a query word found in the text; Sphinx looks for the *stemmed* words
+    // ("rotari" for "rotary"), which the text rarely contains, and then quotes the page's opening.
+    // Look for the words as typed as well.
+    const summary = Search.makeSearchSummary;
+    if (summary) {
+      Search.makeSearchSummary = function (htmlText, keywords, anchor) {
+        const typed = (new URLSearchParams(window.location.search).get("q") || "")
+          .toLowerCase().split(/\s+/).filter(function (w) { return w.length > 1; });
+        return summary(htmlText, new Set([...keywords, ...typed]), anchor);
+      };
+    }
     Search._coursePatched = true;
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", patch);
