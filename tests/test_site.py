@@ -114,3 +114,89 @@ def test_intro_samples_are_printed_by_their_chapters():
         }
         for line in block.strip().splitlines():
             assert line.strip() in printed, f"the intro quotes {line!r}, which book/{stem}.ipynb does not print"
+
+
+# ---- the references page and the chapters' citations --------------------------------------------
+
+# "Authors, YEAR", "Authors (YEAR" and, for several authors, "Authors YEAR": the author-year citations
+# that a chapter's prose can make.
+AUTHOR_YEAR = re.compile(
+    r"(?<![\w.])(?:[A-Z][\w'-]+,\s+)*[A-Z][\w'-]+"
+    r"(?:(?:\s+(?:and|&)\s+[A-Z][\w'-]+|\s+et\s+al\.)(?:,?\s+|\s+\()|,\s+|\s+\()(?:19|20)\d\d\b"
+)
+# Years after a name that are not citations.
+NOT_CITATIONS = {"Transformer (2017"}  # chapter 01's summary: the model's year
+
+
+def _chapter_prose() -> dict[str, str]:
+    """Each chapter's prose, by chapter number: its markdown cells and figure captions as the source
+    writes them, without inline code and formulas."""
+    prose = {}
+    for source in sorted((ROOT / "lessons_src" / "chapters").glob("[0-9][0-9]_*.py")):
+        parts, in_markdown = [], False
+        for line in source.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# %%"):
+                in_markdown = "[markdown]" in line
+                parts += re.findall(r'caption="([^"]*)"', line)
+            elif in_markdown:
+                parts.append(line.removeprefix("#").removeprefix(" "))
+        text = "\n".join(parts)
+        prose[source.name[:2]] = re.sub(r"`[^`\n]*`|\$\$.*?\$\$|\$[^$\n]*\$", " ", text, flags=re.S)
+    return prose
+
+
+def _references() -> tuple[str, list]:
+    import course_site
+
+    text = course_site.REFERENCES.read_text(encoding="utf-8")
+    return text, course_site.citation_forms(text)
+
+
+def _citations(cites: list, text: str) -> list:
+    import course_site
+
+    return course_site.find_citations(cites, text)
+
+
+def test_every_author_year_citation_in_the_chapters_has_a_reference():
+    _, cites = _references()
+    missing = []
+    for chapter, text in _chapter_prose().items():
+        found = _citations(cites, text)
+        for m in AUTHOR_YEAR.finditer(text):
+            if m.group(0) in NOT_CITATIONS:
+                continue
+            covered = any(c.start() < m.end() and m.start() < c.end() for c, _ in found)
+            if not covered:
+                missing.append(f"chapter {chapter}: {' '.join(m.group(0).split())!r}")
+    assert not missing, "no entry of book/references.md has a cite form for " + "; ".join(missing)
+
+
+def test_every_reference_is_cited_and_lists_the_chapters_that_cite_it():
+    text, cites = _references()
+    prose = _chapter_prose()
+    entries = dict(re.findall(r"^\(ref-([\w-]+)\)=\n(.*?)(?=^\(ref-|\Z)", text, flags=re.M | re.S))
+    assert entries, "book/references.md has no entries"
+    for label, entry in entries.items():
+        citing = {ch for ch, t in prose.items() for _, cite in _citations(cites, t) if cite.label == label}
+        assert citing, f"no chapter cites the reference {label!r} in a form its entry lists"
+        listed = set(re.findall(r"\[(\d\d)\]\(\1_[\w]+\.ipynb\)", entry.split("Cited in", 1)[-1]))
+        assert citing <= listed, f"{label}: cited in chapters {sorted(citing - listed)}, which its entry does not list"
+        for chapter in listed:
+            assert chapter in prose, f"{label}: lists chapter {chapter}, which does not exist"
+
+
+def test_every_reference_links_to_the_work():
+    text, _ = _references()
+    for label, entry in re.findall(r"^\(ref-([\w-]+)\)=\n(.*?)(?=^\(ref-|\Z)", text, flags=re.M | re.S):
+        assert re.search(r"\]\(https?://[^)\s]+\)", entry), f"the reference {label!r} has no http(s) link"
+
+
+def test_references_are_in_alphabetical_order():
+    text, _ = _references()
+    # first author's surname, then year
+    keys = [
+        (a.replace("ü", "u").casefold(), int(y))
+        for a, y in re.findall(r"^\(ref-[\w-]+\)=\n([^,(]+).*? \((\d{4})\)", text, flags=re.M)
+    ]
+    assert keys and keys == sorted(keys), "book/references.md lists its entries out of alphabetical order"

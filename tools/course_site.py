@@ -16,12 +16,16 @@
   Open Graph tags, so that a link to the site shows what it is.
 * Adds the course's stylesheet and script (``tools/course_static/``): long code names wrap and
   wide tables scroll in their own box on a phone; bertviz's model view fits the column.
+* A chapter's citations ("Vaswani et al., 2017") link to their entries in ``book/references.md``,
+  which lists, next to each entry, the forms in which the chapters cite it (``LinkCitations``).
 """
 
 from __future__ import annotations
 
 import html
 import re
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +110,164 @@ class FoldSolutions(SphinxPostTransform):
                 continue
             parent.remove(box)
             parent[before].append(box)
+
+
+REFERENCES = Path(__file__).resolve().parents[1] / "book" / "references.md"
+REFERENCES_DOC = "book/references"
+CHAPTER_DOC = re.compile(r"book/\d\d_")
+
+
+@dataclass(frozen=True)
+class Cite:
+    """One way a chapter cites an entry of the references page."""
+
+    pattern: re.Pattern
+    label: str  # the entry's target, ``ref-<label>``
+    title: str  # the work's title (the link's tooltip)
+    then: str = ""  # text that must follow the match (a title's start), to tell apart equal author-years
+    once: bool = False  # a name without a year ("GPT-3"): linked at its first occurrence on a page
+
+
+def _words(text: str) -> str:
+    """A regex for ``text`` in which any run of whitespace matches any other (prose wraps lines)."""
+    return r"\s+".join(re.escape(w) for w in text.split())
+
+
+def citation_forms(text: str) -> list[Cite]:
+    """The cite forms of a references page: after each entry ``(ref-LABEL)=`` a comment
+    ``<!-- cites: FORM | FORM -->`` gives the forms in which the chapters cite it.
+
+    * ``Authors, YEAR`` matches "Authors, YEAR", "Authors YEAR" and "Authors (YEAR)", and links the
+      authors alone in "Authors (YEAR, *Title*)".  Authors of several people ("X et al.", "X and Y",
+      "X & Y") that belong to one entry only are also linked without their year ("Xiong et al. predict").
+    * ``Authors, YEAR + Title start``: only where the text goes on with that title (two works that
+      the chapters both cite as "Liu et al., 2020").
+    * Anything else (``GPT-3``, ``BERT paper``) is a name, linked at its first occurrence on a page.
+    """
+    cites: list[Cite] = []
+    labels_of: dict[str, set[str]] = defaultdict(set)
+    titles: dict[str, str] = {}
+    for block in re.split(r"^(?=\(ref-)", text, flags=re.M)[1:]:
+        label = re.match(r"\(ref-([\w-]+)\)=", block).group(1)
+        forms = re.search(r"<!-- cites: (.+?) -->", block)
+        title = re.search(r"\*(.+?)\*", block)
+        if forms is None or title is None:
+            raise ValueError(f"references entry {label!r} needs a *title* and a <!-- cites: ... --> comment")
+        titles[label] = title.group(1).rstrip(".")
+        for form in forms.group(1).split(" | "):
+            cited, _, then = (part.strip() for part in form.partition(" + "))
+            m = re.fullmatch(r"(.+?),? ((?:19|20)\d\d)", cited)
+            if m is None:
+                cites.append(Cite(re.compile(rf"(?<!\w){_words(cited)}(?![\w-])"), label, titles[label], once=True))
+                continue
+            authors, year = m.groups()
+            who = _words(authors)
+            year_after = rf"(?:,?\s+{year}\b|\s+\({year}\)|(?=\s+\({year}\b))"
+            cites.append(Cite(re.compile(rf"(?<!\w){who}{year_after}"), label, titles[label], then=then))
+            if re.search(r" et al\.| and | & ", authors):
+                labels_of[authors].add(label)
+    for authors, labels in labels_of.items():
+        if len(labels) == 1:
+            (label,) = labels
+            cites.append(Cite(re.compile(rf"(?<!\w){_words(authors)}(?!\w)"), label, titles[label]))
+    return cites
+
+
+def find_citations(
+    cites: list[Cite], text: str, rest: str = "", linked: set[str] | None = None
+) -> list[tuple[re.Match, Cite]]:
+    """Every citation in ``text``, left to right, as ``(match, cite)`` pairs.  At one place the longest
+    match wins, and a form that needs a title start before one that does not; ``rest`` is the text
+    that follows ``text`` (the rest of its paragraph); ``linked``: the names already linked on the page."""
+    linked = set() if linked is None else linked
+    found: list[tuple[re.Match, Cite]] = []
+    pos = 0
+    while True:
+        best = None
+        for cite in cites:
+            if cite.once and cite.label in linked:
+                continue
+            for m in cite.pattern.finditer(text, pos):
+                if cite.then and not re.match(r"[\s,(*]*" + _words(cite.then), text[m.end() :] + rest):
+                    continue
+                key = (m.start(), not cite.then, m.start() - m.end())
+                if best is None or key < best[0]:
+                    best = (key, m, cite)
+                break
+        if best is None:
+            return found
+        _, m, cite = best
+        if cite.once:
+            linked.add(cite.label)
+        found.append((m, cite))
+        pos = m.end()
+
+
+class LinkCitations(SphinxPostTransform):
+    """On a chapter's page, make each citation in its prose ("Vaswani et al. (2017)", "Müller, Kornblith
+    and Hinton, 2019", "the BERT paper") a link to the work's entry on the references page.  Text in
+    code, formulas, titles and existing links is left alone."""
+
+    default_priority = 800
+    formats = ("html",)
+    SKIP = (nodes.literal, nodes.literal_block, nodes.math, nodes.math_block, nodes.reference, nodes.raw, nodes.title)
+
+    def run(self, **kwargs: Any) -> None:
+        docname = self.env.docname
+        if not CHAPTER_DOC.match(docname) or not REFERENCES.exists():
+            return
+        cites = citation_forms(REFERENCES.read_text(encoding="utf-8"))
+        page = self.app.builder.get_relative_uri(docname, REFERENCES_DOC)
+        linked_once: set[str] = set()
+        for parent in list(self.document.findall(nodes.Element)):
+            if not self._in_prose(parent):
+                continue
+            # A line break in the source is a Text node of its own: join each run of Text nodes.
+            i = 0
+            while i < len(parent.children):
+                j = i
+                while j < len(parent.children) and isinstance(parent[j], nodes.Text):
+                    j += 1
+                if j == i:
+                    i += 1
+                    continue
+                source = "".join(str(t) for t in parent.children[i:j])
+                rest = "".join(sibling.astext() for sibling in parent.children[j:])
+                found = find_citations(cites, source, rest, linked_once)
+                if not found:
+                    i = j
+                    continue
+                pieces: list[nodes.Node] = []
+                done = 0
+                for m, cite in found:
+                    if m.start() > done:
+                        pieces.append(nodes.Text(source[done : m.start()]))
+                    ref = nodes.reference("", "", internal=True, refuri=f"{page}#ref-{cite.label}", reftitle=cite.title)
+                    ref += nodes.Text(m.group(0))
+                    pieces.append(ref)
+                    done = m.end()
+                if done < len(source):
+                    pieces.append(nodes.Text(source[done:]))
+                parent[i:j] = pieces
+                i += len(pieces)
+
+    def _in_prose(self, element: nodes.Element) -> bool:
+        """Whether the element is (inside) a paragraph or a caption, and not inside code, a formula,
+        a title or a link."""
+        node: nodes.Node | None = element
+        prose = False
+        while node is not None:
+            if isinstance(node, self.SKIP):
+                return False
+            prose = prose or isinstance(node, (nodes.paragraph, nodes.caption))
+            node = node.parent
+        return prose
+
+
+def _note_references(app: Any, doctree: Any) -> None:
+    """A chapter's links depend on the references page: rebuild the chapter when it changes."""
+    if CHAPTER_DOC.match(app.env.docname):
+        app.env.note_dependency(str(REFERENCES))
 
 
 def _visit_keeping_spaces(self: Any, node: nodes.Node) -> None:
@@ -226,6 +388,8 @@ def setup(app: Any) -> dict:
     SphinxNbRenderer.render_nb_cell_markdown = _render_markdown_cell  # type: ignore[method-assign]
     DescriptionParser.dispatch_visit = _visit_keeping_spaces  # type: ignore[method-assign]
     app.add_post_transform(FoldSolutions)
+    app.add_post_transform(LinkCitations)
+    app.connect("doctree-read", _note_references)
     app.connect("config-inited", _site_address)
     # after sphinx-external-toc has written its redirect (priority 500)
     app.connect("build-finished", _finish_pages, priority=900)
