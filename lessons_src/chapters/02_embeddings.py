@@ -425,8 +425,8 @@ print(f"seeds where both pairs end closer than cat-car: {in_order} of 10")
 # 0.001 of the lowest loss this corpus allows. On the way, the rows of "cat" and "dog" turned
 # towards each other, as did "car" and "bus", while the animals and the vehicles ended up
 # nearly at right angles in this run (cosine −0.078). That angle is not fixed: over ten
-# seeds, cos(cat, car) ranges from −0.835 to −0.056, and some other seeds end with a positive
-# cosine (exercise 2 meets one). What held in all ten runs is the order: cat–dog and car–bus
+# seeds, cos(cat, car) ranges from −0.835 to −0.056, and a run can even end with a positive
+# cosine (exercise 2 meets one, in two dimensions). What held in all ten runs is the order: cat–dog and car–bus
 # end closer than cat–car. The figure shows the five rows that
 # the model reads, before and after, in this run.
 
@@ -536,7 +536,7 @@ for word in ["cat", "unbelievable", "tokenization", "embeddings"]:
     print(f"{word:>13} -> {pieces} -> ids {piece_ids}")
 
 # %% [markdown]
-# "unbelievable" has its own row; "embeddings" is not, and takes four.
+# "unbelievable" has a row of its own; "tokenization" needs two pieces and "embeddings" four.
 #
 # ### Similar words have similar rows
 #
@@ -597,7 +597,7 @@ for k in torch.nonzero(~agree).flatten().tolist():
     n = nearest[k].item()
     print(f"  except {words[k]} -> {words[n]} ({cos[k, n]:.3f})")
 
-# %% tags=["hide-input"] caption="Cosine similarity of the rows of twenty words in MiniLM's token table, grouped into animals, fruit, vehicles and colours (white lines). The colour block on the diagonal is the brightest and the fruit block the faintest, and the orange row is bright in the colour columns (brighter than the fruit block itself)." alt="A 20 by 20 heatmap with the words on both axes and the diagonal left blank. Four 5 by 5 blocks along the diagonal are lighter, teal to yellow-green, than most of the rest, which is blue to dark purple; the colour block is the brightest and the fruit block the faintest. The orange row is green in the colour columns, brighter than in the fruit columns; the cherry row is teal at red."
+# %% tags=["hide-input"] caption="Cosine similarity of the rows of twenty words in MiniLM's token table, grouped into animals, fruit, vehicles and colours (white lines). The colour block on the diagonal is the brightest and the fruit block the faintest, and the orange row is bright in the colour columns (brighter, on average, than in the fruit block itself)." alt="A 20 by 20 heatmap with the words on both axes and the diagonal left blank. Four 5 by 5 blocks along the diagonal are lighter, teal to yellow-green, than most of the rest, which is blue to dark purple; the colour block is the brightest and the fruit block the faintest. The orange row is green in the colour columns, brighter than in the fruit columns; the cherry row is teal at red."
 fig, ax = plt.subplots(figsize=(5.4, 5.0))
 # the diagonal (always 1) left blank, for contrast
 shown = cos.clone().fill_diagonal_(float("nan"))
@@ -863,14 +863,15 @@ for k, text in enumerate(order_sentences):
 
 # %% [markdown]
 # S0 and S1 say different things (who chases whom is swapped), yet their similarity is 0.991,
-# far above the 0.568 of S3, which says roughly the same as S0 in other words. Swapping the
-# roles turned the vector less than averaging in two padding vectors did (cosine 0.965). S2
+# far above the 0.568 of S3, which says roughly the same as S0 in other words. For scale:
+# averaging in two padding vectors turned another sentence's vector further (cosine 0.965). S2
 # means the same as S0, but is, if anything, closer to S1 (0.973 against 0.971), whose order
-# of nouns it shares and whose meaning it does not. For this model, which words a sentence
-# contains counts for much more than their order.
+# of nouns it shares and whose meaning it does not. For these sentences, which words they
+# contain counts for much more than their order.
 #
 # What tells the encoder the order at all? Attention, the only layer that mixes the tokens,
-# treats its input as a set (chapter 01 showed it); the other layers work on each token
+# gives a reordered input the same output vectors, reordered (chapter 01 showed it), and the
+# mean over the tokens does not see the order; the other layers work on each token
 # separately, and the token and segment rows do not depend on the position. What is left is
 # the position table. We set it to zero for a moment:
 
@@ -938,12 +939,12 @@ for a, b, c in [("king", "man", "woman"), ("paris", "france", "italy")]:
 # with the query words left out, the classic answer
 king_answers = [w for w, _ in analogy("king", "man", "woman")]
 king_answers = [w for w in king_answers if w not in ("king", "man", "woman")]
-assert king_answers[0] == "queen"
 
 # %% [markdown] tags=["solution"]
 # The first answer is a query word each time: "king" for the first sum and "italy" for the
-# second. The sum still contains the query words' own rows, and nothing is closer to a row
-# than the row itself. Once the query words are excluded (as word2vec's own analogy test,
+# second. Each query word added to the sum brings its whole row into it, so the sum keeps a
+# large component along that row, while another word such as "queen" scores only through
+# what its row shares with the three. Once the query words are excluded (as word2vec's own analogy test,
 # [`compute-accuracy.c`](https://github.com/tmikolov/word2vec/blob/master/compute-accuracy.c),
 # does), "queen" comes first, as in word2vec. For the capitals, "rome" comes only after
 # "italian": the sum lands near everything Italian, and the adjective is closer than the
@@ -983,6 +984,7 @@ def as_predicted(c: Cosines) -> bool:
 
 print("dim=4   cos(dog, cat)           cos(dog, car)")
 print("seed    first corpus -> mixed   first corpus -> mixed")
+held = 0
 for seed in range(10):
     c = both_runs(4, seed)
     cat, car = c["dog", "cat"], c["dog", "car"]
@@ -990,7 +992,8 @@ for seed in range(10):
         f"{seed:>4} {cat[0]:13.3f} -> {cat[1]:6.3f}"
         f" {car[0]:15.3f} -> {car[1]:6.3f}"
     )
-    assert as_predicted(c)
+    held += as_predicted(c)
+print(f"dim=4: the prediction held for {held} of 10 seeds")
 print("dim=2: the seeds of 0 to 19 where the prediction fails")
 for seed in range(20):
     c = both_runs(2, seed)
