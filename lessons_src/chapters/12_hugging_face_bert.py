@@ -103,7 +103,10 @@ from transformer_course.utils import (
     show_source,
 )
 
-# %% tags=["remove-cell"]
+# %%
+# every set_seed below also keeps PyTorch on one CPU thread, so that
+# sums are added in the same order on any machine and the printed
+# numbers repeat
 set_seed = functools.partial(set_seed, num_threads=1)
 _ = set_seed(0)
 
