@@ -248,8 +248,8 @@ print(f"max |MiniEncoderLayer - EncoderLayer| below 1e-6: {diff < 1e-6}")
 # You met the package's `EncoderLayer` (folded below) in chapter 06. Besides the minimal layer's
 # function it has dropout on each sub-layer's output before the addition, the pre-norm order, a
 # GELU option (`activation`), a copy of its last attention weights for plotting (`attn_weights`;
-# the decoder layer keeps two such copies, plotted below), and two switches for later chapters:
-# `use_sdpa` (PyTorch's fused attention) and `cache` (chapter 10).
+# the decoder layer keeps two such copies, plotted below), and two extras: `use_sdpa`, the fused
+# attention path of chapter 05, and `cache`, a key/value cache (chapter 10 explains caching).
 
 # %%
 show_source(EncoderLayer)
@@ -347,8 +347,6 @@ show_source(DecoderLayer)
 #
 # Below the first layer, token ids become vectors: an embedding table (chapter 02), multiplied by
 # $\sqrt{d_\text{model}}$, plus the sinusoidal positional encoding (chapter 03), then dropout.
-# (Why the factor $\sqrt{d_\text{model}}$ is there, and why it goes with the way the table is
-# initialised, is the subject of a section below.)
 #
 # A stack is that embedding followed by $N$ layers of the same shape, each with its own weights.
 # Because every layer maps `(batch, length, d_model)` to the same shape, a loop is all there is.
@@ -370,8 +368,9 @@ show_source(DecoderLayer)
 # target, a single $V \times d_\text{model}$ matrix serves as the encoder's embedding, the
 # decoder's embedding and the weights of the output layer. `tie_embeddings=True` does the same.
 # The projection matrices start from Glorot (Xavier) uniform initialisation, as in the paper's
-# reference code (tensor2tensor); the shared table gets that code's normal initialisation, whose
-# reason is the next section.
+# reference code (tensor2tensor); the shared table gets that code's normal initialisation. Why
+# that initialisation goes with the factor $\sqrt{d_\text{model}}$ is the subject of the section
+# *Why the embedding is multiplied by $\sqrt{d_\text{model}}$*, after the model is assembled.
 #
 # Written in the style of the minimal layers above (post-norm, no dropout, one shared
 # vocabulary), the whole model is one short class: the scaled embedding plus positions, a loop
@@ -558,9 +557,9 @@ assert 0.85 < rms(scaled) < 1.15
 # size of the positions. Another common choice is to initialise
 # every matrix with Glorot, the embeddings included, and keep the factor: the Annotated
 # Transformer's `make_model` does this (`nn.init.xavier_uniform_` on every parameter with more
-# than one dimension). Glorot's scale depends on the table's shape,
-# $\sqrt{2/(V + d_\text{model})}$, so the token vectors' size then depends on the vocabulary.
-# With our 20 tokens it happens to come out close to 1; with the paper's 37,000 it does not:
+# than one dimension). Glorot's standard deviation, $\sqrt{2/(V + d_\text{model})}$, depends on
+# the table's shape, so the token vectors' size then depends on the vocabulary. With our 20 tokens
+# it happens to come out a little above 1; with the paper's 37,000 it does not:
 
 # %%
 for vocab, d in ((VOCAB, d_model), (37_000, 512)):
@@ -569,15 +568,15 @@ for vocab, d in ((VOCAB, d_model), (37_000, 512)):
         f"Glorot table {vocab:>6,} x {d}: times sqrt(d) RMS per entry "
         f"{rms(glorot * math.sqrt(d)):.3f}"
     )
-del glorot
 
 # %% [markdown]
-# At the paper's size, at initialisation, the token vectors would be under a quarter of the size
-# of the positions added to them: 0.165 against 0.707. The package's untied models keep Glorot
-# for every matrix, like the Annotated Transformer: with a vocabulary as small as ours the token
-# signal starts larger than the position signal (1.13 against 0.71, printed above); with 37,000 tokens the token
-# signal starts under a quarter of the position signal. Training can grow the embeddings from
-# there; what we measured is only where they start.
+# With our 20 tokens the token vectors start a little larger than the positions (1.130 against
+# 0.707); at the paper's size they would start under a quarter of the positions' size (0.165
+# against 0.707). The package's untied models keep Glorot for every matrix, like the Annotated
+# Transformer, so their token vectors' starting size depends on the vocabulary in this way.
+# All of this is about where the embeddings start. Whether the factor matters to training is a
+# question for an experiment, which we run once the model has a task and has been trained on it
+# (*Does the factor $\sqrt{d_\text{model}}$ matter to training?*, below).
 #
 # ## Counting the parameters
 #
@@ -591,8 +590,10 @@ del glorot
 # * a **decoder layer** = 2 attentions + FFN + 3 norms $= 8d^2 + 2\,d\,d_\text{ff} + 15d + d_\text{ff}$;
 # * the tied embedding table is $V d$, counted once; the sinusoidal positions have **no**
 #   parameters (a fixed buffer);
-# * the output layer's weights are that table, and it adds a bias of $V$; a pre-norm stack would
-#   add one final norm, $2d$.
+# * the output layer's weights are that table, and it adds a bias of $V$; untied, the output
+#   layer has its own $d \times V_\text{tgt}$ weights and $V_\text{tgt}$ biases,
+#   $d\,V_\text{tgt} + V_\text{tgt}$, and source and target get a table each;
+# * a pre-norm stack adds one final norm, $2d$.
 #
 # The table compares the formula with `count_parameters`, which counts a shared tensor once:
 
@@ -702,7 +703,6 @@ gap = 65e6 - count_parameters(base)
 print(f"65 M minus the tied model: {gap / 1e6:.1f} M ({gap / 65e6:.0%})")
 per_token = d + 1  # one row of the table, one output bias
 print(f"vocabulary that would close it: {37_000 + gap / per_token:,.0f}")
-del base, untied
 
 # %% [markdown]
 # Table 3 of the paper gives 65 M parameters for the base model; the tied count is 1.9 M (3 %)
@@ -788,7 +788,7 @@ assert diff < 1e-5  # float32 rounding (the exact value varies by CPU)
 # a different order. In float64, whose rounding step is hundreds of millions of times finer, the
 # same encoder layers, with the same weights and input, agree far below float32's rounding:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 ours, theirs = ours.double(), theirs.double()
 with torch.no_grad():
     out_ours = ours(x.double(), src_mask)
@@ -796,8 +796,8 @@ with torch.no_grad():
 diff64 = (out_ours - out_torch).abs().max().item()
 for dtype in (torch.float32, torch.float64):
     print(f"{dtype}: rounding step {torch.finfo(dtype).eps:.1e}")
-close = diff64 < 1e-12
-print(f"float64 encoder layer: max |ours - PyTorch| below 1e-12: {close}")
+print(f"float64 encoder layer: max |ours - PyTorch| = {diff64:.1e}")
+assert diff64 < 1e-12  # float64 rounding (the exact value varies by CPU)
 
 # %% [markdown]
 # ## Training it: reversing words
@@ -854,11 +854,19 @@ seen = {w for _ in range(600) for w in random_words(64, train_gen)}
 candidates = random_words(3000, torch.Generator().manual_seed(2))
 fresh = [w for w in candidates if w not in seen][:1000]
 print(f"distinct strings in the training stream: {len(seen):,}")
+three = sum(len(w) == 3 for w in seen)
+print(f"  three-letter ones: {three:,} of 4,913 ({three / 17**3:.0%})")
 print(f"test strings: {len(fresh):,}; of them in that stream: ", end="")
 print(len(set(fresh) & seen))
+by_len = [sum(len(w) == k for w in fresh) for k in range(3, 9)]
+print("test strings by length:", end="")
+print("".join(f"  {k}: {n}" for k, n in zip(range(3, 9), by_len)))
 share_before = weight_on_letter_written(model, fresh)
 
 # %% [markdown]
+# The stream holds most of the three-letter strings, so few of them are left for the test set,
+# which is short of three-letter words and has about as many of each other length.
+#
 # The loop is the plainest one that works: the decoder input with its masks in, cross-entropy
 # against the labels out (`ignore_index` skips the padded label positions), Adam with a learning
 # rate that falls linearly to zero. Chapter 09 adds what a real task needs: a data set split
@@ -983,28 +991,143 @@ assert share_before < 0.3 and share_after > 0.5
 # an even spread would give: in a word of $L$ letters an even spread gives each letter $1/L$,
 # which over all the positions of the 1,000 test strings averages to their number of words over
 # their number of letters, 0.17 (a little under the $6/33 = 0.18$ of equally many words of each
-# length 3 to 8: most three-letter strings occur in training, so few are left to test on). After
+# length 3 to 8, because the test set is short of three-letter words). After
 # training: 0.64. This is what cross-attention is for: a lookup into the source whose pattern is
 # learned from the task. In translation the pattern is less regular, because word order differs
 # between languages; chapter 09 plots it for dates.
+#
+# The average hides how the work is divided. Here is the cross-attention on `fabled` of each head
+# of both decoder layers, after training:
+
+# %% caption="Cross-attention on fabled after training, for each head (columns) of the two decoder layers: layer 0 in the top row, layer 1 in the bottom row. In layer 1 every head runs along the anti-diagonal, each sharp on some rows and split between neighbouring letters on others, and the split rows differ from head to head; layer 0 spreads its weight more evenly." alt="Eight heatmaps in two rows of four, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top row, layer 0: mostly dark cells, weights under about 0.4, except head 0, bright at row d column d and at row f column f. Bottom row, layer 1: in all four heads bright cells run along the anti-diagonal from row d at column d down to rows f and </s> at column f; in the middle rows some heads are bright on one letter and others split between two neighbouring letters."
+with torch.no_grad():
+    model(src_f, tgt_in_f, *make_seq2seq_masks(src_f, tgt_in_f, PAD))
+fig, axes = plt.subplots(
+    2,
+    num_heads,
+    figsize=(8.0, 4.8),
+    sharex=True,
+    sharey=True,
+    layout="constrained",
+)
+for i, layer in enumerate(model.decoder.layers):
+    for h in range(num_heads):
+        ax = axes[i, h]
+        plot_attention(
+            layer.cross_attn_weights[0, h],
+            keys=list("fabled"),
+            queries=show_tokens(labels_f[0]).split(),
+            ax=ax,
+            title=f"layer {i}, head {h}",
+            colorbar=False,
+            vmax=1.0,
+        )
+        ax.tick_params(axis="x", labelrotation=0)
+        ax.set_xlabel("source letter" if i == 1 else "")
+        ax.set_ylabel("letter being written" if h == 0 else "")
+fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.6, label="weight")
+plt.show()
+
+# %% [markdown]
+# In the second layer (bottom row) all four heads read the source back to front. Each is sharp on
+# some rows and split between two neighbouring letters on others, and which rows are split differs
+# from head to head: the row that writes `b` is sharp in head 1 and split in heads 0 and 3; the
+# row that writes `l` is sharp in heads 2 and 3 and split in heads 0 and 1. Averaging over the
+# heads mixes these splits, which is the spill in the middle rows of the averaged map. The first
+# layer (top row) spreads its weight more evenly; its clearest cells are head 0's, at the two ends
+# of the word. Per head, over the 1,000 unseen strings:
+
+# %%
+src_t, tgt_in_t, _ = reversal_batch(fresh)
+with torch.no_grad():
+    model(src_t, tgt_in_t, *make_seq2seq_masks(src_t, tgt_in_t, PAD))
+rows = [
+    (b, t, len(w) - 1 - t) for b, w in enumerate(fresh) for t in range(len(w))
+]
+b_i, t_i, s_i = (torch.tensor(c) for c in zip(*rows))
+print("weight on the source letter being written, 1,000 unseen strings:")
+for i, layer in enumerate(model.decoder.layers):
+    w = layer.cross_attn_weights[b_i, :, t_i, s_i].mean(0)  # one per head
+    per_head = "  ".join(f"{v:.2f}" for v in w.tolist())
+    print(f"  layer {i}, heads 0-3: {per_head}   (mean {w.mean():.2f})")
+
+# %% [markdown]
+# Every head of the second layer puts 0.60 to 0.67 of its weight on the letter being written;
+# the heads of the first layer put 0.20 to 0.29 there, a little above the even spread of 0.17.
+# The lookup happens in the second layer, and all four of its heads do it.
+#
+# ### Does the factor $\sqrt{d_\text{model}}$ matter to training?
+#
+# Earlier we argued from starting sizes only. Now that the model has a task, we can train it
+# without the factor: the same model, the same initialisation, and token vectors entering the
+# stacks at $1/\sqrt{32}$ of their size with it. Two pairs of runs, because one run of each
+# says little:
+
+
+# %%
+def without_factor(m: Transformer) -> Transformer:
+    """Drop the factor sqrt(d_model) from both stacks' embeddings."""
+    for stack in (m.encoder, m.decoder):
+        stack.embed.scale = 1.0
+    return m
+
+
+def accuracy_of(m: Transformer) -> float:
+    m.eval()
+    out = reverse_with(m, fresh)
+    return sum(w[::-1] == o for w, o in zip(fresh, out)) / len(fresh)
+
+
+set_seed(0)
+start = rms(Transformer(config).encoder.embed.tok.weight.detach())
+print(f"RMS per entry at the start: positions {rms(pe):.3f}, token vectors")
+scaled_start = start * math.sqrt(d_model)
+print(f"  with the factor {scaled_start:.3f}, without it {start:.3f}")
+runs = [(0, TRAIN_SEED, True, losses, accuracy)]  # the model trained above
+for model_seed, stream_seed, factor in (
+    (0, TRAIN_SEED, False),
+    (1, 4, True),
+    (1, 4, False),
+):
+    set_seed(model_seed)
+    m = Transformer(config)
+    if not factor:
+        m = without_factor(m)
+    run_losses = train(m, reversal_batch, seed=stream_seed)
+    runs.append((model_seed, stream_seed, factor, run_losses, accuracy_of(m)))
+print("seeds (model, stream)  sqrt(d) factor  loss@200  loss@600  reversed")
+for model_seed, stream_seed, factor, run_losses, acc in runs:
+    print(
+        f"{model_seed:>9}, {stream_seed:<11} "
+        f"{'with' if factor else 'without':>14}"
+        f"  {run_losses[199]:8.3f}  {run_losses[599]:8.3f}  {acc:8.1%}"
+    )
+
+# %% [markdown]
+# Without the factor, the token vectors start at about a quarter of the positions' size; training
+# goes no worse: in both pairs of runs the model without it has the lower loss at steps 200 and
+# 600 and reverses all 1,000 test strings. So the factor is not what makes this model learn.
+# What it fixes is the balance between token and position vectors at the start; whether that
+# balance pays off for a large model on real text is more than this small task can tell.
 #
 # ## Which architecture is which
 #
 # The original Transformer uses both stacks because translation has two sequences: a source to
 # read and a target to write. Later models kept one half or both:
 #
-# | family | stacks | self-attention sees | examples |
-# |---|---|---|---|
-# | encoder-only | encoder | every token | BERT, RoBERTa |
-# | decoder-only | decoder, no cross-attention | earlier tokens | GPT-2, Llama |
-# | encoder–decoder | both + cross-attention | encoder: all; decoder: earlier | T5, BART |
+# | family (examples) | stacks | self-attention sees |
+# |---|---|---|
+# | encoder-only (BERT) | encoder | all tokens |
+# | decoder-only (GPT-2, Llama) | decoder, no cross-attn. | earlier tokens |
+# | encoder–decoder (T5, BART) | both + cross-attn. | encoder: all; decoder: earlier |
 #
 # Encoder-only models are trained to fill in masked words and used to classify or to embed text;
 # decoder-only models are trained to predict the next token; encoder–decoder models map one
-# sequence to another. They differ in wiring and masks, not in building blocks. A decoder-only
-# block is a decoder layer with its cross-attention removed, which leaves exactly our
-# `EncoderLayer` used with a causal mask (GPT-2 also puts the norm first and uses GELU). Chapter 10 builds GPT
-# that way. The figure shows the two one-stack wirings side by side, with residual connections
+# sequence to another. They share the same main blocks (attention, feed-forward, residual + norm)
+# and differ mainly in wiring and masks; smaller differences are where the norm goes, the
+# activation, and how positions enter (below). A decoder-only block is a decoder layer with its
+# cross-attention removed, which leaves exactly our `EncoderLayer` used with a causal mask
+# (GPT-2 also puts the norm first and uses GELU). Chapter 10 builds GPT that way. The figure shows the two one-stack wirings side by side, with residual connections
 # and norms left out (they wrap every sub-layer, as in Fig. 7.1). How
 # positions enter also differs: the 2017 model adds sinusoids to embeddings scaled by
 # $\sqrt{d_\text{model}}$, BERT and GPT-2 learn a position embedding, T5 adds a learned
@@ -1015,27 +1138,9 @@ model_families(num_layers=12)  # BERT-base and GPT-2 small both have 12 layers
 plt.show()
 
 # %% [markdown]
-# One property such a block must have, checked: with the causal mask, replacing the last two
-# positions of the input changes nothing at the first four (chapter 08 tests the causal property
-# at length). Chapter 10 checks the rest: given the weights of a pre-norm `EncoderLayer` with
-# GELU, its GPT-2-style block computes the same outputs as that layer with a causal mask.
-
-# %%
-block = EncoderLayer(
-    d_model, num_heads, d_ff, dropout=0.0, norm_first=True
-).eval()
-x = torch.randn(1, 6, d_model, generator=g)
-x_changed = x.clone()
-x_changed[:, 4:] = torch.randn(1, 2, d_model, generator=g)
-with torch.no_grad():
-    out_x, out_changed = (
-        block(x, causal_mask(6)),
-        block(x_changed, causal_mask(6)),
-    )
-unchanged = torch.allclose(out_x[:, :4], out_changed[:, :4], atol=1e-6)
-changed = not torch.allclose(out_x[:, 4:], out_changed[:, 4:], atol=1e-3)
-print("positions 0-3 unchanged:", unchanged)
-print("positions 4-5 changed:  ", changed)
+# Chapter 08 tests the causal property of such a block at length, and chapter 10 checks that,
+# given the weights of a pre-norm `EncoderLayer` with GELU, its GPT-2-style block computes the
+# same outputs as that layer with a causal mask.
 
 # %% [markdown]
 # ## Summary
@@ -1049,7 +1154,8 @@ print("positions 4-5 changed:  ", changed)
 # * Below the layers, token embeddings are multiplied by $\sqrt{d_\text{model}}$ and added to the
 #   sinusoidal positions. The factor belongs with the reference initialisation of the tied table,
 #   $\mathcal N(0, 1/d_\text{model})$: together they give token vectors of about unit size per
-#   entry. With Glorot on the embeddings their size depends on the vocabulary instead.
+#   entry. With Glorot on the embeddings their size depends on the vocabulary instead. On the
+#   reversal task, training without the factor went no worse, in two pairs of runs.
 # * The Transformer encodes a source once (`encode`) and decodes with that memory (`decode`): on
 #   the whole shifted target in training, once per new token when generating. A
 #   `MiniTransformer` of about 35 lines (embeddings, two lists of layers, a tied output layer)
@@ -1061,11 +1167,12 @@ print("positions 4-5 changed:  ", changed)
 #   (one when tied), $d\,V_\text{tgt} + V_\text{tgt}$ for an untied output layer ($V_\text{tgt}$
 #   when tied), $2d$ per pre-norm stack. The paper's base model, tied: 63.1 M (the paper: 65 M).
 # * Our layers match PyTorch's to float32 rounding once the weights are copied across.
-# * Trained for 600 steps on random strings, the model reverses 98.6 % of strings it never
-#   saw, and the cross-attention of its last decoder layer reads the source back to front: 0.64
+# * Trained for 600 steps on random strings, the model reverses 98.6 % of 1,000 unseen strings
+#   of 3 to 8 letters (its training lengths), and the cross-attention of its last decoder layer reads the source back to front: 0.64
 #   of a position's weight falls on the letter it writes, against 0.17 before training.
 # * Encoder-only (BERT), decoder-only (GPT) and encoder–decoder (T5) models are built from the
-#   same layers; they differ in which stacks they keep and in their masks.
+#   same main blocks; they differ in which stacks they keep, in their masks, and in smaller
+#   choices: where the norm goes, the activation, and how positions enter.
 #
 # ## Exercises
 #
@@ -1110,7 +1217,6 @@ for length in (8, 9, 10, 12):
     hits = sum(w[::-1] == out for w, out in zip(words, written))
     by_length[length] = hits / len(words)
     print(f"{length:>2} letters: reversed exactly {by_length[length]:6.1%}")
-assert by_length[8] > 0.9 and by_length[10] < 0.1
 
 # %% [markdown] tags=["solution"]
 # It reverses 96.4 % of the 8-letter strings, the longest length it was trained on, then 17.6 %
@@ -1150,7 +1256,6 @@ for b, w in enumerate(fresh):
 same, mirrored = torch.stack(same).mean(), torch.stack(mirrored).mean()
 print("weight on source position t, 1,000 unseen strings:", f"{same:.2f}")
 print("weight on source position L-1-t:                 ", f"{mirrored:.2f}")
-assert same > 0.5 > mirrored
 
 # %% [markdown] tags=["solution"]
 # The diagonal: the position that writes letter $t$ of the copy puts 0.69 of its weight on source
