@@ -18,6 +18,7 @@ ALL = {
     "model_families": diagrams.model_families,
     "feed_forward": diagrams.feed_forward,
     "norm_axes": diagrams.norm_axes,
+    "gpt2_vs_llama": diagrams.gpt2_vs_llama,
 }
 
 
@@ -119,3 +120,13 @@ def test_feed_forward_draws_its_sizes():
     circles = [p for p in fig.axes[0].patches if isinstance(p, matplotlib.patches.Circle)]
     plt.close(fig)
     assert "x: 3 numbers" in labels and len(circles) == 3 + 12 + 3
+
+
+def test_gpt2_vs_llama_shows_the_sizes_and_refuses_uneven_groups():
+    fig = diagrams.gpt2_vs_llama(gpt2_heads=4, gpt2_layers=2, llama_heads=8, llama_kv_heads=2, llama_layers=5)
+    labels = [t.get_text() for t in texts(fig)]
+    plt.close(fig)
+    assert "attention\n4 q, 4 kv heads" in labels and "attention + RoPE\n8 q, 2 kv heads" in labels
+    assert "× 2" in labels and "× 5" in labels and labels.count("RMSNorm") == 3
+    with pytest.raises(ValueError, match="llama_heads=9 is not divisible by llama_kv_heads=2"):
+        diagrams.gpt2_vs_llama(llama_heads=9, llama_kv_heads=2)

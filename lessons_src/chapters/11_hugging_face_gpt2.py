@@ -13,9 +13,10 @@
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, and use its tokenizer, its chat template, `generate`, `pipeline`, batches with
 #    padding, and perplexity;
-# 3. we read off that model **what changed between GPT-2 and a modern decoder** (Llama's design):
-#    RMSNorm, SwiGLU, rotary positions and grouped-query attention, each rebuilt in a few lines
-#    and checked against the model's own module.
+# 3. we read off that model **what changed between GPT-2 and a modern decoder** (Llama's design)
+#    and **build our own Llama** from the GPT of chapter 10, one difference at a time: RMSNorm,
+#    SwiGLU, rotary positions and grouped-query attention, each a few lines checked against the
+#    model's own module; then SmolLM2's weights run in our model.
 #
 # ```{note}
 # Most of this chapter runs without a network. One step needs the Hugging Face Hub: GPT-2's own
@@ -40,7 +41,6 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
@@ -682,24 +682,55 @@ assert not cfg.attention_bias and not cfg.mlp_bias
 assert layer0.self_attn.q_proj.bias is None
 
 # %% [markdown]
-# Each difference fits in a few lines. We rebuild them here and check each one against the
-# loaded model's own module.
-#
-# **RMSNorm** drops LayerNorm's mean subtraction and its bias: divide by the root mean square
-# and scale, $\mathrm{RMSNorm}(x) = g \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$. It
-# skips a reduction over the features, and its authors (Zhang and Sennrich, 2019) found it as
-# accurate as LayerNorm and faster.
+# The figure sets the two designs side by side, GPT-2's sizes on the left and SmolLM2's on the
+# right. The skeleton is the same; the Llama's changed parts are in bold.
 
+# %% caption="A GPT-2 model (12 layers of 12 heads, left) and SmolLM2, a Llama (30 layers, right), drawn bottom-up. Both are a stack of pre-norm blocks with two residual connections each, a final norm and an output head tied to the token embedding. The Llama's changes are in bold: no position embedding at the input, RMSNorm for every LayerNorm, rotary positions inside the attention with 9 query heads sharing 3 key/value heads, and a SwiGLU feed-forward." alt="Two columns of boxes joined by upward arrows. Left, titled GPT-2, with a dashed frame marked times 12: tokens, token plus position embedding, then in the frame LayerNorm, attention with 12 q and 12 kv heads, a plus sign, LayerNorm, MLP (GELU), a plus sign; above the frame LayerNorm and output head (tied). Grey lines on the left of the frame carry the input of each sub-layer around it to its plus sign. Right, titled Llama, times 30, the same layout with bold labels: token embedding, RMSNorm, attention plus RoPE with 9 q and 3 kv heads, RMSNorm, SwiGLU MLP, and a final RMSNorm."
+import matplotlib.pyplot as plt
+
+from transformer_course.diagrams import gpt2_vs_llama
+
+gpt2_vs_llama(
+    gpt2_heads=12,
+    gpt2_layers=12,
+    llama_heads=cfg.num_attention_heads,
+    llama_kv_heads=cfg.num_key_value_heads,
+    llama_layers=cfg.num_hidden_layers,
+)
+plt.show()
+
+# %% [markdown]
+# ## Our own Llama, one difference at a time
+#
+# We now turn chapter 10's GPT into a Llama, changing one piece at a time. Each piece is a
+# module of `transformer_course.llama`, a few lines long; we give it the weights of SmolLM2's
+# first layer and check that it computes what the model's own module computes. The sizes come
+# from SmolLM2's config:
 
 # %%
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    return w * x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps)
+from transformer_course.llama import from_hf_llama_config
 
+config = from_hf_llama_config(cfg)
+for k in ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "rope_base"):
+    print(f"{k:10} {getattr(config, k)!r}")
 
-x = torch.randn(2, 5, cfg.hidden_size, generator=g)
+# %% [markdown]
+# **RMSNorm** replaces LayerNorm. It drops the mean subtraction and the bias: divide by the
+# root mean square and scale, $\mathrm{RMSNorm}(x) = g \odot x / \sqrt{\mathrm{mean}(x^2) +
+# \epsilon}$. It skips a reduction over the features, and its authors (Zhang and Sennrich,
+# 2019) found it as accurate as LayerNorm and faster.
+
+# %%
+from transformer_course.llama import RMSNorm
+
+show_source(RMSNorm)
+
+# %%
+norm = RMSNorm(config.d_model, config.eps)
+norm.load_state_dict(layer0.input_layernorm.state_dict())
+x = torch.randn(2, 5, config.d_model, generator=g)
 with torch.no_grad():
-    mine = rms_norm(x, layer0.input_layernorm.weight, cfg.rms_norm_eps)
-    diff = (mine - layer0.input_layernorm(x)).abs().max().item()
+    diff = (norm(x) - layer0.input_layernorm(x)).abs().max().item()
 diff_text = "< 1e-5" if diff < 1e-5 else f"{diff:.1e}"
 print(f"our RMSNorm vs the model's: max difference {diff_text}")
 assert diff < 1e-5
@@ -707,67 +738,97 @@ assert diff < 1e-5
 # %% [markdown]
 # **SwiGLU** replaces the feed-forward's $\mathrm{GELU}(xW_1)W_2$ with a *gated* unit: one
 # projection, passed through SiLU ($x \cdot \sigma(x)$), multiplies another element-wise,
-# $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$. Three matrices instead of two, so the
-# hidden width is about $\tfrac{8}{3}d$ instead of $4d$ for a similar parameter count. Shazeer
-# (2020, *GLU Variants Improve Transformer*) found that such gated units reach a lower
-# perplexity than a GELU network of the same size and cost.
-
+# $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$. Our GPT's `MLP` was
+# `proj(act(fc(x)))`; SwiGLU keeps `fc` and `proj` and adds `gate`. Three matrices instead of
+# two, so the hidden width is about $\tfrac{8}{3}d$ instead of $4d$ for a similar parameter
+# count (SmolLM2: `d_ff` above, $\tfrac{8}{3} \cdot 576 = 1536$). Shazeer (2020, *GLU Variants
+# Improve Transformer*) found that such gated units reach a lower perplexity than a GELU
+# network of the same size and cost.
 
 # %%
-def swiglu(x: torch.Tensor, mlp) -> torch.Tensor:
-    return mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+from transformer_course.llama import SwiGLU
 
+show_source(SwiGLU)
 
+# %%
+mlp = SwiGLU(config)
+mlp.load_state_dict(
+    {
+        "gate.weight": layer0.mlp.gate_proj.weight,
+        "fc.weight": layer0.mlp.up_proj.weight,
+        "proj.weight": layer0.mlp.down_proj.weight,
+    }
+)
 with torch.no_grad():
-    diff = (swiglu(x, layer0.mlp) - layer0.mlp(x)).abs().max().item()
+    diff = (mlp(x) - layer0.mlp(x)).abs().max().item()
 diff_text = "< 1e-5" if diff < 1e-5 else f"{diff:.1e}"
 print(f"our SwiGLU vs the model's: max difference {diff_text}")
 assert diff < 1e-5
 
 # %% [markdown]
-# **Rotary position embeddings** (RoPE) are chapter 03's ({ref}`ch03-rope`): no position
-# vector is added to the input; inside every attention layer, the query and the key of each
-# head are rotated pair of features by pair, by angles proportional to their position, so that
-# their dot product depends on the positions only through their difference. Two of chapter
-# 03's details apply here: the base of the frequencies is SmolLM2's own (in the table above),
-# and Hugging Face's Llama code pairs feature $j$ with feature $j + d/2$ (`rotate_half`).
-#
+# **Rotary position embeddings** (RoPE) replace the table of learned positions: they are
+# chapter 03's ({ref}`ch03-rope`). No position vector is added to the input; inside every
+# attention layer, the query and the key of each head are rotated pair of features by pair, by
+# angles proportional to their position, so that their dot product depends on the positions
+# only through their difference. Two of chapter 03's details apply here: the base of the
+# frequencies is SmolLM2's own (`rope_base` above), and Hugging Face's Llama code pairs
+# feature $j$ with feature $j + d/2$ (`rotate_half`), where chapter 03 paired neighbours. The
+# `start` argument is the position of the first row: with a KV cache, the new token of a
+# generation step is at position `len(cache)`, not 0.
+
+# %%
+from transformer_course.llama import rope
+
+show_source(rope)
+
+# %% [markdown]
+# The model computes its rotation once per forward pass (`smol.model.rotary_emb` gives the
+# cosines and sines) and applies it with `apply_rotary_pos_emb`. On random queries and keys of
+# 9 heads at 12 positions, and at positions 100 to 111:
+
+# %%
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+q = torch.randn(
+    1,
+    cfg.num_attention_heads,
+    12,
+    config.d_model // config.n_head,
+    generator=g,
+)
+k = torch.randn(q.shape, generator=g)
+for start in (0, 100):
+    position_ids = torch.arange(start, start + 12)[None]
+    with torch.no_grad():
+        cos, sin = smol.model.rotary_emb(q, position_ids)
+        q_hf, k_hf = apply_rotary_pos_emb(q, k, cos, sin)
+    diff = max(
+        (rope(q, start, config.rope_base) - q_hf).abs().max().item(),
+        (rope(k, start, config.rope_base) - k_hf).abs().max().item(),
+    )
+    diff_text = "< 1e-4" if diff < 1e-4 else f"{diff:.1e}"
+    print(f"positions {start:3}..{start + 11}: max difference {diff_text}")
+    assert diff < 1e-4
+
+# %% [markdown]
 # **Grouped-query attention** (GQA; Ainslie et al., 2023) gives the 9 query heads only 3
-# key/value heads: each key/value head serves a group of 3 query heads. The KV cache of
-# chapter 10, which stores keys and values, shrinks threefold.
-#
-# We recompute the attention of layer 0 from its input with both ideas in a few lines, and
-# compare with what the layer itself output on the same text (a forward hook records both).
+# key/value heads: each key/value head serves a group of 3 query heads. Our GPT's
+# `CausalSelfAttention` computed query, key and value with one matrix of width $3d$; here `q`
+# has width $d$, `k` and `v` only a third of it. The KV cache of chapter 10 (the same
+# `KVCache`) stores the keys and values *before* they are repeated for their group, so it
+# shrinks threefold. RoPE turns the queries and the keys just after their projections.
+
+# %%
+from transformer_course.llama import Attention
+
+show_source(Attention)
+
+# %% [markdown]
+# We give our attention the weights of SmolLM2's layer 0 and compare with what the layer
+# itself output on the same text (a forward hook records its input and output).
 
 
 # %%
-def rope(x: torch.Tensor, base: float) -> torch.Tensor:
-    """Rotate (batch, heads, T, d) queries or keys by their position."""
-    T, d = x.shape[-2], x.shape[-1]
-    freqs = base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)  # (d/2,)
-    angles = torch.arange(T, dtype=torch.float32)[:, None] * freqs  # (T, d/2)
-    # (T, d), feature j pairs with j + d/2
-    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)
-    rotated_half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
-    return x * cos + rotated_half * sin
-
-
-def llama_attention(
-    h: torch.Tensor, attn, n_heads: int, n_kv: int, base: float
-) -> torch.Tensor:
-    B, T, _ = h.shape
-    d = attn.q_proj.out_features // n_heads
-    q = attn.q_proj(h).view(B, T, n_heads, d).transpose(1, 2)
-    k = attn.k_proj(h).view(B, T, n_kv, d).transpose(1, 2)
-    v = attn.v_proj(h).view(B, T, n_kv, d).transpose(1, 2)
-    q, k = rope(q, base), rope(k, base)
-    # GQA: each key/value head serves a group of query heads
-    k = k.repeat_interleave(n_heads // n_kv, dim=1)
-    v = v.repeat_interleave(n_heads // n_kv, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return attn.o_proj(out.transpose(1, 2).reshape(B, T, n_heads * d))
-
-
 def capture(module, args, kwargs, output):
     """Forward hook: record the layer's input and output."""
     seen["h"] = kwargs.get("hidden_states", args[0] if args else None)
@@ -779,10 +840,17 @@ hook = layer0.self_attn.register_forward_hook(capture, with_kwargs=True)
 with torch.no_grad():
     smol(**smol_tok(fluent, return_tensors="pt"))
 hook.remove()
-n_heads, n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+attn = Attention(config)
+attn.load_state_dict(
+    {
+        "q.weight": layer0.self_attn.q_proj.weight,
+        "k.weight": layer0.self_attn.k_proj.weight,
+        "v.weight": layer0.self_attn.v_proj.weight,
+        "proj.weight": layer0.self_attn.o_proj.weight,
+    }
+)
 with torch.no_grad():
-    mine = llama_attention(seen["h"], layer0.self_attn, n_heads, n_kv, base)
-diff = (mine - seen["out"]).abs().max().item()
+    diff = (attn(seen["h"]) - seen["out"]).abs().max().item()
 diff_text = "< 1e-4" if diff < 1e-4 else f"{diff:.1e}"
 print(
     f"layer 0 attention on {seen['h'].shape[1]} tokens, "
@@ -792,19 +860,106 @@ print(
     f"  max difference {diff_text} "
     f"(outputs up to {seen['out'].abs().max():.1f})"
 )
-head_dim = cfg.hidden_size // cfg.num_attention_heads
-kv_ours = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim
+head_dim = config.d_model // config.n_head
+kv_ours = 2 * config.n_layer * config.n_kv_head * head_dim
 print(
-    f"KV cache per token: {kv_ours:,} numbers with 3 key/value heads, "
-    f"{3 * kv_ours:,} with 9"
+    f"KV cache per token: {kv_ours:,} numbers with "
+    f"{config.n_kv_head} key/value heads, "
+    f"{kv_ours * config.n_head // config.n_kv_head:,} with {config.n_head}"
 )
 assert diff < 1e-4
 
 # %% [markdown]
+# ### The whole model
+#
+# The rest is chapter 10's GPT: a `Block` is `x + attn(norm1(x))`, then `x + mlp(norm2(x))`,
+# with the new pieces in place of the old; `Llama` is the token embedding without a position
+# table, the blocks, a final `RMSNorm` and the tied output head, with the same
+# `forward(tokens, cache)` and `new_cache()` as the GPT. `from_hf_llama` reads the config as
+# above and copies every weight of a `LlamaForCausalLM` into its place under our names; a
+# weight without a place, or a place without a weight, is an error.
+
+# %%
+from transformer_course.llama import Block as LlamaBlock
+from transformer_course.llama import Llama, from_hf_llama
+
+# %%
+show_source(LlamaBlock)
+
+# %%
+show_source(Llama)
+
+# %%
+show_source(from_hf_llama)
+
+# %% [markdown]
+# SmolLM2's weights in our Llama. The same parameters, and on the chat prompt of the France
+# question the same next-token logits as `LlamaForCausalLM`:
+
+# %%
+llama = from_hf_llama(smol)
+n_ours = count_parameters(llama)
+print(
+    f"our Llama: {n_ours:,} parameters "
+    f"(LlamaForCausalLM: {count_parameters(smol):,})"
+)
+prompt_ids = chat["input_ids"]
+with torch.no_grad():
+    smol_logits = smol(prompt_ids).logits
+    llama_logits = llama(prompt_ids)
+diff = (llama_logits - smol_logits).abs().max().item()
+diff_text = "< 1e-4" if diff < 1e-4 else f"{diff:.1e}"
+print(
+    f"{prompt_ids.shape[1]} tokens: max |logits(ours) - logits(HF)| "
+    f"{diff_text} (logits up to {smol_logits.abs().max():.0f})"
+)
+assert n_ours == count_parameters(smol) and diff < 1e-4
+
+# %% [markdown]
+# Chapter 10's `generate` runs our Llama unchanged, since it has the GPT's interface. Greedy
+# decoding of 48 tokens after a new question, once with the KV cache and once without, and
+# once with Hugging Face's `generate`:
+
+# %%
+explain = [
+    {
+        "role": "user",
+        "content": "Explain how a language model writes text, step by step.",
+    }
+]
+explain_ids = smol_tok.apply_chat_template(
+    explain, add_generation_prompt=True, return_tensors="pt", return_dict=True
+)
+start = explain_ids["input_ids"]
+n_new = 48
+with_cache = generate(llama, start, n_new)
+without_cache = generate(llama, start, n_new, use_cache=False)
+hf_greedy = smol.generate(**explain_ids, max_new_tokens=n_new, do_sample=False)
+new = with_cache[0, start.shape[1] :]
+print(
+    textwrap.fill(
+        smol_tok.decode(new, skip_special_tokens=True),
+        78,
+        initial_indent="  ",
+        subsequent_indent="  ",
+    )
+)
+same_cache = torch.equal(with_cache, without_cache)
+same_hf = torch.equal(with_cache[:, : hf_greedy.shape[1]], hf_greedy)
+print(f"{len(new)} new tokens, same with and without the cache: {same_cache}")
+print(f"same as LlamaForCausalLM's generate: {same_hf}")
+assert same_cache and same_hf and len(new) == n_new >= 40
+
+# %% tags=["remove-cell"]
+# the answer is longer than 48 tokens: HF's generate did not stop early
+assert hf_greedy.shape[1] == with_cache.shape[1]
+assert new.ne(smol_tok.eos_token_id).all()
+
+# %% [markdown]
 # What stayed the same is most of the model: token embeddings tied to the output head, a stack
 # of pre-norm blocks with residual connections, causal self-attention, a feed-forward network,
-# and a final norm. The course's GPT has GPT-2's design; SmolLM2 is the same skeleton with
-# these four pieces swapped.
+# a final norm, the KV cache and the generation loop. The course's GPT has GPT-2's design;
+# our Llama is the same skeleton with four pieces swapped, and it runs SmolLM2's weights.
 #
 # ## Summary
 #
@@ -822,6 +977,8 @@ assert diff < 1e-4
 # * Perplexity compares texts under one model; across tokenizers, compare nats per character.
 # * A modern decoder is GPT-2's skeleton with four pieces swapped: RMSNorm, SwiGLU, rotary
 #   positions and grouped-query attention, each a few lines that reproduce the model's modules.
+#   Put together, they make our own Llama: with SmolLM2's weights it gives
+#   `LlamaForCausalLM`'s logits and greedy text, with and without the KV cache.
 #
 # ## Exercises
 #

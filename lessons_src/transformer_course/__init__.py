@@ -36,11 +36,13 @@ module            what it holds                                      chapter
 ``train_gpt``     batches, evaluation, training and checkpoints of   10, 11
                   GPT
 ``hf_gpt2``       ``to_hf`` / ``from_hf`` (GPT-2 both ways), BPE     11
+``llama``         ``Llama``: ``RMSNorm``, ``rope``, GQA              11
+                  ``Attention``, ``SwiGLU``; ``from_hf_llama``
 ``bert``          ``BertEncoder``, ``BertForMLM``, masking,          12
                   pre-training
 ``hf_bert``       BERT weights both ways, WordPiece tokenisers       12
 ``interpret``     attention as flow, attention rollout, occlusion    05, 12
-``diagrams``      the chapters' architecture diagrams                01-10
+``diagrams``      the chapters' architecture diagrams                01-11
 ``tasks.*``       the chapters' tasks and data (see ``tasks``)       01, 09-12
 ================  =================================================  ==========
 """

@@ -219,7 +219,7 @@ def soft_lookup(
         ax,
         0.1,
         bottom - 0.65,
-        "weights = softmax(q·kᵢ/√d);  value arrow width ∝ weight",
+        "weights = softmax(q·kᵢ/√dₖ);  value arrow width ∝ weight",
         va="center",
     )
     return fig
@@ -1097,4 +1097,161 @@ def norm_axes(tokens: int = 6, features: int = 6) -> Figure:
             else "one feature:\nmean and variance\nover the whole batch"
         )
         _text(ax, x0 + gw / 2, bottom - 0.5, note, ha="center", va="top")
+    return fig
+
+
+def gpt2_vs_llama(
+    gpt2_heads: int = 12,
+    gpt2_layers: int = 12,
+    llama_heads: int = 9,
+    llama_kv_heads: int = 3,
+    llama_layers: int = 30,
+) -> Figure:
+    """A GPT-2 model next to a Llama, bottom-up: the same skeleton (pre-norm
+    blocks with residual connections, tied output head); the Llama's changed
+    parts in bold."""
+    n = (gpt2_heads, gpt2_layers, llama_heads, llama_kv_heads, llama_layers)
+    if min(n) <= 0:
+        raise ValueError(f"heads and layers must be positive, got {n}")
+    if llama_heads % llama_kv_heads:
+        raise ValueError(
+            f"llama_heads={llama_heads} is not divisible by "
+            f"llama_kv_heads={llama_kv_heads}"
+        )
+    height = 8.3
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
+    w = 2.5
+    gqa = f"{llama_heads} q, {llama_kv_heads} kv heads"
+    columns = (
+        (
+            1.5,
+            "GPT-2",
+            False,
+            [
+                "token + position\nembedding",
+                "LayerNorm",
+                f"attention\n{gpt2_heads} q, {gpt2_heads} kv heads",
+                "LayerNorm",
+                "MLP (GELU)",
+                "LayerNorm",
+            ],
+            gpt2_layers,
+        ),
+        (
+            4.5,
+            "Llama",
+            True,
+            [
+                "token\nembedding",
+                "RMSNorm",
+                f"attention + RoPE\n{gqa}",
+                "RMSNorm",
+                "SwiGLU MLP",
+                "RMSNorm",
+            ],
+            llama_layers,
+        ),
+    )
+    # y of: tokens, embedding, norm, attention, +, norm, MLP, +, norm, head
+    ys = [0.35, 1.25, 2.45, 3.3, 4.05, 4.7, 5.4, 6.05, 6.95, 7.75]
+    for x, title, bold, labels, layers in columns:
+        emb, norm1, attn, norm2, mlp, final = labels
+        changed = "bold" if bold else "normal"
+        boxes = [
+            (ys[0], 0.5, "tokens", "io", "normal"),
+            (ys[1], 0.7, emb, "linear", changed),
+            (ys[2], 0.42, norm1, "norm", changed),
+            (ys[3], 0.75, attn, "attn", changed),
+            (ys[5], 0.42, norm2, "norm", changed),
+            (ys[6], 0.5, mlp, "ffn", changed),
+            (ys[8], 0.42, final, "norm", changed),
+            (ys[9], 0.5, "output head (tied)", "io", "normal"),
+        ]
+        for y, h, text, kind, weight in boxes:
+            _box(
+                ax,
+                x,
+                y,
+                w - (0.3 if kind != "io" else 0),
+                h,
+                text,
+                COLORS[kind],
+                size=MIN_FONT_PT,
+                weight=weight,
+            )
+        # the main path: box to box, through the two additions
+        path = [
+            (ys[0] + 0.25, ys[1] - 0.35),
+            (ys[1] + 0.35, ys[2] - 0.21),
+            (ys[2] + 0.21, ys[3] - 0.375),
+            (ys[3] + 0.375, ys[4] - 0.2),
+            (ys[4] + 0.2, ys[5] - 0.21),
+            (ys[5] + 0.21, ys[6] - 0.25),
+            (ys[6] + 0.25, ys[7] - 0.2),
+            (ys[7] + 0.2, ys[8] - 0.21),
+            (ys[8] + 0.21, ys[9] - 0.25),
+        ]
+        for a, b in path:
+            _arrow(ax, (x, a), (x, b))
+        # residual connections: around each sub-layer, on the left
+        xl = x - w / 2 + 0.05
+        for start, plus in ((ys[1] + 0.55, ys[4]), (ys[4] + 0.3, ys[7])):
+            ax.plot(
+                [x, xl, xl],
+                [start, start, plus],
+                color=COLORS["stream"],
+                linewidth=1.6,
+            )
+            _arrow(ax, (xl, plus), (x - 0.2, plus), color=COLORS["stream"])
+        for plus in (ys[4], ys[7]):
+            ax.add_patch(
+                plt.Circle(
+                    (x, plus),
+                    0.2,
+                    facecolor="white",
+                    edgecolor="#333333",
+                    linewidth=1.4,
+                    zorder=3,
+                )
+            )
+            ax.text(
+                x,
+                plus,
+                "+",
+                ha="center",
+                va="center",
+                fontsize=MIN_FONT_PT + 3,
+                zorder=4,
+            )
+        top = ys[7] + 0.3
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - w / 2 - 0.05, ys[1] + 0.45),
+                w + 0.1,
+                top - ys[1] - 0.45,
+                boxstyle="round,pad=0.02",
+                facecolor="none",
+                edgecolor="#333333",
+                linestyle="--",
+            )
+        )
+        _text(
+            ax,
+            x + w / 2,
+            top + 0.03,
+            f"× {layers}",
+            ha="right",
+            va="bottom",
+            fontweight="bold",
+        )
+        _text(
+            ax,
+            x - w / 2,
+            top + 0.03,
+            title,
+            ha="left",
+            va="bottom",
+            size=MIN_FONT_PT + 2,
+            fontweight="bold",
+        )
     return fig
