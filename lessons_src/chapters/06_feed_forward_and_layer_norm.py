@@ -211,7 +211,8 @@ print(f"Hugging Face's GPT-2 small: {count_parameters(hf_gpt2):,} parameters")
 # is not exactly zero (except at its minimum), where a ReLU's is: below, at $x = -1$ and $-2$ the
 # GELU still passes back a small gradient, the ReLU none. Near its minimum and far into the
 # negative side (at $x = -0.75$ and $-4$) the GELU's gradient is close to zero too. These
-# numbers show a difference in the gradient, not yet one in training. In the package it is
+# numbers show a difference in the gradient, not in training: the experiments of this chapter
+# use the ReLU. In the package the GELU is
 # `PositionwiseFeedForward(..., activation="gelu")`.
 
 # %% caption="ReLU and GELU from -4 to 4. Far from 0 they nearly agree; near 0 the GELU is a smooth curve, slightly negative for negative inputs, with its minimum near x = -0.75." alt="Two curves on the same axes. ReLU is flat at zero for negative x and a straight line of slope 1 for positive x, with a corner at 0. GELU lies close to it far from 0, dips to a shallow minimum of about -0.17 near x = -0.75, and bends smoothly through the origin, staying a little below the ReLU line for small positive x."
@@ -247,7 +248,7 @@ print("gradient, GELU: ", gelu_grad)
 # respect to its inputs. For a residual layer it is $I + \partial f / \partial x$: the identity
 # term gives the gradient a path that no Jacobian multiplies, so it need not shrink layer after
 # layer the way a product of small Jacobians does; what $f$ adds on top can still make it grow
-# (the residual stack with He initialisation, below). Without it, the gradient that
+# (with a larger initialisation, as we will see). Without it, the gradient that
 # reaches the first layer of a deep stack is a product of one Jacobian per layer, and if each one
 # shrinks vectors a little, the product shrinks exponentially.
 #
@@ -255,7 +256,7 @@ print("gradient, GELU: ", gelu_grad)
 # layers, so that they cannot learn, and the output can forget what distinguished one input from
 # another. In a stack of feed-forward blocks we will find that the first is the initialisation's
 # doing; that the second has two causes, the default biases and, underneath them, the ReLU; and
-# that the residual connection with the default initialisation avoids both.
+# that the residual connection with the default initialisation largely avoids both.
 #
 # The experiment: 30 feed-forward blocks stacked, once as $x \leftarrow f_\ell(x)$ and once as
 # $x \leftarrow x + f_\ell(x)$, with identical (PyTorch default) initial weights. One backward pass
@@ -359,12 +360,13 @@ def he_init_(block: PositionwiseFeedForward) -> PositionwiseFeedForward:
 
 
 def stack_report(
-    residual: bool, init: str
+    residual: bool, init: str, seed: int = 0
 ) -> tuple[list[float], list[float], list[float]]:
     """Gradient norms of each block's W1 after one backward pass, and after
     each block the cosine similarity of the outputs for two unrelated inputs
-    and the mean length of the vectors. init: "default", "zero bias", "He"."""
-    torch.manual_seed(0)
+    and the mean length of the vectors. init: "default", "zero bias", "He";
+    seed: the random seed of the weights."""
+    torch.manual_seed(seed)
     blocks = [PositionwiseFeedForward(d, 4 * d) for _ in range(depth)]
     for b in blocks:
         if init == "He":
@@ -475,16 +477,50 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 # scale of the weights can fix this, because it is the ReLU's doing. For random weights, a ReLU
 # layer maps the cosine between two inputs to a larger one, and 1 is the only value it keeps
 # (Cho and Saul, 2009, *Kernel Methods for Deep Learning*), so depth alone drives any two inputs
-# towards parallel; the zero-bias stack shows it too (0.73 after 3 blocks).
+# towards parallel. For infinitely wide layers the map is exact,
+# $\cos\theta \mapsto \bigl(\sin\theta + (\pi - \theta)\cos\theta\bigr)/\pi$, and the
+# scale of the weights does not enter it, so the zero-bias stack and the He stack, both ReLU
+# stacks without biases, should follow the same curve. One stack 64 units wide scatters around
+# it (0.73 and 0.57 after 3 blocks in the table), so here are both over five random seeds of the
+# weights, next to the map applied to each pair of inputs:
+
+
+# %%
+def relu_cosine_map(c: torch.Tensor) -> torch.Tensor:
+    """Cosine between two vectors after a wide random ReLU layer, given
+    the cosine before it (Cho and Saul's arc-cosine kernel)."""
+    theta = torch.acos(c.clamp(-1, 1))
+    return (torch.sin(theta) + (math.pi - theta) * c) / math.pi
+
+
+c = F.cosine_similarity(inputs.double(), other_inputs.double(), dim=-1)
+mapped = []
+for _ in range(depth):
+    c = relu_cosine_map(c)
+    mapped.append(c.mean().item())
+print(f"{'outputs alike':24} {'after 3':>10} {'30':>10}")
+print(f"{'ReLU map, infinite width':24} {mapped[2]:10.2f} {mapped[-1]:10.2f}")
+for name, init in (("zero biases", "zero bias"), ("He init", "He")):
+    cos = [stack_report(False, init, seed)[1] for seed in range(5)]
+    after_3 = f"{min(c[2] for c in cos):.2f}-{max(c[2] for c in cos):.2f}"
+    after_30 = f"{min(c[-1] for c in cos):.2f}-{max(c[-1] for c in cos):.2f}"
+    print(f"{f'{name}, seeds 0-4':24} {after_3:>10} {after_30:>10}")
+
+
+# %% [markdown]
+# Over five seeds the two stacks' ranges after 3 blocks overlap, and both contain the map's
+# 0.61; after 30 blocks all ten stacks are at 0.96 to 0.99, around the map's 0.97. So the 0.73
+# and 0.57 of the table are two draws from the same spread, not an effect of the weights' scale:
+# the ReLU alone drives the inputs together.
 #
 # The residual stack, with the *default* initialisation, keeps the gradient and much of the
-# difference between the inputs (similarity 0.42 after 30 blocks, against 1.00 and 0.99 for the
+# difference between the inputs (similarity 0.04 in, 0.42 after 30 blocks, against 1.00 and 0.99 for the
 # plain stacks with the default and He initialisation), because each block only adds a change to
 # a stream that still carries its input. That is the case for residual connections: they make a
-# deep stack trainable without a finely tuned initialisation, and they keep the input visible to
-# every later layer.
+# deep stack trainable with the default initialisation (though not with any, as we see next),
+# and they keep the input visible to every later layer.
 #
-# The last row shows the price. With He initialisation each residual block adds a branch about as
+# The table's "residual, He init" rows show the price. With He initialisation each residual block adds a branch about as
 # large as the stream itself, and the stream's mean length grows from 8.05 to 1.9e+05 over 30
 # blocks, close to a factor of $\sqrt2$ per block; its gradients grow with it (6.8e+08). And it
 # keeps less of the difference between the inputs: its two outputs have a similarity of 0.32
@@ -512,7 +548,8 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 # \end{aligned}
 # $$
 #
-# Two details matter if the numbers are to match PyTorch (and every pretrained model): $\sigma^2$
+# Two details matter if the numbers are to match PyTorch (and the pretrained models that use
+# LayerNorm): $\sigma^2$
 # is the **biased** variance (divide by $d$, not $d-1$), and $\varepsilon$ sits **inside** the
 # square root. By hand on the vector $[2, -1, 3, 0]$: the mean is 1, the squared deviations are
 # $1, 4, 4, 1$, so $\sigma^2 = 10/4 = 2.5$:
@@ -606,8 +643,8 @@ for spread in (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6):
 
 # %% [markdown]
 # With $\sigma + \varepsilon$ a spread down to about $10^{-4}$ comes out at nearly unit size, and
-# half of it at $10^{-5}$; with $\sqrt{\sigma^2 + \varepsilon}$ only a spread well above
-# $\sqrt{\varepsilon} \approx 0.003$ does.
+# half of it at $10^{-5}$; with $\sqrt{\sigma^2 + \varepsilon}$ only a spread of about $10^{-2}$
+# or more (a few times $\sqrt{\varepsilon} \approx 0.003$) does.
 #
 # The package's `LayerNorm` is the function `layer_norm` above as a module: $\gamma$ and $\beta$
 # become parameters, called `weight` and `bias` like PyTorch's so that state dicts load across,
@@ -732,9 +769,7 @@ show_source(EncoderLayer.forward)
 
 # %% [markdown]
 # The attention branch goes through `_sa`, which applies attention and then `dropout1` to its
-# output, as `dropout2` does for the feed-forward branch. (It also keeps the attention weights in
-# `attn_weights`, for later chapters to inspect, when the attention computes them; the fused
-# kernel of chapter 05, `use_sdpa`, does not.)
+# output, as `dropout2` does for the feed-forward branch.
 
 # %%
 show_source(EncoderLayer._sa)
@@ -950,8 +985,9 @@ def train_reversal(
 
 
 # %% [markdown]
-# The 25 runs, and a table of when each passed a loss of 1 and of how alike its token vectors
-# were after two steps (the code is folded):
+# The 25 runs, and a table of when each run passed a loss of 1; for the 12-layer runs, how alike
+# the token vectors were before training and after two steps, and the highest loss early and
+# late (the code is folded):
 
 # %% tags=["hide-input"]
 VARIANTS = {"post-norm": "post", "pre-norm": "pre", "no norm": "none"}
@@ -969,13 +1005,17 @@ for name, layers, _ in jobs[:: len(SEEDS)]:
         f"  {f'{layers} layers, {name}':23}"
         + "".join(f"{c:>6}" for c in cells)
     )
-print("token similarity after 2 steps")
-for name in VARIANTS:
-    cells = [runs[name, LAYERS, s][1][2] for s in SEEDS]
-    print(
-        f"  {f'{LAYERS} layers, {name}':23}"
-        + "".join(f"{c:6.2f}" for c in cells)
-    )
+for title, step in (
+    ("token similarity before training", 0),
+    ("token similarity after 2 steps", 2),
+):
+    print(title)
+    for name in VARIANTS:
+        cells = [runs[name, LAYERS, s][1][step] for s in SEEDS]
+        print(
+            f"  {f'{LAYERS} layers, {name}':23}"
+            + "".join(f"{c:6.2f}" for c in cells)
+        )
 for title, first, last in (
     ("highest loss in the first 10 steps", 0, 10),
     (f"highest loss after step 100 (of {STEPS})", 100, STEPS),
@@ -1040,14 +1080,17 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 # has learned, its loss grows noisy again: its highest loss after step 100 is 0.11 to 0.72,
 # against at most 0.02 for pre-norm. In these runs the residual connections alone keep the
 # 12-layer stack trainable; the norms in the pre-norm position make it faster and steadier, and
-# in the post-norm position they slow it down.
+# in the post-norm position they slow it down. All these runs share one learning rate,
+# $3\cdot10^{-3}$: at a smaller one post-norm's first steps would be smaller too, and these runs do not
+# show how it would fare then.
 #
-# The bottom panel shows what happens first. After two full-size Adam steps, post-norm's final
-# vectors are nearly all the same vector (similarity 0.97 to 1.00), whatever the token and its
-# position. A read-out that sees the same vector everywhere can only predict the average, which is
+# The bottom panel shows what happens first. Before training, post-norm's final token vectors
+# have a similarity of 0.42 to 0.55; after two full-size Adam steps they are nearly all the same
+# vector (0.97 to 1.00), whatever the token and its position. A read-out that sees the same vector everywhere can only predict the average, which is
 # guessing, and the model has to
 # find its way out of that state before it can learn. Pre-norm's vectors also drift together at
-# first (0.67 to 0.77 after two steps, close to 0.9 by step 10), but they come apart again
+# first (0.22 to 0.35 before training, 0.67 to 0.77 after two steps, close to 0.9 by step
+# 10), but they come apart again
 # within about 40 steps, as it learns. Why exactly pre-norm recovers so much faster this
 # experiment does not show; its identity paths, which carry each token's input embedding
 # unchanged to the final norm, are a likely part of it.
@@ -1113,7 +1156,8 @@ print("evaluation mode: output == input:", torch.equal(eval_out, xd))
 #   (with zero biases the length shrinks by 0.230 per block), while the biases' part of the
 #   output stays. He initialisation restores the gradient but not the distinction between
 #   inputs, which ReLU layers drive towards parallel. The residual stack with PyTorch's default
-#   initialisation keeps both (similarity 0.42 after 30 blocks); with He initialisation its
+#   initialisation keeps the gradient and much of the distinction (similarity 0.04 in, 0.42
+#   after 30 blocks); with He initialisation its
 #   stream grows from 8.05 to 1.9e+05 and its two outputs end up alike too (0.87).
 # * Layer normalisation rescales each token's vector over its own features, with the biased
 #   variance and $\varepsilon$ inside the square root; the `std + eps` variant is a different
@@ -1236,7 +1280,7 @@ print(
 # magnitude.
 
 # %% [markdown]
-# **3. Warmup rescues post-norm.** Train the post-norm encoder again on the same five seeds for
+# **3. Post-norm with a warmup.** Train the post-norm encoder again on the same five seeds for
 # 150 steps, now with the learning rate reached by a linear warmup over the first 50 steps.
 # Predict first: does it learn in every run? Sooner or later than without warmup? Do its token
 # vectors still collapse after two steps?
