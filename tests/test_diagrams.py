@@ -12,6 +12,7 @@ from transformer_course import diagrams
 
 ALL = {
     "soft_lookup": diagrams.soft_lookup,
+    "attention_pipeline": diagrams.attention_pipeline,
     "multi_head": diagrams.multi_head,
     "norm_placement": diagrams.norm_placement,
     "encoder_decoder": diagrams.encoder_decoder,

@@ -24,18 +24,15 @@
 # %%
 import math
 import time
-import weakref
 
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from transformer_course.attention import scaled_dot_product_attention
-from transformer_course.diagrams import soft_lookup
+from transformer_course.diagrams import attention_pipeline, soft_lookup
 from transformer_course.plotting import plot_attention
 from transformer_course.tasks.why_attention import (
     first_token_data,
@@ -64,7 +61,13 @@ plt.show()
 #
 # Two words, each with a 3-dimensional query and key and a 2-dimensional value. In a real model
 # $Q$, $K$ and $V$ come out of learned linear layers (the experiments below use them; chapter 05
-# builds them into multi-head attention); here we simply write them down.
+# builds them into multi-head attention); here we simply write them down. The computation has
+# four steps, plus an optional mask that we meet later; the diagram gives the shape of every
+# intermediate result, with $L_q$ queries and $L_k$ keys:
+
+# %% caption="Scaled dot-product attention as a pipeline of matrix operations. Q and K give an L_q × L_k matrix of scores, one per (query, key) pair; it is scaled, optionally masked and turned into weights by a softmax over each row; the weights multiply V, which joins only at the last step, giving one output row of size d_v per query." alt="A flow chart from top to bottom. Three input boxes: Q (L_q by d_k), K (L_k by d_k) and V (L_k by d_v). Arrows from Q and K lead into a box 'scores QK transpose', then 'scale, divide by square root of d_k', 'mask (optional)', 'softmax per row', each annotated on the right with the shape L_q by L_k. An arrow from V runs down the right side into the box 'weights times V', shape L_q by d_v, which leads to the output box, shape L_q by d_v, one row per query."
+attention_pipeline()
+plt.show()
 
 # %%
 # one row per word: the first row belongs to word 1, the second to word 2
@@ -167,8 +170,11 @@ assert torch.allclose(softmax(r), torch.softmax(r, dim=-1), atol=1e-7)
 # in proportion to $d_k$. This is the argument the Transformer paper gives for its scale
 # (Vaswani et al., 2017, *Attention Is All You Need*, footnote 4, with $\sigma^2 = 1$). The value
 # of $\sigma^2$ depends on how the projections are initialised
-# and changes during training. With PyTorch's default initialisation of `nn.Linear` and inputs of
-# variance 1, it is about $1/3$, so the variance of $q \cdot k$ is about $d_k/9$:
+# and changes during training. PyTorch's default initialisation of `nn.Linear` draws each weight
+# uniformly from $\pm 1/\sqrt{\mathrm{fan}_{\mathrm{in}}}$, a variance of
+# $1/(3\,\mathrm{fan}_{\mathrm{in}})$; an entry of $q$ sums $\mathrm{fan}_{\mathrm{in}}$ such
+# weights times inputs of variance 1, so $\sigma^2 \approx 1/3$, and the variance of
+# $q \cdot k$ is about $d_k/9$:
 
 # %%
 x = torch.randn(4096, 512, generator=g)  # 4096 inputs of size 512, variance 1
@@ -193,9 +199,19 @@ for d in (64, 256, 1024):
 # with 16 keys each, for $d_k$ from 1 to 1024. For each, with and without the division by
 # $\sqrt{d_k}$, we measure the variance of the scores, the average largest weight of the
 # softmax, and the gradient that the softmax passes back to its scores, $\partial L/\partial s$,
-# with a random signal standing in for the rest of the network. For a query whose softmax is
-# saturated, moving its scores a little changes nothing, so this gradient is nearly zero; we
-# count the queries for which its norm is below 0.01, and give the median norm of the others.
+# with a random signal $g = \partial L/\partial w$ standing in for the rest of the network.
+# Two lines of calculus say what to expect. Since $w_j = e^{s_j}/\sum_{j'} e^{s_{j'}}$,
+#
+# $$\frac{\partial w_j}{\partial s_i} = w_j(\delta_{ij} - w_i),
+# \qquad
+# \frac{\partial L}{\partial s_i} = \sum_j g_j \frac{\partial w_j}{\partial s_i}
+# = w_i\,(g_i - w\cdot g).$$
+#
+# If the softmax is saturated, $w$ is nearly one-hot: for the winning key $w_i \approx 1$ and
+# $g_i - w\cdot g \approx g_i - g_i = 0$; for every other key $w_i \approx 0$. So the whole
+# gradient is nearly zero, whatever the signal; a query whose weights are spread out still
+# gets one. We count the queries for which its norm is below 0.01, and give the median norm of
+# the others.
 
 
 # %%
@@ -208,6 +224,20 @@ def softmax_gradients(
     w = torch.softmax(s, dim=-1)
     (w * upstream).sum().backward()  # a random signal from "the network"
     return w.detach(), s.grad.norm(dim=-1)
+
+
+# autograd agrees with the formula w * (g - w . g)
+demo = torch.Generator().manual_seed(1)
+s_demo, g_demo = (
+    torch.randn(3, 5, generator=demo),
+    torch.randn(3, 5, generator=demo),
+)
+s_demo.requires_grad_(True)
+w_demo = torch.softmax(s_demo, dim=-1)
+(w_demo * g_demo).sum().backward()
+w_demo = w_demo.detach()
+by_formula = w_demo * (g_demo - (w_demo * g_demo).sum(-1, keepdim=True))
+print("autograd == w * (g - w.g):", torch.allclose(s_demo.grad, by_formula))
 
 
 def score_statistics(
@@ -320,9 +350,10 @@ class FirstTokenReader(nn.Module):
 
 
 # %% [markdown]
-# Without the division, the model is the scaled one with every score multiplied by
-# $\sqrt{128} \approx 11.3$: the scaled model at a *temperature* of $1/\sqrt{128}$, if a
-# temperature $\tau$ is what all scores are divided by (exercise 1 explores it). So the switch
+# Call *temperature* $\tau$ the number that the raw scores $q\cdot k$ are divided by before the
+# softmax (exercise 1 explores it). The unscaled model runs at $\tau = 1$, the scaled one at
+# $\tau = \sqrt{128} \approx 11.3$: without the division every score is 11.3 times larger.
+# So the switch
 # changes two things at once: how saturated the softmax is at the start (the previous
 # experiment), and how far one step of $W_q$ moves the scores, 11.3 times as far without the
 # division, which changes the effective learning rate. How fast a model learns depends on its
@@ -428,12 +459,13 @@ for scale, name in names:
 slow = [
     run for run in range(8) if (reached[False, best[False], run] or 0) > 100
 ]
-print("unscaled, runs that took over 100 steps: held-out accuracy")
+print("unscaled runs over 100 steps, accuracy:")
 steps_shown = [step for step, _ in curves[False, best[False], slow[0]]]
-print("step " + "".join(f"{step:5d}" for step in steps_shown))
-for run in slow:
-    accs = [acc for _, acc in curves[False, best[False], run]]
-    print(f"run {run}" + "".join(f"{acc:5.2f}" for acc in accs))
+for part in (slice(0, 7), slice(7, None)):  # steps 0-150, 175-300
+    print("step " + "".join(f"{step:5d}" for step in steps_shown[part]))
+    for run in slow:
+        accs = [acc for _, acc in curves[False, best[False], run]][part]
+        print(f"run {run}" + "".join(f"{acc:5.2f}" for acc in accs))
 
 # with scaling, every run reaches 95% at its best rate
 assert all(reached[True, best[True], run] is not None for run in range(8))
@@ -478,8 +510,9 @@ plt.show()
 # 7 (12% each), learn at step 25 and step 150. One reading of the plateaus: while the
 # gradient is switched off for many sequences, the query learns mostly from the others, and
 # turning it from the position it started on to position 0 can take many steps, or, as in run
-# 4, more than we gave it. These are eight runs from one set of seeds, and both versions
-# vary with the seed, the unscaled one far more; try others.
+# 4, more than we gave it. These are eight runs from one set of seeds: the scaled version
+# varies only at the highest rate (6/8 at $10^{-2}$), the unscaled one at every rate; try
+# other seeds.
 #
 # Dividing by $\sqrt{d_k}$ keeps the spread of the scores independent of $d_k$. It does not
 # change *which* key wins, only how sharply, and a trained model can still learn sharp attention
@@ -629,7 +662,7 @@ for ax, w_plot, title in (
     (axes[1], w_sent_causal, "with a causal mask"),
 ):
     plot_attention(w_plot, tokens, ax=ax, annotate=True, title=title, vmax=1)
-    for text in ax.texts:  # weights large enough to read on a phone
+    for text in ax.texts:
         text.set_fontsize(11)
     ax.tick_params(labelsize=11)
 fig.tight_layout()
@@ -641,7 +674,7 @@ plt.show()
 # other word, but "mat" gives "cat" exactly as much as itself. The causal mask (bottom panel)
 # removes the weight on later words, and the rest renormalises: the first "the" may see only
 # itself, so it puts 1.00 on itself, and "sat" and "on" rise from 0.73 and 0.77 on
-# themselves to 0.86 and 0.83. The second "the" gave later words only 0.03 and keeps 0.46 on
+# themselves to 0.86 and 0.83. The second "the" gave the later word, "mat", only 0.03, and keeps 0.46 on
 # each "the"; "mat", the last word, loses nothing and keeps 0.45 on "cat" and on itself. The
 # scores show why "mat" likes "cat" as much as itself:
 
@@ -668,6 +701,9 @@ print(f"cosine of cat and mat: {cos:.2f}")
 # bias towards oneself: a token's score with itself is $|q_i|^2$, and by the
 # Cauchy–Schwarz inequality $q_i \cdot q_j \le |q_i||q_j| \le |q_i|^2$ whenever $|q_i| \ge |q_j|$.
 # So the token with the longest query attends to itself at least as much as to any other token.
+# Its weight on the previous token is then at most its weight on itself, and the two add up to
+# at most 1, so it is at most $\tfrac12$: a shared projection can never put more than half of
+# that token's weight on the previous token.
 # Many useful relations are one-way instead: a verb may need its subject while the subject need
 # not look back at the verb, and trained language models have "previous-token" heads in which
 # every token looks at the one before it (Olsson et al., 2022, *In-context Learning and
@@ -707,7 +743,8 @@ for shared in (True, False):
 
 # separate projections learn the pattern ...
 assert (fitted[False][torch.arange(6), target] > 0.95).all()
-# ... a shared one cannot: some token puts at most half on the previous token
+# ... a shared one cannot: the token with the longest query puts at most
+# half of its weight on the previous token
 assert fitted[True][torch.arange(6), target].min() <= 0.5
 
 # %% tags=["hide-input"] caption="The fitted attention patterns, target: every token looks at the previous one (token 0 at token 5). Top: with one matrix for queries and keys, the fit ends symmetric: each token keeps 0.39 for itself and gives 0.22 to each neighbour, the previous and the next alike; the rest, 0.07 or less each, goes to the other three tokens. Bottom: with separate matrices, every token puts all its weight on the previous token." alt="Two 6 by 6 heatmaps stacked, rows are query tokens 0 to 5 and columns key tokens, annotated with weights. Top, shared matrix: the diagonal is 0.39 everywhere, the cells just left and just right of the diagonal (wrapping around) are 0.22, the rest 0.07 or less. Bottom, separate matrices: a single 1.00 per row, just left of the diagonal, with token 0 putting 1.00 on token 5, and zeros elsewhere."
@@ -718,7 +755,7 @@ for ax, shared, title in (
     (axes[1], False, "separate $W_q$ and $W_k$"),
 ):
     plot_attention(fitted[shared], names, ax=ax, annotate=True, vmax=1)
-    for text in ax.texts:  # weights large enough to read on a phone
+    for text in ax.texts:
         text.set_fontsize(11)
     ax.tick_params(labelsize=11)
     ax.set_title(title)
@@ -750,10 +787,18 @@ plt.show()
 # `TorchDispatchMode` sees every operation PyTorch runs inside a `with` block; ours adds up
 # the bytes of each new tensor an operation returns, subtracts them when the tensor is freed,
 # and keeps the largest total. (Scratch space a kernel uses inside one operation is not a
-# tensor, so it does not count.)
+# tensor, so it does not count.) It is built on PyTorch's private modules
+# `torch.utils._python_dispatch` and `torch.utils._pytree`, which may change between
+# versions; its code is folded below.
 
 
-# %%
+# %% tags=["hide-input"]
+import weakref
+
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+
 class PeakMemory(TorchDispatchMode):
     """The most bytes held at once by tensors created inside the block."""
 
@@ -781,6 +826,7 @@ class PeakMemory(TorchDispatchMode):
         self.live -= nbytes
 
 
+# %%
 def three_lines(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
     return torch.softmax(scores, dim=-1) @ v
@@ -819,7 +865,7 @@ for n in lengths:
 # The three lines create three $n \times n$ matrices (the scores, their scaled copy and the
 # weights), and at their peak two of them are alive at once, plus the small output: the
 # column $/\,4n^2$ counts the $n \times n$ float32 matrices held, and tends to 2. Doubling $n$
-# multiplies this memory by about 4. The fused function holds only its output ($n \times d_k$) and
+# multiplies this memory by about 4. The fused function holds only its output ($n \times d_v$, here $d_v = 64$) and
 # one number per query, so its memory doubles with $n$: at 4096 tokens it is 1 MiB against
 # 129 MiB.
 #
@@ -828,12 +874,19 @@ for n in lengths:
 
 
 # %% tags=["nbval-ignore-output"]
+def first_product(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    return q @ k.transpose(-2, -1)  # only the first line's product
+
+
+timed = {"product": first_product, **steps}
+
+
 def fastest(n: int, d: int = 64, repeats: int = 10) -> dict:
-    """The fastest of ``repeats`` runs of each attention step, in seconds."""
+    """The fastest of ``repeats`` runs of each step, in seconds."""
     q, k, v = (torch.randn(1, 1, n, d, generator=g) for _ in range(3))
-    times = {key: [] for key in steps}
-    for _ in range(repeats):  # the two functions take turns
-        for key, step in steps.items():
+    times = {key: [] for key in timed}
+    for _ in range(repeats):  # the functions take turns
+        for key, step in timed.items():
             t0 = time.perf_counter()
             step(q, k, v)
             times[key].append(time.perf_counter() - t0)
@@ -848,20 +901,24 @@ def growth(n: int, key: str) -> str:
     return f"x{cost[key, n] / cost[key, n // 2]:.1f}" if n > 128 else ""
 
 
-print("        three lines       fused")
-print("     n     ms  growth     ms  growth")
+columns = ("naive", "fused", "product")
+names_shown = ("three lines", "fused", "QKᵀ alone")
+print(" " * 4 + "".join(f"{name:>13}" for name in names_shown))
+print(f"{'n':>4}" + f"{'ms':>6} {'growth':>6}" * 3)
 for n in lengths:
     print(
-        f"{n:6d} {1000 * cost['naive', n]:6.2f} {growth(n, 'naive'):>7}"
-        f" {1000 * cost['fused', n]:6.2f} {growth(n, 'fused'):>7}"
+        f"{n:4d}"
+        + "".join(
+            f"{1000 * cost[key, n]:7.2f}{growth(n, key):>6}" for key in columns
+        )
     )
 ratio = cost["naive", 4096] / cost["fused", 4096]
-print(f"at n = 4096 the fused function is {ratio:.1f} times faster")
+print(f"at n = 4096: fused {ratio:.1f} times faster")
 # the cost grows faster than the length: 32 times the tokens take
 # more than 32 times as long
 assert cost["naive", 4096] > 32 * cost["naive", 128]
 
-# %% tags=["hide-input"] caption="The cost of one attention step of one head (dₖ = 64), on log-log scales, measured on one CPU. Top: the time of the three lines and of the fused function; for a few hundred tokens they take about the same time and grow more slowly than the n² line (fixed costs weigh heavily); at the longest length the three lines rise well above that line, while the fused function stays near it and ends up the faster. Bottom: the peak memory; the three lines lie on the 8n² line (two n × n matrices of 32-bit floats), while the memory of the fused function only doubles when n doubles." alt="Two log-log plots stacked, sequence length 128 to 4096 on the x axis. Top: milliseconds for the three lines (blue) and the fused function (green), both rising steeply from under 0.1 milliseconds, with a dotted n squared reference line through the blue point at 1024; at 4096 the blue point lies well above the dotted line and the green point far below the blue one. Bottom: MiB of peak memory; the blue line lies on a dotted 8 n squared bytes line, rising from about 0.2 to 129 MiB, and the green line rises far less steeply, from about 0.03 to 1 MiB."
+# %% tags=["hide-input"] caption="The cost of one attention step of one head (dₖ = 64), on log-log scales, measured on one CPU. Top: the time of the three lines and of the fused function in this run (times vary by machine and run); for a few hundred tokens they take about the same time and grow more slowly than the n² line (fixed costs weigh heavily); here, at the longest length the three lines rise well above that line, while the fused function stays near it and ends up the faster. Bottom: the peak memory; the three lines lie on the 8n² line (two n × n matrices of 32-bit floats), while the memory of the fused function only doubles when n doubles." alt="Two log-log plots stacked, sequence length 128 to 4096 on the x axis. Top: milliseconds for the three lines (blue) and the fused function (green), both rising steeply from under 0.1 milliseconds, with a dotted n squared reference line through the blue point at 1024; at 4096 the blue point lies well above the dotted line and the green point far below the blue one. Bottom: MiB of peak memory; the blue line lies on a dotted 8 n squared bytes line, rising from about 0.2 to 129 MiB, and the green line rises far less steeply, from about 0.03 to 1 MiB."
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4), sharex=True)
 ns = torch.tensor(lengths, dtype=torch.float64)
 for key, name, colour in (
@@ -896,18 +953,21 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# For short sequences fixed costs (starting the operations, allocating their results) weigh
-# heavily, and the time grows more slowly than $n^2$. The columns *growth* divide each time by
-# the time at half the length, and $n^2$ predicts 4. On the CPU that ran these timings, the
-# two functions take about the same time for a few hundred tokens. At the longest length the
-# three lines pull away, growing far more than fourfold in the last doubling, while the fused
-# function keeps growing about fourfold and ends up faster (the last line of the table gives
-# the ratio).
-# Where that jump comes, and how large it is, changes from machine to machine and from run to
-# run. A likely reason is the processor's cache: the three lines write and read back whole
-# $n \times n$ matrices, 16 MiB each at 2048 tokens and 64 MiB at 4096, and once these no
-# longer fit in the cache every pass over them goes out to main memory, while the fused
-# function works on blocks small enough to stay in it.
+# The columns *growth* divide each time by the time at half the length, and $n^2$ predicts 4.
+# The last pair times the first line's product, $QK^{\mathsf T}$, on its own. Unlike the
+# memory table, these numbers change from machine to machine and from run to run (rerun the
+# cell and yours will differ), so here is what *this* run shows. For short sequences fixed
+# costs (starting the operations, allocating their results) weigh heavily, and the time grows
+# more slowly than $n^2$; up to 512 tokens the two functions take about the same time. From
+# 1024 tokens on, the fused function is faster. In the last doubling the three lines grow far
+# more than fourfold, and so does $QK^{\mathsf T}$ alone, which only computes the scores and
+# writes them out; the fused function does all the arithmetic of the three lines but never
+# writes an $n \times n$ matrix, and keeps growing about fourfold. A likely reason is the
+# processor's cache: the three lines write and read back whole $n \times n$ matrices, 16 MiB
+# each at 2048 tokens and 64 MiB at 4096, and once these no longer fit in the cache every
+# pass over them goes out to main memory, while the fused function works on blocks small
+# enough to stay in it. Where such a jump comes, and how large it is, depends on the
+# machine; the memory table is the same everywhere.
 #
 # Scale the memory up to a modern context window:
 
@@ -927,7 +987,8 @@ for n in (4096, 32_768, 131_072):
 # FlashAttention-2, Dao, 2023, folds them into one, their log-sum-exp). The fused function above
 # ran PyTorch's CPU implementation of that algorithm; PyTorch has GPU kernels for it too. The number of operations
 # is still $O(n^2)$, but the memory drops to $O(n)$, as measured above, and because far less
-# data moves to and from memory, the time drops too.
+# data moves to and from memory, the time drops too for long sequences (in this run from
+# about 1000 tokens on).
 #
 # ## Summary
 #
@@ -949,7 +1010,8 @@ for n in (4096, 32_768, 131_072):
 #   with the longest query attends to itself at least as much as to any other token; separate $W_q$ and $W_k$ can learn one-way patterns such as "look at the
 #   previous token".
 # * Time and memory grow with $n^2$; fused kernels such as FlashAttention avoid storing the score
-#   matrix, so their memory grows only with $n$; they save time too, but not operations.
+#   matrix, so their memory grows only with $n$; on long sequences they save time too, but not
+#   operations.
 #
 # Next, chapter 05 runs several attentions side by side, each on its own learned projections:
 # multi-head attention.
@@ -1065,3 +1127,35 @@ assert torch.allclose(weights_a.sum(-1), torch.ones(4))
 # `(4, 6, 8)` tensor here, 8 times the size of the score matrix, and a small network runs on each
 # pair. The scaled dot product needs queries and keys of one size $d_k$, which the learned
 # projections provide, and then computes all scores with a single matrix product.
+
+# %% [markdown]
+# **5. A smaller initialisation instead of the scale?** The saturation table drew queries and
+# keys with entries of variance $\sigma^2 = 1$; PyTorch's default initialisation gives about
+# $1/3$. Predict the variance of the unscaled scores at $d_k = 1024$ with $\sigma^2 = 1/3$, and
+# which row of the unscaled table they should then resemble. Would such an initialisation make
+# the division by $\sqrt{d_k}$ unnecessary? Check with 1000 queries of 16 keys each, measuring
+# the variance, the mean largest weight and the share of queries whose gradient is below 0.01
+# with `softmax_gradients`, with and without the scale.
+
+# %% tags=["solution"]
+gen = torch.Generator().manual_seed(5)
+d = 1024
+q5 = torch.randn(1000, 1, d, generator=gen) * math.sqrt(1 / 3)
+k5 = torch.randn(1000, 16, d, generator=gen) * math.sqrt(1 / 3)
+raw5 = (q5 * k5).sum(-1)  # (1000 queries, 16 keys)
+for name, s5 in (("unscaled", raw5), ("scaled", raw5 / math.sqrt(d))):
+    w5, grad5 = softmax_gradients(s5, torch.randn(1000, 16, generator=gen))
+    print(
+        f"{name:<8} variance {s5.var():7.2f}, largest weight"
+        f" {w5.max(-1).values.mean():.2f}, gradient < 0.01"
+        f" {(grad5 < 0.01).float().mean():4.0%}"
+    )
+
+# %% [markdown] tags=["solution"]
+# The variance of $q \cdot k$ is $d_k\sigma^4 = 1024/9 \approx 114$ (measured: 115.26), close to
+# the unscaled row $d_k = 128$ of the saturation table (128.98), and the softmax is about as
+# saturated as there: a largest weight of 0.89 on average, and 41% of the queries with a
+# gradient below 0.01 (44% in that row). Dividing $\sigma^2$ by 3 divides the variance by 9,
+# the same as a $d_k$ nine times smaller: a smaller initialisation only moves the problem to
+# larger $d_k$, and training changes $\sigma^2$ anyway. With the scale the variance is
+# $\sigma^4 = 1/9$ at every $d_k$, and no query is left without a gradient.

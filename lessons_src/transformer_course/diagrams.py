@@ -225,6 +225,54 @@ def soft_lookup(
     return fig
 
 
+def attention_pipeline() -> Figure:
+    """Scaled dot-product attention as a pipeline of matrix operations, with
+    the shape of each intermediate result: QKᵀ, the scale, the optional mask,
+    the softmax over each row and the product with V."""
+    height = 8.2
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
+    cx, w, h = 1.75, 2.9, 0.62  # the column of steps
+    sx = 4.85  # x of the shape annotations
+    vx = 3.65  # x of V's path down to the last product
+
+    def shape(y: float, dims: str, note: str) -> None:
+        _text(
+            ax, sx, y + 0.06, dims, ha="center", va="bottom", fontweight="bold"
+        )
+        _text(ax, sx, y - 0.04, note, ha="center", va="top", color="#555555")
+
+    top = 7.55
+    for x, name, dims, color in (
+        (cx - 0.8, "Q", "L_q × d_k", "query"),
+        (cx + 0.8, "K", "L_k × d_k", "key"),
+        (vx + 0.35, "V", "L_k × d_v", "value"),
+    ):
+        _box(ax, x, top, 0.75, 0.55, name, COLORS[color], weight="bold")
+        _text(ax, x, top + 0.36, dims, ha="center", va="bottom")
+    ys = [6.2, 5.05, 3.9, 2.75, 1.6, 0.45]
+    steps = (
+        ("scores  QKᵀ", "L_q × L_k", "one per (query, key)", "linear"),
+        ("scale  ÷ √d_k", "L_q × L_k", "spread kept steady", "linear"),
+        ("mask (optional)", "L_q × L_k", "blocked → −∞", "io"),
+        ("softmax per row", "L_q × L_k", "weights, rows sum to 1", "attn"),
+        ("weights · V", "L_q × d_v", "each row mixes values", "value"),
+    )
+    for x in (cx - 0.8, cx + 0.8):
+        _arrow(ax, (x, top - 0.28), (x, ys[0] + h / 2))
+    for i, (label, dims, note, color) in enumerate(steps):
+        _box(ax, cx, ys[i], w, h, label, COLORS[color])
+        shape(ys[i], dims, note)
+        if i + 1 < len(steps):
+            _arrow(ax, (cx, ys[i] - h / 2), (cx, ys[i + 1] + h / 2))
+    # V bypasses the score steps and joins at the last product
+    _arrow(ax, (vx + 0.35, top - 0.28), (vx + 0.35, ys[4]), style="-")
+    _arrow(ax, (vx + 0.35, ys[4]), (cx + w / 2, ys[4]))
+    _box(ax, cx, ys[5], 1.6, 0.55, "output", COLORS["io"], weight="bold")
+    _arrow(ax, (cx, ys[4] - h / 2), (cx, ys[5] + 0.28))
+    shape(ys[5], "L_q × d_v", "one row per query")
+    return fig
+
+
 HEAD_COLORS = ("#f4a6a6", "#9fd8cb", "#f6d186", "#b8c0ff")
 
 
@@ -1106,10 +1154,11 @@ def gpt2_vs_llama(
     llama_heads: int = 9,
     llama_kv_heads: int = 3,
     llama_layers: int = 30,
+    llama_title: str = "Llama",
 ) -> Figure:
     """A GPT-2 model next to a Llama, bottom-up: the same skeleton (pre-norm
     blocks with residual connections, tied output head); the Llama's changed
-    parts in bold."""
+    parts in bold.  ``llama_title`` heads the right column."""
     n = (gpt2_heads, gpt2_layers, llama_heads, llama_kv_heads, llama_layers)
     if min(n) <= 0:
         raise ValueError(f"heads and layers must be positive, got {n}")
@@ -1139,7 +1188,7 @@ def gpt2_vs_llama(
         ),
         (
             4.5,
-            "Llama",
+            llama_title,
             True,
             [
                 "token\nembedding",
