@@ -4,8 +4,8 @@
 # "Dog bites man" and "man bites dog" contain the same three tokens. An embedding table
 # (chapter 02) gives each token the same vector in both sentences. Self-attention reads any
 # position in one step, whatever its distance (chapter 01), and nothing in that step says
-# where the token it reads sits: without a mask, as in an encoder such as BERT (chapters
-# 04–05 build it), it treats its input as an unordered *set*. Unless we add something, such a transformer cannot tell the two sentences
+# where the token it reads sits: without a mask, as in an encoder such as BERT (chapter 07
+# builds the encoder, chapter 12 BERT), it treats its input as an unordered *set*. Unless we add something, such a transformer cannot tell the two sentences
 # apart. That something is **position information**: most often a vector that depends only on
 # the position, added to the token's embedding.
 #
@@ -26,7 +26,7 @@
 #    queries and keys instead of adding anything, so that attention scores depend on the
 #    positions only through their difference;
 # 6. learned position embeddings, as in BERT and GPT-2, and how long a sequence each kind
-#    can take, with a tiny model trained in seconds that needs positions to solve its task.
+#    can take, with a tiny model that needs positions to solve its task.
 
 # %%
 import math
@@ -416,9 +416,10 @@ plt.show()
 #
 # The sum only works if neither term drowns the other. The encoding's entries lie between
 # −1 and 1, so the token embeddings must be of a comparable size. `nn.Embedding`'s default
-# initialisation (standard deviation 1) is; the original Transformer initialises its
-# embeddings much smaller and multiplies them by $\sqrt{d_{model}}$ before the addition,
-# and chapter 07 measures what that factor does.
+# initialisation (standard deviation 1) is; the original Transformer multiplies its
+# embeddings by $\sqrt{d_{model}}$ before the addition (its reference code, tensor2tensor,
+# initialises them with standard deviation $1/\sqrt{d_{model}}$), and chapter 07 measures
+# what that factor does.
 
 # %%
 show_source(PositionalEncoding)
@@ -482,8 +483,9 @@ for words, w in [(s1, w1), (s2, w2)]:
 #
 # ## What the encoding looks like
 #
-# Each row of the heatmap (top panel) is one position, each column one dimension. Like the
-# bits of the binary counter, the columns change more slowly from left to right: the left
+# Each row of the heatmap (top panel) is one position, each column one dimension. As with
+# the bits of the binary counter, each column changes at its own rate, here more slowly from
+# left to right (the counter above printed its slowest bit first): the left
 # columns (fast pairs) change from one position to the next, while the right columns change
 # so slowly that from about dimension 100 on, over 100 positions, the sines stay near 0 and
 # the cosines near 1 (printed below the figure). The lower panel shows a few sine
@@ -898,7 +900,7 @@ for name, values in terms.items():
 # Four details matter when you meet RoPE in real code, as in chapter 11, which rebuilds the
 # attention of a modern model with it:
 #
-# * Real implementations never build the $d \times d$ matrix: they multiply each pair by the
+# * Implementations do not build the $d \times d$ matrix: they multiply each pair by the
 #   cosine and sine directly, the same rotation in $O(d)$ work (exercise 4).
 # * The rotation is applied per attention head (heads: chapter 05), so $d$ in $\omega_i$ is
 #   the head's size, not $d_{model}$, and the base is often larger than 10000 (500,000 in
@@ -1037,7 +1039,7 @@ print(
 # buckets are what let a learned bias reach any length: every offset beyond the largest
 # clipped one, or in T5's last bucket, shares one bias.
 #
-# ### Seeing it in a model small enough to train here
+# ### Seeing it in a small trained model
 #
 # A toy task shows both why positions are needed and how far each kind carries. The model
 # reads a sequence of random tokens (16 possible ones) and must output, at every position
@@ -1047,8 +1049,10 @@ print(
 # either nothing, the sinusoidal encoding (the `PositionalEncoding` module), or, for RoPE,
 # the rotation $M_t$ of the query and the key at position $t$ (`rotation(t)` from the RoPE
 # section). A fourth model adds nothing to its inputs and learns a relative bias instead:
-# one number per offset from $-8$ to $+8$, offsets further away clipped to $\pm 8$. Each is
-# trained for 200 steps on sequences of 16 tokens, with the same seed, then tested on new
+# one number per offset from $-8$ to $+8$, offsets further away clipped to $\pm 8$. Its 17
+# biases enter the scores multiplied by 10, so that they can grow to a size of order 1 in
+# 200 steps: in effect they learn ten times faster than the other weights, which favours
+# this model a little in the comparison. Each is trained for 200 steps on sequences of 16 tokens, with the same seed, then tested on new
 # sequences of 16 and of 64 tokens.
 
 # %%
@@ -1151,11 +1155,12 @@ guess = (counts.argmax(dim=-1, keepdim=True) == test16[1]).float().mean()
 print(f"guessing the most frequent token: {guess:.2f}")
 
 # %% tags=["remove-cell"]
-# no positions: the guess; sinusoids: perfect where trained; RoPE: everywhere
-assert abs(acc["none"][0] - guess) < 0.02
-assert min(acc["sinusoidal"][:2]) > 0.99
-assert min(acc["rotary"]) > 0.99
-assert min(acc["bias"]) > 0.97
+# no positions: near the guess; sinusoids: right where trained; RoPE and
+# the relative bias: right at every length
+assert abs(acc["none"][0] - guess) < 0.05
+assert min(acc["sinusoidal"][:2]) > 0.95
+assert min(acc["rotary"]) > 0.95
+assert min(acc["bias"]) > 0.9
 
 # %% caption="Accuracy at each position of 64-token test sequences, for the models without positions, with sinusoids and with RoPE, trained on 16 tokens. The model without positions stays near 0.12 everywhere; the sinusoidal one is perfect up to position 15, the last it was trained on, and falls at once to between about 0.06 and 0.14 (chance is 1 in 16) until position 52, then climbs to about 0.25 by position 63; the rotary one stays perfect. Training seed 0." alt="Line plot of accuracy (0 to 1) against position 3 to 63. A vertical dotted line after position 15 marks the end of the training length, a dotted horizontal line at 0.06 marks chance. The rotary curve, dashed, is flat at 1. The sinusoidal curve is at 1 up to position 15, drops to about 0.07 at 16, stays between about 0.06 and 0.14 up to position 52 and rises to about 0.2 to 0.25 over the last positions. The curve without positions wanders between about 0.09 and 0.16."
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
@@ -1228,8 +1233,8 @@ print(f"(uniform attention over 64 keys: {1 / 64:.3f})")
 #   attention over 64 keys.
 # * Over positions 53–63 it climbs back to between 0.15 and 0.20 on average, above the 0.13
 #   without positions, and its attention to $t - 3$ rises to between 0.040 and 0.048. All
-#   three runs recover there; why the last positions do is a question this experiment
-#   leaves open.
+#   three runs climb there, though far below their 1.00 on the trained positions; why the
+#   last positions do is a question this experiment leaves open.
 #
 # A linear map that takes $PE_{pos}$ to $PE_{pos+3}$ exists ($M_3$, in the section on
 # shifts), so this model could have learned to attend by offset, as the paper hoped. It
@@ -1273,7 +1278,7 @@ print(f"the other 16 offsets: from {rest.min():+.2f} to {rest.max():+.2f}")
 #   to the embeddings and applies dropout to the sum; the embeddings must be on the
 #   encoding's scale (entries between −1 and 1), and the Transformer's factor
 #   $\sqrt{d_{model}}$ brings embeddings initialised at standard deviation
-#   $1/\sqrt{d_{model}}$ to that scale (chapter 07).
+#   $1/\sqrt{d_{model}}$ (as its reference code does) to that scale (chapter 07).
 # * With positions added, order reaches attention: "dog" gets a clearly different output in
 #   the two sentences (up to 1.127), though the sentence averages differ far less (0.090).
 # * The dot product of two encodings depends only on their distance; the closest two are
