@@ -162,9 +162,6 @@ for tok, row in zip(tokens_bad, tgt_mask[1, 0].int().tolist()):
 # The 1s fill the diagonal and the triangle below it (causal), except in the last column: the
 # `<pad>` is never attended to, not even by its own row.
 #
-# The model is small on purpose, so that every shape and count below can be checked by hand:
-# $d_\text{model}=32$, 4 heads, $d_\text{ff}=64$.
-#
 # ## Residual connections and layer norm: a reminder
 #
 # Chapter 06 compared the two ways of wrapping a sub-layer in a residual connection and a layer
@@ -228,8 +225,10 @@ class MiniEncoderLayer(nn.Module):
 # %% [markdown]
 # Two lines of `forward`, one per sub-layer. The package's `EncoderLayer` has parameters of the
 # same names and shapes, so it can hand its weights to the minimal one with `load_state_dict`;
-# in evaluation mode (dropout off) the two must then compute the same function. A batch of
-# already-embedded vectors stands in for the source:
+# in evaluation mode (dropout off) the two must then compute the same function. The sizes are
+# small on purpose, so that every shape and count below can be checked by hand:
+# $d_\text{model}=32$, 4 heads, $d_\text{ff}=64$. A batch of already-embedded vectors stands in
+# for the source:
 
 # %%
 d_model, num_heads, d_ff = 32, 4, 64
@@ -570,8 +569,8 @@ for vocab, d in ((VOCAB, d_model), (37_000, 512)):
     )
 
 # %% [markdown]
-# With our 20 tokens the token vectors start a little larger than the positions (1.130 against
-# 0.707); at the paper's size they would start under a quarter of the positions' size (0.165
+# With our 20 tokens the token vectors start at about 1.6 times the positions' size (1.130
+# against 0.707); at the paper's size they would start under a quarter of the positions' size (0.165
 # against 0.707). The package's untied models keep Glorot for every matrix, like the Annotated
 # Transformer, so their token vectors' starting size depends on the vocabulary in this way.
 # All of this is about where the embeddings start. Whether the factor matters to training is a
@@ -674,8 +673,9 @@ for ours, theirs in [
 # In our model the vocabulary has only 20 tokens, so the layers hold nearly all the parameters.
 # The paper's base model is $d=512$, 8 heads, $d_\text{ff}=2048$, 6 + 6 layers, and for
 # English–German a shared vocabulary of about 37,000 tokens from byte-pair encoding (subword
-# units; section 5.1 of the paper). Built on PyTorch's `meta` device (shapes only, no memory),
-# with and without tying, and one layer of each kind checked against the formula:
+# units; section 5.1 of the paper). Chapter 06 split these same two layers into attention, FFN
+# and norms; here we check them against the formula and count the whole model. Built on
+# PyTorch's `meta` device (shapes only, no memory), with and without tying:
 
 # %%
 with torch.device("meta"):
@@ -756,7 +756,7 @@ with torch.no_grad():
     )
 diff = (out_ours - out_torch).abs().max().item()
 print(f"decoder layer: max |ours - PyTorch| = {diff:.1e}")
-assert diff < 1e-5  # float32 rounding (the exact value varies by CPU)
+assert diff < 1e-5  # float32 rounding: sums taken in a different order
 
 # %% [markdown]
 # And the encoder layer, pre-norm with GELU this time:
@@ -781,7 +781,7 @@ with torch.no_grad():
     out_torch = theirs(x, src_key_padding_mask=(src == PAD))
 diff = (out_ours - out_torch).abs().max().item()
 print(f"encoder layer: max |ours - PyTorch| = {diff:.1e}")
-assert diff < 1e-5  # float32 rounding (the exact value varies by CPU)
+assert diff < 1e-5  # float32 rounding: sums taken in a different order
 
 # %% [markdown]
 # Differences this small are float32 rounding: the two implementations add the same numbers in
@@ -797,7 +797,7 @@ diff64 = (out_ours - out_torch).abs().max().item()
 for dtype in (torch.float32, torch.float64):
     print(f"{dtype}: rounding step {torch.finfo(dtype).eps:.1e}")
 print(f"float64 encoder layer: max |ours - PyTorch| = {diff64:.1e}")
-assert diff64 < 1e-12  # float64 rounding (the exact value varies by CPU)
+assert diff64 < 1e-12  # float64 rounding: a far finer step
 
 # %% [markdown]
 # ## Training it: reversing words
@@ -933,7 +933,7 @@ accuracy = sum(w[::-1] == out for w, out in zip(fresh, written)) / len(fresh)
 print(f"reversed exactly: {accuracy:.1%} of 1,000 unseen strings")
 
 # %% tags=["remove-cell"]
-# the fact the prose states, for this run
+# trained for 600 steps, the model reverses nearly every unseen string
 assert accuracy > 0.9
 
 # %% [markdown]
@@ -983,8 +983,8 @@ even = len(fresh) / sum(len(w) for w in fresh)  # 1/L at each of L letters
 print(f"  an even spread over each word's letters: {even:.2f}")
 
 # %% tags=["remove-cell"]
-# the fact the prose states, for this run
-assert share_before < 0.3 and share_after > 0.5
+# untrained: about an even spread; trained: well over twice that
+assert share_before < 1.5 * even and share_after > 2 * even
 
 # %% [markdown]
 # Before training a position puts 0.17 of its weight on the letter it has to write, no more than
@@ -999,7 +999,7 @@ assert share_before < 0.3 and share_after > 0.5
 # The average hides how the work is divided. Here is the cross-attention on `fabled` of each head
 # of both decoder layers, after training:
 
-# %% caption="Cross-attention on fabled after training, for each head (columns) of the two decoder layers: layer 0 in the top row, layer 1 in the bottom row. In layer 1 every head runs along the anti-diagonal, each sharp on some rows and split between neighbouring letters on others, and the split rows differ from head to head; layer 0 spreads its weight more evenly." alt="Eight heatmaps in two rows of four, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top row, layer 0: mostly dark cells, weights under about 0.4, except head 0, bright at row d column d and at row f column f. Bottom row, layer 1: in all four heads bright cells run along the anti-diagonal from row d at column d down to rows f and </s> at column f; in the middle rows some heads are bright on one letter and others split between two neighbouring letters."
+# %% caption="Cross-attention on fabled after training, for each head (columns) of the two decoder layers: layer 0 in the top row, layer 1 in the bottom row. In layer 1 every head runs along the anti-diagonal, but on a few middle rows a head peaks on a neighbour of the right letter, and those rows differ from head to head; layer 0 spreads its weight more evenly." alt="Eight heatmaps in two rows of four, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top row, layer 0: mostly dark cells, weights under about 0.4, except head 0, bright at row d column d and at row f column f. Bottom row, layer 1: in all four heads bright cells run along the anti-diagonal from row d at column d down to rows f and </s> at column f; in the middle rows some heads are brightest on the right letter and others on a neighbouring one."
 with torch.no_grad():
     model(src_f, tgt_in_f, *make_seq2seq_masks(src_f, tgt_in_f, PAD))
 fig, axes = plt.subplots(
@@ -1029,13 +1029,30 @@ fig.colorbar(axes[0, 0].images[0], ax=axes, shrink=0.6, label="weight")
 plt.show()
 
 # %% [markdown]
-# In the second layer (bottom row) all four heads read the source back to front. Each is sharp on
-# some rows and split between two neighbouring letters on others, and which rows are split differs
-# from head to head: the row that writes `b` is sharp in head 1 and split in heads 0 and 3; the
-# row that writes `l` is sharp in heads 2 and 3 and split in heads 0 and 1. Averaging over the
-# heads mixes these splits, which is the spill in the middle rows of the averaged map. The first
-# layer (top row) spreads its weight more evenly; its clearest cells are head 0's, at the two ends
-# of the word. Per head, over the 1,000 unseen strings:
+# The same maps in letters: for each row, the source letter that gets the largest weight, in each
+# head and in the mean over layer 1's heads (the averaged map of the last layer after training):
+
+# %%
+head_weights = [layer.cross_attn_weights[0] for layer in model.decoder.layers]
+print("writes   layer 0, heads 0-3   layer 1, heads 0-3   layer 1 mean")
+for r, tok in enumerate(show_tokens(labels_f[0]).split()):
+    peaks = [
+        "".join(f"{'fabled'[w[h, r].argmax()]:>3}" for h in range(num_heads))
+        for w in head_weights
+    ]
+    mean_peak = "fabled"[head_weights[1][:, r].mean(0).argmax()]
+    print(f"{tok:>6}   {peaks[0]:<21}{peaks[1]:<21}{mean_peak:>3}")
+
+# %% [markdown]
+# In the second layer (the figure's bottom row) all four heads read the source back to front,
+# but not every head gets every row: on some middle rows a head peaks on a neighbour of the
+# right letter. The row that writes `l` peaks on `e` in head 0 and on `b` in head 1; the row that
+# writes `a` peaks on `f` in heads 1 and 3; the row that writes `b` peaks on `l` in head 3. Only
+# head 2 peaks on the right letter in every row. The heads miss on different rows, so in their
+# mean every row peaks on the right letter; the misses are the spill onto neighbouring letters in
+# the middle rows of the averaged map. The first layer (top row) spreads its weight more evenly:
+# only its head 0 has bright cells, at the two ends of the word, though its peaks fall on the
+# right letter in five of the six letter rows. Per head, over the 1,000 unseen strings:
 
 # %%
 src_t, tgt_in_t, _ = reversal_batch(fresh)
@@ -1053,15 +1070,68 @@ for i, layer in enumerate(model.decoder.layers):
 
 # %% [markdown]
 # Every head of the second layer puts 0.60 to 0.67 of its weight on the letter being written;
-# the heads of the first layer put 0.20 to 0.29 there, a little above the even spread of 0.17.
-# The lookup happens in the second layer, and all four of its heads do it.
+# the heads of the first layer put 0.20 to 0.29 there, about 1.2 to 1.7 times the even spread of
+# 0.17 (head 0 the most). The lookup happens mostly in the second layer, and all four of its
+# heads do it.
 #
-# ### Does the factor $\sqrt{d_\text{model}}$ matter to training?
+# Cross-attention is one of the three attentions of the trained model. The other two, in the
+# last layer of each stack, on `fabled`, averaged over the heads:
+
+# %% caption="Self-attention of the trained model on fabled, averaged over the four heads, in the last layer of each stack: the encoder (top) and the decoder (bottom). In the encoder each letter puts its largest weight on itself; in the decoder each position splits its weight between the start token, itself and the letters written in between." alt="Two heatmaps, one above the other, with one colour bar from 0 to 1. Top, 6 by 6, rows and columns f a b l e d: the diagonal cells are the brightest of their rows, between about 0.25 and 0.5, with d at the bottom right the brightest; the other cells are dark, under about 0.2. Bottom, 7 by 7, rows and columns <s> d e l b a f: every cell above the diagonal is black (masked); the <s> row has all its weight, 1, on <s>; the other rows have their brightest cells mostly in the first column and on the diagonal, and grow dimmer and more even towards the bottom row."
+with torch.no_grad():
+    model(src_f, tgt_in_f, *make_seq2seq_masks(src_f, tgt_in_f, PAD))
+fig, axes = plt.subplots(2, 1, figsize=(4.2, 7.0), layout="constrained")
+plot_attention(
+    model.encoder.layers[-1].attn_weights[0].mean(0),
+    keys=list("fabled"),
+    ax=axes[0],
+    title="encoder self-attention",
+    colorbar=False,
+    vmax=1.0,
+)
+plot_attention(
+    model.decoder.layers[-1].self_attn_weights[0].mean(0),
+    keys=show_tokens(tgt_in_f[0]).split(),
+    ax=axes[1],
+    title="decoder self-attention (masked)",
+    colorbar=False,
+    vmax=1.0,
+)
+for ax in axes:
+    ax.tick_params(axis="x", labelrotation=0)
+fig.colorbar(axes[0].images[0], ax=axes, shrink=0.5, label="weight")
+plt.show()
+
+# %%
+enc_w = model.encoder.layers[-1].attn_weights[0].mean(0)
+dec_w = model.decoder.layers[-1].self_attn_weights[0].mean(0)
+on_self = " ".join(f"{c} {v:.2f}" for c, v in zip("fabled", enc_w.diagonal()))
+on_diagonal = bool((enc_w.argmax(-1) == torch.arange(6)).all())
+print("encoder, weight of each letter on itself:")
+print(f"  {on_self}   largest in its row: {on_diagonal}")
+print("decoder, weight of each position on <s>, on itself, on the rest:")
+for r, tok in enumerate(show_tokens(tgt_in_f[0]).split()[1:], start=1):
+    first, itself = dec_w[r, 0].item(), dec_w[r, r].item()
+    rest = dec_w[r, 1:r].sum().item()  # the letters written in between
+    print(f"  {tok}   <s> {first:.2f}   itself {itself:.2f}   rest {rest:.2f}")
+
+# %% [markdown]
+# The encoder's last layer puts each letter's largest weight on itself (0.25 to 0.52) and spreads
+# the rest over the other letters: each position of the memory stays mostly about its own letter,
+# which is what cross-attention then fetches. The decoder's masked self-attention splits each
+# position's weight between `<s>`, itself and the letters written in between. Its weight on `<s>`
+# falls steadily as the position advances, from 0.45 to 0.18, so what this attention returns
+# changes with how far the writing has got; which letter comes next is fetched from the source by
+# cross-attention.
+#
+# ## Does the factor $\sqrt{d_\text{model}}$ matter to training?
 #
 # Earlier we argued from starting sizes only. Now that the model has a task, we can train it
 # without the factor: the same model, the same initialisation, and token vectors entering the
-# stacks at $1/\sqrt{32}$ of their size with it. Two pairs of runs, because one run of each
-# says little:
+# stacks at $1/\sqrt{32}$ of their size with it. Two pairs of runs, from two model seeds,
+# because one run of each says little; all four train on the same stream of strings, the one
+# the test strings were kept out of. The loss of one step is that of a single batch of 64
+# strings, so we print means over windows of steps:
 
 
 # %%
@@ -1083,30 +1153,32 @@ start = rms(Transformer(config).encoder.embed.tok.weight.detach())
 print(f"RMS per entry at the start: positions {rms(pe):.3f}, token vectors")
 scaled_start = start * math.sqrt(d_model)
 print(f"  with the factor {scaled_start:.3f}, without it {start:.3f}")
-runs = [(0, TRAIN_SEED, True, losses, accuracy)]  # the model trained above
-for model_seed, stream_seed, factor in (
-    (0, TRAIN_SEED, False),
-    (1, 4, True),
-    (1, 4, False),
-):
+runs = [(0, True, losses, accuracy)]  # the model trained above
+for model_seed, factor in ((0, False), (1, True), (1, False)):
     set_seed(model_seed)
     m = Transformer(config)
     if not factor:
         m = without_factor(m)
-    run_losses = train(m, reversal_batch, seed=stream_seed)
-    runs.append((model_seed, stream_seed, factor, run_losses, accuracy_of(m)))
-print("seeds (model, stream)  sqrt(d) factor  loss@200  loss@600  reversed")
-for model_seed, stream_seed, factor, run_losses, acc in runs:
+    run_losses = train(m, reversal_batch)  # the stream seeded TRAIN_SEED
+    runs.append((model_seed, factor, run_losses, accuracy_of(m)))
+print("                              mean loss, steps")
+print("model seed  sqrt(d) factor  151-250   551-600   reversed")
+for model_seed, factor, run_losses, acc in runs:
+    early = sum(run_losses[150:250]) / 100
+    late = sum(run_losses[550:600]) / 50
     print(
-        f"{model_seed:>9}, {stream_seed:<11} "
-        f"{'with' if factor else 'without':>14}"
-        f"  {run_losses[199]:8.3f}  {run_losses[599]:8.3f}  {acc:8.1%}"
+        f"{model_seed:>10}  {'with' if factor else 'without':>14}"
+        f"  {early:7.3f}   {late:7.3f}   {acc:8.1%}"
     )
 
 # %% [markdown]
-# Without the factor, the token vectors start at about a quarter of the positions' size; training
-# goes no worse: in both pairs of runs the model without it has the lower loss at steps 200 and
-# 600 and reverses all 1,000 test strings. So the factor is not what makes this model learn.
+# Without the factor, the token vectors start at about a quarter of the positions' size (0.180
+# against 0.707), and training goes no worse. At the end (steps 551 to 600) the model without it
+# has the lower mean loss in both pairs, 0.005 against 0.020 and 0.008 against 0.018, and it
+# reverses all 1,000 test strings in both, against 98.6 % and 99.6 % with the factor. Earlier
+# (steps 151 to 250) the pairs disagree: the first run without the factor is far ahead, 0.039
+# against 0.329, the second slightly behind, 0.317 against 0.301. So the factor is not what makes
+# this model learn.
 # What it fixes is the balance between token and position vectors at the start; whether that
 # balance pays off for a large model on real text is more than this small task can tell.
 #
@@ -1128,7 +1200,7 @@ for model_seed, stream_seed, factor, run_losses, acc in runs:
 # activation, and how positions enter (below). A decoder-only block is a decoder layer with its
 # cross-attention removed, which leaves exactly our `EncoderLayer` used with a causal mask
 # (GPT-2 also puts the norm first and uses GELU). Chapter 10 builds GPT that way. The figure shows the two one-stack wirings side by side, with residual connections
-# and norms left out (they wrap every sub-layer, as in Fig. 7.1). How
+# and norms left out (they wrap every sub-layer, as in the first figure of this chapter). How
 # positions enter also differs: the 2017 model adds sinusoids to embeddings scaled by
 # $\sqrt{d_\text{model}}$, BERT and GPT-2 learn a position embedding, T5 adds a learned
 # relative-position bias to the attention scores.
@@ -1256,9 +1328,12 @@ for b, w in enumerate(fresh):
 same, mirrored = torch.stack(same).mean(), torch.stack(mirrored).mean()
 print("weight on source position t, 1,000 unseen strings:", f"{same:.2f}")
 print("weight on source position L-1-t:                 ", f"{mirrored:.2f}")
+copies = reverse_with(copier, fresh)  # greedy decoding, as for reversal
+hits = sum(w == out for w, out in zip(fresh, copies))
+print(f"copied exactly: {hits / len(fresh):.1%} of the 1,000 unseen strings")
 
 # %% [markdown] tags=["solution"]
 # The diagonal: the position that writes letter $t$ of the copy puts 0.69 of its weight on source
 # position $t$, the letter it copies, and 0.08 on the mirrored position $L-1-t$ that reversal
-# reads. The architecture and the training are the same; where cross-attention looks is learned
+# reads. And it has learned the task: it copies 99.8 % of the 1,000 unseen strings exactly. The architecture and the training are the same; where cross-attention looks is learned
 # from the task.
