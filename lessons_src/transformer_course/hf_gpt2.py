@@ -110,9 +110,10 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
     """``model``'s weights under GPT-2's names and in GPT-2's layout.
 
     ``nn.Linear`` stores ``(out, in)`` and computes ``x @ W.T + b``; GPT-2's
-    ``Conv1D`` stores ``(in, out)`` and computes ``x @ W + b``, so every matrix
-    is transposed.  The rest is renaming: both models compute query, key and
-    value with one fused matrix (``qkv`` / ``c_attn``).
+    ``Conv1D`` stores ``(in, out)`` and computes ``x @ W + b``, so every
+    ``Conv1D`` matrix is transposed (the embeddings are not).  The rest is
+    renaming: both models compute query, key and value with one fused matrix
+    (``qkv`` / ``c_attn``).
     """
     sd: dict[str, torch.Tensor] = {
         "transformer.wte.weight": model.tok_emb.weight,
