@@ -17,7 +17,7 @@ module            what it holds                                      chapter
 ``plotting``      figure defaults, attention heatmaps with token     all
                   labels
 ``pretrained``    ``load_minilm``, ``load_smollm2`` (offline,        02, 05,
-                  verified)                                          11, 12
+                  verified)                                          11-13
 ``positional``    sinusoidal ``PositionalEncoding``                  03
 ``attention``     ``scaled_dot_product_attention``,                  04, 05
                   ``MultiHeadAttention``
@@ -42,6 +42,7 @@ module            what it holds                                      chapter
                   pre-training
 ``hf_bert``       BERT weights both ways, WordPiece tokenisers       12
 ``interpret``     attention as flow, attention rollout, occlusion    05, 12
+``instruct``      chat examples with answer-only labels, LoRA        13
 ``diagrams``      the chapters' architecture diagrams                01-11
 ``tasks.*``       the chapters' tasks and data (see ``tasks``)       01, 09-12
 ================  =================================================  ==========
