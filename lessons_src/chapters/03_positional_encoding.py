@@ -192,7 +192,7 @@ print(f"expected along {n_dirs} random directions: {n_dirs / 384:.2%}")
 # Dimensions $2i$ and $2i+1$ form a pair that shares one angle, so $d_{model}$ must be even.
 # Pair 0 turns fastest (one turn every $2\pi$ positions); each following pair turns more
 # slowly, up to a wavelength of $2\pi \cdot 10000^{(d_{model}-2)/d_{model}}$ for the last
-# pair, just under $2\pi \cdot 10000$. Every value lies in $[-1, 1]$ and any position has an
+# pair, which approaches $2\pi \cdot 10000$ as $d_{model}$ grows. Every value lies in $[-1, 1]$ and any position has an
 # encoding.
 #
 # Implementations differ in how they lay the pairs out. The paper's formula interleaves
@@ -718,7 +718,8 @@ print(
 # %%
 for name, t in tables.items():
     before, after = t[:-delta], t[delta:]  # rows pos and pos + 3
-    # least squares computed through an SVD (LAPACK driver gelsd)
+    # least squares through an SVD (driver gelsd), which copes with the
+    # nearly constant columns of the slow pairs
     A = torch.linalg.lstsq(before, after, rcond=1e-8, driver="gelsd").solution
     error = (before @ A - after).norm() / after.norm()
     print(f"{name:>11}: best map's relative error {error:.2f}")
@@ -1031,7 +1032,9 @@ print(
 # $\mathbf a_{s-t}$ per offset and add $\mathbf q_t \cdot \mathbf a_{s-t}$, with offsets
 # beyond some $\pm K$ clipped to $\pm K$. T5 (Raffel et al., 2020) keeps only a number,
 #
-# $$\text{score}(t, s) = \frac{\mathbf q_t \cdot \mathbf k_s}{\sqrt{d}} + b_{s-t},$$
+# $$\text{score}(t, s) = \mathbf q_t \cdot \mathbf k_s + b_{s-t}$$
+#
+# (T5 leaves out the division by $\sqrt{d}$, folding it into its initialisation),
 #
 # one learned $b$ per head for each *bucket* of offsets, the buckets widening with
 # distance. ALiBi learns nothing: in a causal model it sets $b_{s-t} = -m\,(t - s)$, a
@@ -1051,8 +1054,8 @@ print(
 # section). A fourth model adds nothing to its inputs and learns a relative bias instead:
 # one number per offset from $-8$ to $+8$, offsets further away clipped to $\pm 8$. Its 17
 # biases enter the scores multiplied by 10, so that they can grow to a size of order 1 in
-# 200 steps: in effect they learn ten times faster than the other weights, which favours
-# this model a little in the comparison. Each is trained for 200 steps on sequences of 16 tokens, with the same seed, then tested on new
+# 200 steps: in effect they learn ten times faster than the other weights, so the comparison
+# is not quite like for like. Each is trained for 200 steps on sequences of 16 tokens, with the same seed, then tested on new
 # sequences of 16 and of 64 tokens.
 
 # %%

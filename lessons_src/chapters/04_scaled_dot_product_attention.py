@@ -959,14 +959,16 @@ plt.show()
 # cell and yours will differ), so here is what *this* run shows. For short sequences fixed
 # costs (starting the operations, allocating their results) weigh heavily, and the time grows
 # more slowly than $n^2$; up to 512 tokens the two functions take about the same time. From
-# 1024 tokens on, the fused function is faster. In the last doubling the three lines grow far
+# 1024 tokens on, the fused function was faster in this run (by less, at 1024, than times
+# move from run to run). In the last doubling the three lines grow far
 # more than fourfold, and so does $QK^{\mathsf T}$ alone, which only computes the scores and
 # writes them out; the fused function does all the arithmetic of the three lines but never
-# writes an $n \times n$ matrix, and keeps growing about fourfold. A likely reason is the
-# processor's cache: the three lines write and read back whole $n \times n$ matrices, 16 MiB
-# each at 2048 tokens and 64 MiB at 4096, and once these no longer fit in the cache every
-# pass over them goes out to main memory, while the fused function works on blocks small
-# enough to stay in it. Where such a jump comes, and how large it is, depends on the
+# writes an $n \times n$ matrix, and keeps growing about fourfold. What the three lines pay
+# for is the $n \times n$ matrices themselves, 16 MiB each at 2048 tokens and 64 MiB at
+# 4096: each call allocates fresh ones and touches every page of them for the first time,
+# and once they no longer fit in the processor's cache every pass over them goes out to
+# main memory. This run does not separate the two costs; the fused function avoids both by
+# working on blocks small enough to stay in the cache. Where such a jump comes, and how large it is, depends on the
 # machine; the memory table is the same everywhere.
 #
 # Scale the memory up to a modern context window:
