@@ -552,8 +552,8 @@ assert abs(rms(pe) - math.sqrt(0.5)) < 0.01  # sin^2 and cos^2 average 1/2
 assert 0.85 < rms(scaled) < 1.15
 
 # %% [markdown]
-# The scale and that initialisation are chosen together, so that token vectors start at the
-# size of the positions. Another common choice is to initialise
+# The scale and that initialisation are chosen together, so that token vectors start at a
+# size comparable to the positions' (1.020 against 0.707 here, printed above). Another common choice is to initialise
 # every matrix with Glorot, the embeddings included, and keep the factor: the Annotated
 # Transformer's `make_model` does this (`nn.init.xavier_uniform_` on every parameter with more
 # than one dimension). Glorot's standard deviation, $\sqrt{2/(V + d_\text{model})}$, depends on
@@ -999,7 +999,7 @@ assert share_before < 1.5 * even and share_after > 2 * even
 # The average hides how the work is divided. Here is the cross-attention on `fabled` of each head
 # of both decoder layers, after training:
 
-# %% caption="Cross-attention on fabled after training, for each head (columns) of the two decoder layers: layer 0 in the top row, layer 1 in the bottom row. In layer 1 every head runs along the anti-diagonal, but on a few middle rows a head peaks on a neighbour of the right letter, and those rows differ from head to head; layer 0 spreads its weight more evenly." alt="Eight heatmaps in two rows of four, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top row, layer 0: mostly dark cells, weights under about 0.4, except head 0, bright at row d column d and at row f column f. Bottom row, layer 1: in all four heads bright cells run along the anti-diagonal from row d at column d down to rows f and </s> at column f; in the middle rows some heads are brightest on the right letter and others on a neighbouring one."
+# %% caption="Cross-attention on fabled after training, for each head (columns) of the two decoder layers: layer 0 in the top row, layer 1 in the bottom row. In layer 1 every head runs along the anti-diagonal, but on a few middle rows a head peaks on a neighbour of the right letter (no row is missed by all four heads); layer 0 spreads its weight more evenly." alt="Eight heatmaps in two rows of four, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top row, layer 0: mostly dark cells, weights under about 0.4, except head 0, bright at row d column d and at row f column f. Bottom row, layer 1: in all four heads bright cells run along the anti-diagonal from row d at column d down to rows f and </s> at column f; in the middle rows some heads are brightest on the right letter and others on a neighbouring one."
 with torch.no_grad():
     model(src_f, tgt_in_f, *make_seq2seq_masks(src_f, tgt_in_f, PAD))
 fig, axes = plt.subplots(
@@ -1048,8 +1048,8 @@ for r, tok in enumerate(show_tokens(labels_f[0]).split()):
 # but not every head gets every row: on some middle rows a head peaks on a neighbour of the
 # right letter. The row that writes `l` peaks on `e` in head 0 and on `b` in head 1; the row that
 # writes `a` peaks on `f` in heads 1 and 3; the row that writes `b` peaks on `l` in head 3. Only
-# head 2 peaks on the right letter in every row. The heads miss on different rows, so in their
-# mean every row peaks on the right letter; the misses are the spill onto neighbouring letters in
+# head 2 peaks on the right letter in every row. No row is missed by all four heads, so in
+# their mean every row peaks on the right letter; the misses are the spill onto neighbouring letters in
 # the middle rows of the averaged map. The first layer (top row) spreads its weight more evenly:
 # only its head 0 has bright cells, at the two ends of the word, though its peaks fall on the
 # right letter in five of the six letter rows. Per head, over the 1,000 unseen strings:
@@ -1117,8 +1117,8 @@ for r, tok in enumerate(show_tokens(tgt_in_f[0]).split()[1:], start=1):
 
 # %% [markdown]
 # The encoder's last layer puts each letter's largest weight on itself (0.25 to 0.52) and spreads
-# the rest over the other letters: each position of the memory stays mostly about its own letter,
-# which is what cross-attention then fetches. The decoder's masked self-attention splits each
+# the rest over the other letters: each position of the memory weighs its own letter most, though
+# in five of the six rows with less than half of its weight, which is what cross-attention then fetches. The decoder's masked self-attention splits each
 # position's weight between `<s>`, itself and the letters written in between. Its weight on `<s>`
 # falls steadily as the position advances, from 0.45 to 0.18, so what this attention returns
 # changes with how far the writing has got; which letter comes next is fetched from the source by
