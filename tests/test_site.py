@@ -95,12 +95,12 @@ def test_course_map_times_are_measured_from_the_pages():
 
 
 def test_intro_samples_are_printed_by_their_chapters():
-    """The intro's "What you will have made" quotes model outputs: every quoted line is a line that
+    """The intro's "Two of the course's models at work" quotes model outputs: every quoted line is a line that
     chapter 09's or chapter 10's notebook printed, verbatim."""
     import json
 
     intro = (ROOT / "book" / "intro.md").read_text()
-    section = intro.split("## What you will have made", 1)[1].split("\n## ", 1)[0]
+    section = intro.split("## Two of the course's models at work", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```text\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 2, "expected the chapter 09 and chapter 10 samples"
     for block, stem in zip(blocks, ("09_training", "10_gpt_from_scratch"), strict=True):
