@@ -355,7 +355,10 @@ assert d < 1e-4
 # SmolLM2-135M-Instruct (Hugging Face, 2024, Apache-2.0) has 135 million parameters, was
 # pretrained on about two trillion tokens of web text, code and mathematics, and then tuned to
 # follow instructions in a chat format. `load_smollm2()` returns its tokenizer and the model,
-# an ordinary `LlamaForCausalLM` in float32.
+# an ordinary `LlamaForCausalLM` in float32. The weights it loads were stored in 4 bits per
+# weight (the Q4_1 format: blocks of 32 weights share a scale and an offset) and are expanded to
+# float32 on loading, so this model's answers can differ a little from the full-precision
+# SmolLM2's.
 
 # %%
 smol_tok, smol, _ = load_smollm2()
