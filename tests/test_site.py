@@ -92,6 +92,11 @@ def test_course_map_times_are_measured_from_the_pages():
         measured = course_config.reading_minutes(ROOT / "book" / f"{stem}.ipynb")
         assert int(minutes) == measured, f"the course map says {minutes} min for {stem}; its page measures {measured}"
     assert f"{course_config.PROSE_WPM} words" in intro and f"{course_config.CODE_LPM} lines" in intro
+    total = sum(int(m) for *_, m in rows)
+    stated = re.search(r"come to about (\d+) hours of reading", intro)
+    assert stated and int(stated.group(1)) == round(total / 60), (
+        f"the intro's total reading time should be about {round(total / 60)} hours ({total} min in the map)"
+    )
 
 
 def test_intro_samples_are_printed_by_their_chapters():

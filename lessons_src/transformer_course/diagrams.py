@@ -427,6 +427,23 @@ def multi_head(
     return fig
 
 
+def _plus(
+    ax: plt.Axes, x: float, y: float, r: float, linewidth: float, size: float
+) -> None:
+    """The circled "+" where a residual connection adds back in."""
+    ax.add_patch(
+        plt.Circle(
+            (x, y),
+            r,
+            facecolor="white",
+            edgecolor="#333333",
+            linewidth=linewidth,
+            zorder=3,
+        )
+    )
+    ax.text(x, y, "+", ha="center", va="center", fontsize=size, zorder=4)
+
+
 def _block(ax: plt.Axes, x: float, pre_norm: bool, title: str) -> None:
     """One Transformer sublayer with its residual connection, post-norm or
     pre-norm, centred at x."""
@@ -455,25 +472,7 @@ def _block(ax: plt.Axes, x: float, pre_norm: bool, title: str) -> None:
     )
     _box(ax, stream_x, y_in, 1.0, 0.55, "x", COLORS["io"], weight="bold")
     plus_y = 4.2 if pre_norm else 3.5
-    ax.add_patch(
-        plt.Circle(
-            (stream_x, plus_y),
-            0.24,
-            facecolor="white",
-            edgecolor="#333333",
-            linewidth=1.5,
-            zorder=3,
-        )
-    )
-    ax.text(
-        stream_x,
-        plus_y,
-        "+",
-        ha="center",
-        va="center",
-        fontsize=MIN_FONT_PT + 5,
-        zorder=4,
-    )
+    _plus(ax, stream_x, plus_y, 0.24, linewidth=1.5, size=MIN_FONT_PT + 5)
     side = x + 0.7
     if pre_norm:
         _box(ax, side, 1.55, 1.4, 0.55, "LayerNorm", COLORS["norm"])
@@ -760,13 +759,16 @@ def model_families(num_layers: int = 12) -> Figure:
     return fig
 
 
-def recurrence_vs_attention(num_tokens: int = 6) -> Figure:
+def recurrence_vs_attention(
+    num_tokens: int = 6, first_index: int = 1
+) -> Figure:
     """How the first token reaches the last position: through every hidden
     state of a recurrent network (top), in one step of self-attention
     (bottom).
 
     The path from the first token is drawn in red; the top panel numbers its
-    ``num_tokens - 1`` steps.
+    ``num_tokens - 1`` steps. Positions are numbered from ``first_index``
+    (``x_1`` or, with 0, ``x_0`` is the first token).
     """
     if not isinstance(num_tokens, int) or not 2 <= num_tokens <= 7:
         raise ValueError(
@@ -782,7 +784,8 @@ def recurrence_vs_attention(num_tokens: int = 6) -> Figure:
 
     def row(y: float, name: str, color: str) -> None:
         for i, x in enumerate(xs):
-            _box(ax, x, y, bw, bh, f"${name}_{{{i + 1}}}$", color)
+            label = f"${name}_{{{i + first_index}}}$"
+            _box(ax, x, y, bw, bh, label, color)
 
     # top panel: the recurrent chain
     _text(
@@ -828,7 +831,7 @@ def recurrence_vs_attention(num_tokens: int = 6) -> Figure:
         ax,
         width / 2,
         y_tok - bh / 2 - 0.12,
-        f"$x_1$ reaches the last position in {n - 1} steps",
+        f"$x_{first_index}$ reaches the last position in {n - 1} steps",
         ha="center",
         va="top",
         color=red,
@@ -870,7 +873,7 @@ def recurrence_vs_attention(num_tokens: int = 6) -> Figure:
         ax,
         width / 2,
         y_in - bh / 2 - 0.12,
-        "$x_1$ reaches the last position in 1 step",
+        f"$x_{first_index}$ reaches the last position in 1 step",
         ha="center",
         va="top",
         color=red,
@@ -1253,25 +1256,7 @@ def gpt2_vs_llama(
             )
             _arrow(ax, (xl, plus), (x - 0.2, plus), color=COLORS["stream"])
         for plus in (ys[4], ys[7]):
-            ax.add_patch(
-                plt.Circle(
-                    (x, plus),
-                    0.2,
-                    facecolor="white",
-                    edgecolor="#333333",
-                    linewidth=1.4,
-                    zorder=3,
-                )
-            )
-            ax.text(
-                x,
-                plus,
-                "+",
-                ha="center",
-                va="center",
-                fontsize=MIN_FONT_PT + 3,
-                zorder=4,
-            )
+            _plus(ax, x, plus, 0.2, linewidth=1.4, size=MIN_FONT_PT + 3)
         top = ys[7] + 0.3
         ax.add_patch(
             FancyBboxPatch(
@@ -1303,4 +1288,154 @@ def gpt2_vs_llama(
             size=MIN_FONT_PT + 2,
             fontweight="bold",
         )
+    return fig
+
+
+def attention_steps() -> Figure:
+    """Scaled dot-product attention as a pipeline of matrix operations, with
+    the shape of each intermediate result (in math type) to the right of the
+    steps; V's path to the last product runs between the steps and the
+    shapes, so it crosses no label."""
+    height = 8.2
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
+    cx, w, h = 1.6, 2.9, 0.62  # the column of steps
+    vx = 3.45  # x of V's path down to the last product
+    sx = 3.8  # left edge of the shape annotations
+
+    def shape(y: float, dims: str, note: str) -> None:
+        _text(ax, sx, y + 0.06, dims, ha="left", va="bottom")
+        _text(ax, sx, y - 0.04, note, ha="left", va="top", color="#555555")
+
+    top = 7.55
+    for x, name, dims, color in (
+        (cx - 0.8, "Q", r"$L_q \times d_k$", "query"),
+        (cx + 0.8, "K", r"$L_k \times d_k$", "key"),
+        (vx, "V", r"$L_k \times d_v$", "value"),
+    ):
+        _box(ax, x, top, 0.75, 0.55, name, COLORS[color], weight="bold")
+        _text(ax, x, top + 0.36, dims, ha="center", va="bottom")
+    ys = [6.2, 5.05, 3.9, 2.75, 1.6, 0.45]
+    square = r"$L_q \times L_k$"
+    steps = (
+        (
+            r"scores  $QK^{\mathsf{T}}$",
+            square,
+            "one per (query, key)",
+            "linear",
+        ),
+        (r"scale  ÷ $\sqrt{d_k}$", square, "spread kept steady", "linear"),
+        ("mask (optional)", square, "blocked → −∞", "io"),
+        ("softmax per row", square, "weights, rows sum to 1", "attn"),
+        ("weights · V", r"$L_q \times d_v$", "each row mixes values", "value"),
+    )
+    for x in (cx - 0.8, cx + 0.8):
+        _arrow(ax, (x, top - 0.28), (x, ys[0] + h / 2))
+    for i, (label, dims, note, color) in enumerate(steps):
+        _box(ax, cx, ys[i], w, h, label, COLORS[color])
+        shape(ys[i], dims, note)
+        if i + 1 < len(steps):
+            _arrow(ax, (cx, ys[i] - h / 2), (cx, ys[i + 1] + h / 2))
+    # V bypasses the score steps and joins at the last product
+    _arrow(ax, (vx, top - 0.28), (vx, ys[4]), style="-")
+    _arrow(ax, (vx, ys[4]), (cx + w / 2, ys[4]))
+    _box(ax, cx, ys[5], 1.6, 0.55, "output", COLORS["io"], weight="bold")
+    _arrow(ax, (cx, ys[4] - h / 2), (cx, ys[5] + 0.28))
+    shape(ys[5], r"$L_q \times d_v$", "one row per query")
+    return fig
+
+
+def hard_lookup(n: int = 4, match: int = 1) -> Figure:
+    """A dictionary's hard lookup drawn like ``soft_lookup``: the query
+    equals key ``match`` (0-based), that slot gets weight 1 and every other
+    slot 0, and the output is that slot's value alone."""
+    if not 2 <= n <= 6 or not 0 <= match < n:
+        raise ValueError(
+            f"hard_lookup draws 2 to 6 slots with 0 <= match < n, got n={n}, "
+            f"match={match}"
+        )
+    row_h = 0.75
+    height = 1.75 + n * row_h
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
+    top = height - 1.45  # y of the first slot
+    key_x, bar_x, value_x, out_x = 1.75, 2.25, 4.05, 5.3
+    for x, label in (
+        (key_x, "key"),
+        (bar_x + 0.45, "weight"),
+        (value_x, "value"),
+        (out_x, "output"),
+    ):
+        _text(
+            ax,
+            x,
+            height - 0.2,
+            label,
+            ha="center",
+            va="top",
+            fontweight="bold",
+        )
+    _box(
+        ax,
+        0.6,
+        height - 0.45,
+        1.05,
+        0.55,
+        f"q = k{match + 1}",
+        COLORS["query"],
+        weight="bold",
+    )
+    bottom = top - (n - 1) * row_h
+    mid = (top + bottom) / 2
+    _box(
+        ax, out_x, mid, 1.25, 1.3, f"v{match + 1}", COLORS["io"], weight="bold"
+    )
+    for i in range(n):
+        y = top - i * row_h
+        w = 1.0 if i == match else 0.0
+        ax.add_patch(
+            FancyBboxPatch(
+                (key_x - 0.4, y - 0.31),
+                value_x - key_x + 0.8,
+                0.62,
+                boxstyle="round,pad=0,rounding_size=0.1",
+                facecolor="#f3f3f3",
+                edgecolor="none",
+                zorder=0,
+            )
+        )
+        if i == match:  # only the equal key is looked at
+            _arrow(
+                ax,
+                (0.6, height - 0.73),
+                (key_x - 0.35, y),
+                connection="arc3,rad=0.15",
+                width=1.0,
+            )
+        _box(ax, key_x, y, 0.6, 0.5, f"k{i + 1}", COLORS["key"])
+        ax.add_patch(
+            FancyBboxPatch(
+                (bar_x, y - 0.17),
+                w + 0.01,
+                0.34,
+                boxstyle="square,pad=0",
+                facecolor=COLORS["attn"],
+                edgecolor="#333333",
+            )
+        )
+        _text(ax, bar_x + w + 0.06, y, f"{w:.0f}", va="center")
+        _box(ax, value_x, y, 0.6, 0.5, f"v{i + 1}", COLORS["value"])
+        if i == match:
+            _arrow(
+                ax,
+                (value_x + 0.32, y),
+                (out_x - 0.64, mid + 0.4 * (y - mid) / max(top - mid, 1e-9)),
+                color="#2a7f62",
+                width=0.6 + 6 * w,
+            )
+    _text(
+        ax,
+        0.1,
+        bottom - 0.65,
+        "weight 1 on the key equal to the query, 0 on all others",
+        va="center",
+    )
     return fig
