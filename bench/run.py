@@ -618,7 +618,13 @@ def render(results: dict) -> str:
             f"| software | Python {m['python']}, PyTorch {m['torch']}, "
             f"transformers {m.get('transformers', '?')}, {m['os']} |"
         ),
-        f"| measured | {results['date']} |",
+        f"| measured | {results['date']}"
+        + (
+            f" (the chapters' run times: {results['notebooks_date']})"
+            if results.get("notebooks_date", results["date"]) != results["date"]
+            else ""
+        )
+        + " |",
         "",
     ]
     nbs = results.get("notebooks")
@@ -826,6 +832,9 @@ def main() -> None:
     parser.add_argument("--skip-notebooks", action="store_true", help="keep the notebook timings of the last results")
     parser.add_argument("--render-only", action="store_true", help="only rewrite the page from bench/results.json")
     parser.add_argument("--only-ddp", action="store_true", help="measure only one vs two processes, then render")
+    parser.add_argument(
+        "--only-notebooks", action="store_true", help="time only the chapters' notebooks (after an edit), then render"
+    )
     parser.add_argument("--gpt-vs-minimal-once", metavar="DEVICE", help=argparse.SUPPRESS)  # one run, as JSON
     args = parser.parse_args()
     if args.gpt_vs_minimal_once:
@@ -835,6 +844,12 @@ def main() -> None:
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     if args.only_ddp:
         results = {**previous, "ddp": bench_ddp()}
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.only_notebooks:
+        os.environ.update(course_config.COURSE_ENV)
+        print("1-2. notebooks ...", flush=True)
+        notebooks = run_notebooks()
+        results = {**previous, "notebooks": notebooks, "notebooks_date": time.strftime("%Y-%m-%d")}
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.render_only:
         results = previous

@@ -206,12 +206,13 @@ def execute(src: Path, timeout: int = 1200) -> float:
 
 
 def refresh_metadata(src: Path) -> bool:
-    """Give the stored notebook the cell tags and metadata its source now makes, and the install cell
-    ``install_cell_source()`` now writes, without executing it.
+    """Give the stored notebook the cell tags and metadata its source now makes, its markdown cells'
+    text, and the install cell ``install_cell_source()`` now writes, without executing it.
 
-    Only when every other cell's type and source are unchanged (tags decide how a cell is folded on
-    the page, not what it prints; the install cell does nothing where the package is installed, as
-    when the notebooks are executed); returns False, changing nothing, otherwise.
+    Only when every other code cell's source and every cell's type are unchanged (tags decide how a
+    cell is folded on the page and prose is not executed, so neither changes what the code prints;
+    the install cell does nothing where the package is installed, as when the notebooks are
+    executed); returns False, changing nothing, otherwise.
     """
     out = BOOK / f"{src.stem}.ipynb"
     if not out.exists():
@@ -219,11 +220,17 @@ def refresh_metadata(src: Path) -> bool:
     fresh, stored = source_notebook(src), nbformat.read(out, as_version=4)
     if not stored.cells or INSTALL_TAG not in stored.cells[0].metadata.get("tags", []):
         return False
-    if [(c.cell_type, c.source) for c in fresh.cells[1:]] != [(c.cell_type, c.source) for c in stored.cells[1:]]:
+
+    def code(cells: list) -> list:
+        return [(c.cell_type, c.source if c.cell_type == "code" else "") for c in cells[1:]]
+
+    if code(fresh.cells) != code(stored.cells):
         return False
     stored.cells[0].source = fresh.cells[0].source
     for new, old in zip(fresh.cells, stored.cells, strict=True):
         old.metadata = new.metadata
+        if new.cell_type == "markdown":
+            old.source = new.source
     out.write_text(json.dumps(stored, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
     return True
 
@@ -249,7 +256,7 @@ def main() -> None:
     parser.add_argument(
         "--metadata-only",
         action="store_true",
-        help="only refresh cell tags/metadata and the install cell of notebooks whose other cells are unchanged",
+        help="only refresh cell tags/metadata, markdown text and the install cell of notebooks whose code is unchanged",
     )
     args = parser.parse_args()
     BOOK.mkdir(exist_ok=True)

@@ -108,8 +108,7 @@ def fit(
             history.evals.setdefault(name, []).append(value)
         history.eval_steps.append(done)
 
-    # Not `for step in bar`: a bar that is iterated closes itself when the loop
-    # ends, before the final measurement could be shown in it.
+    # a progress bar, advanced once per step (it shows the latest losses)
     bar = progress(total=steps, desc=desc, disable=not show_progress)
     if evaluate is not None and eval_at_start:
         run_evaluation(evaluate, 0)
@@ -156,8 +155,7 @@ def fit(
             **{k: v[-1] for k, v in history.evals.items()},
         }
         bar.set_postfix(
-            {k: f"{v:.3f}" for k, v in shown.items()},
-            refresh=False,  # drawn with the bar
+            {k: f"{v:.3f}" for k, v in shown.items()}, refresh=False
         )
         bar.update(1)
     bar.close()
