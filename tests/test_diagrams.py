@@ -13,6 +13,8 @@ from transformer_course import diagrams
 ALL = {
     "soft_lookup": diagrams.soft_lookup,
     "attention_pipeline": diagrams.attention_pipeline,
+    "attention_steps": diagrams.attention_steps,
+    "hard_lookup": diagrams.hard_lookup,
     "multi_head": diagrams.multi_head,
     "norm_placement": diagrams.norm_placement,
     "encoder_decoder": diagrams.encoder_decoder,

@@ -685,7 +685,7 @@ for seq_len in (40, 100):
 
 # %% [markdown]
 # The ratio climbs fast. In the first 30 steps it grows by about seven orders of magnitude at
-# length 40 and by nineteen at length 100, where it reaches $10^{-2}$: each step back loses less
+# length 40 and by about nineteen at length 100, where it reaches $10^{-2}$: each step back loses less
 # and less of the signal, and the path to token 0 opens. The accuracy first passes 0.2 only once
 # the ratio has risen to about a half (0.43 at step 38 at length 40, 0.60 at step 48 at length
 # 100, in these two seed-0 runs; last lines), and by step 60 and step 70 respectively it is at
@@ -1163,7 +1163,7 @@ for n in (50, 512, 1024, 4096):
 # ## Summary
 #
 # * With each model at its chosen learning rate (the best of four tried at length 20: 0.03 for
-#   the GRU, 0.01 for attention), in five runs (seeds 0 to 4) at each length from 10 to 100
+#   the GRU, 0.01 for attention), in five runs (seeds 0 to 4) at lengths 10, 20, 40 and 100
 #   tokens, a GRU learned to carry the first token to the end, reaching 95 % at a median of 26
 #   steps at length 10 and 88 at length 100 (24 to 120 over all its runs); one self-attention
 #   layer needed fewer steps in every pair of runs, a median of 11 to 24 (9 to 53 over all).

@@ -319,7 +319,7 @@ print(f"max |MiniDecoderLayer - DecoderLayer| below 1e-6: {diff < 1e-6}")
 # sentence (`bad`), in head 0. The weights are random, so the values mean nothing yet, but where
 # they are zero is set by the masks:
 
-# %% caption="Attention weights of one untrained decoder layer for the second sentence, head 0. Top: masked self-attention; each position sees only itself and earlier positions, and the padded last position is never looked at. Bottom: cross-attention; every target position reads the three letters of bad and never the two source pads." alt="Two heatmaps, one above the other, with one colour bar from 0 to 1. Top, 6 by 6, rows and columns labelled <s> d a b </s> <pad>: everything above the diagonal is black (weight 0) and so is the last column; the first row has all its weight, 1, on the first column. Bottom, 6 target rows by 5 source columns labelled b a d <pad> <pad>: the two pad columns are black, the three letter columns hold weights between about 0.2 and 0.5 in every row."
+# %% caption="Attention weights of one untrained decoder layer for the second sentence, head 0. Top: masked self-attention; each position sees only itself and earlier positions, and the padded last position is never looked at. Bottom: cross-attention; every target position reads the three memory positions of bad's letters (stand-in vectors here) and never the two source pads." alt="Two heatmaps, one above the other, with one colour bar from 0 to 1. Top, 6 by 6, rows and columns labelled <s> d a b </s> <pad>: everything above the diagonal is black (weight 0) and so is the last column; the first row has all its weight, 1, on the first column. Bottom, 6 target rows by 5 source columns labelled b a d <pad> <pad>: the two pad columns are black, the three letter columns hold weights between about 0.2 and 0.5 in every row."
 fig, axes = plt.subplots(2, 1, figsize=(4.8, 8.0), layout="constrained")
 plot_attention(
     dec_layer.self_attn_weights[1, 0],
@@ -762,7 +762,7 @@ with torch.no_grad():
     )
 diff = (out_ours - out_torch).abs().max().item()
 print(f"decoder layer: max |ours - PyTorch| = {diff:.1e}")
-assert diff < 1e-5  # float32 rounding: sums taken in a different order
+assert diff < 1e-5  # float32 rounding: different operations, rounded apart
 
 # %% [markdown]
 # And the encoder layer, pre-norm with GELU this time:
@@ -787,11 +787,12 @@ with torch.no_grad():
     out_torch = theirs(x, src_key_padding_mask=(src == PAD))
 diff = (out_ours - out_torch).abs().max().item()
 print(f"encoder layer: max |ours - PyTorch| = {diff:.1e}")
-assert diff < 1e-5  # float32 rounding: sums taken in a different order
+assert diff < 1e-5  # float32 rounding: different operations, rounded apart
 
 # %% [markdown]
-# Differences this small are float32 rounding: the two implementations add the same numbers in
-# a different order. In float64, whose rounding step is hundreds of millions of times finer, the
+# Differences this small are float32 rounding: the two implementations compute the same function
+# with different operations (PyTorch, for one, scales the queries before their product with the
+# keys, where ours scales the scores after it), and each operation rounds. In float64, whose rounding step is hundreds of millions of times finer, the
 # same encoder layers, with the same weights and input, agree far below float32's rounding:
 
 # %% tags=["nbval-ignore-output"]
@@ -1152,12 +1153,12 @@ for r, tok in enumerate(show_tokens(tgt_in_f[0]).split()[1:], start=1):
 
 # %% [markdown]
 # The encoder's last layer puts each letter's largest weight on itself (0.25 to 0.52) and spreads
-# the rest over the other letters: each position of the memory weighs its own letter most, though
+# the rest over the other letters: on this word, each position of the memory weighs its own letter most, though
 # in five of the six rows with less than half of its weight. The decoder's masked self-attention
-# splits each
-# position's weight between `<s>`, itself and the letters written in between. Its weight on `<s>`
+# (its rows labelled, unlike the cross-attention tables, by the token each position reads) splits
+# each position's weight between `<s>`, itself and the letters written in between. Its weight on `<s>`
 # falls as the position advances, from 0.45 to 0.18, but more slowly than an even spread over the
-# positions it may see (0.50 to 0.14): from the row that writes `e` on, `<s>` gets more than its even
+# positions it may see (0.50 to 0.14): from the position that reads `e` on, `<s>` gets more than its even
 # share. Which letter comes next is fetched from the source by cross-attention.
 #
 # ## Does the factor $\sqrt{d_\text{model}}$ matter to training?
@@ -1279,9 +1280,9 @@ plt.show()
 #   of 3 to 8 letters (its training lengths), and the cross-attention of its last decoder layer reads the source back to front: 0.64
 #   of a position's weight falls on the letter it writes, against 0.17 before training. In this
 #   model the second decoder layer does the lookup (each of its four heads puts 0.60 to 0.67 on
-#   that letter), the first much less (0.20 to 0.29). The encoder's last layer puts each letter's
-#   largest weight on itself (0.25 to 0.52), and the decoder's masked self-attention gives `<s>`
-#   more than an even share from the row that writes `e` on.
+#   that letter), the first much less (0.20 to 0.29). On `fabled`, the encoder's last layer puts
+#   each letter's largest weight on itself (0.25 to 0.52), and the decoder's masked
+#   self-attention gives `<s>` more than an even share from the position that reads `e` on.
 # * Encoder-only (BERT), decoder-only (GPT) and encoder–decoder (T5) models are built from the
 #   same main blocks; they differ in which stacks they keep, in their masks, and in smaller
 #   choices: where the norm goes, the activation, and how positions enter.

@@ -94,7 +94,7 @@ print("training on:", device)
 # `get_device()` picks a GPU when there is one (CUDA, or Apple's MPS), else the CPU: open this
 # notebook in Colab with a GPU runtime and the same code trains there. Training amplifies tiny
 # differences in floating-point rounding, so on your machine (CPU or GPU) the numbers printed
-# after training may differ from the ones on this page.
+# after training may differ from the ones shown here.
 #
 # ## The task: normalising dates
 #
@@ -441,7 +441,9 @@ show_source(teacher_forced_logits)
 # all $K$ tokens, `<pad>` and `<bos>` included, which the model is never asked to write. The
 # Annotated Transformer puts exactly $1 - \varepsilon$ on the label, gives the `<pad>` column
 # zero and spreads $\varepsilon$ over the other $K - 2$ tokens (`<bos>` included). Either way
-# the label keeps the largest target probability; the floor computed below moves a little. The
+# the label keeps the largest target probability. (It also scores the model with the KL
+# divergence from the target, `nn.KLDivLoss`, rather than the cross-entropy: the same
+# gradients, but that loss has its floor at 0, where ours, below, does not.) The
 # loss is the cross-entropy with $q$, which splits into two familiar parts:
 #
 # $$
@@ -1222,7 +1224,7 @@ for source, p, target in mistakes:
 # ## Where the model fails: dates written in ways it has never seen
 #
 # The accuracy printed above is measured on 1,000 dates that never occur in training, so it is
-# the evidence that the model has learned the rule and generalises to new *dates*, rather than
+# the evidence that the model generalises to new *dates* in its formats, rather than having
 # memorised its examples. But each of these dates was written in one of the 15 formats it
 # trained on, and people write
 # dates in many more ways. A fair next question: what happens with formats that are just as
@@ -1328,9 +1330,10 @@ print(f"  month = the year's first two digits:  {first_as_month:.0%}")
 #   with its year, so nothing in training told it where the year and day are.
 # * The other four formats are each close to a training format (`23-Oct-62`,
 #   `Oct 23 1962`, `October 23, 1962`, `23 October 1962`), and in this run the model gets
-#   between 46.5 % and 98.5 % of them right. Which field goes wrong in the rest, and how, is likely
-#   to be a property of this run more than of the format: the share of `October 23 1962` mistakes that
-#   drop the day's tens digit, printed above, is one such detail.
+#   between 46.5 % and 98.5 % of them right. Which field goes wrong in the rest, and how, is
+#   measured for this one run; only a run from another seed would tell whether its mistakes are
+#   the same (the share of `October 23 1962` mistakes that drop the day's tens digit, printed
+#   above, is one such detail).
 #
 # So the model has learned the regularities of its training formats, including one a human
 # reader would not apply: after a `/`, it tends to take the first field as the month and the last
@@ -1360,8 +1363,8 @@ for x, y in zip(more, translate(model, more, src_tok, tgt_tok, device=device)):
 # For 1789 it kept the last two digits, 89, and applied the rule of its training data (`yy ≥ 50`
 # is 19yy): 1989. The other four years also come back as years inside 1950–2049, one by the
 # same rule (1850 → 1950), the other three not: 1900 → 1990 (the rule gives 2000), 2050 → 2005
-# and 2150 → 2010 (the rule gives 1950 for both). Not one answer says "I don't know": a model
-# does not, unless it was trained to.
+# and 2150 → 2010 (the rule gives 1950 for both). Not one answer says "I don't know", and none
+# could: the model writes only digits and `-`, and it was never trained to refuse.
 #
 # ## What the model looks at: cross-attention
 #
@@ -1741,9 +1744,10 @@ for a, nf in archs.items():
 # %% [markdown] tags=["solution"]
 # At `1e-2`, both models end the 100 steps with a higher validation loss without the
 # warmup. The post-norm model, ours and the paper's, loses more than twice as much as the
-# pre-norm one (0.776 against 0.324), and has the highest loss of all. That is what Xiong et
-# al. predict: with the layer norm inside each residual branch (pre-norm), the gradients near
-# the output are not large at initialisation. A 5-step warmup, which damps only Adam's first
+# pre-norm one (0.776 against 0.324), and has the highest loss of all, in this one run. That
+# agrees with the direction of Xiong et al.'s argument, made for deep stacks (ours has two
+# layers per stack): with the layer norm inside each residual branch (pre-norm), the gradients
+# near the output are not large at initialisation. A 5-step warmup, which damps only Adam's first
 # updates, recovers about a fifth of post-norm's cost and less than half of pre-norm's (last
 # column): most of the damage comes from the full-size steps between step 5 and step 80, not
 # from Adam's first, poorly estimated steps alone.

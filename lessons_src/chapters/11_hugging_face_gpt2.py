@@ -8,8 +8,8 @@
 #
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
-#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size, and it is
-#    how GPT-2's own weights load into the code of chapter 10;
+#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size; it is the
+#    step that loads GPT-2's own trained weights into the code of chapter 10;
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, and use its tokenizer, its chat template, `generate`, `pipeline`, batches with
 #    padding, and perplexity;
@@ -30,9 +30,12 @@ import textwrap
 from collections import Counter
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch
 import transformers
+from tokenizers import pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from transformer_course.generation import generate
 from transformer_course.gpt import GPT, GPTConfig, lm_loss
@@ -115,9 +118,9 @@ show_source(hf_state_dict)
 # Hugging Face model it also needs a tokenizer that the `Auto*` classes can load: our character
 # tokenizer becomes a Hugging Face "fast" tokenizer (`hf_char_tokenizer`: a `WordLevel` model
 # whose "words" are the 96 characters). Hugging Face tokenizers also name a padding token, used
-# to batch prompts of different lengths (the section on batches below shows how); a character
-# model has none, so the newline serves, and the model's config records its id. We save model and tokenizer into one
-# directory and load them back, exactly as one loads a model from the Hub.
+# to batch prompts of different lengths; a character model has none, so the newline serves,
+# and the model's config records its id. We save model and tokenizer into one directory and
+# load them back, exactly as one loads a model from the Hub.
 
 # %%
 char_hf_tok = hf_char_tokenizer(
@@ -150,10 +153,8 @@ assert batch["input_ids"][0].tolist() == char_tok.encode(prompt)
 assert tokenizer.decode(batch["input_ids"][0]) == prompt
 
 # %% [markdown]
-# The same logits: on a batch of validation windows the two models agree up to float32
-# rounding, far below the size of the logits themselves. (Here and below, a comparison prints
-# whether the largest difference stays under a stated bound: the exact rounding error of float32
-# arithmetic varies from one processor to another, the bound does not.)
+# The same logits: on a batch of 8 validation windows, the largest difference between the two
+# models' logits is 0.
 
 # %%
 text = load_python_docs()
@@ -166,9 +167,12 @@ with torch.no_grad():
     hf_logits = model(windows[:8]).logits
     max_diff = (hf_logits - ours(windows[:8])).abs().max().item()
 print(
-    f"max |logits(HF) - logits(ours)| below 1e-4: {max_diff < 1e-4} "
+    f"max |logits(HF) - logits(ours)|: {max_diff:.0g} "
     f"(logits up to {hf_logits.abs().max():.0f})"
 )
+
+# %% tags=["remove-cell"]
+assert max_diff < 1e-4
 
 # %% [markdown]
 # ### Perplexity, two ways
@@ -215,6 +219,8 @@ assert abs(ppl_ours - ppl_hf) < 1e-3
 # %%
 val_loss = evaluate(ours, val_ids[: len(windows) * block + 1])
 print(f"evaluate(): {val_loss:.4f} nats per character")
+
+# %% tags=["remove-cell"]
 assert abs(val_loss - math.log(ppl_ours)) < 0.01
 
 # %% [markdown]
@@ -279,9 +285,9 @@ with torch.no_grad():
     greedy_tanh = generate(converted, ids, 60)
     greedy_exact = generate(exact_gelu, ids, 60)
 print(f"activation read from the config: {converted.config.activation!r}")
-print("max logit difference below 1e-4:")
-print(f"  round trip ours -> GPT-2 -> ours: {round_trip < 1e-4}")
-print(f"  GPT-2 with tanh GELU vs from_hf:  {diff_tanh < 1e-4}")
+print("max logit difference:")
+print(f"  round trip ours -> GPT-2 -> ours: {round_trip:.0g}")
+print(f"  GPT-2 with tanh GELU vs from_hf:  {diff_tanh:.0g}")
 print(
     f"with the exact GELU instead: {diff_exact:.3f} "
     f"(logits up to {reference.abs().max():.0f})"
@@ -303,8 +309,9 @@ assert round_trip < 1e-5 and diff_tanh < 1e-4 < 1e-2 < diff_exact
 
 # %% [markdown]
 # The wrong activation moves the logits by up to 0.038, on logits up to 19: too little to change
-# a single character of the greedy text here. The error is silent, and only a comparison of
-# logits with the original model reveals it.
+# a single character of the greedy text here. The error is silent: the shapes are right and
+# the greedy text is unchanged, and only a comparison with the original model's outputs
+# reveals it.
 #
 # GPT-2 itself is far larger than our model. `GPT2Config()` with no arguments *is* the
 # configuration of the smallest GPT-2: 12 layers of 12 heads, width 768, a context of 1,024
@@ -328,17 +335,20 @@ print(
 tokens = torch.randint(0, c.vocab_size, (1, 64), generator=g)
 with torch.no_grad():
     d = (gpt2_ours(tokens) - gpt2_random(tokens).logits).abs().max().item()
-print(f"max logit difference below 1e-4: {d < 1e-4}")
+print(f"max logit difference: {d:.0g}")
 del gpt2_random, gpt2_ours
 
 # %% tags=["remove-cell"]
 assert d < 1e-4
 
 # %% [markdown]
-# GPT-2's trained weights (about half a gigabyte) are on the Hugging Face Hub. On a machine
-# with a network, `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with this
-# same `from_hf` and returns it with GPT-2's tokenizer; chapter 10's `generate` then writes with
-# GPT-2's weights:
+# Loading the pretrained GPT-2 is this same conversion applied to trained numbers. Its weights
+# (about half a gigabyte) are on the Hugging Face Hub; `load_gpt2()` downloads them into a
+# `GPT2LMHeadModel`, converts it with `from_hf` and returns it with GPT-2's byte-level BPE
+# tokenizer. What makes the result trustworthy is the two checks above: `from_hf` maps every
+# weight of a model of GPT-2's exact shape, and the converted model's logits agree with the
+# original's to float32 rounding, on our trained GPT and on a random GPT-2 alike. GPT-2's own text is not shown in
+# this chapter; this is the code that writes it, with chapter 10's `generate` unchanged:
 #
 # ```python
 # from transformer_course.hf_gpt2 import load_gpt2
@@ -354,23 +364,39 @@ assert d < 1e-4
 # Our GPT has 1.8 million parameters and learned from one text, Python's documentation.
 # SmolLM2-135M-Instruct (Hugging Face, 2024, Apache-2.0) has 135 million parameters, was
 # pretrained on about two trillion tokens of web text, code and mathematics, and then tuned to
-# follow instructions in a chat format. `load_smollm2()` returns its tokenizer and the model,
-# an ordinary `LlamaForCausalLM` in float32. The weights it loads were stored in 4 bits per
-# weight (the Q4_1 format: blocks of 32 weights share a scale and an offset) and are expanded to
-# float32 on loading, so this model's answers can differ a little from the full-precision
-# SmolLM2's.
+# follow instructions in a chat format. Its weights are published on the Hub in bfloat16, and
+# the standard API loads tokenizer and model with one call each:
+#
+# ```python
+# name = "HuggingFaceTB/SmolLM2-135M-Instruct"
+# smol_tok = AutoTokenizer.from_pretrained(name, padding_side="left")
+# smol = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
+# ```
+#
+# `load_smollm2()` does the same, or, when it finds one installed, reads a copy of the same
+# weights stored mostly in 4 bits (in llama.cpp's GGUF format; the 4-bit storage is explained
+# below). It returns the
+# tokenizer, the model (an ordinary `LlamaForCausalLM` in float32) and the copy it read,
+# `"hub"` or `"gguf"`. The outputs printed in this chapter come from the 4-bit copy; with the
+# bfloat16 weights from the Hub, yours may differ slightly.
 
 # %%
-smol_tok, smol, _ = load_smollm2()
+smol_tok, smol, source = load_smollm2()
+print(f"weights read from: {source}")
 
 # %% tags=["remove-cell"]
 assert smol.config.model_type == "llama" and smol_tok.padding_side == "left"
 
+# %% [markdown]
+# In float32 every parameter takes 4 bytes; in bfloat16 (float32's 8 exponent bits with only 7
+# bits of mantissa) it takes 2, half the memory:
+
 # %%
 cfg = smol.config
+n_smol = count_parameters(smol)
 print(
     type(smol).__name__,
-    f"{count_parameters(smol) / 1e6:.1f}M parameters:",
+    f"{n_smol / 1e6:.1f}M parameters:",
     f"{cfg.num_hidden_layers} layers, width {cfg.hidden_size},",
 )
 print(
@@ -378,35 +404,108 @@ print(
     f"{cfg.num_key_value_heads} key/value heads,",
     f"vocabulary {cfg.vocab_size:,}",
 )
+print(
+    f"memory for the weights: {4 * n_smol / 1e6:.0f} MB in float32, "
+    f"{2 * n_smol / 1e6:.0f} MB in bfloat16"
+)
 
 # %% tags=["remove-cell"]
 assert type(smol).__name__ == "LlamaForCausalLM"
 assert round(count_parameters(smol) / 1e6) == 135
 
 # %% [markdown]
+# ### Storing weights in 4 bits
+#
+# Going further than bfloat16, a model's weights can be **quantised**: stored as small integers
+# plus a few floats to map them back. In llama.cpp's Q4_1 format, each run of 32 weights keeps
+# its minimum $m$ and a step $d = (\max - m)/15$ as 16-bit floats, and each weight the integer
+# $q = \mathrm{round}((w - m)/d)$ between 0 and 15, 4 bits; the weight read back is $m + qd$.
+# That makes $32 \cdot 4 + 2 \cdot 16 = 160$ bits per 32 weights, 5 bits per weight, and an
+# error of at most $d/2$ on each. What this does to a model is easy to measure on ours: we
+# quantise every weight matrix of our trained GPT and compute its perplexity on the 100
+# validation windows of the first part again.
+
+
+# %%
+def q4_1(w: torch.Tensor) -> torch.Tensor:
+    """``w`` stored in Q4_1 and read back: blocks of 32 weights, 4 bits."""
+    blocks = w.reshape(-1, 32)
+    m = blocks.min(1, keepdim=True).values.half().float()  # kept in 16 bits
+    d = ((blocks.max(1, keepdim=True).values - m) / 15).half().float()
+    q = ((blocks - m) / d).round().clamp(0, 15)  # the 4-bit integers
+    return (m + q * d).reshape(w.shape)
+
+
+row = ours.blocks[0].attn.qkv.weight[0].detach()
+print("a weight row, first 6:", *(f"{v:+.4f}" for v in row[:6]))
+print("in 4 bits, read back: ", *(f"{v:+.4f}" for v in q4_1(row)[:6]))
+err = (q4_1(row) - row).abs()
+print(
+    f"error on the row's {len(row)} weights: mean {err.mean():.4f}, "
+    f"max {err.max():.4f} (weights up to {row.abs().max():.3f})"
+)
+quantised = GPT(ours.config).eval()
+quantised.load_state_dict(
+    {
+        k: q4_1(v) if v.dim() == 2 else v  # matrices only; norms, biases stay
+        for k, v in ours.state_dict().items()
+    }
+)
+print(
+    f"perplexity on the 100 windows: {perplexity_ours(ours, windows):.4f} "
+    f"(float32), {perplexity_ours(quantised, windows):.4f} (Q4_1)"
+)
+print(f"SmolLM2 at 5 bits per weight: {5 * n_smol / 8 / 1e6:.0f} MB")
+
+# %% [markdown]
+# Rounding to one of 16 levels moves each weight of the row by 0.0051 on average and by
+# 0.0139 at most, on weights up to 0.266, and the whole model's perplexity rises from 4.2083
+# to 4.2953, for 5 bits per weight instead of float32's 32. Formats with more bits lose less:
+# Q8_0, for instance, keeps 8-bit integers and one 16-bit scale per 32 weights, 8.5 bits per
+# weight.
+
+# %% [markdown]
 # ### Its tokenizer
 #
-# SmolLM2 uses a byte-level BPE, GPT-2's kind: single bytes, then merges, learned on a sample
-# of its training data. Its vocabulary adds up as single-byte tokens (not all 256 bytes have
-# one) + added tokens + one token per merge. The added tokens are special tokens for the chat and for code data; two of them,
-# `<|im_start|>` and `<|im_end|>`, frame each turn of a chat. The first merges are the most
-# frequent pairs of bytes in the text the tokenizer was trained on: a space with `t` or `a`
-# (`Ġ` is the space), then `in`, `he`, two spaces, and soon `Ġthe`.
+# SmolLM2 uses a byte-level BPE (byte-pair encoding), GPT-2's kind. BPE learns its vocabulary
+# from a sample of text in three steps:
+#
+# 1. start with one token per byte, and split the text into them;
+# 2. count every pair of adjacent tokens;
+# 3. merge the most frequent pair into a new token, everywhere in the text, and go back to 2,
+#    until the vocabulary has the size wanted.
+#
+# Its vocabulary therefore adds up as single-byte tokens + added tokens + one token per merge.
+# Not every byte has a token: the printout lists the 21 that lack one, among them C0, C1 and F5
+# to FF, which never occur in UTF-8 text. The added tokens are special tokens for the chat and
+# for code data; two of them, `<|im_start|>` and `<|im_end|>`, frame each turn of a chat. The
+# first merges join the most frequent pairs in the text the tokenizer was trained on: a space
+# with `t` or `a` (`Ġ` is the space), then `i` and `n`, `h` and `e`, two spaces. Each count is
+# made after the merges before it, so merges soon join merged tokens: the ninth joins `Ġt` and
+# `he` into `Ġthe`.
 
 # %%
 smol_merges = bpe_merges(smol_tok.backend_tokenizer)
 added = [t.content for t in smol_tok.added_tokens_decoder.values()]
 vocab = smol_tok.get_vocab()
 n_bytes = sum(len(t) == 1 for t in vocab)  # a one-symbol token is one byte
+print(f"{len(smol_tok):,} tokens = {n_bytes} single bytes")
+print(f"  + {len(added)} added + {len(smol_merges):,} merges")
+assert len(smol_tok) == n_bytes + len(added) + len(smol_merges)
+byte_char = bytes_to_unicode()  # byte value -> the symbol that stands for it
+missing = [b for b in range(256) if byte_char[b] not in vocab]
 print(
-    f"{len(smol_tok):,} tokens = {n_bytes} single bytes + {len(added)} added"
-    f" + {len(smol_merges):,} merges"
+    textwrap.fill(
+        f"{len(missing)} bytes without a token (hex): "
+        + " ".join(f"{b:02X}" for b in missing),
+        56,
+    )
 )
-print(textwrap.fill("added: " + " ".join(added), 78))
-print("first merges:", *(f"{a}+{b}" for a, b in smol_merges[:9]))
+print(textwrap.fill("added: " + " ".join(added), 56))
+print("first merges:", *(f"{a}+{b}" for a, b in smol_merges[:5]))
+print("  then", *(f"{a}+{b}" for a, b in smol_merges[5:9]))
 sentence = "The capital of France is Paris."
 print(smol_tok.convert_ids_to_tokens(smol_tok(sentence)["input_ids"]))
-assert len(smol_tok) == n_bytes + len(added) + len(smol_merges)
 
 # %% tags=["remove-cell"]
 assert smol_merges[8] == ("Ġt", "he")
@@ -429,43 +528,99 @@ print(chat_text)
 # %% [markdown]
 # ### Our BPE against SmolLM2's
 #
-# Chapter 10's model reads characters. Let us train our own byte-level BPE of 2,000 tokens on
-# the training part of the Python documentation (`train_bpe`, with the `tokenizers` library)
-# and compare it with SmolLM2's 49,152 tokens learned on a large mixture of text and code, on
-# the same validation text and on a few probes.
+# Chapter 10's model reads characters. Let us learn a byte-level BPE of our own on the training
+# part of the Python documentation, and compare it with SmolLM2's. A byte-level BPE first cuts
+# the text into words, a space going with the word after it (as `Ġ`), and never merges across
+# two words; so we count each distinct word once, with its number of occurrences. The three
+# steps above then fit in two dozen lines:
+
+
+# %%
+def learn_merges(word_counts: Counter, n_merges: int) -> list:
+    """The first ``n_merges`` merges of BPE, each as (a, b, count)."""
+    words = {tuple(w): n for w, n in word_counts.items()}  # word: its tokens
+    merges = []
+    for _ in range(n_merges):
+        pairs = Counter()
+        for w, n in words.items():
+            for pair in zip(w, w[1:]):
+                pairs[pair] += n
+        (a, b), count = pairs.most_common(1)[0]
+        merges.append((a, b, count))
+        merged = Counter()
+        for w, n in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if w[i : i + 2] == (a, b):
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += n
+        words = merged
+    return merges
+
+
+split_words = pre_tokenizers.ByteLevel(add_prefix_space=False)
+word_counts = Counter(
+    word
+    for line in train_text.splitlines(keepends=True)
+    for word, _ in split_words.pre_tokenize_str(line)
+)
+print(f"{sum(word_counts.values()):,} words, {len(word_counts):,} distinct")
+our_merges = learn_merges(word_counts, 6)
+for i, (a, b, count) in enumerate(our_merges):
+    print(f"merge {i}: {a!r} + {b!r} -> {a + b!r} ({count:,} pairs)")
+
+# %% [markdown]
+# In Python's documentation the most frequent pairs are pairs of spaces (indentation), then
+# pairs of dashes, then pieces of common words. The dashes are mostly the borders of the
+# documentation's ASCII tables (lines such as `+-------+-----+`); about one in eight are on
+# lines of dashes alone, and each of those lines is exactly as long as the line above it: it
+# underlines a section title.
+
+
+# %%
+def dash_pairs(line: str) -> int:
+    return sum(line[i : i + 2] == "--" for i in range(len(line) - 1))
+
+
+lines = [ln.strip() for ln in train_text.splitlines() if "--" in ln]
+all_pairs = sum(map(dash_pairs, lines))
+on_tables = sum(dash_pairs(ln) for ln in lines if ln.startswith("+"))
+underlines = sum(dash_pairs(ln) for ln in lines if set(ln) == {"-"})
+print(f"pairs of dashes:          {all_pairs:5,}")
+print(f"  on table borders (+--): {on_tables:5,}")
+print(f"  on dash-only lines:     {underlines:5,}")
+print(f"  elsewhere:              {all_pairs - on_tables - underlines:5,}")
+doc = [ln.strip() for ln in train_text.splitlines()]
+dash_only = [i for i, ln in enumerate(doc) if set(ln) == {"-"}]
+as_long = sum(len(doc[i - 1]) == len(doc[i]) for i in dash_only)
+print(
+    f"{len(dash_only)} dash-only lines, {as_long} as long as the line above,"
+)
+print("such as:", doc[dash_only[0] - 1], "\n        ", doc[dash_only[0]])
+
+# %% [markdown]
+# The `tokenizers` library runs the same algorithm in Rust (`train_bpe`). We let it learn
+# 2,000 tokens, one of them the special token `<|endoftext|>` that GPT-2 puts between
+# documents; its first merges are ours:
 
 # %%
 bpe = train_bpe(train_text, vocab_size=2000)
 merges = bpe_merges(bpe)
+special = [t.content for t in bpe.get_added_tokens_decoder().values()]
 print(
     f"our BPE: {bpe.get_vocab_size()} tokens = "
-    f"256 bytes + 1 special token + {len(merges)} merges"
+    f"256 bytes + {len(special)} special token {special[0]} "
+    f"+ {len(merges)} merges"
 )
-for i, (a, b) in enumerate(merges[:6]):
-    print(f"merge {i}: {a!r} + {b!r} -> {a + b!r}")
-assert bpe.get_vocab_size() == 256 + 1 + len(merges) == 2000
+same = merges[:6] == [(a, b) for a, b, _ in our_merges]
+print("first 6 merges the same as learn_merges':", same)
 
-# %% [markdown]
-# In Python's documentation the most frequent pairs are pairs of spaces (indentation), then
-# pairs of dashes (the underlines of section titles), then pieces of common words. The first merge is no mystery: counting all adjacent pairs ourselves,
-# over the same pre-tokenized words, gives the pair the trainer merged first.
-
-# %%
-word_counts = Counter(
-    word
-    for line in train_text.splitlines(keepends=True)
-    for word, _ in bpe.pre_tokenizer.pre_tokenize_str(line)
-)
-pair_counts = Counter()
-for word, n in word_counts.items():
-    for a, b in zip(word, word[1:]):
-        pair_counts[a, b] += n
-(top_pair, top_n), (second_pair, second_n) = pair_counts.most_common(2)
-print(
-    f"most frequent pair {top_pair} seen {top_n:,} times "
-    f"(next: {second_pair}, {second_n:,})"
-)
-assert top_pair == merges[0]
+# %% tags=["remove-cell"]
+assert same and bpe.get_vocab_size() == 256 + 1 + len(merges) == 2000
 
 # %%
 probes = {
@@ -475,37 +630,55 @@ probes = {
         '        print(f"{key}: {value}")\n'
     ),
     "everyday English": (
-        "My grandmother baked an apple pie for the neighbours "
-        "yesterday afternoon."
+        "On Saturday morning my grandmother baked an apple pie for the "
+        "neighbours, who had helped her carry a new armchair up the stairs "
+        "the week before. She peeled the apples at the kitchen table while "
+        "the radio played old songs, and she told me how her own mother had "
+        "made the same pie every autumn, with fruit from the tree behind "
+        "the house. The pastry has to rest in a cold place, she said, or it "
+        "shrinks in the oven. While it rested we walked to the market to "
+        "buy cream and a loaf of bread. The streets were busy: children "
+        "were riding bicycles, a man was selling flowers from a cart, and "
+        "the bakery had a long queue outside its door. When we came back, "
+        "the kitchen smelled of cinnamon. We rolled out the pastry, filled "
+        "the dish and put it in the oven for forty minutes. Then we carried "
+        "it, still warm, across the road. The neighbours were delighted, "
+        "and they invited us in for tea and a slice of it. My grandmother "
+        "said that the best part of baking is giving the result away."
     ),
 }
 print(
-    f"{'characters per token':22} {'our BPE (2k)':>13} {'SmolLM2 (49k)':>14}"
+    f"held-out documentation: {len(probes['documentation']):,} characters; "
+    "Python code: 2 lines;"
 )
+print(f"everyday English: {len(probes['everyday English'].split())} words")
+print("characters per token")
+print(f"{'':16} {'ours (2k)':>9} {'SmolLM2 (49k)':>13}")
 ratios = {}
 for name, s in probes.items():
     ratios[name] = (
         len(s) / len(bpe.encode(s).ids),
         len(s) / len(smol_tok(s)["input_ids"]),
     )
-    print(f"{name:22} {ratios[name][0]:13.2f} {ratios[name][1]:14.2f}")
+    print(f"{name:16} {ratios[name][0]:9.2f} {ratios[name][1]:13.2f}")
 for w in (" statement", " grandmother", " photosynthesis"):
-    print(
-        f"{w!r:18} ours: {' '.join(bpe.encode(w).tokens)}\n"
-        f"{'':18} SmolLM2: {' '.join(smol_tok.tokenize(w))}"
-    )
-# the larger vocabulary compresses better
+    print(f"{w!r}")
+    print(f"  ours:    {' '.join(bpe.encode(w).tokens)}")
+    print(f"  SmolLM2: {' '.join(smol_tok.tokenize(w))}")
+
+# %% tags=["remove-cell"]
 assert ratios["documentation"][1] > ratios["documentation"][0]
-# and outside our domain, much better
 assert ratios["everyday English"][1] > 1.5 * ratios["everyday English"][0]
 assert len(bpe.encode(" statement").tokens) == 1
 assert len(bpe.encode(" grandmother").tokens) >= 3
 
 # %% [markdown]
 # Our tokenizer knows the documentation's words (` statement` is one token) and little else:
-# everyday English falls apart into pieces of a few characters. SmolLM2's covers both, at the
+# on the paragraph of everyday English its tokens are shorter than on the documentation, and
+# a word such as ` grandmother` falls apart into pieces. SmolLM2's covers both, at the
 # price of a 25 times larger vocabulary, that is, a 49,152-row embedding matrix. Our tokenizer
-# keeps all 256 bytes as tokens, so it never meets an unknown character.
+# keeps all 256 bytes as tokens, so it can encode any sequence of bytes; SmolLM2's has no token
+# for the 21 bytes listed in the section on its tokenizer.
 #
 # ### Generating
 #
@@ -519,8 +692,13 @@ chat = smol_tok.apply_chat_template(
 n_prompt = chat["input_ids"].shape[1]
 answer_ids = smol.generate(**chat, max_new_tokens=30, do_sample=False)
 answer = smol_tok.decode(answer_ids[0, n_prompt:], skip_special_tokens=True)
+n_answer = answer_ids.shape[1] - n_prompt
+last = smol_tok.convert_ids_to_tokens(answer_ids[0, -1].item())
 print(f"{n_prompt} prompt tokens -> {answer!r}")
-assert "Paris" in answer and answer_ids[0, -1].item() == smol_tok.eos_token_id
+print(f"{n_answer} new tokens, the last one {last}")
+
+# %% tags=["remove-cell"]
+assert "Paris" in answer
 
 # %% [markdown]
 # The sampling strategies of chapter 10 are keyword arguments of `generate`. Sampling uses
@@ -558,12 +736,110 @@ assert all(len(s) > 20 for s in stories.values())
 assert len(set(stories.values())) >= 3
 
 # %% [markdown]
-# All four texts start with "The cat,": where one continuation is far more probable than the
-# rest, sampling almost always picks it too. The top-k and top-p
-# texts share their first words exactly: both calls start from the same seed, so they draw the
-# same random numbers, and as long as the token drawn lies inside both kept sets, the two texts
-# agree. Some texts stop in mid-sentence: `max_new_tokens=32` cuts them off before the model
-# writes `<|im_end|>`.
+# All four texts start with "The cat,", and the top-k and top-p texts share their first words
+# exactly. Is that opening so much more probable than any other? The model's probabilities for
+# the first token of its answer, and the first 4 tokens each sampling setting draws with five
+# other seeds:
+
+# %%
+with torch.no_grad():
+    first_probs = smol(**story_ids).logits[0, -1].softmax(-1)
+top5 = first_probs.topk(5)
+print("first token at temperature 1:")
+for prob, i in zip(top5.values, top5.indices):
+    print(f"  {smol_tok.decode([i.item()])!r:7} {prob:.3f}")
+sampling = list(settings)[1:]  # the three that sample
+print("first 4 tokens:", " | ".join(sampling))
+for seed in range(1, 6):
+    openings = []
+    for name in sampling:
+        torch.manual_seed(seed)
+        out = smol.generate(**story_ids, max_new_tokens=4, **settings[name])
+        openings.append(
+            smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
+        )
+    print(f"seed {seed}: " + " | ".join(openings))
+
+# %% [markdown]
+# It is not: the first token is `The` with probability 0.212 only, ahead of `One` at 0.164.
+# Greedy decoding takes `The`. With seeds 1 to 5 the openings vary: temperature 0.7 starts
+# with four different first words, top-k and top-p with five each, and that variety is what
+# sampling is for. Yet with one seed the settings often agree: with seed 5 all three write "A
+# cat named Ak", with seed 4 temperature 0.7 and top-p both write "One day, a". Each setting
+# changes the same distribution in its own way; the figure shows what each does to the first
+# token's:
+
+# %% caption="The model's probabilities for the first token of its answer, the 100 most probable tokens in order. Temperature 0.7 (orange) raises the most probable tokens (the first four here) and lowers the rest, and keeps every token; top-k = 20 keeps the tokens left of the first dashed line, top-p = 0.9 those left of the second, and both rescale what they keep without changing its shape." alt="A bar chart over ranks 1 to 100 with grey bars for the probabilities at temperature 1, falling from about 0.21 at rank 1 to near zero, and an orange line for temperature 0.7 that lies above the bars for the first few ranks and below them after. Two vertical dashed lines, labelled top-k = 20 and top-p = 0.9, stand after rank 20 and after rank 75."
+order = first_probs.argsort(descending=True)
+n_top_p = int((first_probs[order].cumsum(0) < 0.9).sum()) + 1
+at_07 = (first_probs.log() / 0.7).softmax(-1)
+ranks = torch.arange(1, 101)
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.bar(ranks, first_probs[order[:100]], color="0.7", label="temperature 1")
+ax.plot(ranks, at_07[order[:100]], color="C1", label="temperature 0.7")
+for cut, label in ((20, "top-k = 20"), (n_top_p, "top-p = 0.9")):
+    ax.axvline(cut + 0.5, color="k", linestyle="--", linewidth=1)
+    ax.text(cut + 1.5, 0.25, label, fontsize=9)
+ax.set_xlabel("rank of the token")
+ax.set_ylabel("probability")
+ax.legend(loc="center right")
+plt.show()
+
+# %% [markdown]
+# Why one seed makes different settings agree lies in how a token is drawn. `generate` draws
+# each token with `torch.multinomial`, which for one sample makes one exponential random
+# number $e_i$ per token and returns the token with the largest $p_i / e_i$; the same seed
+# gives the same $e_i$. Top-k and top-p only remove tokens from the same distribution and
+# rescale the rest by one constant, which does not change which of the kept tokens has the
+# largest $p_i / e_i$. So with the same seed they draw the token the unrestricted draw would
+# have drawn, whenever that token survives their cut. Temperature 0.7 raises every $p_i$ to
+# the power $1/0.7$ before rescaling, which changes the ratios themselves: it often lands on
+# the same dominant token, but not always. With seed 2, top-p opens with `To` and temperature
+# 0.7, which keeps every token, with `The`. A check on the first token, over 1,000 seeds:
+
+
+# %%
+def draw(p: torch.Tensor, seed: int) -> int:
+    torch.manual_seed(seed)
+    return torch.multinomial(p, 1).item()
+
+
+def keep(p: torch.Tensor, n: int) -> torch.Tensor:
+    """``p`` cut to its ``n`` most probable tokens and rescaled."""
+    q = torch.zeros_like(p)
+    q[order[:n]] = p[order[:n]]
+    return q / q.sum()
+
+
+def largest_ratio(p: torch.Tensor, seed: int) -> int:
+    torch.manual_seed(seed)
+    e = torch.empty_like(p).exponential_()
+    return (p / e).argmax().item()
+
+
+n_same = sum(
+    draw(first_probs, s) == largest_ratio(first_probs, s) for s in range(1000)
+)
+print(f"multinomial draws the largest p / e: {n_same} of 1000 seeds")
+cuts = {
+    "temperature 0.7": (at_07, len(first_probs)),
+    "top-k, k = 20": (keep(first_probs, 20), 20),
+    "top-p, p = 0.9": (keep(first_probs, n_top_p), n_top_p),
+}
+print(f"top-p = 0.9 keeps the {n_top_p} most probable tokens")
+print("seeds whose unrestricted draw the setting keeps: same token drawn")
+free = [draw(first_probs, seed) for seed in range(1000)]
+rank = first_probs.argsort(descending=True).argsort()  # token -> its rank
+for name, (p, n_kept) in cuts.items():
+    kept = [s for s in range(1000) if rank[free[s]] < n_kept]
+    n_same = sum(draw(p, s) == free[s] for s in kept)
+    print(f"  {name:16} {n_same:4} of {len(kept):4}")
+
+# %% [markdown]
+# Top-k and top-p draw the unrestricted token every time it survives their cut, in 749 and
+# 896 seeds; temperature 0.7, which keeps every token, draws it in only 656 of 1000. Some of
+# the seed-0 texts stop in mid-sentence: `max_new_tokens=32` cuts them off before the
+# model writes `<|im_end|>`.
 #
 # The `pipeline` wraps tokenizer, chat template, model and decoding into one call. Given a list
 # of messages it applies the template itself and returns the conversation with the answer added:
@@ -575,7 +851,7 @@ chatbot = pipeline(
 result = chatbot(messages, max_new_tokens=30, do_sample=False)
 reply = result[0]["generated_text"][-1]
 print(reply)
-assert reply["role"] == "assistant" and reply["content"] == answer
+print("same answer as generate:", reply["content"] == answer)
 
 # %% [markdown]
 # ### Batches: left padding and the attention mask
@@ -620,16 +896,43 @@ for i, text in enumerate(texts):
 # %% [markdown]
 # Batching changed nothing here: every row gets the tokens it gets alone. (In general a padded
 # batch computes in a different order and float32 rounding can, rarely, flip a near-tie
-# between two tokens.) With right padding the shorter row would continue from `<|im_end|>` pad
-# tokens instead of from its own last token.
+# between two tokens.)
 #
-# The second answer teaches something else, about small models. Its three colours are colours
-# of the rainbow, but the sentence around them is false: a rainbow is a continuous spectrum,
+# The second answer teaches something about small models. Its three colours are colours of
+# the rainbow, but the sentence around them is false: a rainbow is a continuous spectrum,
 # conventionally named in seven colours, and red, orange and yellow are not *the* primary
-# colours of light (red, green, blue) or of paint (red, yellow, blue). The model writes a fluent, confident sentence that joins two familiar
-# phrases, "colours of the rainbow" and "three primary colours", into a wrong statement. The
-# France answer was right and this one is not, and nothing in the text tells the two apart:
-# fluency is not knowledge, least of all in a model of 135 million parameters.
+# colours of light (red, green, blue) or of paint (red, yellow, blue). The model writes a
+# fluent, confident sentence that joins two familiar phrases, "colours of the rainbow" and
+# "three primary colours", into a wrong statement. The France answer was right and this one is
+# not, and nothing in the text tells the two apart: fluency is not knowledge, least of all in
+# a model of 135 million parameters.
+#
+# With the padding on the right, the shorter row would continue from
+# `<|im_end|>` pad tokens instead of from its own last token. Let us try:
+
+# %%
+smol_tok.padding_side = "right"
+right = smol_tok(texts, return_tensors="pt", padding=True)
+smol_tok.padding_side = "left"
+print("attention mask, last 6 positions:\n", right["attention_mask"][:, -6:])
+wrong = smol.generate(**right, max_new_tokens=12, do_sample=False)
+wrong_new = wrong[0, right["input_ids"].shape[1] :]
+n_end = (wrong_new[2:] == smol_tok.eos_token_id).sum().item()
+print(questions[0])
+print(f"  -> {smol_tok.decode(wrong_new[:2])!r}")
+print(f"  then <|im_end|> {n_end} times ({len(wrong_new)} new tokens)")
+
+# %% [markdown]
+# The attention mask is right (0 on the three pad tokens of the short row), but the short row's last token is
+# now a pad, `<|im_end|>`, the end of a turn. The model continues as the chat format does after
+# an end of turn, with a newline, then writes `<|im_end|>` again, which is the end-of-sequence
+# token: the row is finished without an answer, and `generate` fills the rest of it with pad
+# tokens. Left padding is not a detail of the library; it is what lets every row continue its
+# own text. Transformers checks for this mistake: when the attention mask of a batch ends in
+# a 0, `generate` logs the warning "A decoder-only architecture is being used, but
+# right-padding was detected! For correct generation results, please set
+# `padding_side='left'` when initializing the tokenizer." (in `generation/utils.py`). Seen in
+# your own logs, it means a batch was padded on the wrong side.
 #
 # ### Perplexity of a sentence
 #
@@ -659,17 +962,21 @@ for s in (fluent, shuffled):
     nll, n = smol_nll(s)
     ppl[s] = math.exp(nll / n)
     print(f"{ppl[s]:10.1f}  {s}")
+
+# %% tags=["remove-cell"]
 assert ppl[shuffled] > 10 * ppl[fluent]
 
 # %% [markdown]
 # Perplexities per *token* of two models with different tokenizers cannot be compared: a token
 # is a character for one and most of a word for the other. Per *character* they can: divide the
 # total loss by the number of characters scored. We take the first 1,906 characters of the
-# validation text: our 1.8M-parameter model, trained on the rest of this documentation, scores
+# validation text: our 1.8M-parameter model, trained on the training part of this
+# documentation (this passage is from the held-out part), scores
 # them in 15 windows of 128 characters that overlap by one, so it predicts every character after
 # the first from at most 127 characters before it. SmolLM2, trained on a large share of the web
-# (which may well include Python's documentation), scores every character after its first token,
-# with all the text before it as context.
+# (which may well include Python's documentation), scores the passage twice: every character
+# after its first token, with all the text before it as context; and, in the same 15 windows as
+# our model, every character after the first token of each window.
 
 # %%
 snippet = val_text[: 15 * (block - 1) + 1]
@@ -685,22 +992,34 @@ with torch.no_grad():
         window_targets = snippet_ids[:, i + 1 : i + block]
         nll_ours += lm_loss(window_logits, window_targets).item() * (block - 1)
 chars_ours = len(starts) * (block - 1)
+nll_win, chars_win = 0.0, 0
+for i in starts:  # SmolLM2 in the same windows of 128 characters
+    piece = snippet[i : i + block]
+    nll_win += smol_nll(piece)[0]
+    first_piece = smol_tok(piece)["input_ids"][0]
+    chars_win += len(piece) - len(smol_tok.decode([first_piece]))
 ours_nats, smol_nats = nll_ours / chars_ours, nll_smol / chars_smol
+win_nats = nll_win / chars_win
+print(f"{'per character':24} {'nats':>5} {'bits':>5}  characters")
 for name, nats, n in (
-    ("our character GPT", ours_nats, chars_ours),
-    ("SmolLM2", smol_nats, chars_smol),
+    ("our GPT, in windows", ours_nats, chars_ours),
+    ("SmolLM2, in windows", win_nats, chars_win),
+    ("SmolLM2, whole passage", smol_nats, chars_smol),
 ):
-    print(
-        f"{name:17} {nats:.3f} nats = {nats / math.log(2):.2f} bits"
-        f" per character ({n:,} characters)"
-    )
-print(f"ratio {ours_nats / smol_nats:.1f}")
+    print(f"{name:24} {nats:.3f} {nats / math.log(2):5.2f}  {n:10,}")
+print(
+    f"ratio ours / SmolLM2: {ours_nats / smol_nats:.1f} (whole passage), "
+    f"{ours_nats / win_nats:.1f} (windows)"
+)
+n_ours = count_parameters(ours)
+print(f"parameters: {n_smol:,} / {n_ours:,} = {n_smol / n_ours:.1f}")
 
 # %% [markdown]
-# Per character, our model needs the printed ratio times as many nats as SmolLM2. Part of the
-# gap is the context: our model never sees more than 127 characters back, SmolLM2 sees the
-# whole passage. The rest is size and data: about 70 times as many parameters, trained on far
-# more text.
+# Over the whole passage, our model needs 2.5 times as many nats per character as SmolLM2.
+# Most of that gap is context: given only the same 128-character windows, SmolLM2 needs 1.068
+# nats per character instead of 0.537, and our model 1.3 times as many. What remains comes with
+# everything else that differs: 73.8 times as many parameters, far more training text, and
+# possibly this documentation itself among it.
 
 # %% [markdown]
 # ## From GPT-2 to a modern decoder
@@ -754,9 +1073,7 @@ assert layer0.self_attn.q_proj.bias is None
 # The figure sets the two designs side by side, GPT-2's sizes on the left and SmolLM2's on the
 # right. The skeleton is the same; SmolLM2's changed parts are in bold.
 
-# %% caption="A GPT-2 model (12 layers of 12 heads, left) and SmolLM2, a model of Llama design (30 layers, right), drawn bottom-up. Both are a stack of pre-norm blocks with two residual connections each, a final norm and an output head, in these two models tied to the token embedding. SmolLM2's changes are in bold: no position embedding at the input, RMSNorm for every LayerNorm, rotary positions inside the attention with 9 query heads sharing 3 key/value heads, and a SwiGLU feed-forward; the fifth change, no biases in its linear layers, is not drawn." alt="Two columns of boxes joined by upward arrows. Left, titled GPT-2, with a dashed frame marked times 12: tokens, token plus position embedding, then in the frame LayerNorm, attention with 12 q and 12 kv heads, a plus sign, LayerNorm, MLP (GELU), a plus sign; above the frame LayerNorm and output head (tied). Grey lines on the left of the frame carry the input of each sub-layer around it to its plus sign. Right, titled SmolLM2 (Llama design), times 30, the same layout with bold labels: token embedding, RMSNorm, attention plus RoPE with 9 q and 3 kv heads, RMSNorm, SwiGLU MLP, and a final RMSNorm."
-import matplotlib.pyplot as plt
-
+# %% caption="A GPT-2 model (12 layers of 12 heads, left) and SmolLM2, a model of Llama design (30 layers, right), drawn bottom-up. Both are a stack of pre-norm blocks with two residual connections each, a final norm and an output head, in these two models tied to the token embedding. SmolLM2's changes are in bold: no position embedding at the input, RMSNorm for every LayerNorm, rotary positions inside the attention with 9 query heads sharing 3 key/value heads, and a SwiGLU feed-forward; the fifth change, no biases in its linear layers, is not drawn." alt="Two columns of boxes joined by upward arrows. Left, titled GPT-2 at the top, with a dashed frame marked times 12: tokens, token plus position embedding, then in the frame LayerNorm, attention with 12 q and 12 kv heads, a plus sign, LayerNorm, MLP (GELU), a plus sign; above the frame LayerNorm and output head (tied). Grey lines on the left of the frame carry the input of each sub-layer around it to its plus sign. Right, titled SmolLM2 (Llama) at the top, times 30, the same layout with bold labels: token embedding, RMSNorm, attention plus RoPE with 9 q and 3 kv heads, RMSNorm, SwiGLU MLP, and a final RMSNorm."
 from transformer_course.diagrams import gpt2_vs_llama
 
 gpt2_vs_llama(
@@ -765,7 +1082,7 @@ gpt2_vs_llama(
     llama_heads=cfg.num_attention_heads,
     llama_kv_heads=cfg.num_key_value_heads,
     llama_layers=cfg.num_hidden_layers,
-    llama_title="SmolLM2 (Llama design)",
+    llama_title="SmolLM2 (Llama)",
 )
 plt.show()
 
@@ -801,7 +1118,7 @@ norm.load_state_dict(layer0.input_layernorm.state_dict())
 x = torch.randn(2, 5, config.d_model, generator=g)
 with torch.no_grad():
     diff = (norm(x) - layer0.input_layernorm(x)).abs().max().item()
-print("our RMSNorm vs the model's, max difference below 1e-5:", diff < 1e-5)
+print(f"our RMSNorm vs the model's, max difference: {diff:.0g}")
 
 # %% tags=["remove-cell"]
 assert diff < 1e-5
@@ -832,7 +1149,7 @@ mlp.load_state_dict(
 )
 with torch.no_grad():
     diff = (mlp(x) - layer0.mlp(x)).abs().max().item()
-print("our SwiGLU vs the model's, max difference below 1e-5:", diff < 1e-5)
+print(f"our SwiGLU vs the model's, max difference: {diff:.0g}")
 
 # %% tags=["remove-cell"]
 assert diff < 1e-5
@@ -842,11 +1159,11 @@ assert diff < 1e-5
 # chapter 03's ({ref}`ch03-rope`). No position vector is added to the input; inside every
 # attention layer, the query and the key of each head are rotated pair of features by pair, by
 # angles proportional to their position, so that their dot product depends on the positions
-# only through their difference. Two of chapter 03's details apply here: the base of the
-# frequencies is SmolLM2's own (`rope_base` above), and Hugging Face's Llama code pairs
-# feature $j$ with feature $j + d/2$ (`rotate_half`), where chapter 03 paired neighbours. The
-# `start` argument is the position of the first row: with a KV cache, the new token of a
-# generation step is at position `len(cache)`, not 0.
+# only through their difference. The base of the frequencies is SmolLM2's own (`rope_base`
+# above), and the features are paired the way Hugging Face's Llama code pairs them, $j$ with
+# $j + d/2$, one of the two layouts chapter 03 compared. The `start` argument is the position
+# of the first row: with a KV cache, the new token of a generation step is at position
+# `len(cache)`, not 0.
 
 # %%
 from transformer_course.llama import rope
@@ -856,9 +1173,10 @@ show_source(rope)
 # %% [markdown]
 # The model computes its rotation once per forward pass (`smol.model.rotary_emb` gives the
 # cosines and sines) and applies it with `apply_rotary_pos_emb`. On random queries and keys of
-# 9 heads at 12 positions, and at positions 100 to 111, ours and the model's agree; and since
-# the rotation depends only on the difference of positions, the attention scores
-# $q \cdot k$ at positions 100 to 111 are those at 0 to 11:
+# 9 heads at 12 positions, and at positions 100 to 111, ours and the model's agree. Each
+# rotation depends on the absolute position, but the score $q \cdot k$ depends only on the
+# difference of the two positions, so the scores at positions 100 to 111 are those at 0 to 11,
+# up to float32 rounding:
 
 # %%
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -871,7 +1189,7 @@ q = torch.randn(
     generator=g,
 )
 k = torch.randn(q.shape, generator=g)
-scores = {}
+scores, rope_diffs = {}, []
 for start in (0, 100):
     position_ids = torch.arange(start, start + 12)[None]
     with torch.no_grad():
@@ -882,17 +1200,17 @@ for start in (0, 100):
     diff = max(
         (q_ours - q_hf).abs().max().item(), (k_ours - k_hf).abs().max().item()
     )
-    print(f"positions {start:3}..{start + 11}, below 1e-4: {diff < 1e-4}")
-    assert diff < 1e-4
+    print(f"positions {start:3}..{start + 11}, max difference: {diff:.0g}")
+    rope_diffs.append(diff)
     scores[start] = q_ours @ k_ours.transpose(-1, -2)
 shift = (scores[100] - scores[0]).abs().max().item()
 print(
-    f"scores at 100..111 minus scores at 0..11, below 1e-3: {shift < 1e-3} "
+    f"scores at 100..111 minus scores at 0..11: up to {shift:.0g} "
     f"(scores up to {scores[0].abs().max():.0f})"
 )
 
 # %% tags=["remove-cell"]
-assert shift < 1e-3
+assert shift < 1e-3 and max(rope_diffs) < 1e-4
 
 # %% [markdown]
 # **Grouped-query attention** (GQA; Ainslie et al., 2023) gives the 9 query heads only 3
@@ -901,6 +1219,12 @@ assert shift < 1e-3
 # has width $d$, `k` and `v` only a third of it. The KV cache of chapter 10 (the same
 # `KVCache`) stores the keys and values *before* they are repeated for their group, so it
 # shrinks threefold. RoPE turns the queries and the keys just after their projections.
+
+# %% caption="Grouped-query attention in SmolLM2: its 9 query heads (top) form 3 groups of 3, and each group shares one key/value head (bottom). Only the 3 key/value heads are stored in the KV cache." alt="A row of nine orange boxes, q1 to q9, under the label 9 query heads. Below, three blue boxes, k1 v1, k2 v2 and k3 v3. Lines join q1, q2 and q3 to k1 v1, q4 to q6 to k2 v2, and q7 to q9 to k3 v3. A line of text at the bottom: 3 key/value heads, all the KV cache stores."
+from transformer_course.diagrams import grouped_query_heads
+
+grouped_query_heads(cfg.num_attention_heads, cfg.num_key_value_heads)
+plt.show()
 
 # %%
 from transformer_course.llama import Attention
@@ -940,7 +1264,7 @@ print(
     "ours (RoPE + GQA) vs the model's:"
 )
 print(
-    f"  max difference below 1e-4: {diff < 1e-4} "
+    f"  max difference {diff:.0g} "
     f"(outputs up to {seen['out'].abs().max():.1f})"
 )
 head_dim = config.d_model // config.n_head
@@ -997,8 +1321,7 @@ with torch.no_grad():
     llama_logits = llama(prompt_ids)
 diff = (llama_logits - smol_logits).abs().max().item()
 print(
-    f"{prompt_ids.shape[1]} tokens: max |logits(ours) - logits(HF)| "
-    f"below 1e-4: {diff < 1e-4}"
+    f"{prompt_ids.shape[1]} tokens: max |logits(ours) - logits(HF)| {diff:.0g}"
 )
 print(f"(logits up to {smol_logits.abs().max():.0f})")
 
@@ -1059,29 +1382,45 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too; `load_gpt2()`
-#   uses it to load GPT-2's trained weights from the Hugging Face Hub.
+#   loads GPT-2's trained weights from the Hugging Face Hub through it.
+# * A wrong activation (exact GELU for GPT-2's tanh GELU) passes every shape check and left the
+#   greedy text unchanged here; only a comparison with the original model's logits shows it.
 # * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
 #   and `generate` counts `max_new_tokens` after the prompt.
 # * SmolLM2-135M-Instruct, an ordinary `LlamaForCausalLM`, shows the standard API: a byte-level
 #   BPE tokenizer, a chat template, `generate` with chapter 10's sampling rules as keywords,
 #   `pipeline`, and batches padded on the left with an attention mask. Its answers are fluent,
-#   and not always right.
+#   and not always right. Sampled texts vary with the seed; the same seed gives different
+#   settings the same random numbers, so top-k and top-p draw the same token whenever it
+#   survives both cuts, while temperature reshapes the distribution (656 of 1000 seeds
+#   agreed on the first token).
+# * Quantising to 4 bits (Q4_1: blocks of 32 weights, 5 bits per weight) raised our GPT's
+#   perplexity from 4.2083 to 4.2953.
+# * BPE learns its vocabulary by merging the most frequent pair of adjacent tokens, again and
+#   again; two dozen lines reproduce the first merges of the `tokenizers` library.
 # * A vocabulary trades sequence length against embedding rows: our 2,000-token BPE, trained on
-#   the documentation, makes tokens of 3.09 characters there but 2.15 on everyday English;
-#   SmolLM2's 49,152 tokens make 3.99 and 6.08.
-# * Perplexity compares texts under one model; across tokenizers, compare nats per character.
+#   the documentation, makes tokens of 3.09 characters on 2,000 held-out characters of it but
+#   2.42 on a paragraph of everyday English; SmolLM2's 49,152 tokens make 3.99 and 4.56.
+# * Perplexity compares texts under one model; across tokenizers, compare nats per character:
+#   on 1,906 characters of the documentation, our model needs 1.339 nats per character,
+#   SmolLM2 0.537 with the whole passage as context and 1.068 in the same 128-character
+#   windows.
 # * A Llama-design decoder such as SmolLM2 is GPT-2's skeleton with five changes: no biases,
 #   RMSNorm, SwiGLU, rotary positions and grouped-query attention, each a few lines that
-#   reproduce the model's modules.
+#   reproduce the model's modules. Grouped-query attention with 3 key/value heads for 9 query
+#   heads makes SmolLM2's KV cache a third as large: 90 MiB instead of 270 MiB for 2,048
+#   tokens in float32.
 #   Put together, they make our own Llama: with SmolLM2's weights it gives
 #   `LlamaForCausalLM`'s logits and greedy text, with and without the KV cache.
 #
 # ## Exercises
 #
 # **1. Greedy decoding or beam search?** With our converted character model, generate 60
-# characters after `prompt` with greedy decoding and with beam search (`num_beams=4`). Print
-# both texts and the total log-probability the model assigns to each continuation. Predict
-# first: which continuation will the model find more likely, and will it read better?
+# characters after `prompt` with greedy decoding and with beam search (`num_beams=4`). Beam
+# search keeps the 4 most probable partial texts at every step, instead of greedy decoding's
+# single one, and returns the most probable at the end. Print both texts and the total
+# log-probability the model assigns to each continuation. Predict first: which continuation
+# will the model find more likely, and will it read better?
 
 
 # %% tags=["solution"]
@@ -1107,11 +1446,10 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# Here beam search finds the more likely continuation, by the factor printed. It usually does,
-# but it is not guaranteed to: a beam of 4 can drop the greedy path early and end below it. It
-# keeps the 4 best
-# partial texts at every step, so it can take a less likely next character when that leads to
-# a likelier sequence; greedy decoding never does, and the two texts part at the first word
+# Here beam search finds the more likely continuation, 187 times as likely as greedy's. It
+# usually does, but it is not guaranteed to: a beam of 4 can drop the greedy path early and end
+# below it. Keeping 4 partial texts, it can take a less likely next character when that leads
+# to a likelier sequence; greedy decoding never does, and the two texts part at the first word
 # after the prompt. Reading better is another matter: neither text makes sense, and the more
 # likely one is not clearly the better. For open-ended text the most likely continuation is
 # often not the best one; Holtzman et al. (2019, *The Curious Case of Neural Text
@@ -1133,11 +1471,10 @@ print(
     f"500 -> 1000: x{cpt[1000] / cpt[500]:.2f}; "
     f"1000 -> 4000 (two doublings): x{cpt[4000] / cpt[1000]:.2f}"
 )
-assert cpt[500] < cpt[1000] < cpt[4000]
 
 # %% [markdown] tags=["solution"]
-# No. One doubling, from 500 to 1000 tokens, makes the tokens longer by the first factor
-# printed; the next two doublings together, to 4000, by the second, hardly more. The trainer
+# No. One doubling, from 500 to 1000 tokens, makes the tokens 1.28 times as long; the next
+# two doublings together, to 4000, make them 1.33 times as long, hardly more. The trainer
 # learns merges in order of frequency: the first ones join the commonest pairs and shorten the
 # text a lot, later ones join rarer strings and each saves little. Every token also adds a row
 # to the embedding matrix (and, tied, to the output head), so the vocabulary's size trades
@@ -1201,10 +1538,10 @@ mha.load_state_dict(
 with torch.no_grad():
     d = (mha(seen["h"]) - attn(seen["h"])).abs().max().item()
 print(f"k weight: {tuple(attn.k.weight.shape)} -> {tuple(mha.k.weight.shape)}")
-print(f"same output, max difference below 1e-5: {d < 1e-5}")
+print(f"same output up to a max difference of {d:.0g}")
 
 # %% [markdown] tags=["solution"]
-# The output does not change (up to float32 rounding): grouped-query attention *is* multi-head
+# The output does not change; the largest difference is 0. Grouped-query attention *is* multi-head
 # attention in which the 3 query heads of a group see the same key and value, so copying each
 # key/value head 3 times computes the same thing. What grows is the storage: the key and value
 # weights, and the KV cache with them, become 3 times larger, 34,560 instead of 11,520 numbers

@@ -14,8 +14,8 @@
 #    `BertForMaskedLM` and queried with `pipeline("fill-mask")`;
 # 4. **sentence embeddings**: mean pooling, cosine similarity, a tiny semantic search;
 # 5. **classification, honestly**: why a freshly loaded classifier is a coin toss; then an
-#    evaluation that would pass review (a dev split for every choice, three seeds for every
-#    number, the test set used once) of baselines from a bag of words to a linear probe, and of
+#    evaluation that would pass review (a dev split for every choice but two, which are fixed in
+#    advance, three seeds for every test number, the test set used once) of baselines from a bag of words to a linear probe, and of
 #    fine-tuning with our own loop and with Hugging Face's `Trainer`;
 # 6. what changes with a bigger BERT and a GPU;
 # 7. **attention across layers** (rollout), and what attention does not explain, tested against
@@ -32,8 +32,8 @@
 # every second layer of the 12-layer one (`nreimers/MiniLM-L6-H384-uncased`). The
 # sentence-transformers project then fine-tuned it on over a billion pairs of related sentences
 # so that *mean-pooled* token vectors of related sentences point the same way. That makes it a
-# good sentence encoder and, as we shall see, leaves its `[CLS]` pooler untouched. In
-# section 6 the same cells run `bert-base-uncased` by changing one name.
+# good sentence encoder and, as we shall see, leaves its `[CLS]` pooler untouched. Section 6
+# says what to change to run the same cells with `bert-base-uncased`.
 
 # %% tags=["remove-cell"]
 import functools
@@ -50,10 +50,14 @@ hf_logging.disable_progress_bar()
 disable_datasets_progress_bar()
 
 # %%
+import io
+import logging
 import math
+import re
 import tempfile
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -103,10 +107,7 @@ from transformer_course.utils import (
     show_source,
 )
 
-# %%
-# every set_seed below also keeps PyTorch on one CPU thread, so that
-# sums are added in the same order on any machine and the printed
-# numbers repeat
+# %% tags=["remove-cell"]
 set_seed = functools.partial(set_seed, num_threads=1)
 _ = set_seed(0)
 
@@ -132,7 +133,9 @@ assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 # BERT's tokenizer first lower-cases the text and strips accents (this is the *uncased* model),
 # splits it at spaces and punctuation, and then cuts every word into the longest pieces found
 # in a vocabulary of 30,522 entries. A piece that continues a word starts with `##`. Frequent
-# words are one piece; rare words become several, so no word is ever "unknown".
+# words are one piece; rare words become several, so almost every word is covered. A word that
+# contains a character the vocabulary lacks (most emoji, for instance) becomes a single `[UNK]`,
+# whole (the line below that starts with `pizza`).
 
 # %%
 for text in [
@@ -141,6 +144,7 @@ for text in [
 ]:
     print(textwrap.fill(" ".join(tokenizer.tokenize(text)), 78))
 pieces = tokenizer.tokenize("unbelievably")
+print("pizza🍕 and snow☃ ->", tokenizer.tokenize("pizza🍕 and snow☃"))
 print(pieces, "->", tokenizer.convert_tokens_to_string(pieces))
 assert pieces == ["un", "##bel", "##ie", "##va", "##bly"]
 # '##' glues a piece to the one before
@@ -151,7 +155,7 @@ assert tokenizer.tokenize("Café") == ["cafe"]  # lower-cased, accent stripped
 # Five **special tokens** are not words at all. `[CLS]` opens every input (its final vector is
 # what BERT's classification head reads), `[SEP]` closes every sentence, `[PAD]` fills short
 # sentences up to the length of the batch, `[MASK]` hides a word during pre-training and
-# `[UNK]` is the last resort for a character outside the vocabulary. Their ids are those of
+# `[UNK]` stands for a whole word that the pieces cannot spell. Their ids are those of
 # `bert-base-uncased`: MiniLM kept BERT's vocabulary file, token for token.
 
 # %%
@@ -246,7 +250,6 @@ for row in range(2):
             "mask": batch["attention_mask"][row].tolist(),
         }
     )
-assert batch["input_ids"].shape == batch["attention_mask"].shape == (2, 13)
 assert torch.equal(
     batch["attention_mask"].bool(), batch["input_ids"] != special["[PAD]"]
 )
@@ -255,8 +258,9 @@ assert torch.equal(
 # ## 2. Attention you can explore
 #
 # Chapter 05 measured MiniLM's most regular heads (a previous-token head, a next-token head, a
-# same-word head, heads that park on `[CLS]`). Here we look at what BERT does with the
-# structure above: a sentence pair, and a pronoun.
+# same-word head, heads that park on `[CLS]`) and opened bertviz's head view on the
+# previous-token head. Here we look at what BERT does with the structure above: a sentence
+# pair, and a pronoun.
 #
 # [bertviz](https://github.com/jessevig/bertviz)'s **head view** below shows one layer of the
 # sentence pair: choose a layer at the top, click the coloured squares to switch heads on and
@@ -275,7 +279,6 @@ with torch.no_grad():
 
 # %% tags=["nbval-ignore-output"]
 view = head_view(
-    # 3 decimals are plenty: the view stores every weight in its HTML
     [a.double().round(decimals=3) for a in pair_att],
     pair_tokens,
     sentence_b_start=b_start,
@@ -284,18 +287,20 @@ view = head_view(
     html_action="return",
 )
 display(view)
-# one row and one column of weights per token of the pair
-assert pair_att[3].shape[-1] == len(pair_tokens)
+# each query's weights over the keys sum to 1 (a softmax)
+assert all((a.sum(-1) - 1).abs().max() < 1e-5 for a in pair_att)
 
 # %% tags=["remove-cell"]
-assert "umbrella" in view.data and "bertviz-" in view.data
+assert pair_att[3].shape[-1] == len(pair_tokens) and "bertviz-" in view.data
+assert all(t in view.data for t in ("umbrella", "collect"))
 
 # %% [markdown]
 # The same picture as a static figure comes from `plot_attention_flow` (in the course's `interpret` module): every token is written twice, as a
 # query on the left and as a key on the right, and a line joins a query to a key with a width
 # and darkness proportional to the attention weight; `top_k=2` keeps each query's two strongest
-# links. On the left, layer 3, head 1; on the right, the mean of all 12 heads of layer 3, which
-# is what you see in the head view with every head switched on. The link from "it" to
+# links. On the left, layer 3, head 1; on the right, the mean of all 12 heads of layer 3. The
+# head view with every head switched on overlays one line per head, each drawn at a twelfth of
+# its weight, so its lines add up to this mean. The link from "it" to
 # "umbrella" is drawn in red in both.
 
 # %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links. Left: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Right: the mean of the layer's 12 heads, where the same red link is thin: averaging blurs the one head that makes it." alt="Two flow diagrams side by side, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the left diagram, thin in the right one."
@@ -325,13 +330,13 @@ print(
     f"'it' -> 'umbrella': {head_w:.2f} in head 1, "
     f"{mean_w:.2f} in the mean of layer 3's heads"
 )
-# averaging the heads blurs the one that links the pronoun
+# averaging the heads blurs the one head with a strong link
 assert head_w > 3 * mean_w
 
 # %% [markdown]
 # In that head, "it" in sentence B sends most of its attention back across `[SEP]` to "umbrella"
-# in sentence A: the head links the pronoun to the noun it stands for, *across the sentence
-# boundary*. The number, and how unusual it is:
+# in sentence A, the noun it stands for, *across the sentence boundary*. Whether that is about
+# the pronoun, and how unusual it is over all 72 heads of the model:
 
 # %%
 att_pair = torch.stack(pair_att)[:, 0]  # (layers, heads, queries, keys)
@@ -343,15 +348,31 @@ top3 = [
 ]
 print("layer 3, head 1, from 'it':", top3)
 to_umbrella = att_pair[:, :, it, pair_tokens.index("umbrella")]
+n_above = int((to_umbrella > 0.3).sum())
+col = att_pair[3, 1, :, pair_tokens.index("umbrella")]
+top_q = col.topk(4)
+top_queries = [
+    (pair_tokens[q], round(v, 2))
+    for v, q in zip(top_q.values.tolist(), top_q.indices.tolist())
+]
+print("layer 3, head 1, the queries that look most at 'umbrella':")
+print("   ", top_queries)
 print(
-    f"weight 'it' -> 'umbrella': layer 3 head 1 {to_umbrella[3, 1]:.2f}, "
-    f"mean over all 72 heads {to_umbrella.mean():.2f}"
+    f"weight 'it' -> 'umbrella', mean over all 72 heads: "
+    f"{to_umbrella.mean():.2f}; heads above 0.3: {n_above}"
 )
+above = (to_umbrella > 0.3).nonzero().tolist()
+print("    (layer, head):", ", ".join(f"{lay}-{hd}" for lay, hd in above))
 assert att_pair[3, 1, it].argmax() == pair_tokens.index("umbrella")
 assert to_umbrella[3, 1] > 0.5
 assert to_umbrella[3, 1] > 5 * to_umbrella.mean()
 
 # %% [markdown]
+# Layer 3, head 1 gives "umbrella" more than seven times the mean weight over all heads. But
+# the pronoun is not special in it: "my" looks at "umbrella" as much as "it" does (0.59 against
+# 0.60), and "on" and "left" give it 0.44 and 0.32. Nor is the head alone: 7 of the 72 heads
+# give "umbrella" more than 0.3 from "it", six of them in layer 5.
+#
 # The **model view** shows every layer (rows) and head (columns) at once, here for a classic
 # coreference sentence: what does "it" refer to? Click a thumbnail to enlarge it. Layers 3 and 5
 # contain heads in which "it" looks at "animal".
@@ -366,18 +387,21 @@ print(" ".join(coref_tokens))
 
 # %% tags=["nbval-ignore-output"]
 view = model_view(
-    # 3 decimals are plenty: the view stores every weight in its HTML
     [a.double().round(decimals=3) for a in coref_att],
     coref_tokens,
     display_mode="light",
     html_action="return",
 )
 display(view)
-# every layer's weights cover every token of the sentence
-assert all(a.shape[-1] == len(coref_tokens) for a in coref_att)
+# each query's weights over the keys sum to 1 (a softmax)
+assert all((a.sum(-1) - 1).abs().max() < 1e-5 for a in coref_att)
 
 # %% tags=["remove-cell"]
-assert "animal" in view.data and "bertviz-" in view.data
+assert (
+    all(a.shape[-1] == len(coref_tokens) for a in coref_att)
+    and "bertviz-" in view.data
+)
+assert all(t in view.data for t in ("animal", "tired"))
 
 # %% [markdown]
 # Four of those heads as a static figure, on one colour scale. Top left, layer 0, head 2 is
@@ -413,6 +437,13 @@ for layer, head in [(3, 1), (5, 11)]:
             f"layer {layer}, head {head:2d}, '...too {name}': "
             f"'it' -> animal {w[animal]:.2f}, -> street {w[street]:.2f}"
         )
+print("weight on 'animal' from 'it', and averaged over all 16 queries:")
+for layer, head in [(3, 1), (5, 11)]:
+    on_animal = coref_att[layer][0, head, :, animal]
+    print(
+        f"  layer {layer}, head {head:2d}: from 'it' {on_animal[it]:.2f}, "
+        f"mean over the queries {on_animal.mean():.2f}"
+    )
 
 # %% caption="Where 'it' looks in the two sentences, in layer 3, head 1 (top) and layer 5, head 11 (bottom). When 'tired' becomes 'wide' and 'it' means the street, 'animal' still gets far more weight than 'street' in both heads. In the top panel its bar falls from 0.68 to 0.28 and the weight moves mostly to [CLS], not to 'street'; in the bottom panel it falls from 0.67 to 0.56." alt="Two bar charts stacked, one pair of bars per token of the sentence (the token 'tired' of one sentence is 'wide' in the other), blue for '...too tired', orange for '...too wide'. Top, layer 3, head 1: the blue bar at 'animal' is about 0.7 and the orange one about 0.3, the orange bar at [CLS] about 0.33, every bar at 'street' under 0.15. Bottom, layer 5, head 11: the bars at 'animal' are about 0.67 and 0.56, those at [CLS] about 0.13 and 0.19, every other bar is small."
 # the two sentences differ in one token: label it "tired / wide"
@@ -438,8 +469,12 @@ assert rows[5, 11, "wide"][0] > 0.5  # layer 5, head 11 moves less
 
 # %% [markdown]
 # It does not. Both heads still prefer "animal" when "it" is the street; layer 3, head 1 weakens
-# (0.68 → 0.28), layer 5, head 11 less (0.67 → 0.56). Their pattern is closer to "a pronoun looks at
-# the main noun before it" than to understanding. That is typical: single heads implement
+# (0.68 → 0.28), layer 5, head 11 less (0.67 → 0.56). Nor
+# is the pattern about the pronoun: in layer 5, head 11 the 16 queries give "animal" 0.42 on
+# average, so nearly every token looks at it, not only "it" (0.67); in layer 3, head 1 the
+# average is 0.15, but in the sentence pair "my" looked at "umbrella" as much as "it" did. What
+# the numbers support is "many tokens look at a salient noun", not "the pronoun finds the noun
+# it stands for", let alone understanding. That is typical: single heads implement
 # heuristics, and whatever the model knows about the sentence is spread over many heads, the
 # value vectors and the feed-forward layers. Attention maps are a good way to form hypotheses
 # and a poor way to confirm them; measure, as here.
@@ -546,9 +581,13 @@ assert weight_on_pad == 0.0
 # ### How BERT learned: masked language modelling
 #
 # Where did weights that make this encoder useful come from? BERT was pre-trained on unlabelled
-# text with one main objective, **masked language modelling** (MLM): hide some of the tokens and
-# train the model to recover them from the context on *both* sides (this is what makes BERT
-# bidirectional; a GPT only sees the left). The recipe of the BERT paper:
+# text with two objectives. The second, **next-sentence prediction** (NSP), is the sentence-pair
+# question of section 1: given A and B, is B the sentence that followed A in the text, or a
+# random one? It is a yes/no classifier on the final `[CLS]` vector, read through a dense layer
+# with tanh, the **pooler** (section 5 meets it again). The main objective is **masked language
+# modelling** (MLM): hide some of the tokens and train the model to recover them from the
+# context on *both* sides (this is what makes BERT bidirectional; a GPT only sees the left). The
+# recipe of the BERT paper:
 #
 # * choose 15 % of the token positions (never `[CLS]`, `[SEP]` or `[PAD]`);
 # * of the chosen tokens, replace 80 % by `[MASK]`, 10 % by a random token, and leave 10 % as they
@@ -591,6 +630,8 @@ print(
     f"{len(mlm_train_ids):,} training tokens, "
     f"{len(mlm_heldout_ids):,} held-out tokens"
 )
+
+# %% tags=["remove-cell"]
 assert len(mlm_tok) < 5000 and mlm_tok.mask_token_id == 4
 assert len(mlm_train_ids) > 10 * len(mlm_heldout_ids) / 2
 
@@ -602,8 +643,9 @@ assert len(mlm_train_ids) > 10 * len(mlm_heldout_ids) / 2
 show_source(mask_tokens)
 
 # %% [markdown]
-# A window of 24 held-out tokens, masked once; `^` marks the positions that are scored. Below it, the same rule counted over 32,000 positions of the
-# training text:
+# A window of 24 held-out tokens, masked once; `^` marks the positions that are scored. Below
+# it, the same rule counted over 32,000 positions of the training text. `[CLS]` and `[SEP]` are
+# never chosen, so the share of 15 % holds for the other positions, not for all of them:
 
 # %%
 window = mlm_windows(
@@ -637,15 +679,22 @@ big_in, big_lab = mask_tokens(
 )
 chosen = big_lab != -100
 share = chosen.float().mean().item()
+# [CLS] and [SEP] are never chosen
+can_choose = ~torch.isin(big, torch.tensor(mlm_tok.all_special_ids))
+share_choosable = chosen.sum().item() / can_choose.sum().item()
 as_mask = (big_in[chosen] == mlm_tok.mask_token_id).float().mean().item()
 kept = (big_in[chosen] == big[chosen]).float().mean().item()
-print(f"over {big.numel():,} positions: {share:.1%} chosen")
+print(
+    f"over {big.numel():,} positions: {share:.1%} chosen "
+    f"({1 - can_choose.float().mean().item():.1%} are [CLS] or [SEP])"
+)
+print(f"of the positions that can be chosen: {share_choosable:.1%}")
 print(
     f"of those {as_mask:.1%} [MASK], {kept:.1%} kept, "
     f"{1 - as_mask - kept:.1%} random"
 )
 assert (
-    abs(share - 0.15) < 0.01
+    abs(share_choosable - 0.15) < 0.01
     and abs(as_mask - 0.8) < 0.02
     and abs(kept - 0.1) < 0.02
 )
@@ -693,13 +742,19 @@ print(
 assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% tags=["nbval-ignore-output"]
-print(f"pre-training took {mlm_seconds:.0f} s ({mlm_cpu:.0f} s of CPU time)")
-assert mlm_seconds > 0  # a measured duration; its value depends on the machine
+print(
+    f"pre-training took {mlm_seconds:.0f} s on this machine "
+    f"({mlm_cpu:.0f} s of CPU time)"
+)
+assert len(mlm_losses) == MLM_STEPS  # one loss per step
 
 # %% [markdown]
 # Is that loss good? The test is held-out text: mask it the same way, and count how often the
-# model's top prediction at a chosen position is the original token. The baseline is the best
-# guess that ignores the context: always the most frequent token of the training text.
+# model's top prediction at a chosen position is the original token. The three kinds of chosen
+# position are very different questions: at a *kept* position the input already is the answer,
+# at a `[MASK]` or a random token the model must guess it from the context. So we count them
+# apart, next to two baselines that ignore the context: **copy the input token** (right at
+# every kept position) and **always the most frequent token** of the training text.
 
 # %%
 heldout = mlm_windows(
@@ -719,18 +774,39 @@ scored = held_lab != -100
 with torch.inference_mode():
     held_logits = mlm(held_in)[scored]
 top5 = held_logits.topk(5, dim=-1).indices
-acc_mlm = (top5[:, 0] == held_lab[scored]).float().mean().item()
-acc_mlm5 = (top5 == held_lab[scored][:, None]).any(dim=1).float().mean().item()
+target, given = held_lab[scored], held_in[scored]
 counts = torch.bincount(mlm_train_ids, minlength=len(mlm_tok))
 counts[mlm_tok.all_special_ids] = 0
 most_frequent = int(counts.argmax())
-acc_unigram = (held_lab[scored] == most_frequent).float().mean().item()
 most_frequent_token = mlm_tok.convert_ids_to_tokens(most_frequent)
-print(f"{int(scored.sum())} held-out positions scored")
-print(f"masked-token accuracy: model {acc_mlm:.1%} (top-5: {acc_mlm5:.1%})")
-print(f"unigram baseline (always {most_frequent_token!r}): {acc_unigram:.1%}")
+kinds = {
+    "[MASK]": given == mlm_tok.mask_token_id,
+    "kept": given == target,
+}
+kinds["random"] = ~(kinds["[MASK]"] | kinds["kept"])
+kinds["all"] = torch.ones_like(target, dtype=torch.bool)
+top5_frequent = counts.topk(5).indices
+guesses = {
+    "model, top 1": top5[:, 0] == target,
+    "copy the input": given == target,
+    f"always {most_frequent_token!r}": target == most_frequent,
+    "model, top 5": (top5 == target[:, None]).any(dim=1),
+    "the 5 most frequent tokens": torch.isin(target, top5_frequent),
+}
+print(f"{'accuracy at the chosen positions':32s}", end="")
+print("".join(f"{k:>10s}" for k in kinds))
+print(f"{'(number of positions)':32s}", end="")
+print("".join(f"{int(m.sum()):10d}" for m in kinds.values()))
+acc_at = {}
+for name, hit in guesses.items():
+    acc_at[name] = {k: hit[m].float().mean().item() for k, m in kinds.items()}
+    print(f"{name:32s}", end="")
+    print("".join(f"{a:10.1%}" for a in acc_at[name].values()))
 # several hundred positions: one standard error is about 1 point
-assert acc_mlm > acc_unigram + 0.02
+assert (
+    acc_at["model, top 1"]["all"]
+    > acc_at[f"always {most_frequent_token!r}"]["all"] + 0.02
+)
 
 # %% [markdown]
 # ### Our masked LM as a Hugging Face `BertForMaskedLM`
@@ -740,15 +816,12 @@ assert acc_mlm > acc_unigram + 0.02
 # copies every tensor across; it refuses a model whose tensors do not all find a place. The two
 # must give the same scores:
 
-# %%
+# %% tags=["nbval-ignore-output"]
 hf_mlm = to_hf_masked_lm(mlm)
 with torch.inference_mode():
     hf_logits = hf_mlm(input_ids=held_in[:8]).logits
     mlm_diff = (hf_logits - mlm(held_in[:8])).abs().max().item()
-print(
-    type(hf_mlm).__name__,
-    f"max |logits difference| {'<=' if mlm_diff <= 1e-4 else '>'} 1e-4",
-)
+print(f"{type(hf_mlm).__name__}: max |logits difference| {mlm_diff:.1e}")
 assert mlm_diff <= 1e-4
 
 # %% [markdown]
@@ -767,8 +840,6 @@ fill_examples = [
 ]
 found = 0
 for sentence, answer in fill_examples:
-    assert sentence.replace("[MASK]", answer) in heldout_text
-    assert mlm_tok.tokenize(answer) == [answer]
     guesses = fill(sentence)
     found += answer in [g["token_str"] for g in guesses]
     print(f"{sentence}   (original: {answer!r})")
@@ -781,32 +852,44 @@ print(
     f"of {len(fill_examples)} sentences"
 )
 
+# %% tags=["remove-cell"]
+for sentence, answer in fill_examples:
+    assert sentence.replace("[MASK]", answer) in heldout_text
+    assert mlm_tok.tokenize(answer) == [answer]
+
 # %% [markdown]
-# The conversion and the pipeline work; the answers show how far 500 steps on 62,000 tokens
-# get. The model beats the unigram baseline on held-out text (11.8 % against 6.4 %, and the
-# original token is in its top 5 more than a quarter of the time), but its top-5 guesses in the
-# four sentences are frequent words and punctuation, never the held-out word. It has learned
-# which frequent tokens fit where, not yet the vocabulary of the documentation. That takes data
-# and compute: BERT-base saw about 3.3 billion words for a million steps of 256 sequences. The
-# recipe, the code and the conversion are the same at that scale.
+# The conversion and the pipeline work; the answers, and the table above, show how far 500
+# steps on 62,000 tokens get. Over all scored positions the model's top guess is right
+# 11.8 % of the time, against 6.4 % for always `'"'`; but copying the input scores 9.8 %, and
+# most of the model's lead comes from the kept positions (51.9 %), where the answer is in the
+# input. At the 651 `[MASK]` positions, the real test, the model is right 8.0 % of the time
+# against 7.5 % for always `'"'`, and its top 5 holds the answer 25.2 % of the time against
+# 22.4 % for the five most frequent tokens: gaps of 0.5 and 2.8 points on 651 positions, where
+# one standard error is one to two points. At `[MASK]` the model is barely better than guessing
+# frequent tokens. In the four sentences its guesses are
+# frequent words and punctuation, never the held-out word. It has learned to copy what it sees
+# and roughly which frequent tokens fit where, not yet the vocabulary of the documentation.
+# That takes data and compute: BERT-base was pre-trained on a corpus of 3.3 billion words,
+# about 40 times over (a million steps of 256 sequences). The recipe, the code and the
+# conversion are the same at that scale.
 #
 # ## 4. Sentence embeddings
 #
-# BERT gives one vector per token. For a vector per *sentence*, all-MiniLM-L6-v2 was trained
-# with **mean pooling**: the average of the token vectors of the last layer, over the real
-# tokens only. The attention mask does the bookkeeping: padding vectors are multiplied by 0, and
-# the sum is divided by the number of real tokens. The function lives in `pretrained`, next to
-# the model it belongs to:
+# Chapter 02 built sentence vectors from MiniLM: **mean pooling**, the average of the last
+# layer's token vectors over the real tokens only (the attention mask keeps padding out), and
+# `embed_sentences`, which tokenises, runs the model, mean-pools and normalises. Here is the
+# package's `mean_pool`:
 
 # %%
 show_source(mean_pool)
 
 # %% [markdown]
-# Padding must not change a sentence's embedding. With the mask it does not; a plain `.mean()`
-# over all positions, padding included, does (padding positions have vectors too: their queries
+# Chapter 02 showed that a plain mean, padding included, turns the vector. The same check on
+# *our* encoder, the `BertEncoder` that runs MiniLM's weights: the sentence alone, and the same
+# sentence padded next to a longer one (padding positions have vectors too: their queries
 # attend to the real tokens, only their keys are masked).
 
-# %%
+# %% tags=["nbval-ignore-output"]
 short_text = "Padding must not change me."
 long_text = (
     "A much longer neighbour forces several padding tokens into the batch."
@@ -824,19 +907,18 @@ e_naive = h_padded[0].mean(dim=0)
 n_pad = int((with_long["attention_mask"][0] == 0).sum())
 masked_change = (e_alone - e_padded).abs().max().item()
 plain_change = (e_alone - e_naive).abs().max().item()
-# the masked mean moves by float32 rounding only
-# (its exact size varies with the CPU's kernels)
 print(
-    f"{n_pad} padding tokens; masked mean changes by less than 1e-5: "
-    f"{masked_change < 1e-5}, plain mean by {plain_change:.2f}"
+    f"{n_pad} padding tokens; largest change of a coordinate:\n"
+    f"masked mean {masked_change:.1e}, plain mean {plain_change:.2f}"
 )
 assert masked_change < 1e-5 and plain_change > 0.1
 
 # %% [markdown]
-# Two embeddings are compared by the **cosine** of the angle between them: 1 for the same
-# direction, 0 for unrelated (orthogonal) ones. `embed_sentences` tokenises, runs a model and
-# mean-pools; we run it with *our* encoder and normalise to length 1, so a dot product is a
-# cosine.
+# The masked mean moves by float32 rounding only; the plain mean moves by 2.48 in one
+# coordinate. Two embeddings
+# are compared by the **cosine** of the angle between them: 1 for the same direction, 0 for
+# unrelated (orthogonal) ones. We run `embed_sentences` with *our* encoder; its vectors have
+# length 1, so a dot product is a cosine.
 
 # %%
 examples = [
@@ -849,9 +931,9 @@ examples = [
 ]
 emb = embed_sentences(examples, tokenizer, ours)
 sim = cosine_similarity(emb, emb)
+
+# %% tags=["remove-cell"]
 assert torch.allclose(emb.norm(dim=1), torch.ones(6), atol=1e-5)
-# each sentence is closest to its paraphrase,
-# which shares almost no words with it
 for i in (0, 2, 4):
     assert sim[i].topk(2).indices[1] == i + 1
 
@@ -871,10 +953,11 @@ ax.set_title("cosine similarity of sentence embeddings")
 plt.show()
 
 # %% [markdown]
-# The paraphrases share hardly a word ("sleeps on the sofa" / "naps on the couch") and still
+# The paraphrases share few words ("sleeps on the sofa" / "naps on the couch") and still
 # score far higher than unrelated pairs. That is what makes **semantic search** work: embed a
 # collection once, embed each query, return the closest entries. Here are 30 short help-desk
-# answers and three questions worded differently from any of them.
+# answers and three questions worded differently from any of them; after each hit, the words it
+# shares with the query.
 
 # %%
 corpus = [
@@ -913,23 +996,33 @@ corpus = [
     "Review your notes the same evening you take them.",
 ]
 queries = [
-    "How do I keep my notebook computer's battery healthy?",
-    "What should I do before travelling abroad?",
-    "my puppy needs injections",
+    "How do I look after the power pack of my notebook computer?",
+    "What paperwork do I need for going abroad?",
+    "When should my young dog get jabs?",
 ]
 corpus_emb = embed_sentences(corpus, tokenizer, ours)
 query_emb = embed_sentences(queries, tokenizer, ours)
 hits = semantic_search(query_emb, corpus_emb, top_k=3)
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
 for q, row in zip(queries, hits):
     print(q)
     for idx, score in row:
-        hit = f"   {score:.2f}  {corpus[idx]}"
+        shared = ", ".join(sorted(words(q) & words(corpus[idx]))) or "none"
+        hit = f"   {score:.2f}  {corpus[idx]} [shared: {shared}]"
         print(textwrap.fill(hit, 78, subsequent_indent=" " * 9))
 assert [row[0][0] for row in hits] == [0, 21, 16]
 
 # %% [markdown]
-# "Notebook computer" found "laptop", "injections" found "vaccinations". A bag of words would
-# have found neither. (For millions of entries one replaces the exhaustive `topk` by an
+# No query shares a single word with the answer it found: "power pack of my notebook computer"
+# found "laptop battery", "paperwork ... abroad" found "visa", "young dog" and "jabs" found
+# "puppy" and "vaccinations". A bag of words, which can only count shared words, has nothing to
+# count for any of these three answers; for the third query, the one entry that shares its
+# word "dog" is the walking tip, which the embedding ranks second. (For millions of entries one replaces the exhaustive `topk` by an
 # approximate nearest-neighbour index, but the idea is this one.)
 #
 # ## 5. Classification, honestly
@@ -942,8 +1035,8 @@ assert [row[0][0] for row in hits] == [0, 21, 16]
 # a message that is easy to scroll past. So 0.55 is not a confidence; it is noise. Let us measure
 # that, with the same kind of model built on MiniLM.
 #
-# `MODEL` below names the MiniLM checkpoint; every cell in this section loads from it, so
-# changing this one name changes the model (section 6).
+# `MODEL` below names the MiniLM checkpoint; every classifier in this section loads from it
+# (section 6 lists what else to change for another BERT).
 
 # %%
 MODEL = minilm_path()
@@ -968,10 +1061,34 @@ def fresh_classifier(seed: int, **kwargs):
 # %% [markdown]
 # The message in question is transformers' load report: which tensors the model needed but the
 # checkpoint did not have (**missing**), and which the checkpoint had but the model did not use
-# (**unexpected**). `output_loading_info=True` returns the same report as a dictionary:
+# (**unexpected**). Here it is as transformers prints it when the model loads;
+# `output_loading_info=True` returns the same report as a dictionary (next cell):
+
+# %% tags=["hide-input"]
+from transformers.utils import logging as hf_logging
+
+# catch transformers' warnings in a string, instead of the error stream
+report = io.StringIO()
+handler = logging.StreamHandler(report)
+verbosity = hf_logging.get_verbosity()
+hf_logging.set_verbosity_warning()
+hf_logging.disable_default_handler()
+hf_logging.add_handler(handler)
+try:
+    untrained, load_report = fresh_classifier(0, output_loading_info=True)
+finally:
+    hf_logging.remove_handler(handler)
+    hf_logging.enable_default_handler()
+    hf_logging.set_verbosity(verbosity)
+message = re.sub(r"\x1b\[[0-9;]*m", "", report.getvalue())  # no colours
+message = message.replace(str(MODEL), "all-MiniLM-L6-v2")
+for line in message.expandtabs(2).strip().splitlines():
+    print(textwrap.fill(line, 78, subsequent_indent="    ") or "")
+
+# %% tags=["remove-cell"]
+assert "classifier.weight" in message
 
 # %%
-untrained, load_report = fresh_classifier(0, output_loading_info=True)
 for kind in ("missing_keys", "unexpected_keys"):
     print(f"{kind}: {sorted(load_report[kind])}")
 print(untrained.classifier)
@@ -986,7 +1103,53 @@ assert pooler_bias_zero
 # through the **pooler** (a dense layer with tanh) and then this new linear layer. In this
 # checkpoint even the pooler was never trained: sentence-transformers used mean pooling, so the
 # pooler still has its initial values (a bias of exactly zero). Two untrained layers stand between
-# BERT and the answer. One enthusiastic sentence, with five different random seeds:
+# BERT and the answer.
+#
+# That head is a dozen lines on top of the course's own encoder: read the final vector of
+# `[CLS]`, pass it through the pooler (a dense layer and tanh), dropout, and a linear layer to
+# one score per label. With the pooler's and the classifier's weights copied from the model
+# just loaded, it must give the same scores as Hugging Face's
+# `BertForSequenceClassification`:
+
+
+# %%
+class OurBertClassifier(torch.nn.Module):
+    """The course's ``BertEncoder`` with BERT's classification head."""
+
+    def __init__(self, encoder: BertEncoder, num_labels: int = 2) -> None:
+        super().__init__()
+        d = encoder.config.d_model
+        self.encoder = encoder
+        self.pooler = torch.nn.Linear(d, d)
+        self.dropout = torch.nn.Dropout(0.1)
+        self.classifier = torch.nn.Linear(d, num_labels)
+
+    def forward(self, **batch) -> torch.Tensor:
+        h = self.encoder(**batch).last_hidden_state  # (batch, tokens, d)
+        pooled = torch.tanh(self.pooler(h[:, 0]))  # the [CLS] vector
+        return self.classifier(self.dropout(pooled))  # (batch, labels)
+
+
+our_clf = OurBertClassifier(ours).eval()
+our_clf.pooler.load_state_dict(untrained.bert.pooler.dense.state_dict())
+our_clf.classifier.load_state_dict(untrained.classifier.state_dict())
+two_reviews = tokenizer(
+    ["I loved it.", "The plot was thin, but the acting saved it."],
+    padding=True,
+    return_tensors="pt",
+)
+with torch.no_grad():
+    our_logits = our_clf(**two_reviews)
+    hf_logits = untrained.eval()(**two_reviews).logits
+head_diff = (our_logits - hf_logits).abs().max().item()
+print("our head's scores:", our_logits)
+print(f"max |ours - BertForSequenceClassification| = {head_diff:.1e}")
+assert head_diff < 1e-4
+
+# %% [markdown]
+# Replacing `h[:, 0]` by `mean_pool(h, batch["attention_mask"])` (section 4) and dropping the
+# pooler gives the head that reads the mean of the token vectors instead. One enthusiastic
+# sentence, with five different random seeds:
 
 # %%
 example_text = "I love how this transformer model works! It's amazing!"
@@ -1006,17 +1169,20 @@ for seed in range(5):
 # praise first and complain last or the other way round, and verdicts with no opinion word at all
 # ("The box is already back in the post"). Words that *usually* signal one side appear on both
 # ("Great location, terrible room"; "The hours flew by"), so that counting them is not enough.
-# Two reviews of the same subject (the two kettle reviews, say) are always on the same side of
-# the split: the test set asks about things the model has not been trained on.
+# The file's split keeps the reviews of one subject together (the three kettle reviews, say,
+# are all training reviews): the test set asks about things the model has not been trained on.
 #
 # ### The protocol: a dev split, several seeds, the test set once
 #
 # A comparison that would pass review follows three rules.
 #
 # 1. **Every choice is made on a development (dev) split** carved out of the training reviews:
-#    the number of epochs, the learning rate, what is frozen, the regularisation of the baselines.
-#    If we chose them by looking at the test accuracy, the test set would become part of training
-#    and its accuracy an optimistic estimate.
+#    the learning rate, which layers are frozen, the settings of the baselines (two choices below
+#    are fixed in advance instead, and say so). If we chose them
+#    by looking at the test accuracy, the test set would become part of training and its
+#    accuracy an optimistic estimate. The dev split is drawn review by review, not by subject,
+#    so two reviews of one subject can land on both sides of it; dev accuracy may then come out
+#    higher than test accuracy. It only has to rank the choices.
 # 2. **The test set is used once, at the end**, for all models together.
 # 3. **Several seeds.** On 200 test reviews one review is half a point, and a single run of
 #    fine-tuning depends on the random head, the order of the batches and dropout. Here a seed
@@ -1037,11 +1203,12 @@ print(f"test file: {len(test)} reviews ({sum(test.labels)} positive)")
 for text, y in list(zip(dev.texts, dev.labels))[:6]:
     line = f"  {LABELS[y]:8s} {text}"
     print(textwrap.fill(line, 78, subsequent_indent=" " * 11))
-assert sum(train_full.labels) * 2 == len(train_full)
-assert sum(test.labels) * 2 == len(test)
 assert not set(train_full.texts) & set(test.texts)
 assert not set(train.texts) & set(dev.texts)
-# three different dev splits
+
+# %% tags=["remove-cell"]
+assert sum(train_full.labels) * 2 == len(train_full)
+assert sum(test.labels) * 2 == len(test)
 assert len({tuple(splits[s][1].texts) for s in SEEDS}) == 3
 
 # %%
@@ -1099,6 +1266,16 @@ print(
 for side, words in (("positive", pos_words), ("negative", neg_words)):
     line = f"most {side} words: " + ", ".join(words)
     print(textwrap.fill(line, 78, subsequent_indent=" " * 4))
+# in how many training reviews each word occurs
+doc_freq = Counter(w for text in train.texts for w in set(reviews.words(text)))
+n_once = sum(c == 1 for c in doc_freq.values())
+n_twice_at_most = sum(c <= 2 for c in doc_freq.values())
+share_once = n_once / len(doc_freq)
+share_two = n_twice_at_most / len(doc_freq)
+print(
+    f"of the {len(doc_freq):,} words, {share_once:.0%} occur in one "
+    f"training review, {share_two:.0%} in at most two"
+)
 assert (
     acc_bow_train > 0.95
     and bow_dev[BOW_WD] < 0.85
@@ -1107,8 +1284,8 @@ assert (
 
 # %% [markdown]
 # It fits the training reviews perfectly and gets only about three in four dev reviews
-# right. Clear opinion words carry it that far; but with 700 varied reviews most words occur once
-# or twice, so many weights are about the particular reviews rather than about sentiment, and
+# right. Clear opinion words carry it that far; but with 700 varied reviews most words occur in
+# one or two reviews, so many weights are about the particular reviews rather than about sentiment, and
 # word counts cannot see negation or a "but" that turns a review around ("Great location,
 # terrible room"). A pretrained encoder brings what the counts lack: it has read far more text
 # than we could label, and it reads words in context.
@@ -1164,9 +1341,34 @@ print_grid(
     "k-NN, dev accuracy by k (ties go to the smaller k):", knn_dev, KNN_K
 )
 print_grid("linear probe, dev accuracy by weight decay:", probe_dev, PROBE_WD)
+
+# %% [markdown]
+# What the nearest neighbour of a review is: the first five dev reviews, each with the most
+# similar training review (cosine similarity of the embeddings) and both labels.
+
+# %%
+dev_unit = torch.nn.functional.normalize(embeddings(dev), dim=1)
+train_unit = torch.nn.functional.normalize(embeddings(train), dim=1)
+sim, nearest = (dev_unit @ train_unit.T).max(dim=1)
+for i in range(5):
+    j = int(nearest[i])
+    for line in (
+        f"dev   ({LABELS[dev.labels[i]]}) {dev.texts[i]}",
+        f"  nearest ({LABELS[train.labels[j]]}, {sim[i]:.2f}) "
+        + train.texts[j],
+    ):
+        print(textwrap.fill(line, 78, subsequent_indent=" " * 6))
+same = [train.labels[int(j)] == y for j, y in zip(nearest, dev.labels)]
+print(f"same label as the nearest neighbour: {sum(same) / len(same):.1%}")
+
+# %% tags=["remove-cell"]
 assert all_emb.shape == (1050, 384)
 
 # %% [markdown]
+# Two of the five have a nearest neighbour of the other label, and in both it is a review of
+# the same thing: a book read to the end or given up, a car wash. Over the whole dev split the
+# nearest neighbour shares the review's label 54.7 % of the time, barely above a coin toss.
+#
 # ### Fine-tuning MiniLM
 #
 # Fine-tuning trains the network itself, pretrained encoder and new head together, on the
@@ -1179,10 +1381,11 @@ assert all_emb.shape == (1050, 384)
 show_source(reviews.fine_tune)
 
 # %% [markdown]
-# What to freeze is one of the choices. The word embeddings are 11.7 of the 22.7 million
-# parameters, and the training reviews use only a small part of the vocabulary (the next cell
-# counts it); updating only those rows would move them away from the rows of words that the test
-# reviews are full of, so they are frozen in every candidate. Freezing the lower layers as well
+# What to freeze is one of the choices. The embeddings are 11.9 of the 22.7 million
+# parameters, 11.7 million of them the word table, and the training reviews use only a small part
+# of the vocabulary (both counted below, after the listing). We freeze them in every candidate, a choice made in advance rather than
+# on the dev split: updating only the rows of words that occur in training could move them away
+# from the rows of words that only the test reviews contain. Freezing the lower layers as well
 # makes each step cheaper (no backward pass through them) and leaves fewer parameters to overfit
 # 700 reviews, but lets the model adapt less. `freeze_lower` does both:
 
@@ -1190,11 +1393,14 @@ show_source(reviews.fine_tune)
 show_source(reviews.freeze_lower)
 
 # %% [markdown]
-# Three candidates, each trained for up to two epochs on the 700 training reviews of seed 0 and
-# scored on its dev split after each epoch. Everything the test set will see is decided here.
+# Three candidates, each trained on the 700 training reviews of seed 0 with a schedule of two
+# epochs, the low end of the 2 to 4 epochs usually used to fine-tune BERT, fixed in advance.
+# The dev accuracy after each epoch shows whether the second epoch
+# helps; the candidate with the best dev accuracy at the end of its schedule is the one the
+# test set will see, trained exactly so.
 
 # %%
-MAX_EPOCHS, BATCH_SIZE = 2, 16
+EPOCHS, BATCH_SIZE = 2, 16
 CANDIDATES = {
     "embeddings frozen, lr 1e-4": (0, 1e-4),
     "embeddings + layers 0-2 frozen, lr 1e-4": (3, 1e-4),
@@ -1204,6 +1410,12 @@ used = {i for ids in tokenizer(train.texts)["input_ids"] for i in ids}
 print(
     f"the training reviews use {len(used):,} "
     f"of the {tokenizer.vocab_size:,} vocabulary entries"
+)
+emb_module = bert.embeddings
+print(
+    f"embeddings: {count_parameters(emb_module) / 1e6:.1f} M parameters, "
+    f"of which the word table "
+    f"{emb_module.word_embeddings.weight.numel() / 1e6:.1f} M"
 )
 assert len(used) < 0.1 * tokenizer.vocab_size
 
@@ -1234,7 +1446,7 @@ def fine_tuned(
 selection, ft_seconds, ft_cpu = {}, {}, {}
 for name, (frozen_layers, lr) in CANDIDATES.items():
     t0, c0 = time.perf_counter(), time.process_time()
-    selection[name] = fine_tuned(0, frozen_layers, lr, MAX_EPOCHS, splits[0])
+    selection[name] = fine_tuned(0, frozen_layers, lr, EPOCHS, splits[0])
     ft_seconds[name] = time.perf_counter() - t0
     ft_cpu[name] = time.process_time() - c0
 print(f"{'candidate':40s} {'trainable':>9s}   dev accuracy, epochs 1, 2")
@@ -1242,28 +1454,47 @@ for name, (clf, history) in selection.items():
     dev_accs = "  ".join(f"{a:.1%}" for a in history.evals["dev_accuracy"])
     n_trainable = count_parameters(clf) / 1e6
     print(f"{name:40s} {n_trainable:7.1f} M   {dev_accs}")
-best_name, best_epoch = max(
-    ((n, e) for n in CANDIDATES for e in range(MAX_EPOCHS)),
-    key=lambda ne: (selection[ne[0]][1].evals["dev_accuracy"][ne[1]], -ne[1]),
-)
+final_dev = {n: selection[n][1].evals["dev_accuracy"][-1] for n in CANDIDATES}
+best_name = max(final_dev, key=final_dev.get)  # a tie goes to the first
 FROZEN, LR = CANDIDATES[best_name]
-EPOCHS = best_epoch + 1
-print(f"chosen on the dev split: {best_name}, {EPOCHS} epoch(s)")
+margin = final_dev[best_name] - max(
+    a for n, a in final_dev.items() if n != best_name
+)
+print(f"chosen on the dev split: {best_name}")
+train_probs = reviews.predict_proba(
+    selection[best_name][0], tokenizer, train.texts
+)
+acc_ft_train = accuracy(train_probs.argmax(dim=1), train.labels)
+print(
+    f"its accuracy on its {len(train)} training reviews: {acc_ft_train:.1%}, "
+    f"on dev: {final_dev[best_name]:.1%}"
+)
+print(
+    f"its lead at the end of the schedule: {margin:.1%}, "
+    f"{round(margin * len(dev))} of {len(dev)} dev reviews"
+)
 
 # %% tags=["nbval-ignore-output"]
+print("on this machine:")
 for name in CANDIDATES:
+    steps = len(selection[name][1].loss)
     print(
-        f"{name:42s} {ft_seconds[name]:5.0f} s "
+        f"  {name:40s} {steps} steps in {ft_seconds[name]:3.0f} s "
         f"({ft_cpu[name]:.0f} s of CPU time)"
     )
-assert all(ft_seconds[name] > 0 for name in CANDIDATES)  # measured, per model
+    # two epochs of 44 batches of 16 reviews (the last one smaller)
+    assert steps == EPOCHS * math.ceil(len(train) / BATCH_SIZE)
 
 # %% [markdown]
 # After two epochs the candidates are within one of the 150 dev reviews of each other (87.3 %
-# against 86.7 %): on this data freezing the lower half of the encoder costs little, and a larger learning
-# rate does not help. The dev split picks the first candidate after **one** epoch (its second
-# epoch ties, and the shorter run wins the tie), so the final runs below train for one epoch. The
-# training loss of that candidate over its two epochs, step by step:
+# against 86.7 %). The second epoch matters for the candidates with frozen lower layers (80.0 %
+# and 82.0 % after one epoch, 86.7 % after two) and not for the first (87.3 % after both); at
+# the end, freezing the lower half of the encoder costs one dev review, and the larger learning
+# rate changes nothing. The first candidate wins by that single review: a margin that another
+# seed, or another dev split, could reverse. Unlike the bag of words (100.0 % on its training
+# reviews, 76.0 % on dev), it does not fit its training reviews perfectly: 93.3 % of them against
+# 87.3 % of the dev reviews. It goes to the test set exactly as it ran here, two epochs; its
+# training loss, step by step:
 
 # %% caption="Training loss of the chosen candidate over its two epochs: the loss of each batch (light) and its mean over the last 10 batches (dark), with ln 2, the loss of a coin toss, dashed. The mean starts at ln 2, falls to about 0.55 by the end of the first epoch and to about 0.3 by the end of the second; single batches range from about 0.1 to 0.86." alt="A line chart of cross-entropy against step, 1 to 88, with a dotted vertical line at step 44 (end of epoch 1) and a dashed horizontal line at 0.69. A noisy light blue line and a smooth orange line start at 0.69 and fall to about 0.3 by step 88, the light line spiking to 0.86 just before step 44 and to 0.7 near step 80."
 losses = selection[best_name][1].loss
@@ -1275,8 +1506,8 @@ ax.plot(steps, losses, alpha=0.35, label="loss of each batch")
 ax.plot(
     steps[window - 1 :], smooth, label=f"mean of the last {window} batches"
 )
-for e in range(1, MAX_EPOCHS):
-    ax.axvline(e * len(losses) / MAX_EPOCHS, color="grey", lw=0.5, ls=":")
+for e in range(1, EPOCHS):
+    ax.axvline(e * len(losses) / EPOCHS, color="grey", lw=0.5, ls=":")
 ax.axhline(
     math.log(2), color="grey", lw=0.8, ls="--", label="ln 2: a coin toss"
 )
@@ -1293,9 +1524,10 @@ plt.show()
 # **`Trainer`**, which runs the same loop (AdamW, a linear schedule with warm-up, gradient
 # clipping, mixed precision and several GPUs when there are some) from a `TrainingArguments`
 # object. The data goes in as a **`datasets.Dataset`**, tokenised with `map`; a
-# **`DataCollatorWithPadding`** pads each batch to its own longest review (what our loop's
-# `_batch` does); a **metric function** turns predictions into accuracy. Same split, same choices,
-# same seed:
+# **`DataCollatorWithPadding`** pads each batch to its own longest review (as our loop
+# does); a **metric function** turns predictions into accuracy, here on the dev split
+# after every epoch (`eval_strategy="epoch"`), as our loop does. Same split, same choices, same
+# two-epoch schedule, same seed:
 
 
 # %%
@@ -1328,14 +1560,14 @@ with tempfile.TemporaryDirectory() as out_dir:
         warmup_steps=max(1, int(0.1 * steps_total)),
         max_grad_norm=1.0,
         seed=0,
-        eval_strategy="no",
+        eval_strategy="epoch",
         save_strategy="no",
+        # quiet: no progress bar or log lines, the dev accuracy is read
+        # from trainer.state below
         logging_strategy="no",
         report_to="none",
         disable_tqdm=True,
-        # pinned host memory speeds up copies to a GPU; without one it is
-        # not used (and PyTorch warns about it)
-        dataloader_pin_memory=torch.cuda.is_available(),
+        dataloader_pin_memory=torch.cuda.is_available(),  # helps GPUs only
     )
     set_seed(0)
     hf_clf = reviews.freeze_lower(fresh_classifier(0), FROZEN)
@@ -1347,28 +1579,34 @@ with tempfile.TemporaryDirectory() as out_dir:
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics,
     )
-    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(PrinterCallback)  # quiet, as above
     t0, c0 = time.perf_counter(), time.process_time()
     trainer.train()
     trainer_seconds = time.perf_counter() - t0
     trainer_cpu = time.process_time() - c0
-    dev_trainer = trainer.evaluate()["eval_accuracy"]
 hf_clf.eval()
-dev_loop = selection[best_name][1].evals["dev_accuracy"][best_epoch]
-print(f"dev accuracy: our loop {dev_loop:.1%}, Trainer {dev_trainer:.1%}")
+dev_trainer = [
+    h["eval_accuracy"]
+    for h in trainer.state.log_history
+    if "eval_accuracy" in h
+]
+dev_loop = selection[best_name][1].evals["dev_accuracy"]
+print("dev accuracy after epochs 1, 2:")
+for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
+    print(f"  {name:9s}", "  ".join(f"{a:.1%}" for a in accs))
 
 # %% tags=["nbval-ignore-output"]
-print(f"Trainer: {trainer_seconds:.0f} s ({trainer_cpu:.0f} s of CPU time)")
-assert (
-    trainer_seconds > 0
-)  # a measured duration; its value depends on the machine
+print(
+    f"Trainer: {trainer.state.global_step} steps in {trainer_seconds:.0f} s "
+    f"on this machine ({trainer_cpu:.0f} s of CPU time)"
+)
+assert trainer.state.global_step == steps_total  # the same two epochs
 
 # %% [markdown]
-# The two numbers are not the same, and they are not from identical runs: our loop's number was
-# taken after the first of two epochs (the selection run), the `Trainer` ran a one-epoch schedule,
-# and it draws its own batch order from the seed. 6 points on 150 dev reviews are 9 reviews; the
-# test set below, with three seeds of our loop next to the `Trainer`, shows whether such a gap is
-# more than the spread between runs.
+# The two runs share the schedule, the seed and the split, and agree after the first epoch
+# (87.3 % each); after the second the `Trainer`'s model is 2 points ahead, 3 of 150 dev reviews.
+# They are not the same run: the `Trainer` draws its own batch order and dropout from the seed.
+# The test set below puts its model next to our loop's three seeds.
 #
 # A trained model is saved with **`save_pretrained`** (weights, configuration with the label
 # names) next to its tokenizer, and loaded back by anything in the Hugging Face ecosystem, for
@@ -1388,16 +1626,15 @@ with tempfile.TemporaryDirectory() as saved:
     results = classify(new_reviews)
 for text, r in zip(new_reviews, results):
     print(f"{r['label']:8s} {r['score']:.2f}  {text}")
-assert results[0]["label"] == "negative" and results[1]["label"] == "positive"
-assert {r["label"] for r in results} <= set(LABELS)
+assert results[0]["label"] == "negative"
 
 # %% [markdown]
 # ### The test set, once
 #
 # Everything is chosen; now each method is trained on each seed's 700 training reviews with the
-# settings picked on seed 0's dev split, and evaluated on the 200 test reviews. (Seed 0's
-# fine-tuned model is the one trained during the selection above when the chosen number of
-# epochs is the full two.)
+# settings picked on seed 0's dev split, and evaluated on the 200 test reviews. Seed 0's
+# fine-tuned model is the chosen candidate itself, already trained during the selection; seeds 1
+# and 2 train it afresh.
 
 # %%
 methods = [
@@ -1420,7 +1657,7 @@ for s in SEEDS:
     pred_knn = reviews.knn_predict(x_test, x_tr, tr.labels, KNN_K)
     probe_s = reviews.fit_logistic_regression(x_tr, tr.labels, PROBE_WD)
     pred_probe = probe_s.predict(x_test)
-    if s == 0 and EPOCHS == MAX_EPOCHS:
+    if s == 0:  # the same run as the chosen candidate's
         ft_models[s] = selection[best_name][0]
     else:
         ft_models[s] = fine_tuned(s, FROZEN, LR, EPOCHS, splits[s])[0]
@@ -1447,22 +1684,40 @@ acc_bow = summary["bag of words"][0]
 acc_knn = summary[f"k-NN on embeddings (k = {KNN_K})"][0]
 acc_probe = summary["linear probe on embeddings"][0]
 acc_ft = summary["fine-tuned MiniLM (our loop)"][0]
-assert abs(acc_untrained - 0.5) < 0.1
-assert (
-    acc_bow + 0.05 < min(acc_knn, acc_probe)
-    and max(acc_knn, acc_probe) < acc_ft
-    and knn_dev[1] < 0.6
+probe_minus_knn = [
+    p - k
+    for p, k in zip(
+        test_acc["linear probe on embeddings"],
+        test_acc[f"k-NN on embeddings (k = {KNN_K})"],
+    )
+]
+print(
+    "probe minus k-NN, seed by seed: "
+    + ", ".join(f"{d:+.1%}" for d in probe_minus_knn)
 )
-# the Trainer: within 2 points of the loop's lowest seed
-assert min(test_acc["fine-tuned MiniLM (our loop)"]) - 0.02 <= acc_trainer
+ft_minus_probe = [
+    f - p
+    for f, p in zip(
+        test_acc["fine-tuned MiniLM (our loop)"],
+        test_acc["linear probe on embeddings"],
+    )
+]
+print(
+    "fine-tuning minus probe, seed by seed: "
+    + ", ".join(f"{d:+.1%}" for d in ft_minus_probe)
+    + f"; mean {sum(ft_minus_probe) / len(ft_minus_probe):+.1%}"
+)
+assert abs(acc_untrained - 0.5) < 0.1
+assert acc_bow + 0.02 < min(acc_knn, acc_probe, acc_ft)
 
-# %% caption="Test accuracy of every method on the 200 test reviews: one dot per seed, the mean and standard deviation in red, chance (0.5) dashed. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.85; the spreads of the last two do not overlap." alt="A dot plot with five rows, from bottom to top: untrained head, bag of words, k-NN on embeddings (k = 45), linear probe on embeddings, fine-tuned MiniLM (our loop); test accuracy from 0.5 to 0.87 on the horizontal axis. Each row has three blue dots and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.85."
+# %% caption="Test accuracy of every method on the 200 test reviews: one dot per seed (the seeds drawn one above another, so that equal scores stay visible), the mean and standard deviation in red, chance (0.5) dashed. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.88; the spreads of the last two do not overlap." alt="A dot plot with five rows, from bottom to top: untrained head, bag of words, k-NN on embeddings (k = 45), linear probe on embeddings, fine-tuned MiniLM (our loop); test accuracy from 0.5 to 0.89 on the horizontal axis. Each row has three blue dots at slightly different heights and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.88."
 fig, ax = plt.subplots(figsize=(6.9, 3.2))
 names = list(test_acc)
 for i, name in enumerate(names):
     ax.scatter(
         test_acc[name],
-        [i] * len(SEEDS),
+        # seeds side by side in height, so that equal accuracies stay visible
+        [i - 0.12, i, i + 0.12],
         color="C0",
         s=18,
         zorder=3,
@@ -1491,7 +1746,8 @@ plt.show()
 # What the numbers say:
 #
 # * The **untrained head** is at chance, on every seed.
-# * The **bag of words** is 8 to 13 points behind everything that uses the pretrained encoder.
+# * The **bag of words** is 8 to 16 points behind every trained method that uses the encoder
+#   (71.8 % against 80.0 % to 87.8 %).
 # * **k-NN on the embeddings** needs many neighbours to work: on the dev split, the single nearest
 #   training review gave 54.7 %, barely above chance; a vote of 45 reached 73.3 %, 135 did no
 #   better and 405 did worse (68.7 %), so the grid brackets its best value. The
@@ -1499,14 +1755,18 @@ plt.show()
 #   for that), and a delighted and a furious review of a hotel are about the same thing. k-NN
 #   measures topical closeness; its weak 1-NN result does not mean that sentiment is missing.
 # * The **linear probe** asks that directly, on the same frozen embeddings, and finds sentiment
-#   linearly decodable (81.7 %). With 45 neighbours k-NN comes within about one standard
-#   deviation of it: a difference these three seeds cannot resolve.
-# * **Fine-tuning** is ahead of the probe by about 3 points, more than the spread of either:
-#   letting the encoder adapt reshapes the representation for the task. The `Trainer`'s seed-0
-#   model (83.5 %) is one point behind our loop's seed-0 model (84.5 %) and half a point below
-#   the lowest of its three seeds (84.0 % to 86.5 %): the 6-point gap on the dev split shrinks
-#   to two reviews of 200.
-# * The standard deviations are 1.3 to 2.2 points: a difference of that size, from one seed,
+#   linearly decodable (81.7 %). It beats k-NN on every seed, by 1.0 to 2.5 points: each seed
+#   trains both on the same reviews, so these paired differences are the fair comparison, and
+#   they all point the same way.
+# * **Fine-tuning** (87.8 %) is ahead of the probe by 6.2 points on average, and ahead on every
+#   seed. This comparison does not say *why*: the probe reads the mean of the frozen token
+#   vectors, while the fine-tuned model trains the encoder and reads `[CLS]` through the pooler
+#   (exercise 2 compares those vectors under a probe). Separating "the encoder adapts" from
+#   "another vector is read" would take another run, such as fine-tuning with a mean-pooling
+#   head.
+# * The `Trainer`'s seed-0 model (87.5 %) is one review ahead of our loop's seed-0 model
+#   (87.0 %) and within the range of its three seeds (87.0 % to 89.0 %).
+# * The standard deviations are 1.0 to 2.2 points: a difference of that size, from one seed,
 #   would not be worth reporting.
 #
 # The confusion matrices of seed 0, the bag of words next to fine-tuning:
@@ -1524,7 +1784,7 @@ acc_ft_seed0 = test_acc["fine-tuned MiniLM (our loop)"][0]
 # %% tags=["remove-cell"]
 assert int(cm.sum()) == len(test)
 
-# %% caption="Confusion matrices on the 200 test reviews, seed 0 (rows: true label, columns: predicted). Left, the bag of words makes 29 mistakes on each side. Right, fine-tuned MiniLM makes 23 mistakes on negative reviews and 8 on positive ones: most of its errors call a complaint positive." alt="Two 2 by 2 matrices side by side. Left, bag of words, 71.0%: negative row 71 correct, 29 predicted positive; positive row 29 predicted negative, 71 correct. Right, fine-tuned MiniLM, 84.5%: negative row 77 correct and 23 predicted positive; positive row 8 predicted negative and 92 correct."
+# %% caption="Confusion matrices on the 200 test reviews, seed 0 (rows: true label, columns: predicted). Left, the bag of words makes 29 mistakes on each side. Right, fine-tuned MiniLM makes 15 mistakes on negative reviews and 11 on positive ones." alt="Two 2 by 2 matrices side by side. Left, bag of words, 71.0%: negative row 71 correct, 29 predicted positive; positive row 29 predicted negative, 71 correct. Right, fine-tuned MiniLM, 87.0%: negative row 85 correct and 15 predicted positive; positive row 11 predicted negative and 89 correct."
 fig, axes = plt.subplots(1, 2, figsize=(6.9, 3.2))
 reviews.plot_confusion_matrix(
     reviews.confusion_matrix(bow0.predict(test.texts), test.labels),
@@ -1555,13 +1815,13 @@ for p_true, text, y in sorted(wrong):
 assert len(wrong) == len(test) - int(cm.diag().sum())
 
 # %% [markdown]
-# Most of them are the hard cases the data set was written to contain: praise words in a
+# Many of them are the hard cases the data set was written to contain: praise words in a
 # complaint ("I really liked the trailer.", "The smile at reception was the warmest thing in the
 # room."), verdicts that need world knowledge ("The pharmacist spotted a clash between two of my
-# medicines." is good news), understatement ("Save your money."). After one epoch the model is
-# still cautious: no mistake gives the true label less than 0.18. Trained longer, classifiers
-# tend to become confidently wrong on some reviews, so their probabilities should not be read as
-# how often they are right.
+# medicines." is good news), idioms ("Save your money.", "Good luck getting anyone on the
+# phone."). Others are plainly worded ("The puzzle book kept me happily busy for weeks."). Some
+# mistakes are confident: the first two give the true label 0.05 and 0.07, so a high
+# probability from this model does not guarantee a right answer.
 #
 # Finally, the `classify_sentiment(text)` of this section's first example, returning a label and
 # a probability, now from a model that has learned the task.
@@ -1584,40 +1844,51 @@ assert classify_sentiment(bad_review)[0] == "negative"
 
 # %% [markdown]
 # The review that turns around halfway ("I was sure I would hate it, but it won me over.") is
-# right, with little confidence (0.62): this is where 700 examples are thin. More (and more
-# varied) labelled reviews and a larger model (next section) are the ways to push further.
+# wrong here: seed 0's model calls it negative (0.60), while the `Trainer`'s model, in the
+# pipeline above, called it positive (0.67). Two runs of the same recipe disagree on it; this is
+# where 700 examples are thin. More (and more varied) labelled reviews and a larger model (next
+# section) are the ways to push further.
 
 # %% [markdown]
 # ## 6. A bigger BERT, on a GPU
 #
-# In Colab, with internet access, set
+# In Colab, with internet access, replace the line `MODEL = minilm_path()` in section 5's first
+# code cell by these lines, and run section 5 again from that cell:
 #
 # ```python
+# from transformers import AutoModel, AutoTokenizer
+#
 # MODEL = "bert-base-uncased"
+# tokenizer = AutoTokenizer.from_pretrained(MODEL)
+# ours = bert_from_hf(AutoModel.from_pretrained(MODEL))  # for the baselines
 # ```
 #
-# at the start of section 5 and run the same cells; add `tokenizer = AutoTokenizer.from_pretrained(MODEL)`
-# for completeness (the vocabulary is the same, so the tokens and ids do not change). What
-# changes:
+# The classifiers load from `MODEL`; the k-NN and probe baselines embed with `ours`, so it must
+# be rebuilt from the same checkpoint. The tokenizer changes nothing here (the vocabulary is
+# the same, so the tokens and ids do not change), but it keeps the code right for any
+# checkpoint. What changes:
 #
 # * **Size.** `bert-base-uncased` has 12 layers of width 768 (12 heads of 64, feed-forward 3072):
 #   about 110 million parameters, five times MiniLM's, and about eight times the arithmetic per
 #   token. The numbers below come from the course's own `BertEncoder` with `bert-base-uncased`'s
-#   sizes (the defaults of `BertConfig`), so nothing is downloaded.
-# * **Time.** On a laptop CPU each step would take about eight times longer: minutes instead of
-#   seconds. On a GPU (Colab: *Runtime → Change runtime type → T4 GPU*; `get_device()` then
-#   returns `cuda` and `.to(get_device())` above moves the model) a step takes milliseconds, and
-#   you can afford a larger data set, longer reviews and more epochs.
-# * **The pooler.** `bert-base-uncased`'s pooler *was* trained (on next-sentence prediction), so
-#   its `[CLS]` route to the classifier starts in better shape than MiniLM's.
-# * **Hyperparameters.** The usual recipe for BERT-base is a learning rate of 2e-5 to 5e-5, 2 to 4
-#   epochs and a batch size of 16 or 32; larger models tolerate smaller learning rates better.
-# * **Results.** Expect the accuracy to change by a few points on 200 test reviews; with this
-#   little data the test set's noise (one review is half a point) is as large as the difference
-#   between the models. Compare on the same split, and over several seeds, before you conclude.
+#   sizes (the defaults of `BertConfig`), with random weights: only the sizes matter here.
+# * **Time.** A step's time grows about as its arithmetic does, so on the same CPU expect each
+#   step to take about eight times as long (an estimate from the arithmetic, not a measurement):
+#   a fine-tuning run of section 5, which takes tens of seconds, would take minutes. A GPU is
+#   the way out (Colab: *Runtime → Change runtime type → T4 GPU*): `get_device()` then returns
+#   `cuda`, and `.to(get_device())` in section 5 moves the model there.
+# * **The pooler.** `bert-base-uncased`'s pooler *was* trained (on next-sentence prediction, the
+#   second objective of section 3), so its `[CLS]` route to the classifier starts in better shape
+#   than MiniLM's.
+# * **Hyperparameters.** The recipe of the BERT paper for fine-tuning BERT-base is a learning
+#   rate of 2e-5 to 5e-5, 2 to 4 epochs and a batch size of 16 or 32. Its rates are 2 to 15
+#   times smaller than the two rates tried in section 5 (1e-4 and 3e-4), so change the
+#   candidates to rates from that range and let the dev split choose again.
+# * **Results.** With 200 test reviews one review is half a point: compare on the same split, over several seeds,
+#   before you conclude that one model is better.
 
 # %%
-# bert-base-uncased's sizes, random weights: nothing downloaded
+# bert-base-uncased's sizes, random weights
 base = BertEncoder(BertConfig())
 
 
@@ -1666,8 +1937,6 @@ del base
 # half of itself per layer, so after $L$ layers its share of itself is $2^{-L}$.
 
 # %%
-from collections import Counter
-
 from transformer_course.interpret import (
     attention_rollout,
     leave_one_out,
@@ -1734,8 +2003,8 @@ assert 0.5 < rollout[:, 0].min() and rollout[:, 0].max() < 0.7
 # are chapter 05's parking heads, compounded. A head that parks on `[CLS]` moves little
 # information (its "no-op"), but rollout counts weights, not information, and multiplies them
 # over six layers. The same few tokens therefore come out on top whatever the sentence says;
-# the experiment below leaves `[CLS]` and `[SEP]` out of every ranking for that reason. As
-# flow:
+# the experiment below leaves `[CLS]` and `[SEP]` out of every ranking for that reason, and
+# runs a second time with the punctuation left out as well. As flow:
 
 # %% caption="The rollout of the sentence as flow: each token's three largest sources, lines under 0.05 left out. Every token's thick line goes to [CLS] and a thin one to [SEP]; only the full stop has a third line, to itself." alt="A flow diagram with the 16 tokens of the sentence listed twice, queries on the left and keys on the right. A thick line runs from every token on the left to [CLS] on the right, a thin line from every token to [SEP], and one very thin horizontal line from the full stop to itself."
 ax = plot_attention_flow(
@@ -1759,7 +2028,7 @@ plt.show()
 # answered that whether attention explains a prediction depends on what one means by
 # "explanation", and that those alternative weights, searched for one example at a time, were
 # given too much freedom. We run a test of our own on the classifier of section 5, on the
-# first 50 test reviews (occlusion runs the model once per token, so we keep this part small).
+# first 50 test reviews (occlusion runs the model once more for every token of a review).
 #
 # The other measure is **leave-one-out occlusion**: delete one token, classify the shorter
 # review again and see how far the probability of the model's answer falls. That measures what
@@ -1810,38 +2079,59 @@ for name in ("attention", "rollout"):
     print(f"{name:22s} {agreement[name][0]:24.0%} {agreement[name][1]:14.0%}")
 chance = [(1 / n_words).mean().item(), (3 / n_words).mean().item()]
 print(f"{'random ranking':22s} {chance[0]:24.0%} {chance[1]:14.0%}")
+print(
+    "attention's top-1 agreement is "
+    f"{agreement['attention'][0] / chance[0]:.1f} times chance"
+)
 for name in ("attention", "rollout", "occlusion"):
     top_tokens = [r["tokens"][int(r[name].argmax())] for r in rankings]
     favourites = Counter(top_tokens).most_common(5)
-    print(
-        f"top token by {name:9s}: "
-        + ", ".join(f"{t!r} x{c}" for t, c in favourites)
+    line = f"top token by {name:9s}: " + ", ".join(
+        f"{t!r} x{c}" for t, c in favourites
     )
-# above chance, mostly wrong
-assert agreement["attention"][0] > 2 * chance[0]
-assert agreement["attention"][0] < 0.5
-# rollout's favourite: the full stop
-assert all(r["tokens"][int(r["rollout"].argmax())] == "." for r in rankings)
-assert agreement["rollout"][0] < chance[0]
-assert agreement["rollout"][1] > chance[1]
+    print(textwrap.fill(line, 78, subsequent_indent=" " * 24))
+# the same test with punctuation tokens left out of every ranking
+is_word = [
+    torch.tensor([any(c.isalnum() for c in t) for t in r["tokens"]])
+    for r in rankings
+]
+print("punctuation left out of every ranking:")
+for name in ("attention", "rollout"):
+    words_only = [
+        sum(
+            top_k_overlap(r[name][w], r["occlusion"][w], k)
+            for r, w in zip(rankings, is_word)
+        )
+        / len(rankings)
+        for k in (1, 3)
+    ]
+    print(f"{name:22s} {words_only[0]:24.0%} {words_only[1]:14.0%}")
+n_kept = torch.tensor([float(w.sum()) for w in is_word])
+print(
+    f"{'random ranking':22s} {(1 / n_kept).mean():24.0%} "
+    f"{(3 / n_kept).mean():14.0%}"
+)
 
 # %% [markdown]
-# What the numbers show (the cell asserts each of these). The token that `[CLS]` attends to most
-# in the last layer is the token whose deletion matters most more than twice as often as a
-# random pick would be. So attention is related to what the model uses, which is Wiegreffe &
-# Pinter's point: it is not noise. But in most reviews its favourite token is *not* the one the
-# decision rests on most, so a picture of attention cannot be read as the reason for a
-# prediction, which is Jain & Wallace's point. Rollout ranks the full stop first in every review,
-# so its top-1 agreement is below chance, while its top three overlap with occlusion's more often
-# than chance. Keep two limits in mind: occlusion is itself one measure among several (a
-# text with a word cut out is not a natural text, and of two words that say the same thing,
-# deleting either may change little), and 50 reviews are a small sample, where one review is
-# two percentage points.
+# What the numbers show. The token that `[CLS]` attends to most in the last layer is the token
+# whose deletion matters most in 48 % of the reviews, 5.8 times as often as a random pick. So
+# attention is related to what the model uses, which is Wiegreffe & Pinter's point: it is not
+# noise. But in the other half of the reviews its favourite token is *not* the one the decision
+# rests on most, so a picture of attention cannot be read as the reason for a prediction, which
+# is Jain & Wallace's point. Rollout ranks the full stop first in every review, and the full
+# stop is occlusion's top token in only one of the 50 (2 %), so with the punctuation in the
+# ranking its top-1 agreement falls below chance. With the punctuation left out of every
+# ranking, rollout's top token is occlusion's in 40 % of the reviews, against 10 % for a random
+# pick and 48 % for attention, and its top three overlap with occlusion's 40 % of the time,
+# against 29 % by chance. Keep two
+# limits in mind: occlusion is itself one measure among several (a text with a word cut out is
+# not a natural text, and of two words that say the same thing, deleting either may change
+# little), and 50 reviews are a small sample, where one review is two percentage points.
 
 # %% [markdown]
 # One review, token by token:
 
-# %% caption="The first test review, one row per token, scored three ways. Left: the last layer's attention from [CLS] (heads averaged), highest on 'flash'. Middle: the rollout from [CLS], highest on the full stop. Right: how far the probability of the model's answer drops when the token is deleted, between about -0.04 and 0.06, largest for 'but'." alt="Three horizontal bar charts side by side sharing the tokens of the review 'the coat isn't flashy, but it's the warmest i've ever owned.' as rows. Blue (attention): one long bar at 'flash', short ones elsewhere. Green (rollout): bars of similar length, the longest at the full stop. Red (drop when deleted): bars to both sides of zero, the longest to the right at 'but', then 'i' and 'warm', the longest to the left at 'flash'."
+# %% caption="The first test review, one row per token, scored three ways. Left: the last layer's attention from [CLS] (heads averaged), highest on 'flash'. Middle: the rollout from [CLS], highest on the full stop. Right: how far the probability of the model's answer drops when the token is deleted, between about -0.01 and 0.03, largest for 'but'." alt="Three horizontal bar charts side by side sharing the tokens of the review 'the coat isn't flashy, but it's the warmest i've ever owned.' as rows. Blue (attention): one long bar at 'flash', short ones elsewhere. Green (rollout): bars of similar length, the longest at the full stop. Red (drop when deleted): bars to both sides of zero, the longest to the right at 'but', then 'warm' and 't', the longest to the left at 'flash'."
 example = rankings[0]
 fig, axes = plt.subplots(
     1, 3, figsize=(6.6, 0.32 * len(example["tokens"]) + 1.6), sharey=True
@@ -1872,47 +2162,54 @@ print(
     "top token by "
     + ", ".join(f"{name}: {tok!r}" for name, tok in top_by.items())
 )
+enc0 = tokenizer(test.texts[0], return_tensors="pt").to(get_device())
+with torch.no_grad():
+    p_answer = clf(**enc0).logits.softmax(-1).max().item()
 print(
-    "largest drop in P(answer) from deleting one token: "
+    f"P(answer) {p_answer:.2f}; largest drop from deleting one token: "
     f"{example['occlusion'].max():.4f}"
 )
-assert top_by["rollout"] == "."
 
 # %% [markdown]
-# Read the three bars of each token side by side, and note the scale of the occlusion bars: a
-# confident model barely moves when one token goes, whichever token it is. That is why the test
-# above compares rankings, not sizes; a token's effect is better seen in the logits, or by
-# deleting several tokens at once.
+# Read the three bars of each token side by side, and note the scale of the occlusion bars: the
+# model gives its answer a probability of 0.94, and no single deletion lowers it by more than
+# 0.0318. That is why the test above compares rankings, not sizes; a token's effect is better
+# seen in the logits, or by deleting several tokens at once.
 
 # %% [markdown]
 # ## Summary
 #
-# * BERT's tokenizer splits words into WordPiece pieces (`##` continues a word), wraps the input
-#   in `[CLS] ... [SEP]`, marks sentence B with token type 1 and padding with attention mask 0.
-# * Attention heads show recognisable patterns, including a pronoun looking at a noun across a
-#   `[SEP]`, but changing one word showed that such a head follows a heuristic rather than the
-#   meaning: measure before you interpret.
+# * BERT's tokenizer splits words into WordPiece pieces (`##` continues a word; a word with a
+#   character outside the vocabulary becomes `[UNK]`), wraps the input in `[CLS] ... [SEP]`, marks sentence B with token type 1 and padding with attention mask 0.
+# * Attention heads show recognisable patterns, including a head in which a pronoun looks at a
+#   noun across `[SEP]`; but other tokens look at that noun too, and changing one word showed
+#   that such a head follows a heuristic rather than the meaning: measure before you interpret.
 # * BERT is the encoder of chapter 07 with learned position and token-type embeddings, an
 #   embedding LayerNorm, GELU and $\varepsilon = 10^{-12}$. The course's `BertEncoder` runs
-#   MiniLM's weights and matches `BertModel` to about $10^{-5}$.
+#   MiniLM's weights and matches `BertModel` to a few millionths.
 # * Mean pooling over the attention mask gives sentence embeddings that padding does not
-#   change; cosine similarity between them finds paraphrases that share no words.
+#   change; cosine similarity between them finds paraphrases that share few or no words, and a
+#   semantic search found answers that share no word with the question.
 # * BERT learned by **masked language modelling**: 15 % of the tokens chosen, 80 / 10 / 10
 #   `[MASK]` / random / kept, the loss at the chosen positions. A 2-layer encoder of our own,
-#   pre-trained that way for 500 steps on Python's documentation, beats the unigram baseline on
-#   held-out text, modestly; converted to `BertForMaskedLM`, it answers `pipeline("fill-mask")`.
+#   pre-trained that way for 500 steps on Python's documentation, beats the most-frequent-token
+#   baseline on held-out text mostly where the input already held the answer; at `[MASK]` it is
+#   barely better. Converted to `BertForMaskedLM`, it answers `pipeline("fill-mask")`.
 # * A freshly loaded classification head is random, and transformers' load report says so: its
-#   "confidence" is noise and its accuracy is chance.
+#   "confidence" is noise and its accuracy is chance. The head itself is a dozen lines on our
+#   own encoder (`[CLS]`, pooler, linear layer) and gives Hugging Face's scores.
 # * An evaluation that would pass review makes every choice on a dev split, reports mean ±
 #   standard deviation over seeds, and uses the test set once. Here: bag of words 72 % < a linear
-#   probe on frozen embeddings 82 % (sentiment is linearly decodable; 1-nearest-neighbour is near
-#   chance because cosine similarity measures topic) < fine-tuning 85 %, and Hugging Face's
-#   `Trainer` with a `Dataset`, `DataCollatorWithPadding` and a metric function lands a point
-#   from our own loop.
+#   probe on frozen embeddings 82 % (sentiment is linearly decodable, although 1-nearest-neighbour
+#   is near chance on dev: the nearest review is about the same thing, not of the same opinion)
+#   < fine-tuning 88 %. Hugging Face's `Trainer`, with a `Dataset`, `DataCollatorWithPadding`
+#   and a metric function, lands within the range of our own loop's seeds.
+# * A bigger BERT, `bert-base-uncased`, runs the same cells after the few changes of section 6:
+#   4.8 times the parameters and 8 times the arithmetic per token, and a smaller learning rate.
 # * Attention rollout multiplies the layers' head-averaged attention, each mixed with the identity
 #   for the residual path; in MiniLM it is dominated by `[CLS]`. Compared with deleting tokens, the
-#   classifier's `[CLS]` attention finds the most important token more often than chance, but not
-#   in most reviews: a clue to check, not an explanation.
+#   classifier's `[CLS]` attention finds the most important token in 48 % of the reviews, 5.8
+#   times as often as chance, and misses it in the rest: a clue to check, not an explanation.
 
 # %% [markdown]
 # ## Exercises
@@ -1959,8 +2256,8 @@ assert small_trophy[layer, head] > small_suitcase[layer, head]
 # The head that gives "trophy" the most weight is layer 3, head 1, the head that linked "it" to
 # "umbrella" and to "animal" in section 2: 0.62 to "trophy" against 0.15 to "suitcase". With "too
 # small", where "it" is the suitcase, it still prefers the trophy (0.65 against 0.12). As with
-# "tired" and "wide", the head follows a pattern (a pronoun looks at the subject of the sentence
-# before it), not the meaning that decides what "it" refers to.
+# "tired" and "wide", the head follows a pattern (look at "trophy", whatever "it" means), not
+# the meaning that decides what "it" refers to.
 
 # %% [markdown]
 # **2. Which vector to probe?** The linear probe of section 5 read mean-pooled embeddings.

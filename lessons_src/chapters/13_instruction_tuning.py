@@ -4,8 +4,15 @@
 # Chapter 11 loaded SmolLM2-135M-Instruct, a model that already follows instructions in a chat
 # format. Chapter 09 trained a small Transformer from scratch to rewrite dates such as
 # `3rd of March, 2021` in ISO form, `2021-03-03`. This chapter puts the two together: we
-# **teach the pretrained model the date task** with 128 examples, on a laptop CPU,
-# and measure exactly what it gained and what it lost.
+# **teach the pretrained model the date task** with 128 examples, in 16 training steps that
+# run on a CPU, and measure exactly what it gained and what it lost.
+#
+# *Instruction tuning* in the wide sense turns a **base** model, which only continues text, into
+# an assistant: it is trained further on many varied (instruction, answer) conversations, with the
+# loss on the answers. SmolLM2-135M-Instruct is the base SmolLM2-135M after that step (and a
+# further one on preferences; Hugging Face, 2024). Here we apply the same recipe, supervised
+# fine-tuning on chat-formatted pairs, to a model that has been through it already, to teach it
+# **one narrow task**: task-specific fine-tuning. The tools are the same either way.
 #
 # 1. **Before**: how well does the untuned model do, scored by exact match on dates it will
 #    never see in training?
@@ -15,8 +22,8 @@
 #    matrices, built in a dozen lines and checked against the `peft` library.
 # 4. **Training two ways**: with the course's loop (`fit`, chapter 09) and with `trl`'s
 #    `SFTTrainer`, on the same data, schedule and seed.
-# 5. **After**: the same held-out score, the adapter switched on and off, merged into the
-#    weights, saved, and what the tuning cost the model elsewhere.
+# 5. **After**: the same held-out score, the adapter switched on and off, saved, merged into
+#    the weights, and what the tuning cost the model elsewhere.
 
 # %% tags=["remove-cell"]
 import warnings
@@ -31,10 +38,13 @@ datasets.disable_progress_bars()
 
 # %%
 import copy
+import datetime as dt
 import math
+import re
 import tempfile
 import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -49,7 +59,12 @@ from transformer_course.instruct import (
     pad_batch,
 )
 from transformer_course.pretrained import load_smollm2
-from transformer_course.tasks.dates import make_splits
+from transformer_course.tasks.dates import (
+    FORMATS,
+    make_splits,
+    render_date,
+    wrong_fields,
+)
 from transformer_course.training import fit, warmup_decay
 from transformer_course.utils import (
     count_parameters,
@@ -64,27 +79,36 @@ device = get_device()
 # %% [markdown]
 # `get_device()` picks a GPU when there is one, the CPU otherwise.
 #
-# The model is SmolLM2-135M-Instruct, as in chapter 11. Its weights here were stored in 4 bits
-# per weight (the Q4_1 format) and are expanded to 32-bit floats when they are loaded, so the
-# model we tune is an ordinary float32 model.
+# The model is SmolLM2-135M-Instruct, as in chapter 11, in the same quantised copy (`gguf`):
+# most matrices stored in blocks of 4-bit numbers with a scale and an offset per block (Q4_1,
+# 5 bits per weight), and the embedding, which is also the output layer, at 8.5 bits per
+# weight (Q8_0). The weights are expanded to 32-bit floats when they are loaded, but they keep
+# the rounding error of the quantisation. So this chapter trains LoRA adapters on a frozen base
+# that carries 4-bit rounding error, which is QLoRA's setting (Dettmers et al., 2023), except
+# that we compute in float32 rather than in 4 bits. The original bfloat16 weights can score
+# differently.
 
-# %% tags=["nbval-ignore-output"]
-t0 = time.perf_counter()
-tok, base, source = load_smollm2()
-if base.hf_quantizer is not None:  # float32 now: drop the 4-bit label,
-    base.hf_quantizer.remove_quantization_config(base)  # or Trainer refuses
-base.to(device)
-print(f"loaded in {time.perf_counter() - t0:.0f} s")
-assert next(base.parameters()).dtype == torch.float32  # plain float32
+# %%
+tok, base, source = load_smollm2(device)
+print(f"weights from {source}: {base.dtype}, on {device}")
+
+# %% tags=["remove-cell"]
+# the Trainer refuses a model marked as read from a quantised file
+if base.hf_quantizer is not None:
+    base.hf_quantizer.remove_quantization_config(base)
 
 # %% [markdown]
 # ## The task, and the model before tuning
 #
-# Chapter 09's data: a date drawn from 1950–2049 is written in one of chapter 09's formats (words,
-# ordinals, weekdays, two-digit years, lower or upper case), and the answer is its ISO form.
-# `make_splits` keeps the *dates* of the held-out set out of the training set in every format,
-# so a correct held-out answer cannot be remembered, only worked out. We take 128 training
-# examples and 40 held-out ones, and ask in plain words.
+# Chapter 09's data: a date drawn from 1950–2049 is written in one of chapter 09's 15 formats:
+# numeric (ISO, compact `19771118`, month/day/year with slashes, day.month.year with dots, with
+# four-digit or two-digit years), with the month in words, with ordinals, with weekdays, in lower
+# or upper case. The answer is its ISO form. Three conventions of the data are never stated in
+# the question: a two-digit year `yy` means 19yy for yy ≥ 50 and 20yy below (`'34` is 2034), a
+# slash means month/day, and a dot means day.month. `make_splits` keeps the *dates* of the
+# held-out set out of the training set in every format, so a correct held-out answer cannot be
+# remembered, only worked out. We take 128 training examples and 40 held-out ones, and ask in
+# plain words.
 
 # %%
 N_TRAIN, N_TEST = 128, 40
@@ -96,31 +120,33 @@ train_dates = {ex.date for ex in splits.train}
 print(f"{N_TRAIN} training examples on {len(train_dates)} dates;")
 print(f"{N_TEST} held-out dates, none of them in training:", end=" ")
 print(not train_dates & {ex.date for ex in splits.test})
-assert not train_dates & {ex.date for ex in splits.test}
 
 # %% [markdown]
 # To ask the model, we render the question with its chat template (chapter 11), let it answer
 # greedily (always the most likely next token, so the answer is reproducible) and compare the
 # answer with the ISO date, character for character: **exact match**. The prompts of a batch
-# have different lengths, so they are padded on the left, where the attention mask hides the
-# padding.
+# have different lengths, so they are padded on the left (`padding_side = "left"`), where the
+# attention mask hides the padding and the answer can follow each prompt's last token directly.
 
 
 # %%
-def chat_prompt(question: str) -> str:
-    user = [{"role": "user", "content": question}]
+def chat_prompt(question, context=()):
+    """``question`` as the user's turn, after the messages ``context``."""
+    messages = [*context, {"role": "user", "content": question}]
     return tok.apply_chat_template(
-        user, tokenize=False, add_generation_prompt=True
+        messages, tokenize=False, add_generation_prompt=True
     )
 
 
 @torch.inference_mode()
-def answer(model, questions, max_new_tokens=12, batch_size=20):
+def answer(model, questions, context=(), max_new_tokens=12, batch_size=40):
     """The model's greedy answers to ``questions``, one string each."""
     model.eval()
+    tok.padding_side = "left"
     out = []
     for i in range(0, len(questions), batch_size):
-        texts = [chat_prompt(q) for q in questions[i : i + batch_size]]
+        chunk = questions[i : i + batch_size]
+        texts = [chat_prompt(q, context) for q in chunk]
         batch = tok(texts, return_tensors="pt", padding=True).to(device)
         ids = model.generate(
             **batch, max_new_tokens=max_new_tokens, do_sample=False
@@ -143,11 +169,25 @@ def show(answers, examples, n=6):
         print(f"{mark} {e.source[:30]!r:33} {e.target}  {a[:24]!r}")
 
 
+def only_a_date(a):
+    """Is the answer one ISO-shaped date and nothing else?"""
+    return re.fullmatch(r"\d{4}-\d{2}-\d{2}", a) is not None
+
+
+def date_then_more(a):
+    """Does the answer start with an ISO-shaped date and then go on?"""
+    return re.match(r"\d{4}-\d{2}-\d{2}.", a) is not None
+
+
 questions = [PROMPT.format(e.source) for e in splits.test]
 before = answer(base, questions)
 em_before, starts_before = score(before, splits.test)
 print(f"exact match before tuning: {em_before:.1%}", end="; ")
 print(f"answer starts with the date: {starts_before:.1%}")
+n_dates = sum(only_a_date(a) for a in before)
+n_more = sum(date_then_more(a) for a in before)
+print(f"answers that are one ISO date and nothing else: {n_dates} of {N_TEST}")
+print(f"answers with an ISO date, then more text: {n_more} of {N_TEST}")
 show(before, splits.test)
 
 # %% tags=["remove-cell"]
@@ -156,11 +196,45 @@ assert em_before <= 0.2
 # %% [markdown]
 # The untuned model gets 2.5 % exactly right. Some answers begin with the right date and then
 # go on (a space and a digit above, where the cap of 12 new tokens cuts them off); strict exact
-# match counts them as wrong,
-# and it should: a program that reads the answer needs the date and nothing else. The second
-# number, 17.5 % of answers that *start* with the right date, shows how little of the skill is
-# there before tuning: the model also copies the question back, or misreads the month or the
-# day.
+# match counts them as wrong, and it should: a program that reads the answer needs the date and
+# nothing else. The second number, 17.5 % of answers that *start* with the right date, shows how
+# little of the skill is there before tuning: the model also copies the question back, or
+# misreads the month or the day.
+#
+# This is a zero-shot score on a question that leaves the data's conventions unsaid. A fairer
+# baseline without any training states them, with the instruction, in the system message, and
+# puts three worked examples from the training set before the question, as earlier turns of the
+# conversation (a *few-shot* prompt):
+
+# %%
+RULES = (
+    "Write the date in ISO 8601 form (YYYY-MM-DD), nothing else. "
+    "A two-digit year yy means 19yy if yy >= 50, else 20yy; "
+    "a/b/yy is month/day/year; a.b.yy is day.month.year."
+)
+shots = [
+    next(e for e in splits.train if e.format == f)
+    for f in ("us_slash_short", "eu_dot_short", "weekday_short")
+]
+few_shot = [{"role": "system", "content": RULES}]
+for e in shots:
+    few_shot.append({"role": "user", "content": e.source})
+    few_shot.append({"role": "assistant", "content": e.target})
+for line in chat_prompt(splits.test[0].source, few_shot).splitlines():
+    print(textwrap.fill(line, 80))
+hinted = answer(base, [e.source for e in splits.test], context=few_shot)
+em_hinted, starts_hinted = score(hinted, splits.test)
+print(f"\nexact match, few-shot: {em_hinted:.1%}", end="; ")
+print(f"starts with the date: {starts_hinted:.1%}")
+n_dates = sum(only_a_date(a) for a in hinted)
+print(f"answers that are one ISO date and nothing else: {n_dates} of {N_TEST}")
+show(hinted, splits.test)
+
+# %% [markdown]
+# The conventions and three examples lift the untuned model from 2.5 % to 22.5 % exact match,
+# and with examples to copy, 30 of its 40 answers are one ISO date and nothing else; but more
+# than three answers in four are still wrong, some partly copied from an example (`'2018-02-23'`
+# for `'23-oct-62'`). That is the score to beat with training.
 #
 # ## Instruction data the way the model expects it
 #
@@ -168,63 +242,179 @@ assert em_before <= 0.2
 # examples are rendered the same way: a system message, the user's turn, the assistant's turn,
 # each framed by `<|im_start|>` and `<|im_end|>`. We want the model to learn to *produce the
 # answer*, not to predict the prompt, so the labels are the token ids only on the answer and the
-# end of its turn, and $-100$ everywhere else: PyTorch's cross-entropy (and every 🤗 model's
-# loss) skips the label $-100$.
+# end of its turn, and $-100$ everywhere else: PyTorch's cross-entropy (and the loss of every
+# Hugging Face model) skips the label $-100$.
 #
-# `chat_example` renders the prompt alone (with the opening of the assistant's turn) and the
-# whole exchange, checks that the first is a prefix of the second, and puts the loss on the
-# rest:
+# Rendered twice, once as the prompt alone (with the opening of the assistant's turn, as when we
+# ask a question) and once as the whole exchange, the first must be a prefix of the second; the
+# labels are then $-100$ for the prefix and the token ids for the rest:
+
+
+# %%
+def answer_only_labels(prompt_ids, full_ids):
+    """-100 on the prompt's tokens, the token ids on the rest."""
+    assert full_ids[: len(prompt_ids)] == prompt_ids, "not a prefix"
+    n = len(prompt_ids)
+    return [IGNORE] * n + full_ids[n:]
+
+
+first = splits.train[0]
+user = [{"role": "user", "content": PROMPT.format(first.source)}]
+full = [*user, {"role": "assistant", "content": first.target}]
+prompt_ids = tok.apply_chat_template(
+    user, add_generation_prompt=True, return_dict=False
+)
+full_ids = tok.apply_chat_template(full, return_dict=False)
+labels = answer_only_labels(prompt_ids, full_ids)
+print(f"prompt: {len(prompt_ids)} tokens; whole exchange: {len(full_ids)}")
+print(f"tokens that carry loss: {sum(x != IGNORE for x in labels)}")
+
+# %% [markdown]
+# The package's `chat_example` does the same and returns `input_ids` and `labels`. It checks
+# the prefix because not every chat template has that property: some rewrite earlier turns when
+# a new one is added (for example, templates of reasoning models strip the reasoning block from
+# past answers), and in a text tokenised as one string the last characters of the prompt can
+# merge with the first of the answer into one token. Counting the prompt's tokens would then put
+# the labels in the wrong place, without any error:
 
 # %%
 show_source(chat_example)
 
+# %% [markdown]
+# Each token belongs to one part of the example: the system message, the instruction (with the
+# user's header), the typed date, the template's markers that close the question and open the
+# answer, and the answer. `token_parts` finds the parts from where each token sits in the
+# rendered text:
+
+
 # %%
-first = splits.train[0]
+def token_parts(text, typed):
+    """The token ids of the rendered ``text`` and the part each is in."""
+    enc = tok(text, return_offsets_mapping=True)
+    user_at = text.index("<|im_start|>user")
+    d0 = text.index(typed, user_at)
+    d1 = d0 + len(typed)
+    head = "<|im_start|>assistant\n"
+    a0 = text.index(head, d1) + len(head)
+    parts = []
+    for start, end in enc["offset_mapping"]:
+        if end <= user_at:
+            parts.append("system message")
+        elif end <= d0:
+            parts.append("instruction")
+        elif start < d1:
+            parts.append("typed date")
+        elif start < a0:
+            parts.append("markers")
+        else:
+            parts.append("answer")
+    return enc["input_ids"], parts
+
+
 ex = chat_example(tok, PROMPT.format(first.source), first.target)
+text = tok.apply_chat_template(full, tokenize=False)
+ids, parts = token_parts(text, first.source)
 pieces = tok.convert_ids_to_tokens(ex["input_ids"])
 n_loss = sum(label != IGNORE for label in ex["labels"])
-print(f"{len(pieces)} tokens, {n_loss} of them carry loss")
+print(f"{len(pieces)} tokens, {n_loss} of them carry loss:")
+for part, n in Counter(parts).items():
+    print(f"  {part:15} {n:3}")
+fixed = sum(p not in ("typed date", "answer") for p in parts)
+print(f"system message, instruction, markers: {fixed} of {len(pieces)}")
+n_instr = Counter()
+for e in splits.train:
+    text_e = chat_prompt(PROMPT.format(e.source))
+    n_instr[token_parts(text_e, e.source)[1].count("instruction")] += 1
+print("instruction tokens over the 128 training examples:")
+for n, k in sorted(n_instr.items()):
+    print(f"  {n} tokens in {k} examples")
 print(" position  token          label")
-for i in range(len(pieces) - 16, len(pieces)):
+for i in range(len(pieces) - 14, len(pieces)):
     label = ex["labels"][i]
     print(f"{i:9}  {pieces[i]!r:14} {label if label != IGNORE else '-100'}")
-assert ex["labels"][-n_loss:] == ex["input_ids"][-n_loss:]
-assert set(ex["labels"][:-n_loss]) == {IGNORE}
 
-# %% tags=["hide-input"] caption="The one training example above as the model reads it, token by token, in reading order. Only the answer and the end of the assistant's turn (orange) carry loss; the system message, the question and the template's markers (grey) have the label -100." alt="A grid of small boxes, one per token of the chat-formatted example, wrapped over several rows. All boxes are grey except the last ones: the digits of the ISO date, the two dashes, the end-of-turn marker and the newline, which are orange."
-fig, ax = plt.subplots(figsize=(6.9, 3.2))
-per_row, row_h = 12, 1.0
-for i, (piece, label) in enumerate(zip(pieces, ex["labels"])):
+# %% tags=["remove-cell"]
+assert ids == ex["input_ids"] and ex["labels"] == labels
+assert [p == "answer" for p in parts] == [x != IGNORE for x in ex["labels"]]
+
+# %% tags=["hide-input"] caption="The training example above as the model reads it, token by token, in reading order, coloured by the five parts counted above (⟨s⟩ and ⟨e⟩ stand for <|im_start|> and <|im_end|>, ␣ for a space, ⏎ for a newline). Only the tokens with a heavy black border carry loss: the answer's ten characters, the end of the assistant's turn and the newline after it. Everything before them has the label -100." alt="A grid of boxes, eight per row, one per token of the chat-formatted example, each holding the token's text. The first rows are grey (the system message), then blue (the instruction), green (the typed date), purple (the markers that close the user's turn and open the assistant's), and orange (the answer). Only the last twelve boxes, the digits and dashes of 2033-09-01, the end-of-turn marker and the newline, have a heavy black border."
+short = {"<|im_start|>": "⟨s⟩", "<|im_end|>": "⟨e⟩"}
+colour_of = {
+    "system message": "0.85",
+    "instruction": "#a6cee3",
+    "typed date": "#b2df8a",
+    "markers": "#cab2d6",
+    "answer": "#fdbf6f",
+}
+per_row = 8
+rows = math.ceil(len(pieces) / per_row)
+fig, ax = plt.subplots(figsize=(6.9, 0.42 * rows + 0.6))
+for i, (piece, part, label) in enumerate(zip(pieces, parts, ex["labels"])):
     r, c = divmod(i, per_row)
     loss_here = label != IGNORE
     ax.add_patch(
         plt.Rectangle(
-            (c, -r * row_h),
+            (c + 0.03, -r + 0.05),
             0.94,
             0.8,
-            color="tab:orange" if loss_here else "0.85",
+            facecolor=colour_of[part],
+            edgecolor="black" if loss_here else "none",
+            linewidth=2.2 if loss_here else 0,
         )
     )
-    text = piece.replace("Ġ", "␣").replace("Ċ", "⏎")
-    text = text if len(text) <= 5 else text[:4] + "…"
-    ax.text(c + 0.47, -r * row_h + 0.4, text, ha="center", va="center")
-rows = math.ceil(len(pieces) / per_row)
+    shown = short.get(piece, piece.replace("Ġ", "␣").replace("Ċ", "⏎"))
+    ax.text(c + 0.5, -r + 0.45, shown, ha="center", va="center", fontsize=8)
+handles = [
+    plt.Rectangle((0, 0), 1, 1, facecolor=c, label=p)
+    for p, c in colour_of.items()
+]
+handles.append(
+    plt.Rectangle(
+        (0, 0),
+        1,
+        1,
+        facecolor="white",
+        edgecolor="black",
+        linewidth=2.2,
+        label="carries loss",
+    )
+)
+ax.legend(
+    handles=handles,
+    loc="upper center",
+    bbox_to_anchor=(0.5, 0.0),
+    ncol=6,
+    fontsize=8,
+    frameon=False,
+    handlelength=1.2,
+    columnspacing=1.0,
+)
 ax.set_xlim(0, per_row)
-ax.set_ylim(-(rows - 1) * row_h - 0.1, 0.9)
+ax.set_ylim(-rows + 0.9, 0.95)
 ax.axis("off")
 plt.show()
 
 # %% [markdown]
-# Why not the whole sequence? Loss on the answer only is the common convention, for three
-# reasons, though not a settled one: Shi et al. (2024, *Instruction Tuning With Loss Over
-# Instructions*) found that loss on the instruction too can help when answers are short and
-# data are few, as here (exercise 3 looks at the share of tokens). The reasons: the system message and the template are the same in
-# every example: learning to predict them is easy and teaches nothing about dates, yet with
-# the loss on every token they would make up most of it and dilute the signal of the few tokens
-# that matter (exercise 3 counts them). The question is the *input*: a model that learns to
-# predict dates people type learns a distribution we do not care about. And the end-of-turn
-# token carries loss on purpose: it teaches the model to stop after the date, which the untuned
-# model did not do.
+# The system message and the markers are the same in every example. The instruction is our
+# fixed sentence, with 25 or 26 tokens: when the typed date starts with a digit, the space
+# before it is a token of its own (the tokenizer splits numbers into single digits), and
+# `token_parts` counts that space with the instruction. In the example above these three parts
+# are 52 of the 73 tokens.
+#
+# Why not put the loss on the whole sequence? Loss on the answer only is the common convention,
+# for two reasons. The system message, the markers and our instruction repeat in every example:
+# learning to predict them teaches nothing about dates, and with the loss on every token they
+# would dominate the loss, against the few tokens that matter (exercise 3 measures each part's
+# loss). The typed date is the *input*: a model that learns to predict dates
+# people type learns a distribution we do not care about. The convention is not settled: Shi et
+# al. (2024, *Instruction Tuning With Loss Over Instructions*) found that loss on the
+# instruction too can help when answers are short and data are few, as here.
+#
+# The answer's part ends with the end-of-turn token `<|im_end|>`, and it carries loss on
+# purpose: it teaches the model to stop after the date. Before tuning, 3 of the 40 answers
+# were one ISO date and nothing else, and 20 began with an ISO-shaped date and went on. The
+# template's newline after `<|im_end|>` carries loss too; learning it does no harm, since
+# generation stops at `<|im_end|>`.
 #
 # ## LoRA: a low-rank update
 #
@@ -234,8 +424,10 @@ plt.show()
 # frozen and learns a correction of low rank $r$:
 #
 # $$
-# W' = W + \frac{\alpha}{r}\, B A, \qquad
-# A \in \mathbb{R}^{r \times d_\text{in}},\; B \in \mathbb{R}^{d_\text{out} \times r}.
+# \begin{aligned}
+# W' &= W + \frac{\alpha}{r}\, B A, \\
+# A &\in \mathbb{R}^{r \times d_\text{in}},\quad B \in \mathbb{R}^{d_\text{out} \times r}.
+# \end{aligned}
 # $$
 #
 # * $B$ starts at zero, so $W' = W$ at the start: training begins from the pretrained model
@@ -243,13 +435,42 @@ plt.show()
 # * The rank $r$ says how many directions the update can use: $r (d_\text{in} + d_\text{out})$
 #   numbers instead of $d_\text{in} d_\text{out}$.
 # * $\alpha$ scales the update. The LoRA paper divides by $r$ so that a learning rate found for
-#   one rank works for another (later work argues for $\alpha/\sqrt r$ at large ranks);
-#   $\alpha = 2r$ is a common default.
-# * Which matrices: the LoRA paper adapted the attention's query and value projections and found
-#   that enough; adapting every linear layer (the MLP too) costs more parameters and compute
-#   (exercise 2 counts them) and sometimes helps on harder tasks.
+#   one rank works for another; Kalajdzievski (2023, rsLoRA) argues for $\alpha/\sqrt r$ at
+#   large ranks. $\alpha = 2r$ is a common default.
+# * Which matrices: the LoRA paper compared only the attention's four projections, under a fixed
+#   budget of trained parameters, and found that spreading the budget over several projections
+#   beats one projection at a higher rank: the query and value together at rank 4 tied all four
+#   at rank 2 on one task (WikiSQL) and trailed them slightly on another (MultiNLI). It did not
+#   try the MLP. Query and value are the paper's choice and `peft`'s long-standing default, and
+#   they are cheap; that is why we start with them. QLoRA (Dettmers et al., 2023) found that
+#   adapting all the linear layers of the block was needed to match full fine-tuning. More
+#   adapted matrices cost more parameters (exercise 2 counts them).
 #
-# The layer, in the package:
+# The layer is a frozen `nn.Linear` plus two small matrices, and its forward pass is one line:
+
+
+# %%
+class TinyLoRA(nn.Module):
+    """A frozen linear layer plus a trainable update (alpha / r) B A."""
+
+    def __init__(self, base: nn.Linear, r: int, alpha: float):
+        super().__init__()
+        self.base = base.requires_grad_(False)
+        d_in, d_out = base.in_features, base.out_features
+        bound = 1 / math.sqrt(d_in)  # A uniform in +-bound, as in peft
+        self.A = nn.Parameter(torch.empty(r, d_in).uniform_(-bound, bound))
+        self.B = nn.Parameter(torch.zeros(d_out, r))
+        self.scale = alpha / r
+
+    def forward(self, x):
+        return self.base(x) + self.scale * (x @ self.A.T @ self.B.T)
+
+
+# %% [markdown]
+# The package's `LoRALinear` is the same layer, with checks of its arguments, and $A$ and $B$
+# created on the device and with the dtype of the base weight. It draws $A$ with
+# `kaiming_uniform_(a=√5)`, which is the same distribution as `TinyLoRA`'s: uniform in
+# $\pm 1/\sqrt{d_\text{in}}$.
 
 # %%
 show_source(LoRALinear)
@@ -257,8 +478,8 @@ show_source(LoRALinear)
 # %% [markdown]
 # `peft` (Hugging Face's library of parameter-efficient methods) implements the same layer,
 # with more options (dropout on the input, several adapters per layer, merging). On one linear
-# layer with the same $W$, $A$ and $B$ (here $B$ random, so that the update is not zero), the two
-# must compute the same outputs:
+# layer with the same $W$, $A$ and $B$ (here $B$ random, so that the update is not zero), the
+# three must compute the same outputs:
 
 # %%
 from peft import LoraConfig, get_peft_model
@@ -267,18 +488,19 @@ from peft.tuners.lora import Linear as PeftLoraLinear
 small = nn.Linear(16, 12)
 small_config = LoraConfig(r=4, lora_alpha=8)
 theirs = PeftLoraLinear(small, "default", small_config, r=4, lora_alpha=8)
+tiny = TinyLoRA(copy.deepcopy(small), r=4, alpha=8)
 ours_small = LoRALinear(copy.deepcopy(small), r=4, alpha=8)
 with torch.no_grad():
     theirs.lora_B["default"].weight.normal_(generator=g)
-    ours_small.A.copy_(theirs.lora_A["default"].weight)
-    ours_small.B.copy_(theirs.lora_B["default"].weight)
+    for layer in (tiny, ours_small):
+        layer.A.copy_(theirs.lora_A["default"].weight)
+        layer.B.copy_(theirs.lora_B["default"].weight)
     x = torch.randn(5, 16, generator=g)
-    same = torch.allclose(ours_small(x), theirs(x), atol=1e-6)
     moved = (theirs(x) - small(x)).abs().max().item()
-print(f"the update changes the outputs by up to {moved:.2f}")
-print("LoRALinear and peft's LoRA layer give the same outputs:", same)
-assert same
-
+    print(f"the update changes the outputs by up to {moved:.2f}")
+    for name, layer in (("TinyLoRA", tiny), ("LoRALinear", ours_small)):
+        same = torch.allclose(layer(x), theirs(x), atol=1e-6)
+        print(f"{name} and peft's LoRA layer, same outputs: {same}")
 # %% [markdown]
 # SmolLM2 has 30 layers; each has four attention projections and three MLP matrices. We adapt
 # `q_proj` and `v_proj` with $r = 8$, $\alpha = 16$:
@@ -300,27 +522,44 @@ print(
 # %% [markdown]
 # Two copies of the pretrained model get the same adapters: one through `peft`
 # (`get_peft_model`), one through the package's `add_lora`, which freezes the model and wraps
-# every matching `nn.Linear`. We copy `peft`'s random $A$ matrices into ours, so that the two
-# start from the same point; with $B = 0$ both compute exactly what the pretrained model
-# computes.
+# every matching `nn.Linear` in a `LoRALinear`:
 
 # %%
-set_seed(0)
+show_source(add_lora)
+
+# %% [markdown]
+# `lora_pair` builds both from one seed and copies `peft`'s random $A$ matrices into ours, so
+# that the two start from the same point; with $B = 0$ both compute exactly what the pretrained
+# model computes. The last lines count what training needs besides the weights: a gradient and
+# AdamW's two running averages, one float32 number each, for every trained parameter.
+
+# %%
 config = LoraConfig(
     r=R, lora_alpha=ALPHA, target_modules=TARGETS, lora_dropout=0.0
 )
-peft_model = get_peft_model(copy.deepcopy(base), config)
-ours = copy.deepcopy(base)
-wrapped = add_lora(ours, TARGETS, r=R, alpha=ALPHA)
-with torch.no_grad():
-    for name in wrapped:
-        theirs_layer = peft_model.base_model.model.get_submodule(name)
-        ours.get_submodule(name).A.copy_(theirs_layer.lora_A["default"].weight)
+
+
+def lora_pair(seed):
+    """A peft model and a copy with `add_lora`, with the same random A's."""
+    set_seed(seed)
+    peft_model = get_peft_model(copy.deepcopy(base), config)
+    ours = copy.deepcopy(base)
+    wrapped = add_lora(ours, TARGETS, r=R, alpha=ALPHA)
+    with torch.no_grad():
+        for name in wrapped:
+            A = peft_model.base_model.model.get_submodule(name).lora_A
+            ours.get_submodule(name).A.copy_(A["default"].weight)
+    return peft_model, ours, wrapped
+
+
+peft_model, ours, wrapped = lora_pair(0)
+A_start = [ours.get_submodule(name).A.detach().clone() for name in wrapped]
 n_train = count_parameters(ours)
 n_all = count_parameters(ours, trainable_only=False)
+n_base = n_all - n_train
 print(f"{len(wrapped)} adapted matrices", end="; ")
 print(f"trainable: {n_train:,} of {n_all:,} ({n_train / n_all:.2%})")
-assert n_train == count_parameters(peft_model)
+print(f"trainable in the peft model: {count_parameters(peft_model):,}")
 probe = tok(chat_prompt(questions[0]), return_tensors="pt").to(device)
 with torch.inference_mode():
     start = [m(**probe).logits for m in (base, ours, peft_model)]
@@ -328,17 +567,59 @@ print(
     "at the start, same logits as the pretrained model:",
     torch.equal(start[0], start[1]) and torch.equal(start[0], start[2]),
 )
-assert torch.equal(start[0], start[1]) and torch.equal(start[0], start[2])
+print("gradient + AdamW's two averages, 4 bytes each:")
+print(
+    f"  full fine-tuning ({n_base:,} parameters): {n_base * 12 / 1e9:.2f} GB"
+)
+print(f"  LoRA ({n_train:,} parameters): {n_train * 12 / 1e6:.1f} MB")
 
 # %% [markdown]
+# For this small model, full fine-tuning would keep 1.61 GB of such training state next to the
+# weights; the LoRA adapters keep 5.5 MB.
+#
 # ## Training with the course's loop
 #
 # The settings: 16 steps of 8 examples (each training example seen once), AdamW at a learning
 # rate of $2 \cdot 10^{-3}$ without weight decay, a linear warm-up over 2 steps then a linear
-# decay to 0, gradient clipping at 1. LoRA is usually trained with a larger learning rate than
-# full fine-tuning: the update starts at zero and has few directions to move in.
-# Batches are padded on the right (`pad_batch`); the model computes the loss itself from the
-# `labels`, averaged over the tokens that carry one.
+# decay towards 0, gradient clipping at 1. LoRA is usually trained with a larger learning rate
+# than full fine-tuning: Schulman and Thinking Machines Lab (2025, *LoRA Without Regret*)
+# measured the best learning rate of LoRA at about 10 times that of full fine-tuning, over many
+# models and data sets. The model computes the loss itself from the `labels`, averaged over the
+# tokens that carry one. `pad_batch` pads a batch's examples on the right to the longest one,
+# with the label $-100$ and an attention mask of 0 on the padding:
+
+# %%
+show_source(pad_batch)
+
+# %% [markdown]
+# It masks the padding *by position*, and that matters here: SmolLM2's padding token is its
+# end-of-turn token `<|im_end|>`, the token whose loss teaches the model to stop. Code that masks
+# the labels wherever the input is the padding token, a common shortcut, would erase that signal
+# too. Two examples of different lengths show it:
+
+# %%
+first8 = [
+    chat_example(tok, PROMPT.format(e.source), e.target)
+    for e in splits.train[:8]
+]
+shorter = min(first8, key=lambda e: len(e["input_ids"]))
+longer = max(first8, key=lambda e: len(e["input_ids"]))
+pair = pad_batch([shorter, longer], tok.pad_token_id)
+k = len(shorter["input_ids"])
+ids0, labels0 = pair["input_ids"][0], pair["labels"][0]
+print(f"padding token: {tok.pad_token!r}, id {tok.pad_token_id}")
+print(f"shorter example: {k} tokens, padded to {len(ids0)}")
+print(f"  its last 2 tokens and the padding: {ids0[k - 2 :].tolist()}")
+print(f"  their labels:                      {labels0[k - 2 :].tolist()}")
+by_id = labels0.masked_fill(ids0 == tok.pad_token_id, IGNORE)
+n_pos, n_id = (labels0 != IGNORE).sum(), (by_id != IGNORE).sum()
+print(f"tokens with loss, masked by position: {n_pos}; by id: {n_id}")
+
+# %% [markdown]
+# The shorter example ends with `<|im_end|>` (id 2) and the newline (198), which keep their
+# labels, and its five padding tokens, also id 2, get $-100$. Masked by id instead, the example
+# would keep 11 of its 12 tokens with loss: the end-of-turn token would lose its label, and with
+# it the signal to stop.
 
 # %%
 STEPS, BATCH, LR, WARMUP = 16, 8, 2e-3, 2  # 16 x 8 = the 128 examples
@@ -364,23 +645,19 @@ def step_loss(k):
 opt, sched = optimizer_and_schedule(ours)
 history = fit(ours, step_loss, STEPS, opt, sched, desc="fit")
 
-# %% tags=["nbval-ignore-output"]
-print(f"{STEPS} steps in {history.wall_seconds:.0f} s")
-assert len(history.loss) == STEPS  # one loss per step
-
 # %% [markdown]
 # ## Training with `trl`'s `SFTTrainer`
 #
-# `trl` wraps the same recipe in 🤗 Transformers' `Trainer`. Given a dataset of **prompt** and
-# **completion** messages, `SFTTrainer` renders them with the tokenizer's chat template and,
-# with `completion_only_loss=True`, puts the loss on the completion only: what `chat_example`
-# does. We hand it the `peft` model, the same optimiser and schedule (`optimizers=`), the same
-# batch size and number of steps, the examples in the same order (`"sequential"`), 32-bit floats
-# and no gradient checkpointing.
+# `trl` wraps the same recipe in the Hugging Face Transformers `Trainer`. Given a dataset of
+# **prompt** and **completion** messages, `SFTTrainer` renders them with the tokenizer's chat
+# template and, with `completion_only_loss=True`, puts the loss on the completion only: what
+# `chat_example` does. We hand it the `peft` model, the same optimiser and schedule
+# (`optimizers=`), the same batch size and number of steps, the examples in the same order
+# (`"sequential"`), 32-bit floats and no gradient checkpointing. The remaining settings record
+# the loss of every step (`logging_steps=1`), and save and report nothing.
 
 # %%
 from datasets import Dataset
-from transformers import PrinterCallback
 from trl import SFTConfig, SFTTrainer
 
 records = [
@@ -403,7 +680,6 @@ args = SFTConfig(
     logging_steps=1,
     save_strategy="no",
     report_to="none",
-    disable_tqdm=True,
 )
 trainer = SFTTrainer(
     model=peft_model,
@@ -412,21 +688,31 @@ trainer = SFTTrainer(
     processing_class=tok,
     optimizers=optimizer_and_schedule(peft_model),
 )
-trainer.remove_callback(PrinterCallback)  # no log line per step
-row = trainer.train_dataset[0]
-same_tokens = row["input_ids"] == examples[0]["input_ids"]
-same_labels = row["labels"] == examples[0]["labels"]
-print("SFTTrainer's tokens and labels are ours:", same_tokens and same_labels)
-assert same_tokens and same_labels
+same = all(
+    row["input_ids"] == e["input_ids"] and row["labels"] == e["labels"]
+    for row, e in zip(trainer.train_dataset, examples, strict=True)
+)
+print("SFTTrainer's tokens and labels for the 128 examples are ours:", same)
 
-# %% tags=["nbval-ignore-output"]
-t0 = time.perf_counter()
+# %% tags=["remove-cell"]
+from transformers import PrinterCallback, ProgressCallback
+
+trainer.remove_callback(PrinterCallback)
+trainer.remove_callback(ProgressCallback)
+
+# %%
 trainer.train()
-print(f"{STEPS} steps in {time.perf_counter() - t0:.0f} s")
-sft_loss = [r["loss"] for r in trainer.state.log_history if "loss" in r]
-assert len(sft_loss) == STEPS  # one logged loss per step
+logged = [r for r in trainer.state.log_history if "loss" in r]
+sft_loss = [r["loss"] for r in logged]
+print(
+    textwrap.fill("logged at each step: " + ", ".join(sorted(logged[0])), 80)
+)
 
 # %% [markdown]
+# `SFTTrainer` does more at each step than `fit`: besides the loss, it computes and logs the
+# statistics listed, such as the entropy of the model's predictions and the share of the
+# answer's tokens it predicts right (`mean_token_accuracy`).
+#
 # Both runs saw the same batches in the same order, from the same starting adapters, with the
 # same optimiser and schedule, so their losses should agree step by step, up to the order in
 # which floating-point sums are taken:
@@ -435,18 +721,19 @@ assert len(sft_loss) == STEPS  # one logged loss per step
 print("step   fit   SFTTrainer")
 for k in (0, 1, 3, 7, 11, 15):
     print(f"{k + 1:4} {history.loss[k]:7.3f} {sft_loss[k]:8.3f}")
-gap = max(abs(a - b) for a, b in zip(history.loss, sft_loss))
-print(f"largest difference over the 16 steps: {gap:.2f}")
-assert gap < 0.01
+gaps = [abs(a - b) for a, b in zip(history.loss, sft_loss)]
+print("the 16 differences are all below 1e-4:", max(gaps) < 1e-4)
 
-# %% caption="Training loss per step (answer tokens only) of the two runs: the course's fit loop (blue) and trl's SFTTrainer (orange, dashed). The curves lie on top of each other: both start at 0.87, fall to 0.13 by step 8, rise again on some later batches and end at 0.06." alt="A line plot of loss against step, 1 to 16. Both curves start near 0.87, fall steeply to about 0.35 by step 4, drop to about 0.12 at step 7 and then wander down to 0.06 at step 16, with one spike to about 0.24 at step 14; the dashed orange curve traces the blue one exactly."
+# %% caption="Top: training loss per step (answer tokens only) of the two runs, the course's fit loop (blue) and trl's SFTTrainer (orange, dashed); the curves lie on top of each other, start at 0.87, fall to 0.12 by step 7 and end at 0.06. Bottom: the absolute difference between the two losses at each step, on a logarithmic scale: it stays below the 1e-4 printed above, at every step." alt="Two stacked plots sharing a step axis from 1 to 16. Top: two loss curves that coincide, starting near 0.87, falling to about 0.35 by step 4 and about 0.12 at step 7, then wandering down to 0.06 at step 16 with a spike to about 0.24 at step 14. Bottom: one point per step on a log scale, scattered between about 2e-7 and 2e-5."
 steps_axis = range(1, STEPS + 1)
-fig, ax = plt.subplots(figsize=(6.9, 3.0))
-ax.plot(steps_axis, history.loss, "o-", label="fit (the course's loop)")
-ax.plot(steps_axis, sft_loss, "s--", label="trl SFTTrainer", alpha=0.8)
-ax.set_xlabel("step")
-ax.set_ylabel("loss on the answer's tokens")
-ax.legend()
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.9, 4.6), sharex=True)
+top.plot(steps_axis, history.loss, "o-", label="fit (the course's loop)")
+top.plot(steps_axis, sft_loss, "s--", label="trl SFTTrainer", alpha=0.8)
+top.set_ylabel("loss on the answer")
+top.legend()
+bottom.semilogy(steps_axis, gaps, "o-", color="0.3")
+bottom.set_ylabel("|difference|")
+bottom.set_xlabel("step")
 plt.show()
 
 # %% [markdown]
@@ -460,9 +747,12 @@ after_peft = answer(peft_model, questions)
 em_ours, starts_ours = score(after_ours, splits.test)
 em_peft, starts_peft = score(after_peft, splits.test)
 print(f"exact match before tuning: {em_before:.1%}")
+print(f"few-shot, untuned:         {em_hinted:.1%}")
 print(f"after, LoRALinear + fit:   {em_ours:.1%}")
 print(f"after, peft + SFTTrainer:  {em_peft:.1%}")
 print("the two tuned models give the same answers:", after_ours == after_peft)
+n_dates = sum(only_a_date(a) for a in after_peft)
+print(f"answers that are one ISO date and nothing else: {n_dates} of {N_TEST}")
 show(after_peft, splits.test, n=8)
 
 # %% tags=["remove-cell"]
@@ -470,66 +760,108 @@ show(after_peft, splits.test, n=8)
 assert em_ours > em_before + 0.2 and em_peft > em_before + 0.2
 
 # %% [markdown]
-# From 2.5 % to 60 % after 128 examples seen once, and the two ways of training give the same
-# answers. Every answer is now a date and nothing else. The mistakes that remain, with the
-# fields they get wrong (`wrong_fields`, chapter 09):
+# From 2.5 % (22.5 % with the few-shot prompt) to 60 % after 128 examples seen once, in this
+# run; the two ways of training give the same answers, and all 40 answers are now a date and
+# nothing else.
+#
+# The mistakes that remain, with the fields they get wrong (`wrong_fields`, chapter 09). Some of
+# them only break a convention that the question never states: the answer is the right date
+# read with the other century for a two-digit year, or with month and day swapped. `convention`
+# finds those:
+
 
 # %%
-from collections import Counter
+SLASH_OR_DOT = {"us_slash", "us_slash_short", "eu_dot", "eu_dot_short"}
+TWO_DIGIT_YEAR = {
+    f
+    for f in FORMATS
+    if "1999" not in render_date(dt.date(1999, 1, 2), f).source
+}
 
-from transformer_course.tasks.dates import wrong_fields
 
+def convention(a, e):
+    """Is ``a`` the date of ``e`` read with the other century of a
+    two-digit year, or with month and day swapped in a numeric date?"""
+    d = e.date
+    years = {d.year}
+    if e.format in TWO_DIGIT_YEAR:
+        years.add(d.year + (100 if d.year < 2000 else -100))
+    others = set()
+    for y in years:
+        others.add(f"{y:04d}-{d.month:02d}-{d.day:02d}")
+        if e.format in SLASH_OR_DOT and d.day <= 12:
+            others.add(f"{y:04d}-{d.day:02d}-{d.month:02d}")
+    return a in others - {e.target}
+
+
+print("formats with a two-digit year:")
+print("  " + ", ".join(sorted(TWO_DIGIT_YEAR)))
 wrong = [(a, e) for a, e in zip(after_peft, splits.test) if a != e.target]
 for a, e in wrong:
     fields = ",".join(wrong_fields(a, e.target))
-    print(f"{e.source!r:28} {e.target}  {a!r:12}  {fields}")
+    kind = "convention" if convention(a, e) else ""
+    print(f"{e.source!r:28} {e.target}  {a!r:12}  {fields:10} {kind}")
 counts = Counter(f for a, e in wrong for f in wrong_fields(a, e.target))
+n_conv = sum(convention(a, e) for a, e in wrong)
 print(f"{len(wrong)} mistakes; wrong fields:", dict(counts))
+print(f"{n_conv} of them break a convention, {len(wrong) - n_conv} misread")
 
 # %% [markdown]
-# The year is the hard part, above all the century of a two-digit year (`'34` is 2034 in this
-# data, not 1934) and years the model rewrites; the month and the day are wrong less often.
-# Chapter 09's model, trained from scratch on 51,200 examples, got 99.8 % of its held-out dates; a
-# 16-step adapter has learned the form of the answer and much of the mapping, not all of it.
+# The year is the field most often wrong (11 of the 16 mistakes), then the month (7) and the
+# day (5). Five mistakes break a convention the question never states: the century of a
+# two-digit year (`'34` read as 1934, `'86` as 2086) or the order of a numeric date
+# (`'02/07/2026'` read as 2 July, the European reading of the slash). Only the training
+# examples show these conventions, and 16 steps have not taught them all. The other 11 misread
+# a field outright, such as `'18 June 2046'` answered with 1946 although the year is written in
+# full. Chapter 09's model, trained from scratch on 51,200 examples, got 99.8 % of its held-out
+# dates; a 16-step adapter has learned the form of the answer and much of the mapping, not all
+# of it.
 
 # %% [markdown]
 # ### The adapter on and off
 #
 # The `peft` model keeps the pretrained weights untouched; `disable_adapter()` switches the
-# update off, and the pretrained model is back. On this question the untuned model copies the
-# date back; the adapter gives the ISO form, with the wrong year and month (the second mistake
-# listed above):
+# update off, and the pretrained model is back. Two held-out questions, one the tuned model now
+# answers right and one it still gets wrong:
 
 # %%
-q0, e0 = questions[1], splits.test[1]
-with peft_model.disable_adapter():
-    off = answer(peft_model, [q0])[0]
-on = answer(peft_model, [q0])[0]
-print(f"question: {e0.source!r} (answer {e0.target})")
-print(f"adapter off: {off!r}")
-print(f"adapter on:  {on!r}")
+pairs = list(enumerate(zip(before, after_peft, splits.test)))
+now_right = next(i for i, (a, b, e) in pairs if a != e.target == b)
+still_wrong = next(i for i, (a, b, e) in pairs if b != e.target)
+for i in (now_right, still_wrong):
+    q0, e0 = questions[i], splits.test[i]
+    with peft_model.disable_adapter():
+        off = answer(peft_model, [q0])[0]
+    on = answer(peft_model, [q0])[0]
+    print(f"question: {e0.source!r} (answer {e0.target})")
+    print(f"  adapter off: {off!r}")
+    print(f"  adapter on:  {on!r}")
+print("wrong fields with the adapter on:", wrong_fields(on, e0.target))
 
 # %% [markdown]
+# On the first question the untuned model goes on after the date, and the adapter makes it stop.
+# On the second it answers with neither the right date nor the ISO form; the adapter gives the
+# ISO form, with the wrong year and month (the first mistake listed above).
+#
 # ### Saving the adapter
 #
 # Only the adapter needs saving: the pretrained model is the same for every task.
 
-# %% tags=["nbval-ignore-output"]
+# %%
 adapter_dir = Path(tempfile.mkdtemp())
 peft_model.save_pretrained(adapter_dir)
 adapter_file = adapter_dir / "adapter_model.safetensors"
 adapter_mb = adapter_file.stat().st_size / 1e6
-model_mb = n_all * 4 / 1e6
+model_mb = n_base * 4 / 1e6
 print(f"adapter: {adapter_mb:.1f} MB; the model in float32: {model_mb:.0f} MB")
 print(f"{model_mb / adapter_mb:.0f} times smaller")
-assert adapter_mb < 0.01 * model_mb
 
 # %% [markdown]
 # ### Merging: $W + \frac{\alpha}{r} B A$ as one matrix
 #
 # For serving, the update can be added into the weights once, `merge_and_unload()`: the model is
-# then an ordinary `LlamaForCausalLM` again, as fast as the original, and it must compute the
-# same logits as the model with the adapter. We merge a copy, so that the adapter stays
+# then an ordinary `LlamaForCausalLM` again, with no extra matrix products, and it must compute
+# the same logits as the model with the adapter. We merge a copy, so that the adapter stays
 # switchable.
 
 # %%
@@ -538,22 +870,23 @@ with torch.inference_mode():
     with_adapter = peft_model(**probe).logits
     from_merged = merged(**probe).logits
 diff = (with_adapter - from_merged).abs().max().item()
-print(type(merged).__name__, "| same logits (to 1e-4):", diff < 1e-4)
-assert diff < 1e-4
+print(type(merged).__name__)
+print("largest logit difference below 1e-4:", diff < 1e-4)
 
 # %% [markdown]
 # ## What the tuning cost: forgetting
 #
 # A model tuned on one narrow task can get worse at everything else. Two checks. The perplexity
-# (chapter 11) on text unrelated to dates, the first 4,096 tokens of Python's documentation cut
-# into 8 windows, with the adapter off and on; and one general question answered before and
-# after.
+# (chapter 11) on text unrelated to dates, the first 2,048 tokens of Python's documentation cut
+# into 4 windows, with the adapter off and on. Perplexity on raw text measures how well the
+# model still predicts ordinary text; it says nothing directly about the chat behaviour that
+# narrow tuning can damage, so the second check asks 12 varied questions before and after.
 
 # %%
 from transformer_course.tasks.python_docs import load_python_docs
 
-doc_ids = tok(load_python_docs()[:40_000])["input_ids"][:4096]
-windows = torch.tensor(doc_ids).view(8, 512).to(device)
+doc_ids = tok(load_python_docs()[:20_000])["input_ids"][:2048]
+windows = torch.tensor(doc_ids).view(4, 512).to(device)
 
 
 @torch.inference_mode()
@@ -569,23 +902,85 @@ print(f"perplexity on Python's docs: {ppl_before:.2f} before", end=", ")
 print(f"{ppl_after:.2f} after ({ppl_after / ppl_before - 1:+.1%})")
 
 # %%
-general = "What is the capital of France? Answer in one sentence."
+general = {  # question: words that a right answer contains
+    "What is the capital of France?": ["paris"],
+    "How many legs does a spider have?": ["8", "eight"],
+    "Name a primary colour.": ["red", "blue", "yellow"],
+    "What is 12 plus 7?": ["19", "nineteen"],
+    "Translate 'thank you' into French.": ["merci"],
+    "What gas do plants take in from the air?": ["carbon dioxide", "co2"],
+    "Who wrote Romeo and Juliet?": ["shakespeare"],
+    "What is the opposite of 'cold'?": ["hot", "warm"],
+    "How many days are there in a week?": ["7", "seven"],
+    "At what temperature in Celsius does water boil?": ["100"],
+    "Which planet is known as the Red Planet?": ["mars"],
+    "What is the largest ocean on Earth?": ["pacific"],
+}
 with peft_model.disable_adapter():
-    general_before = answer(peft_model, [general], max_new_tokens=30)[0]
-general_after = answer(peft_model, [general], max_new_tokens=30)[0]
-print(textwrap.fill(f"before: {general_before}", 80))
-print(textwrap.fill(f"after:  {general_after}", 80))
+    general_before = answer(peft_model, list(general), max_new_tokens=20)
+general_after = answer(peft_model, list(general), max_new_tokens=20)
 
-assert "Paris" in general_before
+
+def right(a, words):
+    return any(w in a.lower() for w in words)
+
+
+print(f"{'question':32} before after")
+changed = []
+for (q, words), a, b in zip(general.items(), general_before, general_after):
+    marks = ["ok" if right(x, words) else "--" for x in (a, b)]
+    short_q = textwrap.shorten(q, 30, placeholder="…")
+    print(f"{short_q:32} {marks[0]:6} {marks[1]}")
+    if marks[0] != marks[1]:
+        changed.append(q)
+for name, answers in (("before", general_before), ("after", general_after)):
+    n = sum(right(a, w) for a, w in zip(answers, general.values()))
+    print(f"right {name}: {n} of {len(general)}", end="; ")
+same = sum(a == b for a, b in zip(general_before, general_after))
+print(f"word for word the same: {same}")
+for q in ["What is the capital of France?", *changed]:
+    i = list(general).index(q)
+    print(q)
+    for label, a in (
+        ("before", general_before[i]),
+        ("after", general_after[i]),
+    ):
+        print(
+            textwrap.fill(
+                a,
+                78,
+                initial_indent=f"  {label + ':':8}",
+                subsequent_indent=" " * 10,
+            )
+        )
 
 # %% [markdown]
+# Perplexity on the Python documentation rose by 0.5 %, from 15.19 to 15.27. On the 12
+# general questions, by a crude check (does the answer contain a right word?), the tuned model
+# got 7 right against 8 before: one gained (the spider's legs), two lost (the boiling point of
+# water and the Red Planet). The gain says little: the untuned spider answer stops at the
+# 20-token limit before it reaches a number, where the tuned one answers first. The two losses
+# are real mistakes, not a paraphrase or an answer cut short: water now boils at "1.83
+# Celsius", and the Red Planet is tied to an acronym. Only 3 answers stayed word for word the same. Twelve questions cannot
+# measure a change of one or two answers; they do show that tuning on dates alone changed how
+# the model answers questions that have nothing to do with dates.
+#
 # ## How far to trust these numbers
 #
 # Forty held-out questions are few: one answer more or less moves exact match by 2.5 points.
-# The Wilson interval says which true rates are compatible with what we counted, at 95 %:
+# The textbook interval, the measured rate plus or minus $1.96\sqrt{p(1-p)/n}$, fails at rates
+# near 0 or 1: for the untuned model it reaches below 0 (first line below). The Wilson interval
+# stays inside $[0, 1]$, and says which true rates are compatible with what we counted, at 95 %:
 
 
 # %%
+half = 1.96 * math.sqrt(em_before * (1 - em_before) / N_TEST)
+print(
+    f"before, textbook interval: {em_before:.1%} ± {half:.1%}, "
+    f"from {em_before - half:.1%} to {em_before + half:.1%}"
+)
+
+
 def wilson(p, n, z=1.96):
     """95 % Wilson score interval of a proportion ``p`` measured on ``n``."""
     centre = (p + z**2 / (2 * n)) / (1 + z**2 / n)
@@ -593,39 +988,50 @@ def wilson(p, n, z=1.96):
     return centre - half, centre + half
 
 
-for name, p in (("before", em_before), ("after", em_peft)):
+for name, p in (
+    ("before", em_before),
+    ("few-shot", em_hinted),
+    ("after", em_peft),
+):
     low, high = wilson(p, N_TEST)
-    print(f"{name:6} {p:6.1%}  95 % interval {low:.1%} to {high:.1%}")
+    print(f"{name:8} {p:6.1%}  95 % interval {low:.1%} to {high:.1%}")
 
 # %% [markdown]
-# The two intervals do not overlap, so the gain is real; but the exact match after tuning is only
-# known to within about 15 points either way. The run is also
-# one seed: another seed gives other starting adapters, and how far that moves the result after
-# only 16 steps, one run cannot say. A claim such as "LoRA with rank 8 reaches X %" should rest
-# on the mean and spread over several seeds; exercise 4 sets that run up.
+# The intervals of the untuned model, with either prompt, lie below the interval of the tuned
+# one, so the gain is real; but the exact match after tuning is only known to within about 15
+# points either way. The run is also one seed: another seed gives other starting adapters, and
+# how far that moves the result after only 16 steps, one run cannot say. A claim such as "LoRA
+# with rank 8 reaches X %" should rest on the mean and spread over several seeds; exercise 4
+# sets that study up.
 #
 # ## Summary
 #
 # * A pretrained chat model is tuned on data rendered with **its own chat template**; the loss
-#   falls on the **answer's tokens only** (labels $-100$ elsewhere), the end-of-turn token
-#   included, so the model learns to answer and to stop.
+#   falls on the **answer's tokens only** (labels $-100$ elsewhere), the end-of-turn token and
+#   the template's newline after it included, so the model learns to answer and to stop. The
+#   padding is masked by position, since SmolLM2's padding token is that end-of-turn token.
 # * **LoRA** freezes $W$ and learns $\frac{\alpha}{r} B A$ of rank $r$, with $B = 0$ at the
-#   start. Here it trained 0.34 % of the parameters and was saved in a file of about 1.9 MB.
+#   start: a dozen lines (`TinyLoRA`), the same outputs as `peft`. Here it trained 0.34 % of the
+#   parameters, kept 5.5 MB of training state instead of 1.61 GB, and was saved in a file of
+#   about 1.9 MB.
 # * The course's `fit` with `LoRALinear` and `trl`'s `SFTTrainer` with `peft` are the same
-#   computation: the same tokens and labels (for the example checked) and the same loss at
-#   every step, to two decimals at least.
-# * Exact match on 40 unseen dates went from 2.5 % to 60 % (95 % interval about 45 % to 74 %), the
-#   remaining mistakes mostly in the year; the adapter switches on and off, and merges into the
-#   weights without changing the logits.
-# * The price was measured, not assumed: perplexity on unrelated text rose by 0.5 %, and the
-#   general question got the same answer as before.
+#   computation: the same tokens and labels for all 128 examples, and losses that differ by
+#   less than $10^{-4}$ at every step.
+# * Exact match on 40 unseen dates went from 2.5 % (22.5 % with a few-shot prompt that states the
+#   conventions) to 60 % in one run (95 % interval about 45 % to 74 %); 5 of the 16 remaining
+#   mistakes break a convention the question never states. The adapter switches on and off, and
+#   merges into the weights without changing the logits.
+# * The price was measured, not assumed, if on a small scale: perplexity on unrelated text rose
+#   by 0.5 %; of 12 general questions the tuned model answered 7 right against 8 before, and
+#   only 3 answers stayed word for word the same.
 #
 # ## Exercises
 #
 # **1. Rank 1 or rank 16?** Before running anything, predict: how many parameters would a rank-1
-# and a rank-16 adapter on `q_proj` and `v_proj` train, and would rank 1 be enough for this
-# task? Then look at what the trained rank-8 update uses: the singular values of
-# $\frac{\alpha}{r} B A$ in one adapted matrix.
+# and a rank-16 adapter on `q_proj` and `v_proj` train? And how many directions does the trained
+# rank-8 update really use: look at the singular values of $\frac{\alpha}{r} B A$ in each of the
+# adapted matrices, and at the share of the update's energy (the sum of squared singular values)
+# in the largest one.
 
 # %% tags=["solution"]
 for r in (1, 8, 16):
@@ -635,105 +1041,123 @@ for r in (1, 8, 16):
         if isinstance(m, LoRALinear)
     )
     print(f"rank {r:2}: {n:8,} trainable parameters")
-lora_q = ours.model.layers[15].self_attn.q_proj
+shares = []
 with torch.no_grad():
-    update = lora_q.scale * lora_q.B @ lora_q.A
-    sv = torch.linalg.svdvals(update)  # 576 of them, all but R zero
-share = (sv[0] ** 2 / (sv**2).sum()).item()
-print("singular values, layer 15 q_proj:")
-print(" ".join(f"{s:.3f}" for s in sv[:R]), "and then zeros")
-print(f"the largest holds {share:.0%} of the update's energy")
-assert sv[R:].max() < 1e-4 * sv[0]  # the update has rank R at most
+    for name in wrapped:
+        m = ours.get_submodule(name)
+        sv = torch.linalg.svdvals(m.scale * m.B @ m.A)  # all but R are 0
+        shares.append((sv[0] ** 2 / (sv**2).sum()).item())
+shares.sort()
+print(f"share of the largest direction, over the {len(shares)} matrices:")
+print(
+    f"  smallest {shares[0]:.0%}, median {shares[len(shares) // 2]:.0%}, "
+    f"largest {shares[-1]:.0%}"
+)
 
 # %% [markdown] tags=["solution"]
 # The count grows linearly with the rank: each rank adds one row to $A$ and one column to $B$
-# in each of the 60 matrices. The singular values show that the trained rank-8 update of this
-# matrix is dominated by one direction (73 % of its energy), with the others falling off
-# quickly. That hints that rank 1 would already capture much of what this short run learned,
-# and that rank 16 would add directions it hardly uses. To know, train both (change `R` above
+# in each of the 60 matrices. The trained rank-8 updates do not use their eight directions
+# evenly: the largest one holds from 34 % to 95 % of a matrix's update, 67 % in the median
+# matrix. Whether rank 1 would be enough, these numbers do not say: train it (change `R` above
 # and run the training cells again) and compare exact match; with 40 questions and one seed,
 # differences of a few points are noise.
 
 # %% [markdown]
-# **2. Adapting the MLP too.** Predict by how much the trainable parameters and the time of one
-# training step grow when `gate_proj`, `up_proj` and `down_proj` are adapted as well as
-# `q_proj` and `v_proj`. Then measure both.
+# **2. Adapting every linear layer.** Predict by how much the trainable parameters and the time of
+# one training step (forward, backward and the optimiser's update) grow when all seven matrices of
+# each layer (`q_proj`, `k_proj`, `v_proj`, `o_proj`, `gate_proj`, `up_proj`, `down_proj`) are
+# adapted instead of `q_proj` and `v_proj`. Then measure both.
 
 
 # %% tags=["solution", "nbval-ignore-output"]
-def one_step_seconds(targets):
+def step_seconds(targets, repeats=2):
+    """Trainable parameters and the fastest of ``repeats`` training steps."""
     model = copy.deepcopy(base)
     add_lora(model, targets, r=R, alpha=ALPHA)
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=LR
+    )
     batch = pad_batch(examples[:BATCH], tok.pad_token_id)
     batch = {n: t.to(device) for n, t in batch.items()}
-    t0 = time.perf_counter()
-    model(**batch).loss.backward()
-    return count_parameters(model), time.perf_counter() - t0
+    times = []
+    for _ in range(1 + repeats):  # the first step only warms up
+        t0 = time.perf_counter()
+        model(**batch).loss.backward()
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+    return count_parameters(model), min(times[1:])
 
 
-all_targets = TARGETS + ["gate_proj", "up_proj", "down_proj"]
-counts = {}
-for targets in (TARGETS, all_targets):
-    n, seconds = one_step_seconds(targets)
-    counts[len(targets)] = n
+every = ["q_proj", "k_proj", "v_proj", "o_proj"]
+every += ["gate_proj", "up_proj", "down_proj"]
+found = {}
+for targets in (TARGETS, every):
+    n, seconds = step_seconds(targets)
+    found[len(targets)] = n, seconds
     print(f"{', '.join(targets)}:")
-    print(f"  {n:,} trainable parameters, {seconds:.1f} s a step")
-assert counts[5] > 4 * counts[2]  # the MLP's matrices add far more
+    print(f"  {n:,} trainable parameters, {seconds:.2f} s a step")
+(n2, s2), (n7, s7) = found[2], found[7]
+print(f"parameters x{n7 / n2:.1f}, time of a step x{s7 / s2:.2f}")
+assert n7 / n2 > 5, "all seven matrices train over five times the parameters"
 
 # %% [markdown] tags=["solution"]
-# The MLP's matrices are wide (576 × 1536 and back), so the trainable parameters grow several
-# times over; a step costs more too (the printed times), but by far less than the parameter
-# count grows, because most of a step is the forward and backward pass through the frozen
+# All seven matrices train 5.3 times as many parameters: the MLP's matrices are wide
+# (1536 × 576 and back). A step takes longer too, but by far less than the parameter count
+# grows (the printed ratios; the faster of two timed steps after one warm-up step, on the same
+# batch of 8), because most of a step is the forward and backward pass through the frozen
 # model, which is the same either way. Whether the extra adapters would raise the exact match
-# on dates, these counts do not say (train it to find out); adapting every linear layer is what
-# QLoRA recommends for harder tasks.
+# on dates, these counts do not say: train it to find out.
 
 # %% [markdown]
-# **3. Loss on the whole sequence.** Predict what share of a training example's tokens carry loss
-# now, and how the loss of the untuned model on the prompt's tokens compares with its loss on the
-# answer's. What would putting the loss on every token do to the gradient?
+# **3. Which part of an example is hard to predict?** If the loss fell on every token, which part
+# of a training example would the untuned model find hardest to predict (the highest mean loss
+# per token): the system message, the instruction, the typed date, the markers or the answer?
+# Predict, then measure it on the first 8 training examples with `token_parts`, and say what
+# putting the loss on every token would do to the gradient.
 
 # %% tags=["solution"]
-batch = pad_batch(examples[:BATCH], tok.pad_token_id)
-batch = {n: t.to(device) for n, t in batch.items()}
+loss_of = {}
 with torch.inference_mode():
-    logits = base(**batch).logits[:, :-1]
-targets = batch["input_ids"][:, 1:]
-real = batch["attention_mask"][:, 1:].bool()
-is_answer = batch["labels"][:, 1:] != IGNORE
-token_loss = nn.functional.cross_entropy(
-    logits.transpose(1, 2), targets, reduction="none"
-)
-prompt_part = real & ~is_answer
-print(f"tokens with loss: {is_answer.sum().item()} of {real.sum().item()}")
-loss_prompt = token_loss[prompt_part].mean().item()
-loss_answer = token_loss[is_answer].mean().item()
-print(f"untuned loss on the prompt's tokens: {loss_prompt:.2f}")
-print(f"untuned loss on the answer's tokens: {loss_answer:.2f}")
-assert is_answer.sum() < 0.25 * real.sum()
+    for e in splits.train[:BATCH]:
+        user = [{"role": "user", "content": PROMPT.format(e.source)}]
+        full = [*user, {"role": "assistant", "content": e.target}]
+        ids, parts = token_parts(
+            tok.apply_chat_template(full, tokenize=False), e.source
+        )
+        ids = torch.tensor([ids], device=device)
+        logits = base(input_ids=ids).logits[0, :-1]
+        losses = nn.functional.cross_entropy(
+            logits, ids[0, 1:], reduction="none"
+        )
+        for part, loss in zip(parts[1:], losses.tolist()):
+            loss_of.setdefault(part, []).append(loss)
+n_all_tokens = sum(len(v) for v in loss_of.values())
+print("part              tokens  share  mean loss")
+for part, losses in loss_of.items():
+    share = len(losses) / n_all_tokens
+    mean = sum(losses) / len(losses)
+    print(f"{part:16} {len(losses):7} {share:6.0%} {mean:10.2f}")
 
 # %% [markdown] tags=["solution"]
-# Fewer than one token in five is the answer (96 of 585). With the loss on every token, the mean
-# would be taken over all of them, so the answer's share of the gradient would shrink by that
-# factor. Worse, the untuned model's loss on the prompt's tokens (4.01) is far higher than on the
-# answer's (0.87), so the prompt would dominate the loss and its gradient: the model would spend
-# its updates on predicting the system message (which it soon knows by heart, being the same in
-# every example) and the dates people type (which are random). What that does to the exact
-# match, this count does not say: Shi et al. (2024) found that loss on the instruction can help
-# when answers are short and data few, as here. Train it and compare.
+# Before tuning, the system message is by far the hardest part to predict (7.07 per token), then
+# the instruction (2.98) and the typed date (2.23); the markers (1.03) and the answer (0.87) are
+# the easiest. With the loss on every token, the mean would be taken over all of them, of which
+# the answer's are only 16 %, and the parts with the highest loss would dominate it and its
+# gradient: the model would spend its first updates learning the system message, which is the
+# same in every example, and the dates people type, which are random. What that does to the
+# exact match, this measurement does not say: train it and compare.
 
 # %% [markdown]
-# **4. Several seeds.** Write a function that does the whole run for one seed (adapters, 16
-# steps with `fit`, exact match on the 40 questions) and run it for seeds 0, 1 and 2. Report
-# the mean and the spread. It takes a few minutes on a CPU, well under one on a GPU.
+# **4. Several seeds.** One run cannot say how much of the 60 % is luck. Write a function that
+# does the whole run for one seed (adapters, 16 steps with `fit`, exact match on the 40
+# questions), run it for seeds 0, 1 and 2, and report the mean and the spread.
 
 
 # %% tags=["solution"]
 def run_seed(seed):
     """Exact match of a fresh rank-8 adapter trained with `fit`."""
-    set_seed(seed)
-    model = copy.deepcopy(base)
-    add_lora(model, TARGETS, r=R, alpha=ALPHA)
+    model = lora_pair(seed)[1]  # the A's drawn as in the run above
     opt, sched = optimizer_and_schedule(model)
 
     def loss_of_step(k):
@@ -745,13 +1169,27 @@ def run_seed(seed):
     return score(answer(model, questions), splits.test)[0]
 
 
-# three runs take a few minutes on a CPU; to run them:
-# results = [run_seed(s) for s in (0, 1, 2)]
-# print(f"mean {sum(results) / 3:.1%}, from {min(results):.1%} to "
-#       f"{max(results):.1%}")
+def spread_over_seeds(seeds=(0, 1, 2)):
+    """Mean, smallest and largest exact match over ``seeds``."""
+    results = [run_seed(s) for s in seeds]
+    mean = sum(results) / len(results)
+    print(f"mean {mean:.1%}, from {min(results):.1%} to {max(results):.1%}")
+
+
+fresh = lora_pair(0)[1]
+same_start = all(
+    torch.equal(fresh.get_submodule(name).A, A)
+    for name, A in zip(wrapped, A_start, strict=True)
+)
+print("seed 0 starts from the same A matrices as the run above:", same_start)
+del fresh
+
 
 # %% [markdown] tags=["solution"]
-# The seed changes the random $A$ matrices (with `add_lora` each seed draws its own); the data
-# and their order stay the same here, so the spread would measure the initialisation alone. To
-# include the data, also pass the seed to `make_splits`. Report the mean and the smallest and
-# largest values, not the best run.
+# `spread_over_seeds()` runs the three trainings, each as long as the one above, and prints
+# the mean, the smallest and the largest exact match. `run_seed` draws the $A$ matrices with
+# `lora_pair`, as the run above did, so seed 0 starts from the same adapters as that run (the
+# line printed) and trains on the same batches in the same order. The seed changes only the
+# random $A$ matrices; the data and their order stay the same here, so the spread measures the
+# initialisation alone. To include the data, also pass the seed to
+# `make_splits`. Report the mean and the smallest and largest values, not the best run.

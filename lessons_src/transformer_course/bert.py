@@ -312,8 +312,9 @@ class BertForMLM(nn.Module):
 
     ``forward`` returns logits ``(batch, length, vocab)``;
     ``loss(input_ids, labels, ...)`` scores only the positions whose label is
-    not ``-100`` (the masked ones), which is what pre-training needs and about
-    seven times cheaper than scoring every position.
+    not ``-100`` (the masked ones), which is what pre-training needs: the
+    output layer then does about a seventh of the work of scoring every
+    position (the encoder's work is unchanged).
     """
 
     def __init__(self, config: BertConfig) -> None:

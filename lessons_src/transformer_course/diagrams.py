@@ -1170,7 +1170,7 @@ def gpt2_vs_llama(
             f"llama_heads={llama_heads} is not divisible by "
             f"llama_kv_heads={llama_kv_heads}"
         )
-    height = 8.3
+    height = 8.45
     fig, ax = _canvas(MAX_WIDTH_IN, height)
     w = 2.5
     gqa = f"{llama_heads} q, {llama_kv_heads} kv heads"
@@ -1278,16 +1278,66 @@ def gpt2_vs_llama(
             va="bottom",
             fontweight="bold",
         )
+        # the title heads the column, clear of the frame and its "× N"
         _text(
             ax,
-            x - w / 2,
-            top + 0.03,
+            x,
+            ys[9] + 0.32,
             title,
-            ha="left",
+            ha="center",
             va="bottom",
             size=MIN_FONT_PT + 2,
             fontweight="bold",
         )
+    return fig
+
+
+def grouped_query_heads(n_heads: int = 9, n_kv_heads: int = 3) -> Figure:
+    """Grouped-query attention: a row of ``n_heads`` query heads above a row
+    of ``n_kv_heads`` key/value heads, each query head joined to the
+    key/value head of its group; the KV cache keeps only the lower row."""
+    if min(n_heads, n_kv_heads) <= 0 or n_heads % n_kv_heads:
+        raise ValueError(
+            f"n_heads={n_heads} must be a positive multiple of "
+            f"n_kv_heads={n_kv_heads}"
+        )
+    width, height = MAX_WIDTH_IN, 2.9
+    fig, ax = _canvas(width, height)
+    group = n_heads // n_kv_heads
+    step = (width - 0.4) / n_heads
+    q_y, kv_y, q_h, kv_h = 2.05, 0.95, 0.42, 0.5
+    _text(
+        ax, width / 2, 2.5, f"{n_heads} query heads", ha="center", va="bottom"
+    )
+    for i in range(n_heads):
+        x = 0.2 + step * (i + 0.5)
+        _box(ax, x, q_y, step - 0.12, q_h, f"q{i + 1}", COLORS["query"])
+        kv_x = 0.2 + step * group * (i // group + 0.5)
+        ax.plot(
+            [x, kv_x],
+            [q_y - q_h / 2 - 0.02, kv_y + kv_h / 2 + 0.02],
+            color="#333333",
+            linewidth=1.2,
+        )
+    for j in range(n_kv_heads):
+        kv_x = 0.2 + step * group * (j + 0.5)
+        _box(
+            ax,
+            kv_x,
+            kv_y,
+            step * group - 0.3,
+            kv_h,
+            f"k{j + 1}, v{j + 1}",
+            COLORS["key"],
+        )
+    _text(
+        ax,
+        width / 2,
+        0.35,
+        f"{n_kv_heads} key/value heads: all the KV cache stores",
+        ha="center",
+        va="top",
+    )
     return fig
 
 
