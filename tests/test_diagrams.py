@@ -12,7 +12,6 @@ from transformer_course import diagrams
 
 ALL = {
     "soft_lookup": diagrams.soft_lookup,
-    "attention_pipeline": diagrams.attention_pipeline,
     "attention_steps": diagrams.attention_steps,
     "hard_lookup": diagrams.hard_lookup,
     "multi_head": diagrams.multi_head,

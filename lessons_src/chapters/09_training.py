@@ -1410,15 +1410,19 @@ most_read(weights)
 assert [m for m in MONTHS if "v" in m.lower()] == ["November"]
 
 # %% tags=["hide-input"] caption="Cross-attention of the last decoder layer, averaged over its 4 heads, for November 21st, 2019 → 2019-11-21. Each row is the position that produces one output character. The year digits read the year at the end of the source, the month digits read the v of November, the day digits read the 2 and the 1 of 21st." alt="A heatmap with 11 rows (output characters 2, 0, 1, 9, -, 1, 1, -, 2, 1 and the end token) and 20 columns (the characters of November 21st, 2019 and the end token), colour scale 0 to about 0.9. Bright cells: the rows 2, 0, 1, 9 on the source digits 2, 0, 1, 9 at the right; the two month rows on the v in the third column; the two day rows on the 2 and the 1 in the middle; the 9 of the year row is the brightest of all. The rows for the dashes and the end token are spread thinly over many columns."
-ax = plot_attention(
-    weights,
-    keys=list(example.source) + ["<eos>"],
-    queries=list(pred) + ["<eos>"],
-    title=f"last decoder layer: {example.source!r} -> {pred!r}",
-)
-ax.set_xlabel("source character")
-ax.set_ylabel("output character being produced")
-plt.show()
+def plot_cross_attention(w: torch.Tensor, layer: str) -> None:
+    ax = plot_attention(
+        w,
+        keys=list(example.source) + ["<eos>"],
+        queries=list(pred) + ["<eos>"],
+        title=f"{layer} decoder layer: {example.source!r} -> {pred!r}",
+    )
+    ax.set_xlabel("source character")
+    ax.set_ylabel("output character being produced")
+    plt.show()
+
+
+plot_cross_attention(weights, "last")
 
 # %% [markdown]
 # The model has learned the *reordering*: the year digits read the year at the end of the
@@ -1502,15 +1506,7 @@ for name, w in [("first", weights_first), ("last", weights)]:
     )
 
 # %% tags=["hide-input"] caption="Cross-attention of the first decoder layer, averaged over its 4 heads, for the same example (its colour scale ends near 0.54). Its weights are more spread out than the last layer's: a digit's row puts on average 0.31 on its most-read character, half the last layer's 0.62. The 9 of the year and the two day digits read their own source digit most; the first month digit reads the 1 of 21st most." alt="A heatmap with the same 11 rows and 20 columns as the previous figure, colour scale 0 to about 0.54. Most cells are dark. The brightest is the 9 row on the source 9. The two day rows are brightest on the 2 and the 1 of 21. The other year rows spread their weight thinly over the source year digits and the end token. The second month row is brightest on the v of November; the first month row has no bright cell."
-ax = plot_attention(
-    weights_first,
-    keys=list(example.source) + ["<eos>"],
-    queries=list(pred) + ["<eos>"],
-    title=f"first decoder layer: {example.source!r} -> {pred!r}",
-)
-ax.set_xlabel("source character")
-ax.set_ylabel("output character being produced")
-plt.show()
+plot_cross_attention(weights_first, "first")
 
 # %% [markdown]
 # ## Saving and loading the trained model

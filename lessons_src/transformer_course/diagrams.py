@@ -105,32 +105,23 @@ def _text(
     ax.text(x, y, text, fontsize=size, **kwargs)
 
 
-def soft_lookup(
-    scores: list[float] | tuple[float, ...] = (0.5, 2.5, 1.2, -0.5),
+def _lookup(
+    weights: list[float],
+    query_label: str,
+    output_label: str,
+    weight_format: str,
+    footer: str,
 ) -> Figure:
-    """Attention as a soft dictionary lookup: one query, a key and a value per
-    slot.
-
-    ``scores`` are the (already scaled) scores ``q·k_i/√d_k`` of the slots; the
-    weights drawn are their softmax, and the output is ``Σ w_i v_i``.  Every
-    value flows into the output: its arrow's width is proportional to its
-    weight.
-    """
-    if not 2 <= len(scores) <= 6:
-        raise ValueError(
-            f"soft_lookup draws 2 to 6 slots, got {len(scores)} scores; "
-            "pass fewer scores"
-        )
-    weights = torch.softmax(
-        torch.tensor(scores, dtype=torch.float64), dim=0
-    ).tolist()
-    n = len(scores)
+    """The layout shared by ``soft_lookup`` and ``hard_lookup``: a query, one
+    slot (key, weight bar, value) per weight and the output.  An arrow runs
+    from the query to every key with a non-zero weight, and from each such
+    value to the output, as wide as its weight."""
+    n = len(weights)
     row_h = 0.75
     height = 1.75 + n * row_h
     fig, ax = _canvas(MAX_WIDTH_IN, height)
     top = height - 1.45  # y of the first slot
     key_x, bar_x, value_x, out_x = 1.75, 2.25, 4.05, 5.3
-    bar_len = 1.0  # the length of a bar of weight 1
     for x, label in (
         (key_x, "key"),
         (bar_x + 0.45, "weight"),
@@ -152,21 +143,14 @@ def soft_lookup(
         height - 0.45,
         1.05,
         0.55,
-        "query q",
+        query_label,
         COLORS["query"],
         weight="bold",
     )
     bottom = top - (n - 1) * row_h
     mid = (top + bottom) / 2
     _box(
-        ax,
-        out_x,
-        mid,
-        1.25,
-        1.3,
-        "Σ wᵢ vᵢ",
-        COLORS["io"],
-        weight="bold",
+        ax, out_x, mid, 1.25, 1.3, output_label, COLORS["io"], weight="bold"
     )
     for i, w in enumerate(weights):
         y = top - i * row_h
@@ -182,95 +166,73 @@ def soft_lookup(
                 zorder=0,
             )
         )
-        _arrow(
-            ax,
-            (0.6, height - 0.73),
-            (key_x - 0.35, y),
-            connection="arc3,rad=0.15",
-            width=1.0,
-        )
+        if w > 0:  # the query looks at this key
+            _arrow(
+                ax,
+                (0.6, height - 0.73),
+                (key_x - 0.35, y),
+                connection="arc3,rad=0.15",
+                width=1.0,
+            )
         _box(ax, key_x, y, 0.6, 0.5, f"k{i + 1}", COLORS["key"])
         ax.add_patch(
             FancyBboxPatch(
                 (bar_x, y - 0.17),
-                bar_len * w + 0.01,
+                w + 0.01,  # a bar of weight 1 is 1 unit long
                 0.34,
                 boxstyle="square,pad=0",
                 facecolor=COLORS["attn"],
                 edgecolor="#333333",
             )
         )
-        _text(ax, bar_x + bar_len * w + 0.06, y, f"{w:.2f}", va="center")
+        _text(ax, bar_x + w + 0.06, y, format(w, weight_format), va="center")
         _box(ax, value_x, y, 0.6, 0.5, f"v{i + 1}", COLORS["value"])
-        # every value reaches the output, as strongly as its weight
-        ax.add_patch(
-            FancyArrowPatch(
-                (value_x + 0.32, y),
-                (out_x - 0.64, mid + 0.4 * (y - mid) / max(top - mid, 1e-9)),
-                arrowstyle="-|>",
-                mutation_scale=8 + 14 * w,
-                color="#2a7f62",
-                linewidth=0.6 + 6 * w,
-                shrinkA=0,
-                shrinkB=0,
+        if w > 0:  # this value reaches the output, as strongly as its weight
+            ax.add_patch(
+                FancyArrowPatch(
+                    (value_x + 0.32, y),
+                    (
+                        out_x - 0.64,
+                        mid + 0.4 * (y - mid) / max(top - mid, 1e-9),
+                    ),
+                    arrowstyle="-|>",
+                    mutation_scale=8 + 14 * w,
+                    color="#2a7f62",
+                    linewidth=0.6 + 6 * w,
+                    shrinkA=0,
+                    shrinkB=0,
+                )
             )
+    _text(ax, 0.1, bottom - 0.65, footer, va="center")
+    return fig
+
+
+def soft_lookup(
+    scores: list[float] | tuple[float, ...] = (0.5, 2.5, 1.2, -0.5),
+) -> Figure:
+    """Attention as a soft dictionary lookup: one query, a key and a value per
+    slot.
+
+    ``scores`` are the (already scaled) scores ``q·k_i/√d_k`` of the slots; the
+    weights drawn are their softmax, and the output is ``Σ w_i v_i``.  Every
+    value flows into the output: its arrow's width is proportional to its
+    weight.
+    """
+    if not 2 <= len(scores) <= 6:
+        raise ValueError(
+            f"soft_lookup draws 2 to 6 slots, got {len(scores)} scores; "
+            "pass fewer scores"
         )
-    _text(
-        ax,
-        0.1,
-        bottom - 0.65,
+    weights = torch.softmax(
+        torch.tensor(scores, dtype=torch.float64), dim=0
+    ).tolist()
+    return _lookup(
+        weights,
+        "query q",
+        "Σ wᵢ vᵢ",
+        ".2f",
         "weights = softmax(q·kᵢ/√dₖ);  value arrow width ∝ weight",
-        va="center",
     )
-    return fig
-
-
-def attention_pipeline() -> Figure:
-    """Scaled dot-product attention as a pipeline of matrix operations, with
-    the shape of each intermediate result: QKᵀ, the scale, the optional mask,
-    the softmax over each row and the product with V."""
-    height = 8.2
-    fig, ax = _canvas(MAX_WIDTH_IN, height)
-    cx, w, h = 1.75, 2.9, 0.62  # the column of steps
-    sx = 4.85  # x of the shape annotations
-    vx = 3.65  # x of V's path down to the last product
-
-    def shape(y: float, dims: str, note: str) -> None:
-        _text(
-            ax, sx, y + 0.06, dims, ha="center", va="bottom", fontweight="bold"
-        )
-        _text(ax, sx, y - 0.04, note, ha="center", va="top", color="#555555")
-
-    top = 7.55
-    for x, name, dims, color in (
-        (cx - 0.8, "Q", "L_q × d_k", "query"),
-        (cx + 0.8, "K", "L_k × d_k", "key"),
-        (vx + 0.35, "V", "L_k × d_v", "value"),
-    ):
-        _box(ax, x, top, 0.75, 0.55, name, COLORS[color], weight="bold")
-        _text(ax, x, top + 0.36, dims, ha="center", va="bottom")
-    ys = [6.2, 5.05, 3.9, 2.75, 1.6, 0.45]
-    steps = (
-        ("scores  QKᵀ", "L_q × L_k", "one per (query, key)", "linear"),
-        ("scale  ÷ √d_k", "L_q × L_k", "spread kept steady", "linear"),
-        ("mask (optional)", "L_q × L_k", "blocked → −∞", "io"),
-        ("softmax per row", "L_q × L_k", "weights, rows sum to 1", "attn"),
-        ("weights · V", "L_q × d_v", "each row mixes values", "value"),
-    )
-    for x in (cx - 0.8, cx + 0.8):
-        _arrow(ax, (x, top - 0.28), (x, ys[0] + h / 2))
-    for i, (label, dims, note, color) in enumerate(steps):
-        _box(ax, cx, ys[i], w, h, label, COLORS[color])
-        shape(ys[i], dims, note)
-        if i + 1 < len(steps):
-            _arrow(ax, (cx, ys[i] - h / 2), (cx, ys[i + 1] + h / 2))
-    # V bypasses the score steps and joins at the last product
-    _arrow(ax, (vx + 0.35, top - 0.28), (vx + 0.35, ys[4]), style="-")
-    _arrow(ax, (vx + 0.35, ys[4]), (cx + w / 2, ys[4]))
-    _box(ax, cx, ys[5], 1.6, 0.55, "output", COLORS["io"], weight="bold")
-    _arrow(ax, (cx, ys[4] - h / 2), (cx, ys[5] + 0.28))
-    shape(ys[5], "L_q × d_v", "one row per query")
-    return fig
 
 
 HEAD_COLORS = ("#f4a6a6", "#9fd8cb", "#f6d186", "#b8c0ff")
@@ -1403,89 +1365,10 @@ def hard_lookup(n: int = 4, match: int = 1) -> Figure:
             f"hard_lookup draws 2 to 6 slots with 0 <= match < n, got n={n}, "
             f"match={match}"
         )
-    row_h = 0.75
-    height = 1.75 + n * row_h
-    fig, ax = _canvas(MAX_WIDTH_IN, height)
-    top = height - 1.45  # y of the first slot
-    key_x, bar_x, value_x, out_x = 1.75, 2.25, 4.05, 5.3
-    for x, label in (
-        (key_x, "key"),
-        (bar_x + 0.45, "weight"),
-        (value_x, "value"),
-        (out_x, "output"),
-    ):
-        _text(
-            ax,
-            x,
-            height - 0.2,
-            label,
-            ha="center",
-            va="top",
-            fontweight="bold",
-        )
-    _box(
-        ax,
-        0.6,
-        height - 0.45,
-        1.05,
-        0.55,
+    return _lookup(
+        [1.0 if i == match else 0.0 for i in range(n)],
         f"q = k{match + 1}",
-        COLORS["query"],
-        weight="bold",
-    )
-    bottom = top - (n - 1) * row_h
-    mid = (top + bottom) / 2
-    _box(
-        ax, out_x, mid, 1.25, 1.3, f"v{match + 1}", COLORS["io"], weight="bold"
-    )
-    for i in range(n):
-        y = top - i * row_h
-        w = 1.0 if i == match else 0.0
-        ax.add_patch(
-            FancyBboxPatch(
-                (key_x - 0.4, y - 0.31),
-                value_x - key_x + 0.8,
-                0.62,
-                boxstyle="round,pad=0,rounding_size=0.1",
-                facecolor="#f3f3f3",
-                edgecolor="none",
-                zorder=0,
-            )
-        )
-        if i == match:  # only the equal key is looked at
-            _arrow(
-                ax,
-                (0.6, height - 0.73),
-                (key_x - 0.35, y),
-                connection="arc3,rad=0.15",
-                width=1.0,
-            )
-        _box(ax, key_x, y, 0.6, 0.5, f"k{i + 1}", COLORS["key"])
-        ax.add_patch(
-            FancyBboxPatch(
-                (bar_x, y - 0.17),
-                w + 0.01,
-                0.34,
-                boxstyle="square,pad=0",
-                facecolor=COLORS["attn"],
-                edgecolor="#333333",
-            )
-        )
-        _text(ax, bar_x + w + 0.06, y, f"{w:.0f}", va="center")
-        _box(ax, value_x, y, 0.6, 0.5, f"v{i + 1}", COLORS["value"])
-        if i == match:
-            _arrow(
-                ax,
-                (value_x + 0.32, y),
-                (out_x - 0.64, mid + 0.4 * (y - mid) / max(top - mid, 1e-9)),
-                color="#2a7f62",
-                width=0.6 + 6 * w,
-            )
-    _text(
-        ax,
-        0.1,
-        bottom - 0.65,
+        f"v{match + 1}",
+        ".0f",
         "weight 1 on the key equal to the query, 0 on all others",
-        va="center",
     )
-    return fig
