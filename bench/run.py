@@ -1,13 +1,19 @@
-"""``make bench``: how fast the course runs, and how its models compare with the libraries'.
+"""``make bench``: how fast the course runs, why, and what would make it faster.
 
-    python bench/run.py                  # everything (about 15-20 min on 2 cores)
+    python bench/run.py                  # everything (about 20-25 min on 2 cores)
     python bench/run.py --skip-notebooks # the micro-benchmarks only
     python bench/run.py --render-only    # rewrite book/performance.md from bench/results.json
+    python bench/run.py --only-precision # float32 / bfloat16 / torch.compile only, merged into the results
+    python bench/run.py --only-scaling   # attention against sequence length only, merged into the results
+    # on another machine (a GPU): only torch, numpy and matplotlib are needed there
+    python3 bench/run.py --only-precision --devices cuda --out-json gpu.json
+    python bench/run.py --merge-json gpu.json  # back here: merge per device, re-render
 
 Writes ``bench/results.json`` (committed) and the appendix page ``book/performance.md`` with
 its figure ``book/figures/bench_scaling.png``.  Every timing is the median of repeated runs
-on the CPU with a fixed thread count (and on a GPU in a separate column when one is present).
-Nothing here is asserted: speed is reported, not tested.
+on the CPU with a fixed thread count (and on a GPU in a separate entry when one is measured);
+every measurement records the machine it ran on.  Nothing here is asserted: speed is reported,
+not tested.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import platform
 import shutil
@@ -30,11 +37,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
-import course_config  # noqa: E402
+# The package from the working tree when it is not installed (the precision measurement runs on a
+# machine that has only torch, numpy and matplotlib: ``python3 bench/run.py --only-precision ...``).
+if str(ROOT / "lessons_src") not in sys.path:
+    sys.path.append(str(ROOT / "lessons_src"))
 
 RESULTS = ROOT / "bench" / "results.json"
 PAGE = ROOT / "book" / "performance.md"
 FIGURE = ROOT / "book" / "figures" / "bench_scaling.png"
+FIGURE_LIMIT = ROOT / "book" / "figures" / "bench_limit.png"
 THREADS = 2
 # Budgets of issue #8: seconds per chapter (default and exceptions) and for the whole book.
 BUDGET_DEFAULT, BUDGET_LONG, BUDGET_BOOK = 180, 240, 900
@@ -42,6 +53,13 @@ LONG_CHAPTERS = ("10", "11", "12", "13")  # 11 and 13 load a 135M-parameter mode
 
 
 # --------------------------------------------------------------------------- helpers
+def _course_env() -> dict[str, str]:
+    """The environment the notebooks run in (``tools/course_config.py`` reads ``_config.yml``: needs yaml)."""
+    import course_config
+
+    return course_config.COURSE_ENV
+
+
 def median_seconds(
     fn: Callable[[], object], repeats: int = 7, warmup: int = 2, sync: Callable[[], None] | None = None
 ) -> float:
@@ -59,17 +77,20 @@ def median_seconds(
     return statistics.median(times)
 
 
-def machine() -> dict:
+def cpu_name() -> str:
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return cpu
+
+
+def machine() -> dict:
     info = {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "torch_threads": THREADS,
         "python": platform.python_version(),
@@ -145,7 +166,7 @@ def run_notebooks() -> list[dict]:
         n_cells = len(nb.cells)
         nb.cells.append(_metrics_cell(chapter))
         env_backup = dict(os.environ)
-        os.environ.update(course_config.COURSE_ENV)
+        os.environ.update(_course_env())
         client = NotebookClient(
             nb, timeout=1800, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "book")}}
         )
@@ -357,7 +378,7 @@ def bench_gpt_vs_minimal_runs(device: torch.device, runs: int = 3) -> dict | Non
             [sys.executable, str(Path(__file__).resolve()), "--gpt-vs-minimal-once", device.type],
             capture_output=True,
             text=True,
-            env={**os.environ, **course_config.COURSE_ENV},
+            env={**os.environ, **_course_env()},
         )
         if proc.returncode != 0 or not proc.stdout.strip():
             print(f"  (GPT vs minimal GPT failed: {proc.stderr.strip()[-500:]})")
@@ -399,50 +420,298 @@ def bench_encoder_vs_bert(device: torch.device) -> dict | None:
     }
 
 
+# --------------------------------------------------------------------------- precision and compilation
+def _device_info(device: torch.device) -> dict:
+    """What a measurement ran on, recorded with it (results from another machine are merged per device)."""
+    info = {"torch": torch.__version__, "python": platform.python_version(), "cpu": cpu_name()}
+    info["cores"] = os.cpu_count()
+    if device.type == "cuda":
+        info["name"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    else:
+        info["name"] = f"{info['cpu']}, {torch.get_num_threads()} threads"
+    return info
+
+
+def measure_matmul_peak(
+    device: torch.device, dtype: torch.dtype, n: int | tuple[int, int, int], tf32: bool = False
+) -> float:
+    """FLOP/s of one matmul, (m x k) @ (k x p) or n x n square (2 m k p FLOPs), the best of a few."""
+    m, k, p = (n, n, n) if isinstance(n, int) else n
+    a = torch.randn(m, k, device=device).to(dtype)
+    b = torch.randn(k, p, device=device).to(dtype)
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        s = syncer(device)
+        once = time.perf_counter()
+        a @ b
+        if s:
+            s()
+        once = time.perf_counter() - once
+        repeats = 10 if device.type == "cuda" else max(3, min(8, int(4 / max(once, 1e-3))))
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            if s:
+                s()
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return 2 * m * k * p / min(times)  # the best run: a peak, not a typical speed
+
+
+# The variants of one training run: (key, model, compiled, bfloat16 autocast).
+PRECISION_VARIANTS = (
+    ("ours_fp32_eager", "ours", False, False),
+    ("ours_bf16_eager", "ours", False, True),
+    ("ours_fp32_compiled", "ours", True, False),
+    ("ours_bf16_compiled", "ours", True, True),
+    ("minimal_fp32_eager", "minimal", False, False),
+    ("minimal_fp32_compiled", "minimal", True, False),
+)
+
+
+def bench_precision_compile(
+    device: torch.device, steps: int | None = None, warmup: int = 3, timing_steps: int | None = None
+) -> dict:
+    """Chapter 10's GPT (and the minimal GPT of ``bench/minimal_gpt.py``) trained for ``steps`` steps of the
+    same batches from the same weights in float32, under bfloat16 autocast, compiled (``torch.compile``)
+    and both: tokens/s at the median step after ``warmup``, the first step's extra time (compilation),
+    the validation loss (in float32) after the run, FLOPs per token and the share of the measured peak."""
+    import copy
+
+    from transformer_course import gpt as G
+    from transformer_course import tokenization, train_gpt
+    from transformer_course.tasks import python_docs
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from minimal_gpt import MinimalGPT, copy_from_course
+
+    if steps is None:
+        steps = 200 if device.type == "cuda" else 60
+    if device.type == "cpu":
+        torch.set_num_threads(THREADS)
+    # a cold compile every time: no cache from an earlier run of this script on this machine
+    cache = tempfile.mkdtemp(prefix="bench-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+    s = syncer(device)
+    out: dict = {"device": _device_info(device), "date": time.strftime("%Y-%m-%d"), "steps": steps}
+    out["warmup_steps"] = warmup
+
+    # The machine's matmul peaks: the best of a few sizes, measured before the training runs and again after them
+    # (a machine shared with other work is slow now and then; a peak is the best it does).
+    sizes: tuple = (4096, 8192) if device.type == "cuda" else (1024, 2048)
+    # and the shapes of the model's own largest products (batch x block tokens, d_model to 4 d_model and back)
+    tokens = 32 * 128
+    sizes += ((tokens, 128, 512), (tokens, 512, 128))
+    formats = {"fp32": (torch.float32, False), "bf16": (torch.bfloat16, False)}
+    if device.type == "cuda":
+        formats["tf32"] = (torch.float32, True)
+
+    def measure_peaks() -> dict[str, float]:
+        return {
+            name: max(measure_matmul_peak(device, dtype, n, tf32=tf32) for n in sizes)
+            for name, (dtype, tf32) in formats.items()
+        }
+
+    peaks = measure_peaks()
+    out["peak_flops"] = peaks
+    out["peak_matmul_sizes"] = [list(n) if isinstance(n, tuple) else n for n in sizes]
+    print(f"  {device.type} matmul peaks (TFLOP/s): " + ", ".join(f"{k} {v / 1e12:.2f}" for k, v in peaks.items()))
+
+    torch.manual_seed(0)
+    tok = tokenization.CharTokenizer(python_docs.CHARS)
+    train_text, val_text = python_docs.train_val_split(python_docs.load_python_docs())
+    train = torch.tensor(tok.encode(train_text))
+    val = torch.tensor(tok.encode(val_text))
+    cfg = G.GPTConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=4, n_head=4, d_model=128)
+    batch = 32
+    start = G.GPT(cfg)
+    g = torch.Generator().manual_seed(0)
+    batches = [train_gpt.get_batch(train, batch, cfg.block_size, generator=g) for _ in range(steps)]
+    n_params = sum(p.numel() for p in start.parameters())
+    # nanoGPT's estimate_mfu (after PaLM, appendix B): 6 FLOPs per weight per token (2 forward, 4 backward) for
+    # every weight that multiplies activations (all but the position table; the token table counts once, as the
+    # tied output layer), plus 12 * n_layer * d_model * T for attention's two n x n products (as if not causal).
+    n_matmul = n_params - start.pos_emb.weight.numel()
+    flops_per_token = 6 * n_matmul + 12 * cfg.n_layer * cfg.d_model * cfg.block_size
+    out.update(
+        config=f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.d_model}, block {cfg.block_size}",
+        batch=batch,
+        tokens_per_step=batch * cfg.block_size,
+        parameters=n_params,
+        parameters_counted=n_matmul,
+        flops_per_token=flops_per_token,
+        flops_formula="6 N + 12 n_layer d_model T",
+        flops_attention_per_token=12 * cfg.n_layer * cfg.d_model * cfg.block_size,
+    )
+    variants: dict[str, dict] = {}
+    live = {}  # what the timing round below steps again: (step function, model, optimiser)
+
+    def make_step(run: torch.nn.Module, opt: torch.optim.Optimizer, bf16: bool) -> Callable:
+        def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = G.lm_loss(run(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step
+
+    def timed(step: Callable, x: torch.Tensor, y: torch.Tensor) -> tuple[float, torch.Tensor]:
+        if s:
+            s()
+        t0 = time.perf_counter()
+        loss = step(x, y)
+        if s:
+            s()
+        return time.perf_counter() - t0, loss
+
+    torch._dynamo.reset()
+    for key, kind, compiled, bf16 in PRECISION_VARIANTS:
+        torch.manual_seed(0)
+        model: torch.nn.Module = copy.deepcopy(start)
+        if kind == "minimal":
+            model = copy_from_course(MinimalGPT(cfg.vocab_size, cfg.block_size, 4, 4, cfg.d_model), start)
+        model = model.to(device).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        row: dict = {"model": kind, "compiled": compiled, "bf16": bf16}
+        torch._dynamo.utils.counters.clear()
+        times = []
+        try:
+            step = make_step(torch.compile(model) if compiled else model, opt, bf16)
+            for x, y in batches:
+                t, loss = timed(step, x.to(device), y.to(device))
+                times.append(t)
+        except Exception as err:  # noqa: BLE001 - a variant that does not run here is reported, not hidden
+            text = str(err).strip().splitlines()
+            row["error"] = f"{type(err).__name__}: {text[0][:300] if text else ''}"
+            print(f"  {device.type} {key}: not available here: {row['error']}", flush=True)
+            variants[key] = row
+            continue
+        steady = statistics.median(times[warmup:])
+        row.update(
+            run_step_s=steady,
+            first_step_s=times[0],
+            first_step_extra_s=times[0] - steady,
+            final_train_loss=loss.item(),
+            val_loss=train_gpt.evaluate(model, val, cfg.block_size, max_windows=256),
+        )
+        if compiled:  # places where the compiler had to cut the model into separate graphs
+            row["graph_breaks"] = sum(torch._dynamo.utils.counters["graph_break"].values())
+        variants[key] = row
+        live[key] = (step, model, opt)
+        print(
+            f"  {device.type} {key:22s} first step {times[0]:6.2f} s, then {steady * 1e3:7.2f} ms a step, "
+            f"val {row['val_loss']:.4f}",
+            flush=True,
+        )
+    # The speeds: every variant steps again, in turn (the order rotating), so all of them see the same machine
+    # (a GPU this small waits on the CPU that launches its kernels, and that CPU's speed drifts).
+    rounds = timing_steps if timing_steps is not None else (200 if device.type == "cuda" else 40)
+    keys = list(live)
+    per: dict[str, list[float]] = {k: [] for k in keys}
+    for i in range(rounds):
+        x, y = batches[i % len(batches)]
+        x, y = x.to(device), y.to(device)
+        for k in keys[i % len(keys) :] + keys[: i % len(keys)]:
+            per[k].append(timed(live[k][0], x, y)[0])
+    out["timing_rounds"] = rounds
+    again = measure_peaks()
+    peaks = {k: max(v, again[k]) for k, v in peaks.items()}
+    out["peak_flops"] = peaks
+    print(f"  {device.type} matmul peaks (TFLOP/s): " + ", ".join(f"{k} {v / 1e12:.2f}" for k, v in peaks.items()))
+    for k in keys:
+        row = variants[k]
+        row["step_s"] = statistics.median(per[k][warmup:])
+        row["tokens_per_s"] = batch * cfg.block_size / row["step_s"]
+        row["achieved_flops"] = flops_per_token * row["tokens_per_s"]
+        row["peak_key"] = "bf16" if row["bf16"] else "fp32"
+        row["share_of_peak"] = row["achieved_flops"] / peaks[row["peak_key"]]
+        print(f"  {device.type} {k:22s} {row['tokens_per_s']:9.0f} tokens/s", flush=True)
+    out["variants"] = variants
+    shutil.rmtree(cache, ignore_errors=True)
+    return out
+
+
 # --------------------------------------------------------------------------- 4: scaling
 _PEAK_SCRIPT = r"""
 import re, sys, torch
+import torch.nn.functional as F
 from pathlib import Path
 from transformer_course.attention import scaled_dot_product_attention
 torch.set_num_threads(int(sys.argv[2]))
-n = int(sys.argv[1])
+n, impl = int(sys.argv[1]), sys.argv[3]
+attend = scaled_dot_product_attention if impl == "explicit" else F.scaled_dot_product_attention
 q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
-scaled_dot_product_attention(q[..., :8, :], k[..., :8, :], v[..., :8, :])
+attend(q[..., :8, :], k[..., :8, :], v[..., :8, :])
 def status(key):
     return int(re.search(key + r":\s+(\d+) kB", Path("/proc/self/status").read_text()).group(1)) * 1024
 Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current size
 base = status("VmRSS")
-scaled_dot_product_attention(q, k, v)
+attend(q, k, v)
 print(status("VmHWM") - base)
 """
 
+# The two ways to compute attention that the page compares over sequence length.
+ATTENTION_IMPLS = ("explicit", "fused")
+REPEATS_SCALING = 15
 
-def _peak_extra_bytes(n: int) -> int | None:
+
+def _peak_extra_bytes(n: int, impl: str) -> int | None:
     """Growth of resident memory while attention over ``n`` positions runs, in a fresh process."""
-    proc = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(n), str(THREADS)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK_SCRIPT, str(n), str(THREADS), impl],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+    )
     return int(proc.stdout.strip()) if proc.returncode == 0 else None
 
 
 def bench_scaling() -> dict:
-    """Attention time and peak extra memory against sequence length (one head, d_k = 64)."""
+    """Attention time and peak extra memory against sequence length (one head, d_k = 64), for the course's
+    explicit ``scaled_dot_product_attention`` (chapter 04: scores, softmax, weights times values, returning
+    the weights) and PyTorch's fused ``torch.nn.functional.scaled_dot_product_attention``."""
+    import torch.nn.functional as F
+
     from transformer_course.attention import scaled_dot_product_attention
 
+    torch.set_num_threads(THREADS)
+    impls = {"explicit": scaled_dot_product_attention, "fused": F.scaled_dot_product_attention}
     lengths = [128, 256, 512, 1024, 2048, 4096]
     rows = []
     for n in lengths:
         torch.manual_seed(0)
         q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
-        t = median_seconds(functools.partial(scaled_dot_product_attention, q, k, v), repeats=5, warmup=1)
-        peak = _peak_extra_bytes(n)
-        rows.append(
-            {
-                "n": n,
-                "ms": t * 1e3,
-                "peak_mib": None if peak is None else peak / 2**20,
-                "score_matrix_mib": n * n * 4 / 2**20,
-            }
-        )
-    return {"lengths": lengths, "rows": rows}
+        row: dict = {"n": n, "score_matrix_mib": n * n * 4 / 2**20}
+        # the two take turns call by call, so that both see the machine in the same state
+        times: dict[str, list[float]] = {name: [] for name in impls}
+        for i in range(REPEATS_SCALING + 2):
+            for name, attend in impls.items():
+                t0 = time.perf_counter()
+                attend(q, k, v)
+                if i >= 2:  # two calls of warm-up
+                    times[name].append(time.perf_counter() - t0)
+        for name in impls:
+            peak = _peak_extra_bytes(n, name)
+            row[f"{name}_ms"] = statistics.median(times[name]) * 1e3
+            row[f"{name}_peak_mib"] = None if peak is None else peak / 2**20
+        rows.append(row)
+        print(f"  n={n}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items() if k != "n" and v is not None))
+    return {
+        "lengths": lengths,
+        "rows": rows,
+        "d_k": 64,
+        "threads": THREADS,
+        "repeats": REPEATS_SCALING,
+        "device": _device_info(torch.device("cpu")),
+        "date": time.strftime("%Y-%m-%d"),
+    }
 
 
 def bench_kv_cache() -> dict | None:
@@ -468,28 +737,6 @@ def bench_kv_cache() -> dict | None:
     return {"model": "4 layers, 4 heads, d_model 128", "rows": rows}
 
 
-# --------------------------------------------------------------------------- 5: site
-def bench_site() -> dict:
-    out = Path(tempfile.mkdtemp(prefix="bench-site-"))
-    try:
-        t0 = time.perf_counter()
-        subprocess.run(
-            [str(Path(sys.executable).parent / "jupyter-book"), "build", "--all", "--path-output", str(out), str(ROOT)],
-            check=True,
-            capture_output=True,
-        )
-        seconds = time.perf_counter() - t0
-        html = out / "_build" / "html"
-        size = sum(p.stat().st_size for p in html.rglob("*") if p.is_file())
-        return {
-            "build_seconds": seconds,
-            "html_mib": size / 2**20,
-            "files": sum(1 for p in html.rglob("*") if p.is_file()),
-        }
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-
-
 # --------------------------------------------------------------------------- the page
 def plot(results: dict) -> None:
     import matplotlib
@@ -502,19 +749,21 @@ def plot(results: dict) -> None:
     use_course_style()
     rows = results["scaling"]["rows"]
     n = [r["n"] for r in rows]
+    labels = {"explicit": "explicit (chapter 04)", "fused": "fused (F.scaled_dot_product_attention)"}
     # One panel above the other, each the column's full width; the lengths (powers of 2) label the axis.
-    fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.4), sharex=True)
-    for ax, key, label in ((axes[0], "ms", "time (ms)"), (axes[1], "peak_mib", "peak extra memory (MiB)")):
-        if any(r[key] is None for r in rows):
-            continue
-        y = [max(r[key], 1e-6) for r in rows]
-        ax.loglog(n, y, "o-", label="measured")
-        ref = [y[-1] * (m / n[-1]) ** 2 for m in n]
-        ax.loglog(n, ref, "--", color="gray", label="slope 2: O(n²)")
-        if key == "peak_mib":
+    fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.8), sharex=True)
+    for ax, suffix, label in ((axes[0], "ms", "time (ms)"), (axes[1], "peak_mib", "peak extra memory (MiB)")):
+        for i, impl in enumerate(ATTENTION_IMPLS):
+            pts = [(r["n"], r[f"{impl}_{suffix}"]) for r in rows if r.get(f"{impl}_{suffix}") is not None]
+            if pts:
+                ax.loglog(*zip(*pts, strict=True), "os"[i] + "-", color=f"C{i}", label=labels[impl])
+        top = rows[-1].get(f"explicit_{suffix}")
+        if top:
+            ax.loglog(n, [top * (m / n[-1]) ** 2 for m in n], "--", color="gray", label="slope 2: grows as n²")
+        if suffix == "peak_mib":
             ax.loglog(n, [r["score_matrix_mib"] for r in rows], ":", color="C3", label="one n×n float32 matrix")
         ax.set_ylabel(label)
-        ax.legend()
+        ax.legend(fontsize="small")
         ax.grid(True, which="major", alpha=0.3)
     axes[1].set_xscale("log", base=2)
     axes[1].set_xticks(n, [str(v) for v in n])
@@ -530,6 +779,47 @@ def plot(results: dict) -> None:
     FIGURE.parent.mkdir(parents=True, exist_ok=True)
     # stored at twice the size it is shown (sharp on high-density screens); render() sets the shown width
     fig.savefig(FIGURE, bbox_inches="tight", dpi=2 * fig.dpi)
+    plt.close(fig)
+    if results.get("precision"):
+        plot_limit(results["precision"])
+
+
+def plot_limit(prec: dict) -> None:
+    """Share of the measured matmul peak that each training run reaches, one panel per device."""
+    import matplotlib.pyplot as plt
+
+    from transformer_course.plotting import MIN_TEXT_PT, smallest_text_pt
+
+    devs = [d for d in ("cpu", "cuda") if d in prec]
+    fig, axes = plt.subplots(len(devs), 1, figsize=(6.4, 2.4 * len(devs) + 0.4), squeeze=False)
+    for ax, dev in zip(axes[:, 0], devs, strict=True):
+        rec = prec[dev]
+        rows = [(k, r) for k, r in rec["variants"].items() if "error" not in r]
+        short = {
+            "fp32": "float32",
+            "bf16": "bfloat16",
+            "eager": "",
+            "compiled": "compiled",
+            "ours": "",
+            "minimal": "minimal",
+        }
+        labels = [" ".join(filter(None, (short[w] for w in k.split("_")))) for k, _ in rows][::-1]
+        shares = [100 * r["share_of_peak"] for _, r in rows][::-1]
+        colors = ["C1" if r["bf16"] else "C0" for _, r in rows][::-1]
+        ax.barh(labels, shares, color=colors)
+        for y, (share, (_, r)) in enumerate(zip(shares, rows[::-1], strict=True)):
+            ax.text(share + 1.5, y, f"{share:.1f} %, {r['tokens_per_s'] / 1e3:,.0f}k tokens/s", va="center")
+        ax.set_xlim(0, max(100, max(shares)) * 1.6)
+        ax.set_title(f"{_DEV[dev]}: {rec['device']['name']}")
+        ax.grid(True, axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("share of the measured matmul peak in the run's precision (%)")
+    fig.tight_layout()
+    fig.canvas.draw()
+    size, text = smallest_text_pt(fig)
+    if size < MIN_TEXT_PT:
+        raise SystemExit(f"the limit figure's text {text!r} would appear {size:.1f} pt tall on the page")
+    fig.savefig(FIGURE_LIMIT, bbox_inches="tight", dpi=2 * fig.dpi)
+    plt.close(fig)
 
 
 def _shown_width(png: Path) -> int:
@@ -597,234 +887,857 @@ def _chapter_title(notebook: str) -> str:
         return notebook
 
 
-def render(results: dict) -> str:
+def _n(x: float, digits: int = 0) -> str:
+    """A number as the page prints it: thousands separated, ``digits`` decimals."""
+    return f"{x:,.{digits}f}"
+
+
+def _x(ratio: float) -> str:
+    """A ratio as the page prints it: 1.7×, 12×, 0.93×."""
+    return f"{ratio:.0f}×" if ratio >= 20 else f"{ratio:.1f}×" if ratio >= 1.95 else f"{ratio:.2f}×"
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f} %" if share >= 0.095 else f"{share * 100:.1f} %" if share >= 0.001 else "under 0.1 %"
+
+
+def _flops(x: float) -> str:
+    return f"{x / 1e12:.1f} TFLOP/s" if x >= 1e12 else f"{x / 1e9:.0f} GFLOP/s"
+
+
+_DEV = {"cpu": "CPU", "cuda": "GPU"}
+
+_VARIANT_LABEL = {
+    "ours_fp32_eager": "float32",
+    "ours_bf16_eager": "bfloat16 autocast",
+    "ours_fp32_compiled": "float32, compiled",
+    "ours_bf16_compiled": "bfloat16 autocast, compiled",
+    "minimal_fp32_eager": "minimal GPT, float32",
+    "minimal_fp32_compiled": "minimal GPT, float32, compiled",
+}
+
+
+def _device_label(dev: str, rec: dict) -> str:
+    return f"the GPU ({rec['device']['name']})" if dev == "cuda" else f"the CPU ({rec['device']['name']})"
+
+
+def _render_machine(results: dict) -> list[str]:
     m = results["machine"]
+    # which sections ran where: the main run's CPU, and those measured again later (on whatever the machine was)
+    main = f"{m['cpu']}, {m['cores']} cores, {m['torch_threads']} PyTorch threads"
+    where: dict[str, list[str]] = {}
+    dates: dict[str, str] = {main: results["date"]}
+    sc = results.get("scaling") or {}
+    prec = results.get("precision") or {}
+
+    def add(name: str, section: str, date: str | None = None) -> None:
+        where.setdefault(name, []).append(section)
+        if date:
+            dates[name] = date
+
+    if sc.get("device") and sc["device"]["cpu"] != m["cpu"]:
+        add(
+            f"{sc['device']['cpu']}, {sc['device']['cores']} cores, {sc['threads']} PyTorch threads",
+            "attention's cost",
+            sc.get("date"),
+        )
+    else:
+        add(main, "attention's cost")
+    kv = results.get("kv_cache") or {}
+    if kv.get("device") and kv["device"]["cpu"] != m["cpu"]:
+        add(f"{kv['device']['cpu']}, {kv['device']['cores']} cores, {THREADS} PyTorch threads", "generation")
+    elif kv:
+        add(main, "generation")
+    cpu = prec.get("cpu")
+    if cpu:
+        name = f"{cpu['device']['cpu']}, {cpu['device']['cores']} cores, {cpu['device']['name'].rsplit(', ', 1)[-1]}"
+        add(
+            main if cpu["device"]["cpu"] == m["cpu"] else name.replace("threads", "PyTorch threads"),
+            "precision, compilation and the limit",
+            cpu.get("date"),
+        )
+    add(main, "the side-by-side comparisons, the chapters and several processes")
+    lines = ["## The machines", "", "| device | what was measured on it | when |", "|---|---|---|"]
+    for name, sections in where.items():
+        lines.append(f"| CPU: {name} | {', '.join(sections)} | {dates.get(name, results['date'])} |")
+    for dev, r in prec.items():
+        if dev == "cuda":
+            info = r["device"]
+            lines.append(
+                f"| GPU: {info['name']} (CUDA {info.get('cuda')}, PyTorch {info['torch']}, Python {info['python']}) "
+                f"| precision, compilation and the limit | {r['date']} |"
+            )
+    if "cuda" not in prec:
+        lines.append("| GPU: none | | |")
+    lines += [
+        "",
+        (
+            f"Software on the CPUs: Python {m['python']}, PyTorch {m['torch']}, "
+            f"transformers {m.get('transformers', '?')}, {m['os']}."
+            + (
+                f" The chapters' run times were measured on {results['notebooks_date']}."
+                if results.get("notebooks_date", results["date"]) != results["date"]
+                else ""
+            )
+        ),
+        "",
+    ]
+    return lines
+
+
+def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
+    cpu = (sc.get("device") or {}).get("cpu", main_cpu)
+    rows = sc["rows"]
+    if "explicit_ms" not in rows[0]:
+        return []
+    first, last = rows[0], rows[-1]
+    lines = [
+        "## What attention costs as the sequence grows",
+        "",
+        (
+            "Attention compares every position with every other one, so a sequence of n tokens has an n×n "
+            "matrix of scores. The explicit attention of chapter 04 builds that matrix, takes its softmax "
+            "into a second n×n matrix (the weights it returns) and multiplies it with the values: every "
+            "step reads and writes n² numbers in memory. PyTorch's fused "
+            "`torch.nn.functional.scaled_dot_product_attention` computes the same output in one kernel that "
+            "walks over blocks of keys and keeps a running softmax, so the full matrix never exists. Both are "
+            f"timed below on one head with d_k = {sc.get('d_k', 64)}, on the {cpu} with "
+            f"{sc.get('threads', THREADS)} threads."
+        ),
+        "",
+        "```{figure} figures/bench_scaling.png",
+        (
+            ":alt: Two log-log panels against sequence length n, explicit and fused attention in each: time (top) "
+            "and peak extra memory (bottom), with a dashed slope-2 reference line and, for memory, the size of one "
+            "n by n float32 matrix."
+        ),
+        f":width: {_shown_width(FIGURE)}px",
+        "",
+        (
+            "Time (top) and peak extra memory (bottom) of one head's attention against sequence length, "
+            "log-log: the dashed line has slope 2, the n² of the score matrix."
+        ),
+        "```",
+        "",
+        "| n | explicit (ms) | fused (ms) | explicit ÷ fused |",
+        "|---:|---:|---:|---:|",
+    ]
+
+    def mib(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.1f}"
+
+    for r in rows:
+        lines.append(
+            f"| {r['n']} | {r['explicit_ms']:.2f} | {r['fused_ms']:.2f} | {_x(r['explicit_ms'] / r['fused_ms'])} |"
+        )
+    lines += ["", "| n | explicit peak (MiB) | fused peak (MiB) | one n×n matrix (MiB) |", "|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(
+            f"| {r['n']} | {mib(r['explicit_peak_mib'])} | {mib(r['fused_peak_mib'])} | {mib(r['score_matrix_mib'])} |"
+        )
+    lines += [
+        "",
+        (
+            f"How measured: time is the median of {sc.get('repeats', 5)} calls, the two taking turns; peak "
+            "extra memory is how much the process's resident "
+            "memory grew while one call ran, in a fresh process for each length; the last column is the size of "
+            "one n×n matrix of float32 numbers."
+        ),
+        "",
+    ]
+    # the reading: growth per doubling of n at the short end, and from where every doubling costs about n²'s 4×
+    growth = [(a["n"], b["n"], b["explicit_ms"] / a["explicit_ms"]) for a, b in zip(rows, rows[1:], strict=False)]
+    text = []
+    if growth and growth[0][2] < 3.0:
+        a, b, g = growth[0]
+        text.append(
+            f"At the short end, doubling n from {a} to {b} multiplied the explicit attention's time by only {_x(g)}, "
+            "not the 4× of n²: there most of the time is fixed overhead (calling the operations, allocating their "
+            "outputs), paid whatever the length."
+        )
+    quad = next((i for i in range(len(growth)) if all(g >= 3.0 for _, _, g in growth[i:])), None)
+    if quad is not None:
+        big = growth[quad:]
+        text.append(
+            (
+                f"From n = {big[0][0]} on, every doubling multiplied it by "
+                + ", ".join(f"{_x(g)} ({a} to {b})" for a, b, g in big)
+                if len(big) > 1
+                else f"From n = {big[0][0]} to {big[0][1]}, the time grew {_x(big[0][2])}"
+            )
+            + ": the n² term has taken over"
+            + (
+                ", and once the matrix outgrows the processor's caches each pass over it also waits on memory, "
+                "which is why the last doubling cost more than 4×."
+                if big[-1][2] > 4.5
+                else "."
+            )
+        )
+    speed_last = last["explicit_ms"] / last["fused_ms"]
+    speed_first = first["explicit_ms"] / first["fused_ms"]
+    fused_growth = last["fused_ms"] / rows[-2]["fused_ms"]
+    text.append(
+        f"The fused kernel was {_x(speed_first)} as fast at n = {first['n']} and {_x(speed_last)} as fast at "
+        f"n = {last['n']}. It does the same n² arithmetic, so its time grows too ({_x(fused_growth)} from "
+        f"n = {rows[-2]['n']} to {last['n']}); what it saves is the passes over the n×n matrix in memory."
+    )
+    lines += [" ".join(text), ""]
+    text = []
+    if last["explicit_peak_mib"] and last["fused_peak_mib"] is not None:
+        per = last["explicit_peak_mib"] / last["score_matrix_mib"]
+        fused = last["fused_peak_mib"]
+        starker = fused > 0 and last["explicit_peak_mib"] / fused > speed_last
+        text.append(
+            ("In memory the difference is starker" if starker else "In memory")
+            + f": at n = {last['n']} the explicit version's peak was "
+            f"{last['explicit_peak_mib']:.0f} MiB, {per:.1f} times one n×n matrix (the scores and the weights exist "
+            f"at the same time), while the fused kernel's was {fused:.1f} MiB"
+            + (
+                f", {_x(last['explicit_peak_mib'] / fused)} less: it never holds the matrix."
+                if fused > 0.05
+                else ": it never holds the matrix."
+            )
+        )
+    text.append(
+        "This is why the course's modules take the fused path when they do not need the weights "
+        "(`MultiHeadAttention(..., use_sdpa=True)`, and the GPT of chapter 10 always): the explicit version is "
+        "for reading and for looking at the weights."
+    )
+    lines += [" ".join(text), ""]
+    return lines
+
+
+def _render_kv(kv: dict, cpu: str) -> list[str]:
+    rows = kv["rows"]
+    first, last = rows[0], rows[-1]
+    lines = [
+        "## Generation: the KV cache",
+        "",
+        (
+            f"A GPT ({kv['model']}, randomly initialised) generates greedily from a one-token prompt, so after "
+            "k new tokens its context is k + 1 tokens long. Without a cache, every new token runs the model over "
+            "the whole context again; with the cache of chapter 10, the keys and values of earlier positions are "
+            "kept and only the new token goes through the model."
+        ),
+        "",
+        "| new tokens (context at the end) | without cache (s) | with cache (s) | speed-up |",
+        "|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['new_tokens']} ({r['new_tokens'] + 1}) | {r['no_cache_s']:.3f} | {r['cache_s']:.3f} | "
+            f"{_x(r['speedup'])} |"
+        )
+    more = last["new_tokens"] / first["new_tokens"]
+    lines += [
+        "",
+        f"How measured: median of three generations on the {cpu}.",
+        "",
+        (
+            f"Generating {_x(more)} as many tokens ({first['new_tokens']} to {last['new_tokens']}) took "
+            f"{_x(last['no_cache_s'] / first['no_cache_s'])} as long without the cache and "
+            f"{_x(last['cache_s'] / first['cache_s'])} as long with it. Without the cache the k-th token costs a "
+            "pass over k positions, so the whole generation grows like the square of its length; with it each "
+            "token costs about the same, and the speed-up grows with the context: "
+            f"{_x(first['speedup'])} at {first['new_tokens'] + 1} tokens, {_x(last['speedup'])} at "
+            f"{last['new_tokens'] + 1}."
+        ),
+        "",
+    ]
+    return lines
+
+
+def _render_precision(prec: dict) -> list[str]:
+    lines = [
+        "## Precision: bfloat16",
+        "",
+        (
+            "Every number so far was a float32: 8 bits of exponent, 23 of mantissa. bfloat16 keeps the 8 exponent "
+            "bits (the same range, so no loss scaling is needed) and only 7 of the mantissa, in half the bytes. "
+            "`torch.autocast(device.type, dtype=torch.bfloat16)` runs the matrix multiplications in bfloat16 and "
+            "keeps what needs the precision, the softmax, layer norm, the loss and the weights themselves, in "
+            "float32:"
+        ),
+        "",
+        "```python",
+        "with torch.autocast(device.type, dtype=torch.bfloat16):",
+        "    loss = lm_loss(model(x), y)",
+        "loss.backward()",
+        "opt.step()",
+        "```",
+        "",
+    ]
+    for dev, rec in prec.items():
+        v = rec["variants"]
+        base = v.get("ours_fp32_eager")
+        if not base or "error" in base:
+            continue
+        lines += [
+            (
+                f"Chapter 10's GPT ({rec['config']}), trained for {rec['steps']} steps of {rec['batch']} windows from "
+                f"the same weights on the same batches with AdamW, on {_device_label(dev, rec)}:"
+            ),
+            "",
+            "| run | tokens/s | speed vs float32 | validation loss | difference |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for key in ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled"):
+            r = v.get(key)
+            if r is None:
+                continue
+            if "error" in r:
+                lines.append(f"| {_VARIANT_LABEL[key]} | not available here: {r['error'][:120]} | | | |")
+                continue
+            diff = (
+                "reference"
+                if r is base
+                else f"{r['val_loss'] - base['val_loss']:+.4f}".replace("-0.0000", "0.0000").replace(
+                    "+0.0000", "0.0000"
+                )
+            )
+            lines.append(
+                f"| {_VARIANT_LABEL[key]} | {_n(r['tokens_per_s'])} | {_x(r['tokens_per_s'] / base['tokens_per_s'])} "
+                f"| {r['val_loss']:.4f} | {diff} |"
+            )
+        lines += [
+            "",
+            (
+                f"How measured: after the {rec['steps']} steps, every run took {rec['timing_rounds']} more, the runs "
+                "taking turns step by step so that all see the machine in the same state; tokens/s is at the median "
+                "of those steps. The validation loss (in float32, on the same held-out windows) is the one after "
+                f"the {rec['steps']} steps."
+            ),
+            "",
+        ]
+        bf, bfc, fc = v.get("ours_bf16_eager"), v.get("ours_bf16_compiled"), v.get("ours_fp32_compiled")
+        text = []
+        peaks = rec["peak_flops"]
+        if bf and "error" not in bf:
+            ratio = bf["tokens_per_s"] / base["tokens_per_s"]
+            mm = _x(peaks["bf16"] / peaks["fp32"])
+            if ratio < 1.0:
+                text.append(
+                    f"Here bfloat16 autocast alone ran at {_x(ratio)} the speed of float32, although a bfloat16 "
+                    f"matmul runs up to {mm} as fast as a float32 one on this device: at d_model "
+                    + rec["config"].split("d_model ")[1].split(",")[0]
+                    + " the matrices are small, and every multiplication first casts its inputs to bfloat16, a "
+                    "separate operation that costs more than the faster arithmetic saves."
+                )
+            else:
+                text.append(
+                    f"Here bfloat16 autocast ran at {_x(ratio)} the speed of float32. A bfloat16 matmul runs up to "
+                    f"{mm} as fast as a float32 one on this device, but only the matrix multiplications change: "
+                    "the softmax, layer norm, the casts and the optimiser step take as long as before."
+                )
+        if bfc and "error" not in bfc and fc and "error" not in fc:
+            fused_gain = bf is not None and "error" not in bf and bfc["tokens_per_s"] > 1.02 * bf["tokens_per_s"]
+            text.append(
+                ("Compiled, the casts are fused into the operations around them, and " if fused_gain else "Compiled, ")
+                + f"bfloat16 ran at {_x(bfc['tokens_per_s'] / base['tokens_per_s'])} the speed of eager float32 "
+                f"({_x(bfc['tokens_per_s'] / fc['tokens_per_s'])} compiled float32)."
+            )
+        if bf and "error" not in bf:
+            diff = abs(bf["val_loss"] - base["val_loss"])
+            text.append(
+                f"The loss hardly notices: after {rec['steps']} steps bfloat16's validation loss differs from "
+                f"float32's by {diff:.4f} ({diff / base['val_loss'] * 100:.2f} % of it), because the weights and "
+                "their updates stay in float32."
+            )
+        if text:
+            lines += [" ".join(text), ""]
+    return lines
+
+
+def _render_compile(prec: dict) -> list[str]:
+    lines = [
+        "## Compilation: when it pays",
+        "",
+        (
+            "In eager mode PyTorch runs one operation at a time: each reads its inputs from memory and writes its "
+            "output back, and each costs a call from Python. `torch.compile(model)` traces the model on its first "
+            "call and generates fused kernels (C++ on a CPU, Triton on a GPU): layer norm, GELU, the residual "
+            "additions and the casts run as few passes over memory. The first step pays for that compilation; "
+            "every later step may be faster. Compilation pays after as many steps as it takes for the saved time "
+            "to add up to the compile time:"
+        ),
+        "",
+        "| run | compile (s) | step (ms), eager → compiled | pays after |",
+        "|---|---:|---:|---:|",
+    ]
+    notes = []
+    breaks_noted = False
+    for dev, rec in prec.items():
+        v = rec["variants"]
+        for eager_key, comp_key in (
+            ("ours_fp32_eager", "ours_fp32_compiled"),
+            ("ours_bf16_eager", "ours_bf16_compiled"),
+            ("minimal_fp32_eager", "minimal_fp32_compiled"),
+        ):
+            e, c = v.get(eager_key), v.get(comp_key)
+            if not e or not c or "error" in e:
+                continue
+            label = _VARIANT_LABEL[eager_key]
+            if "error" in c:
+                lines.append(f"| {_DEV.get(dev, dev)}, {label} | not available here: {c['error'][:100]} | | |")
+                continue
+            compile_s = c["first_step_extra_s"] - max(e["first_step_extra_s"], 0.0)
+            saved = e["step_s"] - c["step_s"]
+            if saved < 0.02 * e["step_s"]:  # under 2 %: no gain that a measurement this size can tell
+                saved = 0.0
+            pays = f"{_n(math.ceil(compile_s / saved))} steps" if saved > 0 else "never here"
+            lines.append(
+                f"| {_DEV.get(dev, dev)}, {label} | {compile_s:.1f} | "
+                f"{e['step_s'] * 1e3:.1f} → {c['step_s'] * 1e3:.1f} | {pays} |"
+            )
+            if saved > 0 and eager_key == "ours_fp32_eager":
+                notes.append(
+                    f"On {_device_label(dev, rec)}, compiling float32 training took {compile_s:.0f} s and saved "
+                    f"{saved * 1e3:.1f} ms a step ({saved / e['step_s'] * 100:.0f} %): it pays for itself after "
+                    f"{_n(math.ceil(compile_s / saved))} steps, "
+                    f"{_n(math.ceil(compile_s / saved) * e['step_s'] / 60, 1)} minutes of eager training."
+                )
+            elif eager_key == "ours_fp32_eager":
+                notes.append(
+                    f"On {_device_label(dev, rec)}, compiling float32 training took {compile_s:.0f} s and the "
+                    f"compiled step was not measurably faster ({e['step_s'] * 1e3:.0f} ms eager, "
+                    f"{c['step_s'] * 1e3:.0f} ms compiled)"
+                    + (
+                        f": float32 training here already runs at {_pct(e['share_of_peak'])} of the matmul peak, "
+                        "its time is in the matrix multiplications, which compilation leaves to the same library, "
+                        "and fusing the small operations around them has little left to save."
+                        if e["share_of_peak"] >= 0.5
+                        else "."
+                    )
+                )
+        ours_c, mini_c = v.get("ours_fp32_compiled") or {}, v.get("minimal_fp32_compiled") or {}
+        if ours_c.get("graph_breaks") and mini_c.get("graph_breaks") == 0 and not breaks_noted:
+            breaks_noted = True
+            notes.append(
+                f"The compiler cut the course's GPT into {ours_c['graph_breaks'] + 1} graphs (a graph break): its "
+                "check of the token ids reads their smallest and largest value back into Python to raise a readable "
+                "error, and a compiled graph cannot hold that; the minimal GPT, which checks nothing, compiled as "
+                "one graph."
+            )
+    lines += [
+        "",
+        (
+            "How measured: compile time is the first step's time minus a steady step's, less the eager run's own "
+            "first-step overhead; the steps are the median ones of the table above. Only the model is compiled: "
+            "the optimiser step runs eagerly in every run."
+        ),
+        "",
+        *([" ".join(notes), ""] if notes else []),
+    ]
+    return lines
+
+
+def _render_limit(prec: dict) -> list[str]:
+    rec0 = next(iter(prec.values()))
+    attn = rec0["flops_attention_per_token"]
+    dense = rec0["flops_per_token"] - attn
+    lines = [
+        "## How close to the limit",
+        "",
+        (
+            "Training a model costs about 6 FLOPs per weight per token: 2 for the multiply-add of the forward "
+            "pass, 4 for the two of the backward pass (the gradient with respect to the input and with respect to "
+            "the weight). Attention adds its two n×n products, which hold no weights; counting them in full, "
+            "as if there were no causal mask, as nanoGPT's `estimate_mfu` does after the PaLM paper's appendix B:"
+        ),
+        "",
+        "$$",
+        r"C \approx 6N + 12\, L\, d\, T",
+        "$$",
+        "",
+        (
+            "with C the FLOPs per token, L the layers, d the model width d_model, "
+            f"N the weights that multiply activations (all {_n(rec0['parameters'])} parameters but the position "
+            f"table: {_n(rec0['parameters_counted'])}) and T = {rec0['config'].split('block ')[1]} the context. "
+            f"For chapter 10's GPT that is {_n(dense)} + {_n(attn)} = {_n(rec0['flops_per_token'])} FLOPs per token. "
+            "Multiplied by the tokens per second it gives the FLOP/s the training achieves, which the table sets "
+            "against the machine's peak, measured as the speed of one large matrix multiplication in the same "
+            "precision."
+        ),
+        "",
+    ]
+    if FIGURE_LIMIT.exists():
+        lines += [
+            "```{figure} figures/bench_limit.png",
+            (
+                ":alt: Horizontal bars, one panel per device, one bar per training run: the share of the measured "
+                "matmul peak that the run reaches, labelled with its percentage and tokens per second."
+            ),
+            f":width: {_shown_width(FIGURE_LIMIT)}px",
+            "",
+            (
+                "The share of the device's measured matmul peak that each training run reaches (float32 runs against "
+                "the float32 peak, bfloat16 runs against the bfloat16 peak), with its tokens per second."
+            ),
+            "```",
+            "",
+        ]
+    for dev, rec in prec.items():
+        peaks = rec["peak_flops"]
+        peak_text = ", ".join(
+            f"{name} {_flops(val)}"
+            for name, val in (("float32", peaks["fp32"]), ("TF32", peaks.get("tf32")), ("bfloat16", peaks["bf16"]))
+            if val
+        )
+        sizes = rec.get("peak_matmul_sizes") or sorted(set(rec["peak_matmul_n"].values()))
+        shapes = [f"{n}×{n}" if isinstance(n, int) else f"({n[0]}×{n[1]})·({n[1]}×{n[2]})" for n in sizes]
+        lines += [
+            (
+                f"On {_device_label(dev, rec)}, the measured matmul peaks (the best of a few products of "
+                + (", ".join(shapes[:-1]) + " and " + shapes[-1] if len(shapes) > 1 else shapes[0])
+                + (", the last two the model's own shapes" if any(not isinstance(n, int) for n in sizes) else "")
+                + f") are {peak_text}."
+            ),
+            "",
+            "| run | tokens/s | achieved | share of peak |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, r in rec["variants"].items():
+            if "error" in r:
+                continue
+            lines.append(
+                f"| {_VARIANT_LABEL[key]} | {_n(r['tokens_per_s'])} | {_flops(r['achieved_flops'])} | "
+                f"{_pct(r['share_of_peak'])} of {'bfloat16' if r['peak_key'] == 'bf16' else 'float32'} |"
+            )
+        lines.append("")
+        v = rec["variants"]
+        base, best = v.get("ours_fp32_eager"), None
+        ok = [r for r in v.values() if "error" not in r]
+        if ok:
+            best = max(ok, key=lambda r: r["share_of_peak"])
+        if base and "error" not in base and best:
+            share = base["share_of_peak"]
+            if share >= 0.75:
+                reading = (
+                    f"In float32 this training uses {_pct(share)} of what the processor can do: the arithmetic "
+                    "itself is the limit. Only doing less of it (a smaller model, shorter context) or doing it "
+                    "in a cheaper format makes it faster."
+                    + (
+                        " (A share this close to 100 %, or above it, also says that the count is an estimate: it "
+                        "includes the masked half of causal attention, which the fused kernel skips.)"
+                        if share >= 0.95
+                        else ""
+                    )
+                )
+            elif share >= 0.1:
+                reading = (
+                    f"In float32 this training uses {_pct(share)} of what the processor can do: most of its time is "
+                    "matrix multiplication, the rest goes to the operations between them (softmax, layer norm, GELU, "
+                    "the optimiser step) and to moving data. A cheaper number format speeds up the first part only."
+                )
+            else:
+                reading = (
+                    f"In float32 this training uses {_pct(share)} of what the device can do: the model is so small "
+                    "(matrices of a few hundred columns) that the device mostly waits for the next operation to be "
+                    f"launched. Compilation alone hardly changes that (the best run here reached "
+                    f"{_pct(best['share_of_peak'])}): what fills the device is more work per operation, a larger "
+                    "batch or a larger model."
+                )
+            mini = v.get("minimal_fp32_eager")
+            if mini and "error" not in mini:
+                reading += (
+                    f" The minimal GPT, which runs the same kernels, reached {_pct(mini['share_of_peak'])} "
+                    f"({_n(mini['tokens_per_s'])} tokens/s against the course GPT's {_n(base['tokens_per_s'])})."
+                )
+            lines += [reading, ""]
+    cpu, gpu = prec.get("cpu"), prec.get("cuda")
+    if cpu and gpu:
+        c, g = cpu["variants"].get("ours_fp32_eager", {}), gpu["variants"].get("ours_fp32_eager", {})
+        if "tokens_per_s" in c and "tokens_per_s" in g:
+            lines += [
+                (
+                    "Side by side: the GPU's float32 matmul peak is "
+                    f"{_x(gpu['peak_flops']['fp32'] / cpu['peak_flops']['fp32'])} the CPU's, yet this training runs "
+                    f"only {_x(g['tokens_per_s'] / c['tokens_per_s'])} as fast on it. "
+                    "A GPU pays off in proportion to the work each of its operations gets."
+                ),
+                "",
+            ]
+    return lines
+
+
+def _render_side_by_side(results: dict) -> list[str]:
+    side = []
+    for dev, r in results.get("mha", {}).items():
+        side.append(
+            "`MultiHeadAttention` vs `torch.nn.MultiheadAttention`, forward + backward "
+            f"({r['shape']}; {_DEV.get(dev, dev)}): {r['ours_ms']:.2f} vs {r['torch_ms']:.2f} ms, "
+            f"**{r['ratio_ours_vs_torch']:.2f}×** the time (with `use_sdpa=True`: "
+            f"{r['ratio_ours_sdpa_vs_torch']:.2f}×)."
+        )
+    for dev, r in (results.get("gpt_vs_minimal") or {}).items():
+        side.append(
+            f"The course's `GPT` vs a minimal fused GPT-2 (`bench/minimal_gpt.py`), training ({r['config']}, "
+            f"{r['steps']} steps of {r['batch']}; {_DEV.get(dev, dev)}): "
+            f"{_n(r['ours_tokens_per_s'])} vs {_n(r['minimal_tokens_per_s'])} tokens/s, "
+            f"**{r['throughput_ratio']:.3f}×** the throughput; validation loss "
+            f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f}."
+        )
+    for dev, r in (results.get("gpt_vs_hf") or {}).items():
+        side.append(
+            f"The course's `GPT` vs `GPT2LMHeadModel`, training ({r['config']}, {r['steps']} steps of "
+            f"{r['batch']}; {_DEV.get(dev, dev)}): "
+            f"{_n(r['ours_tokens_per_s'])} vs {_n(r['hf_tokens_per_s'])} tokens/s, "
+            f"**{r['throughput_ratio']:.2f}×** the throughput; validation loss "
+            f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} (**{r['val_loss_ratio']:.3f}×**)."
+        )
+    for dev, r in (results.get("encoder_vs_bert") or {}).items():
+        side.append(
+            f"The course's encoder with MiniLM's weights vs `BertModel`, inference ({r['shape']}; "
+            f"{_DEV.get(dev, dev)}): {r['ours_ms']:.1f} vs {r['bert_ms']:.1f} ms, "
+            f"**{r['ratio_ours_vs_bert']:.2f}×** the time."
+        )
+    if not side:
+        return []
+    lines = [
+        "## The course's models side by side with the libraries'",
+        "",
+        (
+            "Each of the course's modules against the library class it mirrors, with the same configuration, "
+            "weights and inputs. A time ratio above 1 means ours is slower; a throughput ratio below 1 means ours "
+            "is slower."
+        ),
+        "",
+        *[f"* {item}" for item in side],
+        "",
+    ]
+    gm = next(iter((results.get("gpt_vs_minimal") or {}).values()), None)
+    if gm:
+        lines += [
+            (
+                f"How measured: medians of repeated calls; the two GPTs train in turn, step by step, and the ratio is "
+                f"the median over pairs of steps, taken in each of {len(gm['runs'])} fresh processes "
+                f"({', '.join(f'{x:.3f}×' for x in gm['runs'])}), the middle one shown."
+            ),
+            "",
+        ]
+    mha = next(iter(results.get("mha", {}).values()), None)
+    text = []
+    if mha:
+        text.append(
+            f"The course's `MultiHeadAttention` took {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with the "
+            "explicit attention the chapters teach (three passes over an n×n tensor: scores, softmax, weights "
+            f"times values) and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with `use_sdpa=True`, the fused kernel of "
+            "the attention section above."
+        )
+    if gm:
+        text.append(
+            "The GPT of chapter 10 is written for speed throughout: one fused query/key/value matrix and fused "
+            "attention told `is_causal=True` instead of a mask tensor, the same kernels as the minimal reference, "
+            "and the two reach the same validation loss"
+            + (" to the last digit" if gm["ours_val_loss"] == gm["minimal_val_loss"] else "")
+            + f". Their throughput differs by {abs(1 - gm['throughput_ratio']) * 100:.1f} % "
+            f"(from run to run: {min(gm['runs']):.3f}× to {max(gm['runs']):.3f}×); the course's model also checks "
+            "its token ids on every call, which the reference does not."
+        )
+    if text:
+        lines += [" ".join(text), ""]
+    return lines
+
+
+def _render_notebooks(results: dict) -> list[str]:
+    nbs = results.get("notebooks")
+    if not nbs:
+        return []
+    total = sum(r["seconds"] for r in nbs)
+    m = results["machine"]
+    longest = max(nbs, key=lambda r: r["seconds"])
+    lines = [
+        "## What each chapter costs a learner",
+        "",
+        (
+            f"Each chapter's notebook run top to bottom in a fresh kernel, offline, on the {m['cpu']} with "
+            f"{m['torch_threads']} threads; no GPU was measured for the chapters."
+        ),
+        "",
+        "| chapter | seconds |",
+        "|---|---:|",
+    ]
+    for r in nbs:
+        lines.append(f"| {_chapter_title(r['notebook'])} | {r['seconds']:.0f} |")
+    timed = {r["notebook"] for r in nbs}
+    missing = [p.stem for p in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")) if p.stem not in timed]
+    for nb in missing:  # a chapter newer than these measurements
+        lines.append(f"| {_chapter_title(nb)} | not measured |")
+    lines += [
+        f"| {'all of the above that were measured' if missing else 'all chapters'} | {total:.0f} |",
+        "",
+        (
+            f"Together that is {total / 60:.0f} minutes of computing; the longest, "
+            f"{_chapter_title(longest['notebook'])}, takes {longest['seconds'] / 60:.1f} minutes, "
+            f"{longest['seconds'] / total * 100:.0f} % of the whole."
+        ),
+        "",
+    ]
+    return lines
+
+
+def _render_ddp(results: dict) -> list[str]:
+    ddp = results.get("ddp")
+    if not ddp:
+        return []
+    one, two = ddp["1 process"], ddp["2 processes"]
+    m = results["machine"]
+    ratio = two["seconds_per_step"] / one["seconds_per_step"]
+    return [
+        "## Scaling out: several processes",
+        "",
+        (
+            "When one process is not enough, PyTorch's own launcher runs the same training script once per "
+            "device. Each process holds a full replica of the model; `DistributedDataParallel` adds an "
+            "all-reduce to the backward pass, so that every replica ends the step with the average of all "
+            "processes' gradients and takes the same optimiser step. The course's training loop runs "
+            "unchanged: each step's global batch is drawn the same way in every process, and each takes its "
+            "own share of it."
+        ),
+        "",
+        "```bash",
+        "torchrun --standalone --nproc_per_node=2 \\",
+        "    -m transformer_course.train_gpt --steps 5000",
+        "```",
+        "",
+        (
+            "On CPUs the processes talk through the gloo backend, on NVIDIA GPUs through nccl (one process "
+            "per GPU). Gradient accumulation (`--accumulate 2`) is the same idea inside one process: two "
+            "half-batches, gradients added, one step."
+        ),
+        "",
+        f"Measured here, the chapter 10 GPT (`{ddp['args']}`):",
+        "",
+        "| run | s per step | last training loss | validation loss |",
+        "|---|---:|---:|---:|",
+        (
+            f"| 1 process, {m['torch_threads']} threads | {one['seconds_per_step']:.3f} | {one['final_loss']:.4f} | "
+            f"{one['val_loss']:.4f} |"
+        ),
+        (
+            f"| 2 processes, {max(1, m['torch_threads'] // 2)} thread each | {two['seconds_per_step']:.3f} | "
+            f"{two['final_loss']:.4f} | {two['val_loss']:.4f} |"
+        ),
+        "",
+        (
+            ("The losses are the same" if one["val_loss"] == two["val_loss"] else "The losses agree")
+            + ": the two runs take the same steps, up to float rounding (and so does one process that adds up two "
+            f"half-batches with `--accumulate 2`). Two processes took {ratio:.2f}× the time of one, not half: on this "
+            f"machine they share the same {m['cores']} cores that one process already used with "
+            f"{m['torch_threads']} threads, so the arithmetic is the same and the all-reduce is added to it. Data "
+            "parallelism pays when each process brings its own device."
+        ),
+        "",
+        (
+            "Across machines the same script runs under `torchrun --nnodes=2 --nproc_per_node=8 "
+            "--rdzv_backend=c10d --rdzv_endpoint=HOST:29500` on every node. When the model itself no longer "
+            "fits one device, data parallelism is not enough: fully sharded data parallelism "
+            "(`torch.distributed.fsdp.fully_shard(block)` for each block, then for the model) keeps only a "
+            "shard of every weight, gradient and optimiser state on each device and gathers a layer's weights "
+            "just before it runs."
+        ),
+        "",
+    ]
+
+
+def _render_summary(results: dict) -> list[str]:
+    """The page's answers in four lines, each computed from the measurements below it."""
+    items = []
+    sc = results.get("scaling")
+    if sc and "explicit_ms" in sc["rows"][0]:
+        last = sc["rows"][-1]
+        items.append(
+            f"Attention's n×n matrix: at n = {last['n']} the fused kernel is "
+            f"{_x(last['explicit_ms'] / last['fused_ms'])} as fast as the explicit attention"
+            + (
+                f" and needs {_x(last['explicit_peak_mib'] / last['fused_peak_mib'])} less memory."
+                if last["explicit_peak_mib"] and last["fused_peak_mib"] and last["fused_peak_mib"] > 0.05
+                else "."
+            )
+        )
+    kv = results.get("kv_cache")
+    if kv:
+        r = kv["rows"][-1]
+        items.append(f"Generation: the KV cache makes {r['new_tokens']} new tokens {_x(r['speedup'])} faster.")
+    cpu = (results.get("precision") or {}).get("cpu")
+    if cpu:
+        v = cpu["variants"]
+        base = v.get("ours_fp32_eager")
+        ok = {k: r for k, r in v.items() if "error" not in r and k.startswith("ours")}
+        if base and ok:
+            best_key = max(ok, key=lambda k: ok[k]["tokens_per_s"])
+            items.append(
+                f"Training on the CPU ({cpu['device']['cpu']}): the fastest setting ({_VARIANT_LABEL[best_key]}) "
+                "runs at "
+                f"{_x(ok[best_key]['tokens_per_s'] / base['tokens_per_s'])} the speed of plain float32; float32 "
+                f"already uses {_pct(base['share_of_peak'])} of the processor's measured peak."
+            )
+    gpu = (results.get("precision") or {}).get("cuda")
+    if gpu:
+        v = gpu["variants"]
+        base = v.get("ours_fp32_eager")
+        if base and "error" not in base:
+            items.append(
+                f"On the GPU ({gpu['device']['name']}) the same float32 training runs "
+                f"{_x(base['tokens_per_s'] / cpu['variants']['ours_fp32_eager']['tokens_per_s'])} as fast as on the "
+                f"CPU, yet uses {_pct(base['share_of_peak'])} of the GPU's peak: the model is too small to fill it."
+                if cpu and "tokens_per_s" in cpu["variants"].get("ours_fp32_eager", {})
+                else f"On the GPU ({gpu['device']['name']}) float32 training uses {_pct(base['share_of_peak'])} of "
+                "its peak: the model is too small to fill it."
+            )
+    items = [i for i in items if i]
+    if not items:
+        return []
+    return ["In short:", "", *[f"* {i}" for i in items], ""]
+
+
+def render(results: dict) -> str:
     lines = [
         "# Appendix: Performance",
         "",
         (
-            "What the course costs to run on an ordinary CPU, and how fast its from-scratch models are next to "
-            "PyTorch's and Hugging Face's. Timings are medians of repeated runs with "
-            f"{m['torch_threads']} PyTorch threads, on the machine below."
+            "Why is a model slow, and what would make it fast? This appendix answers with measurements of the "
+            "course's own models: where the time goes in attention, what a KV cache saves in generation, what a "
+            "smaller number format and a compiler buy in training, and how far all of it is from what the "
+            "hardware can do. Every number comes from `bench/run.py` in the course's repository, on the machine "
+            "named beside it; run it to measure your own."
         ),
-        "",
-        "## The machine",
-        "",
-        "| | |",
-        "|---|---|",
-        f"| CPU | {m['cpu']} ({m['cores']} cores) |",
-        f"| GPU | {m['gpu'] or 'none'} |",
-        (
-            f"| software | Python {m['python']}, PyTorch {m['torch']}, "
-            f"transformers {m.get('transformers', '?')}, {m['os']} |"
-        ),
-        f"| measured | {results['date']}"
-        + (
-            f" (the chapters' run times: {results['notebooks_date']})"
-            if results.get("notebooks_date", results["date"]) != results["date"]
-            else ""
-        )
-        + " |",
         "",
     ]
-    nbs = results.get("notebooks")
-    if nbs:
-        total = sum(r["seconds"] for r in nbs)
-        lines += [
-            "## What each chapter costs to run",
-            "",
-            (
-                "Each chapter's notebook run top to bottom in a fresh kernel, offline, on this CPU "
-                "(no GPU was used). A GPU runtime shortens the chapters that train (09, 12 and 13)."
-            ),
-            "",
-            "| chapter | seconds |",
-            "|---|---:|",
-        ]
-        for r in nbs:
-            lines.append(f"| {_chapter_title(r['notebook'])} | {r['seconds']:.0f} |")
-        timed = {r["notebook"] for r in nbs}
-        for nb in sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
-            if nb not in timed:  # a chapter newer than these measurements
-                lines.append(f"| {_chapter_title(nb)} | not measured |")
-        lines += [f"| all of the above that were measured | {total:.0f} |", ""]
-    side = []
-    for dev, r in results.get("mha", {}).items():
-        side.append(
-            f"| `MultiHeadAttention` vs `torch.nn.MultiheadAttention`, forward + backward ({r['shape']}) | {dev} | "
-            f"{r['ours_ms']:.2f} ms vs {r['torch_ms']:.2f} ms | **{r['ratio_ours_vs_torch']:.2f}×** time "
-            f"(with `use_sdpa=True`: {r['ratio_ours_sdpa_vs_torch']:.2f}×) |"
+    lines += _render_summary(results)
+    lines += _render_machine(results)
+    if results.get("scaling"):
+        lines += _render_scaling(results["scaling"], results["machine"]["cpu"])
+    if results.get("kv_cache"):
+        lines += _render_kv(
+            results["kv_cache"], (results["kv_cache"].get("device") or {}).get("cpu", results["machine"]["cpu"])
         )
-    for dev, r in (results.get("gpt_vs_minimal") or {}).items():
-        side.append(
-            f"| course `GPT` vs a minimal fused GPT-2 (`bench/minimal_gpt.py`), training ({r['config']}, "
-            f"{r['steps']} steps of {r['batch']}, the two in turn) | {dev} | "
-            f"{r['ours_tokens_per_s']:.0f} vs {r['minimal_tokens_per_s']:.0f} tokens/s (median step); validation loss "
-            f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f} | **{r['throughput_ratio']:.3f}×** throughput "
-            f"(median of {len(r['runs'])} runs) |"
-        )
-    for dev, r in (results.get("gpt_vs_hf") or {}).items():
-        side.append(
-            f"| course `GPT` vs `GPT2LMHeadModel`, training ({r['config']}, {r['steps']} steps of {r['batch']}) "
-            f"| {dev} | "
-            f"{r['ours_tokens_per_s']:.0f} vs {r['hf_tokens_per_s']:.0f} tokens/s; validation loss "
-            f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} | **{r['throughput_ratio']:.2f}×** throughput, "
-            f"**{r['val_loss_ratio']:.3f}×** loss |"
-        )
-    for dev, r in (results.get("encoder_vs_bert") or {}).items():
-        side.append(
-            f"| course encoder with MiniLM weights vs `BertModel`, inference ({r['shape']}) | {dev} | "
-            f"{r['ours_ms']:.1f} ms vs {r['bert_ms']:.1f} ms | **{r['ratio_ours_vs_bert']:.2f}×** time |"
-        )
-    if side:
-        lines += [
-            "## The course's models side by side with the libraries'",
-            "",
-            (
-                "Same configuration, same data, same steps, in one run. A time ratio above 1 means ours is slower; "
-                "a throughput ratio below 1 means ours is slower."
-            ),
-            "",
-            "| comparison | device | measured | ratio |",
-            "|---|---|---|---|",
-            *side,
-            "",
-            (
-                "Where ours is slower, the reason is the explicit attention the chapters teach: it materialises the "
-                "score matrix, runs a separate softmax, masks with `masked_fill` and multiplies again, three passes "
-                "over an n×n tensor, where PyTorch's `scaled_dot_product_attention` runs one fused kernel. The course "
-                "modules "
-                "offer that fast path: `MultiHeadAttention(..., use_sdpa=True)` gives the "
-                "same outputs (chapter 05 compares the two) and computes attention weights only when asked "
-                "for (`need_weights=True`). The GPT of chapter 10 is written for speed throughout: one fused "
-                "query/key/value matrix and fused attention told `is_causal=True` instead of a mask tensor, as in "
-                "the minimal reference it is measured against. The two compute the same numbers (their "
-                "validation losses agree to the last digit) with the same kernels, but for two details: the "
-                "course's model checks its token ids on every call (one pass over the ids), and it adds the "
-                "position table by slicing its first rows where the reference looks up `torch.arange(T)` "
-                "in an embedding, which costs an index lookup forward and a scatter backward. Both details "
-                "are a small fraction of a millisecond in a step of over 100 ms, less than what moves from "
-                "one run to the next, which is why the ratio is taken over pairs of steps run back to back "
-                "and over several runs."
-            ),
-            "",
-        ]
-        for dev, r in (results.get("gpt_vs_minimal") or {}).items():
-            lines += [
-                (
-                    f"GPT vs the minimal GPT-2 on {dev}: {len(r['runs'])} runs, each in a fresh process, gave "
-                    f"{', '.join(f'{x:.3f}×' for x in r['runs'])}; the table shows the median run. A run's ratio "
-                    f"is the median over its {r['timed_steps']} pairs of steps of the minimal model's step time "
-                    "over ours; in the median run, the middle half of those pairs lay between "
-                    f"{r['throughput_ratio_iqr'][0]:.3f}× and {r['throughput_ratio_iqr'][1]:.3f}×."
-                ),
-                "",
-            ]
-    sc = results.get("scaling")
-    if sc:
-        lines += [
-            "## Scaling with sequence length",
-            "",
-            (
-                "`scaled_dot_product_attention` on one head with d_k = 64. Peak extra memory is the growth of the "
-                "process's resident memory while the attention runs (Linux's high-water mark, reset just before, in a "
-                "fresh process for each length)."
-            ),
-            "",
-            "```{figure} figures/bench_scaling.png",
-            (
-                ":alt: Two log-log panels against sequence length n: attention time (top) and peak extra memory "
-                "(bottom), each with a dashed slope-2 reference line that the measurements approach as n grows."
-            ),
-            f":width: {_shown_width(FIGURE)}px",
-            "",
-            (
-                "Time (top) and peak extra memory (bottom) of one head's attention against sequence length, "
-                "log-log: the dashed line has slope 2, the n² of the score matrix."
-            ),
-            "```",
-            "",
-            "| n | time (ms) | peak extra memory (MiB) | one n×n float32 matrix (MiB) |",
-            "|---:|---:|---:|---:|",
-        ]
-        for r in sc["rows"]:
-            peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:.1f}"
-            lines.append(f"| {r['n']} | {r['ms']:.2f} | {peak} | {r['score_matrix_mib']:.1f} |")
-        lines.append("")
-    kv = results.get("kv_cache")
-    if kv:
-        lines += [
-            "## KV cache",
-            "",
-            (
-                f"Greedy generation from a one-token prompt with a randomly initialised GPT ({kv['model']}): "
-                "without the cache every step re-reads the whole prefix; with it, only the new token."
-            ),
-            "",
-            "| new tokens | without cache (s) | with cache (s) | speed-up |",
-            "|---:|---:|---:|---:|",
-        ]
-        for r in kv["rows"]:
-            lines.append(f"| {r['new_tokens']} | {r['no_cache_s']:.3f} | {r['cache_s']:.3f} | {r['speedup']:.1f}× |")
-        lines.append("")
-    ddp = results.get("ddp")
-    if ddp:
-        one, two = ddp["1 process"], ddp["2 processes"]
-        lines += [
-            "## Scaling out: several processes",
-            "",
-            (
-                "When one process is not enough, PyTorch's own launcher runs the same training script once per "
-                "device. Each process holds a full replica of the model; `DistributedDataParallel` adds an "
-                "all-reduce to the backward pass, so that every replica ends the step with the average of all "
-                "processes' gradients and takes the same optimiser step. The course's training loop runs "
-                "unchanged: each step's global batch is drawn the same way in every process, and each takes its "
-                "own share of it."
-            ),
-            "",
-            "```bash",
-            "torchrun --standalone --nproc_per_node=2 \\",
-            "    -m transformer_course.train_gpt --steps 5000",
-            "```",
-            "",
-            (
-                "On CPUs the processes talk through the gloo backend, on NVIDIA GPUs through nccl (one process "
-                "per GPU). Gradient accumulation (`--accumulate 2`) is the same idea inside one process: two "
-                "half-batches, gradients added, one step."
-            ),
-            "",
-            f"Measured here, the chapter 10 GPT with a global batch of 16 windows of 128 characters (`{ddp['args']}`):",
-            "",
-            "| | seconds per step | training loss at the last step | validation loss |",
-            "|---|---:|---:|---:|",
-            (
-                f"| 1 process, {THREADS} threads | {one['seconds_per_step']:.3f} | {one['final_loss']:.4f} | "
-                f"{one['val_loss']:.4f} |"
-            ),
-            (
-                f"| 2 processes, 1 thread each | {two['seconds_per_step']:.3f} | {two['final_loss']:.4f} | "
-                f"{two['val_loss']:.4f} |"
-            ),
-            "",
-            (
-                "The losses are the same: the two runs take the same steps, up to float rounding (and so does "
-                "one process that adds up two half-batches with `--accumulate 2`). The time does not halve, because "
-                "on this machine two processes share the same two cores that one process already used with two "
-                "threads: the arithmetic is the same, and the all-reduce is added to it. Data parallelism pays "
-                "when each process brings its own device."
-            ),
-            "",
-            (
-                "Across machines the same script runs under `torchrun --nnodes=2 --nproc_per_node=8 "
-                "--rdzv_backend=c10d --rdzv_endpoint=HOST:29500` on every node. When the model itself no longer "
-                "fits one device, data parallelism is not enough: fully sharded data parallelism "
-                "(`torch.distributed.fsdp.fully_shard(block)` for each block, then for the model) keeps only a "
-                "shard of every weight, gradient and optimiser state on each device and gathers a layer's weights "
-                "just before it runs."
-            ),
-            "",
-        ]
+    prec = results.get("precision")
+    if prec:
+        lines += _render_precision(prec)
+        lines += _render_compile(prec)
+        lines += _render_limit(prec)
+    lines += _render_side_by_side(results)
+    lines += _render_notebooks(results)
+    lines += _render_ddp(results)
+    while lines and lines[-1] == "":
+        lines.pop()
     return "\n".join(lines)
+
+
+def merge_results(previous: dict, new: dict) -> dict:
+    """``previous`` with the sections of ``new``; a section keyed by device (``precision``) is merged per
+    device, so a GPU machine's measurement joins this machine's CPU one."""
+    out = dict(previous)
+    for key, value in new.items():
+        if key in PER_DEVICE_SECTIONS and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+PER_DEVICE_SECTIONS = ("precision",)
 
 
 def main() -> None:
@@ -835,18 +1748,64 @@ def main() -> None:
     parser.add_argument(
         "--only-notebooks", action="store_true", help="time only the chapters' notebooks (after an edit), then render"
     )
+    parser.add_argument(
+        "--only-precision",
+        action="store_true",
+        help="measure only precision and compilation (float32, bfloat16, torch.compile), merge, render",
+    )
+    parser.add_argument(
+        "--only-scaling", action="store_true", help="measure only attention against sequence length, merge, render"
+    )
+    parser.add_argument(
+        "--devices",
+        default=None,
+        help="with --only-precision: comma-separated devices to measure (default: cpu, and cuda when present)",
+    )
+    parser.add_argument(
+        "--out-json",
+        metavar="FILE",
+        type=Path,
+        help="with --only-precision: write only that section's JSON to FILE; bench/results.json and the page "
+        "are left alone",
+    )
+    parser.add_argument(
+        "--merge-json",
+        metavar="FILE",
+        type=Path,
+        help="merge the sections of FILE (e.g. another machine's --out-json) into bench/results.json, then render",
+    )
     parser.add_argument("--gpt-vs-minimal-once", metavar="DEVICE", help=argparse.SUPPRESS)  # one run, as JSON
     args = parser.parse_args()
     if args.gpt_vs_minimal_once:
         torch.set_num_threads(THREADS)
         print(json.dumps(bench_gpt_vs_minimal(torch.device(args.gpt_vs_minimal_once))))
         return
+    if args.only_precision:
+        chosen = [torch.device(d.strip()) for d in args.devices.split(",") if d.strip()] if args.devices else devices()
+        section = {"precision": {}}
+        for d in chosen:
+            print(f"precision and compilation on {d.type} ...", flush=True)
+            section["precision"][d.type] = bench_precision_compile(d)
+        if args.out_json:
+            args.out_json.parent.mkdir(parents=True, exist_ok=True)
+            args.out_json.write_text(json.dumps(section, indent=1) + "\n")
+            print(f"wrote {args.out_json}")
+            return
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    if args.only_ddp:
+    if args.only_precision:
+        results = merge_results(previous, section)
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.merge_json:
+        results = merge_results(previous, json.loads(args.merge_json.read_text()))
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.only_scaling:
+        results = {**previous, "scaling": bench_scaling()}
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.only_ddp:
         results = {**previous, "ddp": bench_ddp()}
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.only_notebooks:
-        os.environ.update(course_config.COURSE_ENV)
+        os.environ.update(_course_env())
         print("1-2. notebooks ...", flush=True)
         notebooks = run_notebooks()
         results = {**previous, "notebooks": notebooks, "notebooks_date": time.strftime("%Y-%m-%d")}
@@ -855,7 +1814,7 @@ def main() -> None:
         results = previous
     else:
         torch.set_num_threads(THREADS)
-        os.environ.update(course_config.COURSE_ENV)
+        os.environ.update(_course_env())
         results = {"machine": machine(), "date": time.strftime("%Y-%m-%d")}
         if args.skip_notebooks:
             results["notebooks"] = previous.get("notebooks")
@@ -873,10 +1832,13 @@ def main() -> None:
         print("4. scaling ...", flush=True)
         results["scaling"] = bench_scaling()
         results["kv_cache"] = bench_kv_cache()
+        print("   precision and compilation ...", flush=True)
+        results["precision"] = {
+            **previous.get("precision", {}),
+            **{d.type: bench_precision_compile(d) for d in devices()},
+        }
         print("   several processes ...", flush=True)
         results["ddp"] = bench_ddp()
-        print("5. site ...", flush=True)
-        results["site"] = bench_site()
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     plot(results)
     PAGE.write_text(render(results) + "\n", encoding="utf-8")

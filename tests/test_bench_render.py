@@ -1,0 +1,64 @@
+"""The performance appendix is rendered from ``bench/results.json``: it renders, it speaks of the subject only,
+and a GPU machine's measurement merges into this machine's per device."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_run_render", ROOT / "bench" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH = _bench()
+RESULTS = json.loads((ROOT / "bench" / "results.json").read_text(encoding="utf-8"))
+
+
+def test_the_committed_page_is_what_the_results_render():
+    assert (ROOT / "book" / "performance.md").read_text(encoding="utf-8") == BENCH.render(RESULTS) + "\n"
+
+
+def test_the_page_speaks_of_the_subject_only():
+    page = BENCH.render(RESULTS)
+    for word in ("✓", "nbval", "make test", " CI ", "CI,", "site build", "| |\n|---|---|\n\n", "seed version"):
+        assert word not in page, word
+    assert not re.search(r"over its \d+ pairs", page)
+    assert page.count("\n# ") == 0 and page.startswith("# ")
+
+
+def test_merge_keeps_every_other_key_and_merges_precision_per_device():
+    previous = {"machine": {"cpu": "x"}, "kv_cache": {"rows": []}, "precision": {"cpu": {"steps": 1}}}
+    merged = BENCH.merge_results(previous, {"precision": {"cuda": {"steps": 2}}})
+    assert merged["kv_cache"] == {"rows": []} and merged["machine"] == {"cpu": "x"}
+    assert merged["precision"] == {"cpu": {"steps": 1}, "cuda": {"steps": 2}}
+    assert previous["precision"] == {"cpu": {"steps": 1}}  # not changed in place
+
+
+def test_a_variant_that_failed_is_reported_not_invented():
+    results = copy.deepcopy(RESULTS)
+    prec = results.get("precision", {}).get("cpu")
+    if prec is None:
+        return
+    prec["variants"]["ours_fp32_compiled"] = {"model": "ours", "compiled": True, "bf16": False, "error": "E: no cc"}
+    page = BENCH.render(results)
+    assert "not available here: E: no cc" in page
+
+
+def test_every_number_in_the_prose_comes_from_render():
+    """No hand-typed measurement: the page's numbers change when the results do."""
+    results = copy.deepcopy(RESULTS)
+    for row in results["kv_cache"]["rows"]:
+        row["no_cache_s"] *= 3
+        row["speedup"] *= 3
+    before, after = BENCH.render(RESULTS), BENCH.render(results)
+    kv = re.compile(r"## Generation.*?\n## ", re.S)
+    assert kv.search(before).group(0) != kv.search(after).group(0)
