@@ -5,7 +5,7 @@
 # format. Chapter 09 trained a small Transformer from scratch to rewrite dates such as
 # `3rd of March, 2021` in ISO form, `2021-03-03`. This chapter puts the two together: we
 # **teach the pretrained model the date task** with 128 examples, in 16 training steps that
-# run on a CPU, and measure exactly what it gained and what it lost.
+# run on a CPU, and measure what it gained and, on a small scale, what it lost.
 #
 # *Instruction tuning* in the wide sense turns a **base** model, which only continues text, into
 # an assistant: it is trained further on many varied (instruction, answer) conversations, with the
@@ -18,8 +18,9 @@
 #    never see in training?
 # 2. **Data the way the model expects it**: each example rendered with the model's own chat
 #    template, with the loss on the answer's tokens only.
-# 3. **LoRA**: instead of changing the 135 million weights, we train a low-rank update of a few
-#    matrices, built in a dozen lines and checked against the `peft` library.
+# 3. **LoRA**: instead of changing the 135 million weights, we train a low-rank update of two
+#    kinds of matrix in every layer, built in a dozen lines and checked against the `peft`
+#    library.
 # 4. **Training two ways**: with the course's loop (`fit`, chapter 09) and with `trl`'s
 #    `SFTTrainer`, on the same data, schedule and seed.
 # 5. **After**: the same held-out score, the adapter switched on and off, saved, merged into
@@ -85,7 +86,9 @@ device = get_device()
 # weight (Q8_0). The weights are expanded to 32-bit floats when they are loaded, but they keep
 # the rounding error of the quantisation. So this chapter trains LoRA adapters on a frozen base
 # that carries 4-bit rounding error, which is QLoRA's setting (Dettmers et al., 2023), except
-# that we compute in float32 rather than in 4 bits. The original bfloat16 weights can score
+# that QLoRA keeps the weights in 4 bits (its own NF4 type rather than Q4_1) and dequantises them
+# to bfloat16 on the fly for each product, while we hold them dequantised in float32: the same
+# kind of rounding error, without the memory saving. The original bfloat16 weights can score
 # differently.
 
 # %%
@@ -202,7 +205,8 @@ assert em_before <= 0.2
 # misreads the month or the day.
 #
 # This is a zero-shot score on a question that leaves the data's conventions unsaid. A fairer
-# baseline without any training states them, with the instruction, in the system message, and
+# baseline without any training states them in the system message, with the instruction (the
+# slash and dot rules only for two-digit years, the form of the first two examples), and
 # puts three worked examples from the training set before the question, as earlier turns of the
 # conversation (a *few-shot* prompt):
 
@@ -284,7 +288,8 @@ show_source(chat_example)
 # Each token belongs to one part of the example: the system message, the instruction (with the
 # user's header), the typed date, the template's markers that close the question and open the
 # answer, and the answer. `token_parts` finds the parts from where each token sits in the
-# rendered text:
+# rendered text. In the tokens printed below, `Ċ` is the newline, as `Ġ` is the space (chapter
+# 11):
 
 
 # %%
@@ -337,7 +342,7 @@ for i in range(len(pieces) - 14, len(pieces)):
 assert ids == ex["input_ids"] and ex["labels"] == labels
 assert [p == "answer" for p in parts] == [x != IGNORE for x in ex["labels"]]
 
-# %% tags=["hide-input"] caption="The training example above as the model reads it, token by token, in reading order, coloured by the five parts counted above (⟨s⟩ and ⟨e⟩ stand for <|im_start|> and <|im_end|>, ␣ for a space, ⏎ for a newline). Only the tokens with a heavy black border carry loss: the answer's ten characters, the end of the assistant's turn and the newline after it. Everything before them has the label -100." alt="A grid of boxes, eight per row, one per token of the chat-formatted example, each holding the token's text. The first rows are grey (the system message), then blue (the instruction), green (the typed date), purple (the markers that close the user's turn and open the assistant's), and orange (the answer). Only the last twelve boxes, the digits and dashes of 2033-09-01, the end-of-turn marker and the newline, have a heavy black border."
+# %% tags=["hide-input"] caption="The training example above as the model reads it, token by token, in reading order, coloured by the five parts counted above (⟨s⟩ and ⟨e⟩ stand for <|im_start|> and <|im_end|>, ␣ for a space, ⏎ for a newline). Only the tokens with a heavy black border carry loss: the answer's ten characters, the end of the assistant's turn and the newline after it. Everything before them has the label -100." alt="A grid of boxes, six per row, one per token of the chat-formatted example, each holding the token's text. The first rows are grey (the system message), then blue (the instruction), green (the typed date), purple (the markers that close the user's turn and open the assistant's), and orange (the answer). Only the last twelve boxes, the digits and dashes of 2033-09-01, the end-of-turn marker and the newline, have a heavy black border."
 short = {"<|im_start|>": "⟨s⟩", "<|im_end|>": "⟨e⟩"}
 colour_of = {
     "system message": "0.85",
@@ -346,9 +351,9 @@ colour_of = {
     "markers": "#cab2d6",
     "answer": "#fdbf6f",
 }
-per_row = 8
+per_row = 6
 rows = math.ceil(len(pieces) / per_row)
-fig, ax = plt.subplots(figsize=(6.9, 0.42 * rows + 0.6))
+fig, ax = plt.subplots(figsize=(5.2, 0.42 * rows + 0.9))
 for i, (piece, part, label) in enumerate(zip(pieces, parts, ex["labels"])):
     r, c = divmod(i, per_row)
     loss_here = label != IGNORE
@@ -363,7 +368,7 @@ for i, (piece, part, label) in enumerate(zip(pieces, parts, ex["labels"])):
         )
     )
     shown = short.get(piece, piece.replace("Ġ", "␣").replace("Ċ", "⏎"))
-    ax.text(c + 0.5, -r + 0.45, shown, ha="center", va="center", fontsize=8)
+    ax.text(c + 0.5, -r + 0.45, shown, ha="center", va="center", fontsize=11)
 handles = [
     plt.Rectangle((0, 0), 1, 1, facecolor=c, label=p)
     for p, c in colour_of.items()
@@ -383,8 +388,8 @@ ax.legend(
     handles=handles,
     loc="upper center",
     bbox_to_anchor=(0.5, 0.0),
-    ncol=6,
-    fontsize=8,
+    ncol=3,
+    fontsize=10,
     frameon=False,
     handlelength=1.2,
     columnspacing=1.0,
@@ -420,8 +425,9 @@ plt.show()
 #
 # Full fine-tuning changes every weight: 135 million numbers, plus a gradient and AdamW's two
 # running averages for each, and a full copy of the model for every task. **LoRA** (low-rank
-# adaptation, Hu et al., 2021) keeps each pretrained matrix $W$ ($d_\text{out} \times d_\text{in}$)
-# frozen and learns a correction of low rank $r$:
+# adaptation, Hu et al., 2021) keeps each pretrained matrix
+# $W \in \mathbb{R}^{d_\text{out} \times d_\text{in}}$ frozen and learns a correction of low
+# rank $r$:
 #
 # $$
 # \begin{aligned}
@@ -430,17 +436,57 @@ plt.show()
 # \end{aligned}
 # $$
 #
+# The input goes two ways: through the frozen $W$, and through the narrow path $A$ then $B$,
+# whose output is scaled by $\alpha / r$ and added to $W x$:
+
+# %% tags=["hide-input"] caption="A LoRA layer. The input x goes through the frozen pretrained matrix W (grey) and, in parallel, through A, which maps it down to r numbers, and B, which maps those back up to d_out; the update is scaled by alpha/r and added to Wx. Only A and B (orange) are trained; B starts at zero, so the layer starts as W alone." alt="A diagram read from left to right. A vector x on the left splits into two paths. The upper path is a large grey square labelled W, d_out by d_in, frozen. The lower path is a wide, flat orange box A, r by d_in, followed by a tall, thin orange box B, d_out by r, then a multiplication by alpha over r. The two paths meet at a plus sign, whose output is h = Wx + (alpha/r) BAx."
+fig, ax = plt.subplots(figsize=(6.9, 2.9))
+boxes = [  # x, y, width, height, colour, label
+    (1.6, 2.2, 2.2, 1.9, "0.8", "$W$\n$d_{out} \\times d_{in}$\nfrozen"),
+    (1.6, 0.35, 2.2, 0.6, "#fdbf6f", "$A$: $r \\times d_{in}$"),
+    (4.4, -0.2, 0.7, 1.7, "#fdbf6f", "$B$\n$d_{out}$\n$\\times r$"),
+]
+for x0, y0, w, h, colour, label in boxes:
+    ax.add_patch(plt.Rectangle((x0, y0), w, h, facecolor=colour, ec="k"))
+    ax.text(x0 + w / 2, y0 + h / 2, label, ha="center", va="center")
+arrow = dict(arrowstyle="->", lw=1.3)
+ax.text(0.2, 1.9, "$x$", fontsize=14, ha="center", va="center")
+for start, end in [
+    ((0.4, 2.0), (1.6, 3.15)),
+    ((0.4, 1.8), (1.6, 0.65)),
+    ((3.8, 0.65), (4.4, 0.65)),
+    ((5.1, 0.65), (5.7, 0.65)),
+    ((7.1, 3.15), (7.1, 2.12)),
+    ((7.1, 0.65), (7.1, 1.68)),
+    ((7.32, 1.9), (8.0, 1.9)),
+]:
+    ax.annotate("", xy=end, xytext=start, arrowprops=arrow)
+ax.plot([3.8, 7.1], [3.15, 3.15], "k", lw=1.3)
+ax.plot([6.55, 7.1], [0.65, 0.65], "k", lw=1.3)
+ax.text(6.0, 0.65, "$\\times \\frac{\\alpha}{r}$", fontsize=13, va="center")
+ax.text(5.3, 3.35, "$Wx$", ha="center")
+ax.add_patch(plt.Circle((7.1, 1.9), 0.22, fill=False, lw=1.3))
+ax.text(7.1, 1.9, "+", ha="center", va="center", fontsize=14)
+ax.text(8.05, 1.9, "$h = Wx + \\frac{\\alpha}{r} BAx$", va="center")
+ax.set_xlim(0, 10.2)
+ax.set_ylim(-0.4, 4.3)
+ax.set_aspect("equal")
+ax.axis("off")
+plt.show()
+
+# %% [markdown]
 # * $B$ starts at zero, so $W' = W$ at the start: training begins from the pretrained model
 #   exactly. $A$ starts random, so the gradient of $B$ is not zero.
 # * The rank $r$ says how many directions the update can use: $r (d_\text{in} + d_\text{out})$
 #   numbers instead of $d_\text{in} d_\text{out}$.
 # * $\alpha$ scales the update. The LoRA paper divides by $r$ so that a learning rate found for
 #   one rank works for another; Kalajdzievski (2023, rsLoRA) argues for $\alpha/\sqrt r$ at
-#   large ranks. $\alpha = 2r$ is a common default.
+#   large ranks. We take $\alpha = 2r$ (`peft`'s own defaults are printed with its layer
+#   below).
 # * Which matrices: the LoRA paper compared only the attention's four projections, under a fixed
-#   budget of trained parameters, and found that spreading the budget over several projections
-#   beats one projection at a higher rank: the query and value together at rank 4 tied all four
-#   at rank 2 on one task (WikiSQL) and trailed them slightly on another (MultiNLI). It did not
+#   budget of trained parameters, and found that the query and value together at rank 4 did as
+#   well as or better than any single projection at rank 8; they tied all four at rank 2 on one
+#   task (WikiSQL) and trailed them slightly on another (MultiNLI). It did not
 #   try the MLP. Query and value are the paper's choice and `peft`'s long-standing default, and
 #   they are cheap; that is why we start with them. QLoRA (Dettmers et al., 2023) found that
 #   adapting all the linear layers of the block was needed to match full fine-tuning. More
@@ -501,9 +547,13 @@ with torch.no_grad():
     for name, layer in (("TinyLoRA", tiny), ("LoRALinear", ours_small)):
         same = torch.allclose(layer(x), theirs(x), atol=1e-6)
         print(f"{name} and peft's LoRA layer, same outputs: {same}")
+default = LoraConfig()
+print(f"peft's defaults: r={default.r}, lora_alpha={default.lora_alpha}")
+
 # %% [markdown]
-# SmolLM2 has 30 layers; each has four attention projections and three MLP matrices. We adapt
-# `q_proj` and `v_proj` with $r = 8$, $\alpha = 16$:
+# `peft`'s defaults are $r = 8$ and $\alpha = 8$, that is $\alpha = r$. SmolLM2 has 30
+# layers; each has four attention projections and three MLP matrices. We adapt `q_proj` and
+# `v_proj` with $r = 8$ and twice the default scale, $\alpha = 16 = 2r$:
 
 # %%
 R, ALPHA, TARGETS = 8, 16, ["q_proj", "v_proj"]
@@ -553,7 +603,6 @@ def lora_pair(seed):
 
 
 peft_model, ours, wrapped = lora_pair(0)
-A_start = [ours.get_submodule(name).A.detach().clone() for name in wrapped]
 n_train = count_parameters(ours)
 n_all = count_parameters(ours, trainable_only=False)
 n_base = n_all - n_train
@@ -581,7 +630,7 @@ print(f"  LoRA ({n_train:,} parameters): {n_train * 12 / 1e6:.1f} MB")
 #
 # The settings: 16 steps of 8 examples (each training example seen once), AdamW at a learning
 # rate of $2 \cdot 10^{-3}$ without weight decay, a linear warm-up over 2 steps then a linear
-# decay towards 0, gradient clipping at 1. LoRA is usually trained with a larger learning rate
+# decay towards 0, gradient clipping at 1 (`clip_norm=1.0` in `fit`). LoRA is usually trained with a larger learning rate
 # than full fine-tuning: Schulman and Thinking Machines Lab (2025, *LoRA Without Regret*)
 # measured the best learning rate of LoRA at about 10 times that of full fine-tuning, over many
 # models and data sets. The model computes the loss itself from the `labels`, averaged over the
@@ -621,7 +670,7 @@ print(f"tokens with loss, masked by position: {n_pos}; by id: {n_id}")
 # would keep 11 of its 12 tokens with loss: the end-of-turn token would lose its label, and with
 # it the signal to stop.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 STEPS, BATCH, LR, WARMUP = 16, 8, 2e-3, 2  # 16 x 8 = the 128 examples
 examples = [
     chat_example(tok, PROMPT.format(e.source), e.target) for e in splits.train
@@ -643,7 +692,10 @@ def step_loss(k):
 
 
 opt, sched = optimizer_and_schedule(ours)
-history = fit(ours, step_loss, STEPS, opt, sched, desc="fit")
+t0 = time.perf_counter()
+history = fit(ours, step_loss, STEPS, opt, sched, clip_norm=1.0, desc="fit")
+print(f"{STEPS} steps in {time.perf_counter() - t0:.0f} s on {device}")
+assert history.loss[-1] < history.loss[0] / 4, "the loss fell fourfold"
 
 # %% [markdown]
 # ## Training with `trl`'s `SFTTrainer`
@@ -719,12 +771,18 @@ print(
 
 # %%
 print("step   fit   SFTTrainer")
-for k in (0, 1, 3, 7, 11, 15):
+for k in (0, 1, 3, 7, 11, 12, 13, 14, 15):
     print(f"{k + 1:4} {history.loss[k]:7.3f} {sft_loss[k]:8.3f}")
 gaps = [abs(a - b) for a, b in zip(history.loss, sft_loss)]
-print("the 16 differences are all below 1e-4:", max(gaps) < 1e-4)
+print(f"largest of the 16 differences: {max(gaps):.1e}")
 
-# %% caption="Top: training loss per step (answer tokens only) of the two runs, the course's fit loop (blue) and trl's SFTTrainer (orange, dashed); the curves lie on top of each other, start at 0.87, fall to 0.12 by step 7 and end at 0.06. Bottom: the absolute difference between the two losses at each step, on a logarithmic scale: it stays below the 1e-4 printed above, at every step." alt="Two stacked plots sharing a step axis from 1 to 16. Top: two loss curves that coincide, starting near 0.87, falling to about 0.35 by step 4 and about 0.12 at step 7, then wandering down to 0.06 at step 16 with a spike to about 0.24 at step 14. Bottom: one point per step on a log scale, scattered between about 2e-7 and 2e-5."
+# %% [markdown]
+# The two losses agree to the three printed decimals at every printed step. They go up as well
+# as down: from 0.090 at step 13 to 0.236 at step 14, then 0.094 at step 15. Each batch is new
+# to the model, since every example is seen once, so the loss of a step is measured on eight
+# examples it has not been trained on yet, and it varies with how hard those eight are.
+
+# %% caption="Top: training loss per step (answer tokens only) of the two runs, the course's fit loop (blue) and trl's SFTTrainer (orange, dashed); the curves lie on top of each other, start at 0.87, fall to 0.12 by step 7 and end at 0.06. Bottom: the absolute difference between the two losses at each step, on a logarithmic scale; the largest is the one printed above." alt="Two stacked plots sharing a step axis from 1 to 16. Top: two loss curves that coincide, starting near 0.87, falling to about 0.35 by step 4 and about 0.12 at step 7, then wandering down to 0.06 at step 16 with a spike to about 0.24 at step 14. Bottom: one point per step on a log scale, scattered between about 2e-7 and 2e-5."
 steps_axis = range(1, STEPS + 1)
 fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.9, 4.6), sharex=True)
 top.plot(steps_axis, history.loss, "o-", label="fit (the course's loop)")
@@ -756,7 +814,7 @@ print(f"answers that are one ISO date and nothing else: {n_dates} of {N_TEST}")
 show(after_peft, splits.test, n=8)
 
 # %% tags=["remove-cell"]
-# tuning helps a great deal, whatever the seed
+# a gain this large is what the text claims for this run
 assert em_ours > em_before + 0.2 and em_peft > em_before + 0.2
 
 # %% [markdown]
@@ -800,7 +858,7 @@ wrong = [(a, e) for a, e in zip(after_peft, splits.test) if a != e.target]
 for a, e in wrong:
     fields = ",".join(wrong_fields(a, e.target))
     kind = "convention" if convention(a, e) else ""
-    print(f"{e.source!r:28} {e.target}  {a!r:12}  {fields:10} {kind}")
+    print(f"{e.source!r:28} {e.target}  {a!r:12}  {fields:14} {kind}")
 counts = Counter(f for a, e in wrong for f in wrong_fields(a, e.target))
 n_conv = sum(convention(a, e) for a, e in wrong)
 print(f"{len(wrong)} mistakes; wrong fields:", dict(counts))
@@ -813,8 +871,8 @@ print(f"{n_conv} of them break a convention, {len(wrong) - n_conv} misread")
 # (`'02/07/2026'` read as 2 July, the European reading of the slash). Only the training
 # examples show these conventions, and 16 steps have not taught them all. The other 11 misread
 # a field outright, such as `'18 June 2046'` answered with 1946 although the year is written in
-# full. Chapter 09's model, trained from scratch on 51,200 examples, got 99.8 % of its held-out
-# dates; a 16-step adapter has learned the form of the answer and much of the mapping, not all
+# full. Chapter 09's model, trained from scratch on 51,200 examples, got 99.8 % of its 1,000
+# held-out dates; a 16-step adapter has learned the form of the answer and much of the mapping, not all
 # of it.
 
 # %% [markdown]
@@ -826,7 +884,9 @@ print(f"{n_conv} of them break a convention, {len(wrong) - n_conv} misread")
 
 # %%
 pairs = list(enumerate(zip(before, after_peft, splits.test)))
-now_right = next(i for i, (a, b, e) in pairs if a != e.target == b)
+now_right = next(  # the first one that is not already written in ISO form
+    i for i, (a, b, e) in pairs if a != e.target == b and e.format != "iso"
+)
 still_wrong = next(i for i, (a, b, e) in pairs if b != e.target)
 for i in (now_right, still_wrong):
     q0, e0 = questions[i], splits.test[i]
@@ -839,8 +899,8 @@ for i in (now_right, still_wrong):
 print("wrong fields with the adapter on:", wrong_fields(on, e0.target))
 
 # %% [markdown]
-# On the first question the untuned model goes on after the date, and the adapter makes it stop.
-# On the second it answers with neither the right date nor the ISO form; the adapter gives the
+# On the first question, a compact date, the untuned model answers in ISO form but with the
+# wrong month (01 for 11); with the adapter the answer is right. On the second it answers with neither the right date nor the ISO form; the adapter gives the
 # ISO form, with the wrong year and month (the first mistake listed above).
 #
 # ### Saving the adapter
@@ -861,7 +921,8 @@ print(f"{model_mb / adapter_mb:.0f} times smaller")
 #
 # For serving, the update can be added into the weights once, `merge_and_unload()`: the model is
 # then an ordinary `LlamaForCausalLM` again, with no extra matrix products, and it must compute
-# the same logits as the model with the adapter. We merge a copy, so that the adapter stays
+# the same logits as the model with the adapter, up to float32 rounding: the products are summed
+# in another order. We merge a copy, so that the adapter stays
 # switchable.
 
 # %%
@@ -871,9 +932,12 @@ with torch.inference_mode():
     from_merged = merged(**probe).logits
 diff = (with_adapter - from_merged).abs().max().item()
 print(type(merged).__name__)
-print("largest logit difference below 1e-4:", diff < 1e-4)
+print(f"largest logit difference: {diff:.1e}")
 
 # %% [markdown]
+# The largest difference printed is 0.0e+00: in this run the merged model gives exactly the same
+# logits as the model with the adapter.
+#
 # ## What the tuning cost: forgetting
 #
 # A model tuned on one narrow task can get worse at everything else. Two checks. The perplexity
@@ -1002,7 +1066,7 @@ for name, p in (
 # points either way. The run is also one seed: another seed gives other starting adapters, and
 # how far that moves the result after only 16 steps, one run cannot say. A claim such as "LoRA
 # with rank 8 reaches X %" should rest on the mean and spread over several seeds; exercise 4
-# sets that study up.
+# sets that study up for you to run.
 #
 # ## Summary
 #
@@ -1015,12 +1079,12 @@ for name, p in (
 #   parameters, kept 5.5 MB of training state instead of 1.61 GB, and was saved in a file of
 #   about 1.9 MB.
 # * The course's `fit` with `LoRALinear` and `trl`'s `SFTTrainer` with `peft` are the same
-#   computation: the same tokens and labels for all 128 examples, and losses that differ by
-#   less than $10^{-4}$ at every step.
+#   computation: the same tokens and labels for all 128 examples, and losses that differ by at
+#   most $1.9 \times 10^{-5}$ over the 16 steps.
 # * Exact match on 40 unseen dates went from 2.5 % (22.5 % with a few-shot prompt that states the
 #   conventions) to 60 % in one run (95 % interval about 45 % to 74 %); 5 of the 16 remaining
 #   mistakes break a convention the question never states. The adapter switches on and off, and
-#   merges into the weights without changing the logits.
+#   merges into the weights; in this run the merged model gave exactly the same logits.
 # * The price was measured, not assumed, if on a small scale: perplexity on unrelated text rose
 #   by 0.5 %; of 12 general questions the tuned model answered 7 right against 8 before, and
 #   only 3 answers stayed word for word the same.
@@ -1099,7 +1163,7 @@ for targets in (TARGETS, every):
     print(f"  {n:,} trainable parameters, {seconds:.2f} s a step")
 (n2, s2), (n7, s7) = found[2], found[7]
 print(f"parameters x{n7 / n2:.1f}, time of a step x{s7 / s2:.2f}")
-assert n7 / n2 > 5, "all seven matrices train over five times the parameters"
+assert s7 / s2 < n7 / n2, "the time grows less than the parameter count"
 
 # %% [markdown] tags=["solution"]
 # All seven matrices train 5.3 times as many parameters: the MLP's matrices are wide
@@ -1133,20 +1197,25 @@ with torch.inference_mode():
         for part, loss in zip(parts[1:], losses.tolist()):
             loss_of.setdefault(part, []).append(loss)
 n_all_tokens = sum(len(v) for v in loss_of.values())
-print("part              tokens  share  mean loss")
+total_loss = sum(sum(v) for v in loss_of.values())
+print("part              tokens  share  mean loss  share of the loss")
 for part, losses in loss_of.items():
     share = len(losses) / n_all_tokens
     mean = sum(losses) / len(losses)
-    print(f"{part:16} {len(losses):7} {share:6.0%} {mean:10.2f}")
+    of_loss = sum(losses) / total_loss
+    print(
+        f"{part:16} {len(losses):7} {share:6.0%} {mean:10.2f} {of_loss:18.0%}"
+    )
 
 # %% [markdown] tags=["solution"]
 # Before tuning, the system message is by far the hardest part to predict (7.07 per token), then
 # the instruction (2.98) and the typed date (2.23); the markers (1.03) and the answer (0.87) are
 # the easiest. With the loss on every token, the mean would be taken over all of them, of which
 # the answer's are only 16 %, and the parts with the highest loss would dominate it and its
-# gradient: the model would spend its first updates learning the system message, which is the
-# same in every example, and the dates people type, which are random. What that does to the
-# exact match, this measurement does not say: train it and compare.
+# gradient: the system message would carry 55 % of the summed loss and our fixed instruction
+# 30 %, the typed date 9 % and the answer 4 %. The model would spend its first updates learning
+# the system message and the instruction, which are the same in every example. What that does
+# to the exact match, this measurement does not say: train it and compare.
 
 # %% [markdown]
 # **4. Several seeds.** One run cannot say how much of the 60 % is luck. Write a function that
@@ -1176,20 +1245,11 @@ def spread_over_seeds(seeds=(0, 1, 2)):
     print(f"mean {mean:.1%}, from {min(results):.1%} to {max(results):.1%}")
 
 
-fresh = lora_pair(0)[1]
-same_start = all(
-    torch.equal(fresh.get_submodule(name).A, A)
-    for name, A in zip(wrapped, A_start, strict=True)
-)
-print("seed 0 starts from the same A matrices as the run above:", same_start)
-del fresh
-
-
 # %% [markdown] tags=["solution"]
-# `spread_over_seeds()` runs the three trainings, each as long as the one above, and prints
-# the mean, the smallest and the largest exact match. `run_seed` draws the $A$ matrices with
-# `lora_pair`, as the run above did, so seed 0 starts from the same adapters as that run (the
-# line printed) and trains on the same batches in the same order. The seed changes only the
+# This page does not run the study: call `spread_over_seeds()` yourself. It runs the three
+# trainings, each as long as the one above, and prints the mean, the smallest and the largest
+# exact match. `run_seed` draws the $A$ matrices with `lora_pair`, as the run above did, so seed
+# 0 starts from the same adapters as that run and trains on the same batches in the same order. The seed changes only the
 # random $A$ matrices; the data and their order stay the same here, so the spread measures the
 # initialisation alone. To include the data, also pass the seed to
 # `make_splits`. Report the mean and the smallest and largest values, not the best run.
