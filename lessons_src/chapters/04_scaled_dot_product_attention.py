@@ -374,9 +374,9 @@ class FirstTokenReader(nn.Module):
 # changes two things at once: how saturated the softmax is at the start (the previous
 # experiment), and how far one step of $W_q$ moves the scores, 11.3 times as far without the
 # division, which changes the effective learning rate. (The extra factor $\sqrt{d_k}$ in the
-# gradient is not what matters here: Adam, which we train with, divides each parameter's
-# gradient by its own running size, so multiplying a gradient by a constant leaves the step
-# unchanged.) How fast a model learns depends on its
+# gradient is not what matters here, at least for $W_q$ and $W_k$, whose whole gradient passes
+# through the scores: Adam, which we train with, divides each parameter's gradient by its own
+# running size, so multiplying a gradient by a constant leaves the step unchanged.) How fast a model learns depends on its
 # learning rate as much as on its architecture, so a fair comparison gives each version its own
 # best rate. We train both versions with Adam at three learning rates, $10^{-3}$,
 # $3\cdot10^{-3}$ and $10^{-2}$, eight times each (fresh batches of 64
@@ -516,8 +516,8 @@ plt.show()
 # With scaling, the two lower rates give the same result: at $10^{-3}$ and $3\cdot10^{-3}$
 # every run reaches 95%; at the best rate all eight runs do so by step 25, the first
 # measurement after the start, and after 300 steps each run's query puts on average 1.00 of its
-# weight on position 0. At $10^{-2}$, too high a rate for both versions, two scaled runs fail
-# too. Without scaling the rate matters a lot: 2, 6
+# weight on position 0. At $10^{-2}$, too high a rate for the scaled version, two scaled runs
+# fail. Without scaling the rate matters a lot: 2, 6
 # and 5 of the eight runs reach 95% at the three rates. Even at its best rate in this grid the unscaled
 # model is slower and less reliable: six runs get there, between step 25 and step 225, runs 1
 # and 5 only after a long plateau; run 0 levels off at 0.64, and run 4 never leaves chance,
@@ -813,8 +813,9 @@ plt.show()
 # ## The price: $O(n^2)$
 #
 # Every query is compared with every key, so a sequence of $n$ tokens needs an $n \times n$ score
-# matrix, per head and per layer: twice the text, four times the work and four times the memory.
-# We measure both, for one attention step of one head ($d_k = 64$) and growing $n$, as the three
+# matrix, per head and per layer: twice the text, four times the work and, if the matrix is
+# stored, four times the memory. We measure both, for one attention step of one head, with
+# $d_k = 64$, and growing $n$, as the three
 # lines of `attention` and as PyTorch's fused function, for which we ask for its
 # FlashAttention kernel by name (more about it below).
 #
@@ -822,7 +823,7 @@ plt.show()
 # matrices of $4n^2$ bytes each: the scores, their scaled copy and the weights. The product
 # $QK^{\mathsf T}$ is freed once its scaled copy exists, but the scaled copy (the variable
 # `scores`) lives until the function returns, so the weights and then the output
-# ($n \times d_v$, here $d_v = 64$) are created while it is still held. The peak should be two
+# (an $n \times d_v$ matrix with $d_v = 64$) are created while it is still held. The peak should be two
 # $n \times n$ matrices plus the output; at 4096 tokens:
 
 # %%
@@ -837,7 +838,8 @@ print(f"two matrices plus the output: {2 * matrix_mib + output_mib:.0f} MiB")
 # its output, 1 MiB. To check both predictions we let PyTorch count: a `TorchDispatchMode` sees
 # every operation PyTorch runs inside a `with` block; ours adds up the bytes of each new tensor
 # an operation returns, subtracts them when the tensor is freed, and keeps the largest total.
-# (Scratch space a kernel uses inside one operation is not a tensor, so it does not count.)
+# (Scratch space that a kernel allocates inside one operation, and frees before it returns, is
+# never handed back to Python, so the hook does not see it.)
 # Its code, a small PyTorch dispatch hook, is folded below.
 
 
@@ -1080,7 +1082,8 @@ for n in (4096, 32_768, 131_072):
 # log-sum-exp (the 16 KiB above the 1 MiB output); PyTorch has GPU kernels for it too. The
 # number of operations is still $O(n^2)$, but the memory of the tensors it keeps drops to
 # $O(n)$, as measured above, and the blocks it works on have a fixed size, so its scratch
-# space does not grow with $n$ either (Dao et al., 2022). In the run shown here it also took
+# space does not grow with $n$ either (Dao et al., 2022; on a CPU it grows with the number of
+# threads). In the run shown here it also took
 # less time at $n = 4096$ than the three lines (their ratio is printed under the timing
 # table).
 #
@@ -1105,10 +1108,11 @@ for n in (4096, 32_768, 131_072):
 #   previous token".
 # * The three lines fit in one function; the package's `scaled_dot_product_attention` gives
 #   the same numbers bit for bit and adds shape checks, a mask and dropout on the weights;
-#   PyTorch's fused `F.scaled_dot_product_attention` agrees to float32 rounding.
-# * Time and memory grow with $n^2$; fused kernels such as FlashAttention avoid storing the score
-#   matrix, so their memory grows only with $n$, while the number of operations stays
-#   $O(n^2)$.
+#   PyTorch's `F.scaled_dot_product_attention` agrees to float32 rounding, on its plain path
+#   and with its FlashAttention kernel.
+# * The work grows with $n^2$, and so does the memory of the three lines; fused kernels such as
+#   FlashAttention avoid storing the score matrix, so their memory grows only with $n$, while
+#   the number of operations stays $O(n^2)$.
 #
 # Next, chapter 05 runs several attentions side by side, each on its own learned projections:
 # multi-head attention.

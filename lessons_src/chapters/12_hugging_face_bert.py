@@ -17,9 +17,9 @@
 #    evaluation that would pass review (a dev split for every choice but two, which are fixed in
 #    advance, three seeds for every test number, the test set used once) of baselines from a bag of words to a linear probe, and of
 #    fine-tuning with our own loop and with Hugging Face's `Trainer`;
-# 6. what changes with a bigger BERT and a GPU;
-# 7. **attention across layers** (rollout), and what attention does not explain, tested against
-#    deleting tokens one at a time.
+# 6. **attention across layers** (rollout), and what attention does not explain, tested against
+#    deleting tokens one at a time;
+# 7. what changes with a bigger BERT and a GPU.
 #
 # **The model.** Everything runs on an ordinary CPU with **all-MiniLM-L6-v2**, the model of
 # chapters 02 and 05. It is a BERT in every architectural respect (the same layer, the same
@@ -32,8 +32,8 @@
 # every second layer of the 12-layer one (`nreimers/MiniLM-L6-H384-uncased`). The
 # sentence-transformers project then fine-tuned it on over a billion pairs of related sentences
 # so that *mean-pooled* token vectors of related sentences point the same way. That makes it a
-# good sentence encoder and, as we shall see, leaves its `[CLS]` pooler untouched. Section 6
-# says what to change to run the same cells with `bert-base-uncased`.
+# good sentence encoder and, as we shall see, leaves its `[CLS]` pooler untouched. Section 7
+# says what to change to run section 5 with `bert-base-uncased`.
 
 # %% tags=["remove-cell"]
 import functools
@@ -50,8 +50,6 @@ hf_logging.disable_progress_bar()
 disable_datasets_progress_bar()
 
 # %%
-import io
-import logging
 import math
 import re
 import tempfile
@@ -59,6 +57,7 @@ import textwrap
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import torch
@@ -135,7 +134,8 @@ assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 # in a vocabulary of 30,522 entries. A piece that continues a word starts with `##`. Frequent
 # words are one piece; rare words become several, so almost every word is covered. A word that
 # contains a character the vocabulary lacks (most emoji, for instance) becomes a single `[UNK]`,
-# whole (the line below that starts with `pizza`).
+# whole (the line below that starts with `pizza`: the word followed by a pizza emoji, and a
+# snowman).
 
 # %%
 for text in [
@@ -144,7 +144,10 @@ for text in [
 ]:
     print(textwrap.fill(" ".join(tokenizer.tokenize(text)), 78))
 pieces = tokenizer.tokenize("unbelievably")
-print("pizza🍕 and snow☃ ->", tokenizer.tokenize("pizza🍕 and snow☃"))
+emoji_text = "pizza\N{SLICE OF PIZZA} and snow\N{SNOWMAN}"
+print(
+    "pizza+SLICE OF PIZZA and snow+SNOWMAN ->", tokenizer.tokenize(emoji_text)
+)
 print(pieces, "->", tokenizer.convert_tokens_to_string(pieces))
 assert pieces == ["un", "##bel", "##ie", "##va", "##bly"]
 # '##' glues a piece to the one before
@@ -171,7 +174,6 @@ assert special == {
     "[SEP]": 102,
     "[MASK]": 103,
 }
-assert tokenizer.vocab_size == 30522
 
 # %% [markdown]
 # ### Sentence pairs: token type ids
@@ -287,8 +289,7 @@ view = head_view(
     html_action="return",
 )
 display(view)
-# each query's weights over the keys sum to 1 (a softmax)
-assert all((a.sum(-1) - 1).abs().max() < 1e-5 for a in pair_att)
+assert "bertviz-" in view.data
 
 # %% tags=["remove-cell"]
 assert pair_att[3].shape[-1] == len(pair_tokens) and "bertviz-" in view.data
@@ -299,9 +300,9 @@ assert all(t in view.data for t in ("umbrella", "collect"))
 # query on the left and as a key on the right, and a line joins a query to a key with a width
 # and darkness proportional to the attention weight; `top_k=2` keeps each query's two strongest
 # links. On the left, layer 3, head 1; on the right, the mean of all 12 heads of layer 3. The
-# head view with every head switched on overlays one line per head, each drawn at a twelfth of
-# its weight, so its lines add up to this mean. The link from "it" to
-# "umbrella" is drawn in red in both.
+# head view with every head switched on overlays one line per head, each drawn with an opacity
+# of a twelfth of its weight, so where many heads agree the bundle looks dark, roughly like
+# this mean. The link from "it" to "umbrella" is drawn in red in both.
 
 # %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links. Left: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Right: the mean of the layer's 12 heads, where the same red link is thin: averaging blurs the one head that makes it." alt="Two flow diagrams side by side, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the left diagram, thin in the right one."
 from transformer_course.interpret import plot_attention_flow
@@ -328,10 +329,8 @@ head_w = pair_att[3][0, 1, it_pos, umbrella_pos].item()
 mean_w = pair_att[3][0, :, it_pos, umbrella_pos].mean().item()
 print(
     f"'it' -> 'umbrella': {head_w:.2f} in head 1, "
-    f"{mean_w:.2f} in the mean of layer 3's heads"
+    f"{mean_w:.2f} in the layer's mean (ratio {head_w / mean_w:.1f})"
 )
-# averaging the heads blurs the one head with a strong link
-assert head_w > 3 * mean_w
 
 # %% [markdown]
 # In that head, "it" in sentence B sends most of its attention back across `[SEP]` to "umbrella"
@@ -363,12 +362,13 @@ print(
 )
 above = (to_umbrella > 0.3).nonzero().tolist()
 print("    (layer, head):", ", ".join(f"{lay}-{hd}" for lay, hd in above))
-assert att_pair[3, 1, it].argmax() == pair_tokens.index("umbrella")
-assert to_umbrella[3, 1] > 0.5
-assert to_umbrella[3, 1] > 5 * to_umbrella.mean()
+print(
+    "layer 3, head 1 against that mean: "
+    f"{to_umbrella[3, 1] / to_umbrella.mean():.1f} times"
+)
 
 # %% [markdown]
-# Layer 3, head 1 gives "umbrella" more than seven times the mean weight over all heads. But
+# Layer 3, head 1 gives "umbrella" 7.3 times the mean weight over all heads. But
 # the pronoun is not special in it: "my" looks at "umbrella" as much as "it" does (0.59 against
 # 0.60), and "on" and "left" give it 0.44 and 0.32. Nor is the head alone: 7 of the 72 heads
 # give "umbrella" more than 0.3 from "it", six of them in layer 5.
@@ -393,8 +393,7 @@ view = model_view(
     html_action="return",
 )
 display(view)
-# each query's weights over the keys sum to 1 (a softmax)
-assert all((a.sum(-1) - 1).abs().max() < 1e-5 for a in coref_att)
+assert "bertviz-" in view.data
 
 # %% tags=["remove-cell"]
 assert (
@@ -437,12 +436,15 @@ for layer, head in [(3, 1), (5, 11)]:
             f"layer {layer}, head {head:2d}, '...too {name}': "
             f"'it' -> animal {w[animal]:.2f}, -> street {w[street]:.2f}"
         )
-print("weight on 'animal' from 'it', and averaged over all 16 queries:")
+print("weight on 'animal' from 'it', averaged over all 16 queries, and the")
+print("number of queries whose largest weight is on 'animal':")
 for layer, head in [(3, 1), (5, 11)]:
-    on_animal = coref_att[layer][0, head, :, animal]
+    head_att = coref_att[layer][0, head]
+    on_animal = head_att[:, animal]
+    n_top = int((head_att.argmax(-1) == animal).sum())
     print(
         f"  layer {layer}, head {head:2d}: from 'it' {on_animal[it]:.2f}, "
-        f"mean over the queries {on_animal.mean():.2f}"
+        f"mean {on_animal.mean():.2f}, largest for {n_top} of 16"
     )
 
 # %% caption="Where 'it' looks in the two sentences, in layer 3, head 1 (top) and layer 5, head 11 (bottom). When 'tired' becomes 'wide' and 'it' means the street, 'animal' still gets far more weight than 'street' in both heads. In the top panel its bar falls from 0.68 to 0.28 and the weight moves mostly to [CLS], not to 'street'; in the bottom panel it falls from 0.67 to 0.56." alt="Two bar charts stacked, one pair of bars per token of the sentence (the token 'tired' of one sentence is 'wide' in the other), blue for '...too tired', orange for '...too wide'. Top, layer 3, head 1: the blue bar at 'animal' is about 0.7 and the orange one about 0.3, the orange bar at [CLS] about 0.33, every bar at 'street' under 0.15. Bottom, layer 5, head 11: the bars at 'animal' are about 0.67 and 0.56, those at [CLS] about 0.13 and 0.19, every other bar is small."
@@ -460,18 +462,11 @@ axes[0].legend()
 fig.tight_layout()
 plt.show()
 
-# %%
-for layer, head in [(3, 1), (5, 11)]:
-    a_tired, s_tired = rows[layer, head, "tired"]
-    a_wide, s_wide = rows[layer, head, "wide"]
-    assert a_tired > 0.6 and a_wide > s_wide  # "animal" wins in both sentences
-assert rows[5, 11, "wide"][0] > 0.5  # layer 5, head 11 moves less
-
 # %% [markdown]
 # It does not. Both heads still prefer "animal" when "it" is the street; layer 3, head 1 weakens
 # (0.68 → 0.28), layer 5, head 11 less (0.67 → 0.56). Nor
 # is the pattern about the pronoun: in layer 5, head 11 the 16 queries give "animal" 0.42 on
-# average, so nearly every token looks at it, not only "it" (0.67); in layer 3, head 1 the
+# average, and most tokens (10 of the 16) look at it most, not only "it" (0.67); in layer 3, head 1 the
 # average is 0.15, but in the sentence pair "my" looked at "umbrella" as much as "it" did. What
 # the numbers support is "many tokens look at a salient noun", not "the pronoun finds the noun
 # it stands for", let alone understanding. That is typical: single heads implement
@@ -722,7 +717,6 @@ mlm = BertForMLM(
     )
 )
 print(f"{count_parameters(mlm):,} parameters")
-t0, c0 = time.perf_counter(), time.process_time()
 mlm_losses = pretrain_mlm(
     mlm,
     mlm_train_ids,
@@ -733,20 +727,12 @@ mlm_losses = pretrain_mlm(
     warmup=50,
     generator=generator,
 ).loss
-mlm_seconds, mlm_cpu = time.perf_counter() - t0, time.process_time() - c0
 print(
     f"loss: first 20 steps {sum(mlm_losses[:20]) / 20:.2f}, "
     f"last 20 steps {sum(mlm_losses[-20:]) / 20:.2f} "
     f"(uniform guessing: ln {len(mlm_tok)} = {math.log(len(mlm_tok)):.2f})"
 )
 assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
-
-# %% tags=["nbval-ignore-output"]
-print(
-    f"pre-training took {mlm_seconds:.0f} s on this machine "
-    f"({mlm_cpu:.0f} s of CPU time)"
-)
-assert len(mlm_losses) == MLM_STEPS  # one loss per step
 
 # %% [markdown]
 # Is that loss good? The test is held-out text: mask it the same way, and count how often the
@@ -915,10 +901,9 @@ assert masked_change < 1e-5 and plain_change > 0.1
 
 # %% [markdown]
 # The masked mean moves by float32 rounding only; the plain mean moves by 2.48 in one
-# coordinate. Two embeddings
-# are compared by the **cosine** of the angle between them: 1 for the same direction, 0 for
-# unrelated (orthogonal) ones. We run `embed_sentences` with *our* encoder; its vectors have
-# length 1, so a dot product is a cosine.
+# coordinate. Two embeddings are compared, as in chapter 02, by their **cosine**. We run
+# `embed_sentences` with *our* encoder; its vectors have length 1, so a dot product is a
+# cosine.
 
 # %%
 examples = [
@@ -1015,7 +1000,6 @@ for q, row in zip(queries, hits):
         shared = ", ".join(sorted(words(q) & words(corpus[idx]))) or "none"
         hit = f"   {score:.2f}  {corpus[idx]} [shared: {shared}]"
         print(textwrap.fill(hit, 78, subsequent_indent=" " * 9))
-assert [row[0][0] for row in hits] == [0, 21, 16]
 
 # %% [markdown]
 # No query shares a single word with the answer it found: "power pack of my notebook computer"
@@ -1036,7 +1020,7 @@ assert [row[0][0] for row in hits] == [0, 21, 16]
 # that, with the same kind of model built on MiniLM.
 #
 # `MODEL` below names the MiniLM checkpoint; every classifier in this section loads from it
-# (section 6 lists what else to change for another BERT).
+# (section 7 lists what else to change for another BERT).
 
 # %%
 MODEL = minilm_path()
@@ -1061,44 +1045,21 @@ def fresh_classifier(seed: int, **kwargs):
 # %% [markdown]
 # The message in question is transformers' load report: which tensors the model needed but the
 # checkpoint did not have (**missing**), and which the checkpoint had but the model did not use
-# (**unexpected**). Here it is as transformers prints it when the model loads;
-# `output_loading_info=True` returns the same report as a dictionary (next cell):
-
-# %% tags=["hide-input"]
-from transformers.utils import logging as hf_logging
-
-# catch transformers' warnings in a string, instead of the error stream
-report = io.StringIO()
-handler = logging.StreamHandler(report)
-verbosity = hf_logging.get_verbosity()
-hf_logging.set_verbosity_warning()
-hf_logging.disable_default_handler()
-hf_logging.add_handler(handler)
-try:
-    untrained, load_report = fresh_classifier(0, output_loading_info=True)
-finally:
-    hf_logging.remove_handler(handler)
-    hf_logging.enable_default_handler()
-    hf_logging.set_verbosity(verbosity)
-message = re.sub(r"\x1b\[[0-9;]*m", "", report.getvalue())  # no colours
-message = message.replace(str(MODEL), "all-MiniLM-L6-v2")
-for line in message.expandtabs(2).strip().splitlines():
-    print(textwrap.fill(line, 78, subsequent_indent="    ") or "")
-
-# %% tags=["remove-cell"]
-assert "classifier.weight" in message
+# (**unexpected**). transformers logs it as a warning when the model loads;
+# `output_loading_info=True` returns the same report as a dictionary, printed here:
 
 # %%
+untrained, load_report = fresh_classifier(0, output_loading_info=True)
 for kind in ("missing_keys", "unexpected_keys"):
     print(f"{kind}: {sorted(load_report[kind])}")
 print(untrained.classifier)
-pooler_bias_zero = bool((untrained.bert.pooler.dense.bias == 0).all())
-print("pooler bias all zero (never trained):", pooler_bias_zero)
-assert pooler_bias_zero
+pooler_bias = untrained.bert.pooler.dense.bias
+print(f"pooler bias: largest |value| {pooler_bias.abs().max().item():g}")
 
 # %% [markdown]
 # `classifier.weight` and `classifier.bias` are missing from the checkpoint, so
-# `from_pretrained` initialised them at random; nothing else is missing or left over. The head
+# `from_pretrained` initialised them at random; in this checkpoint nothing else is missing or
+# left over. The head
 # reads `[CLS]`
 # through the **pooler** (a dense layer with tanh) and then this new linear layer. In this
 # checkpoint even the pooler was never trained: sentence-transformers used mean pooling, so the
@@ -1147,9 +1108,8 @@ print(f"max |ours - BertForSequenceClassification| = {head_diff:.1e}")
 assert head_diff < 1e-4
 
 # %% [markdown]
-# Replacing `h[:, 0]` by `mean_pool(h, batch["attention_mask"])` (section 4) and dropping the
-# pooler gives the head that reads the mean of the token vectors instead. One enthusiastic
-# sentence, with five different random seeds:
+# Back to Hugging Face's classifier: one enthusiastic sentence, with five different random
+# seeds for its head:
 
 # %%
 example_text = "I love how this transformer model works! It's amazing!"
@@ -1219,7 +1179,6 @@ p_positive = probs_untrained[:, 1]
 print(f"untrained head: dev accuracy {dev_untrained:.1%}")
 print(f"predicts 'positive' for {n_positive} of {len(dev)} reviews")
 print(f"P(positive) between {p_positive.min():.2f} and {p_positive.max():.2f}")
-assert abs(dev_untrained - 0.5) < 0.12 and probs_untrained.max() < 0.6
 
 # %% [markdown]
 # Chance level, as it must be: on a balanced set, a coin scores 50%.
@@ -1284,9 +1243,10 @@ assert (
 
 # %% [markdown]
 # It fits the training reviews perfectly and gets only about three in four dev reviews
-# right. Clear opinion words carry it that far; but with 700 varied reviews most words occur in
-# one or two reviews, so many weights are about the particular reviews rather than about sentiment, and
-# word counts cannot see negation or a "but" that turns a review around ("Great location,
+# right. A few clear opinion words (perfectly, excellent, mess) carry it that far; but with 700
+# varied reviews most words occur in one or two reviews, so most of its strongest weights, as
+# the list shows (fault, forty, covered), are about particular reviews rather than about
+# sentiment, and word counts cannot see negation or a "but" that turns a review around ("Great location,
 # terrible room"). A pretrained encoder brings what the counts lack: it has read far more text
 # than we could label, and it reads words in context.
 #
@@ -1362,7 +1322,7 @@ same = [train.labels[int(j)] == y for j, y in zip(nearest, dev.labels)]
 print(f"same label as the nearest neighbour: {sum(same) / len(same):.1%}")
 
 # %% tags=["remove-cell"]
-assert all_emb.shape == (1050, 384)
+assert all_emb.shape[0] == 1050
 
 # %% [markdown]
 # Two of the five have a nearest neighbour of the other label, and in both it is a review of
@@ -1411,7 +1371,7 @@ print(
     f"the training reviews use {len(used):,} "
     f"of the {tokenizer.vocab_size:,} vocabulary entries"
 )
-emb_module = bert.embeddings
+emb_module = untrained.bert.embeddings  # the model loaded from MODEL
 print(
     f"embeddings: {count_parameters(emb_module) / 1e6:.1f} M parameters, "
     f"of which the word table "
@@ -1443,12 +1403,16 @@ def fine_tuned(
     return clf, history
 
 
-selection, ft_seconds, ft_cpu = {}, {}, {}
+selection, ft_seconds = {}, {}
 for name, (frozen_layers, lr) in CANDIDATES.items():
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0 = time.perf_counter()
     selection[name] = fine_tuned(0, frozen_layers, lr, EPOCHS, splits[0])
     ft_seconds[name] = time.perf_counter() - t0
-    ft_cpu[name] = time.process_time() - c0
+n_steps = len(selection[name][1].loss)
+print(
+    f"{EPOCHS} epochs of {math.ceil(len(train) / BATCH_SIZE)} batches: "
+    f"{n_steps} steps per candidate"
+)
 print(f"{'candidate':40s} {'trainable':>9s}   dev accuracy, epochs 1, 2")
 for name, (clf, history) in selection.items():
     dev_accs = "  ".join(f"{a:.1%}" for a in history.evals["dev_accuracy"])
@@ -1475,15 +1439,13 @@ print(
 )
 
 # %% tags=["nbval-ignore-output"]
-print("on this machine:")
+print("time per candidate on this CPU:")
 for name in CANDIDATES:
-    steps = len(selection[name][1].loss)
-    print(
-        f"  {name:40s} {steps} steps in {ft_seconds[name]:3.0f} s "
-        f"({ft_cpu[name]:.0f} s of CPU time)"
-    )
-    # two epochs of 44 batches of 16 reviews (the last one smaller)
-    assert steps == EPOCHS * math.ceil(len(train) / BATCH_SIZE)
+    print(f"  {name:40s} {ft_seconds[name]:3.0f} s")
+# no backward pass through frozen layers: each step is cheaper
+frozen_names = [n for n, (k, _) in CANDIDATES.items() if k > 0]
+unfrozen_name = next(n for n, (k, _) in CANDIDATES.items() if k == 0)
+assert max(ft_seconds[n] for n in frozen_names) < ft_seconds[unfrozen_name]
 
 # %% [markdown]
 # After two epochs the candidates are within one of the 150 dev reviews of each other (87.3 %
@@ -1562,12 +1524,11 @@ with tempfile.TemporaryDirectory() as out_dir:
         seed=0,
         eval_strategy="epoch",
         save_strategy="no",
-        # quiet: no progress bar or log lines, the dev accuracy is read
-        # from trainer.state below
-        logging_strategy="no",
+        logging_strategy="epoch",  # the mean training loss of each epoch
         report_to="none",
         disable_tqdm=True,
-        dataloader_pin_memory=torch.cuda.is_available(),  # helps GPUs only
+        # pinned memory speeds up copies to a GPU; there is none on a CPU
+        dataloader_pin_memory=torch.cuda.is_available(),
     )
     set_seed(0)
     hf_clf = reviews.freeze_lower(fresh_classifier(0), FROZEN)
@@ -1579,12 +1540,20 @@ with tempfile.TemporaryDirectory() as out_dir:
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics,
     )
-    trainer.remove_callback(PrinterCallback)  # quiet, as above
-    t0, c0 = time.perf_counter(), time.process_time()
+    # the log also holds timings; we print the log's losses and accuracies
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
-    trainer_seconds = time.perf_counter() - t0
-    trainer_cpu = time.process_time() - c0
 hf_clf.eval()
+print("trainer.state.log_history, one line per epoch:")
+for h in trainer.state.log_history:
+    if "loss" in h:
+        print(f"  epoch {h['epoch']:.0f}: training loss {h['loss']:.3f}")
+    if "eval_accuracy" in h:
+        print(
+            f"  epoch {h['epoch']:.0f}: dev loss {h['eval_loss']:.3f}, "
+            f"dev accuracy {h['eval_accuracy']:.1%}"
+        )
+print(f"{trainer.state.global_step} steps, as in our loop")
 dev_trainer = [
     h["eval_accuracy"]
     for h in trainer.state.log_history
@@ -1595,16 +1564,12 @@ print("dev accuracy after epochs 1, 2:")
 for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
     print(f"  {name:9s}", "  ".join(f"{a:.1%}" for a in accs))
 
-# %% tags=["nbval-ignore-output"]
-print(
-    f"Trainer: {trainer.state.global_step} steps in {trainer_seconds:.0f} s "
-    f"on this machine ({trainer_cpu:.0f} s of CPU time)"
-)
-assert trainer.state.global_step == steps_total  # the same two epochs
-
 # %% [markdown]
-# The two runs share the schedule, the seed and the split, and agree after the first epoch
-# (87.3 % each); after the second the `Trainer`'s model is 2 points ahead, 3 of 150 dev reviews.
+# The `Trainer`'s log gives the mean training loss of each epoch (0.607, then 0.326) and the
+# dev loss after it (0.322, then 0.282): both fall, so the second epoch has not started to
+# overfit. The two runs share the schedule, the seed and the split, and agree after the first
+# epoch (87.3 % each); after the second the `Trainer`'s model is 2 points ahead, 3 of 150 dev
+# reviews.
 # They are not the same run: the `Trainer` draws its own batch order and dropout from the seed.
 # The test set below puts its model next to our loop's three seeds.
 #
@@ -1626,7 +1591,6 @@ with tempfile.TemporaryDirectory() as saved:
     results = classify(new_reviews)
 for text, r in zip(new_reviews, results):
     print(f"{r['label']:8s} {r['score']:.2f}  {text}")
-assert results[0]["label"] == "negative"
 
 # %% [markdown]
 # ### The test set, once
@@ -1675,15 +1639,18 @@ print(
     f"test accuracy on {len(test)} reviews, "
     f"mean ± standard deviation over seeds {SEEDS}:"
 )
+short_name = {  # for the table
+    methods[2]: f"k-NN (k = {KNN_K})",
+    methods[3]: "linear probe",
+    methods[4]: "fine-tuned (our loop)",
+}
 for name, (mean, sd) in summary.items():
     per_seed = ", ".join(f"{a:.1%}" for a in test_acc[name])
-    print(f"  {name:35s} {mean:6.1%} ± {sd:4.1%}   ({per_seed})")
-print(f"  {'fine-tuned MiniLM (Trainer, seed 0)':35s} {acc_trainer:6.1%}")
-acc_untrained = summary["untrained head"][0]
-acc_bow = summary["bag of words"][0]
-acc_knn = summary[f"k-NN on embeddings (k = {KNN_K})"][0]
-acc_probe = summary["linear probe on embeddings"][0]
-acc_ft = summary["fine-tuned MiniLM (our loop)"][0]
+    print(
+        f"  {short_name.get(name, name):21s} {mean:6.1%} ± {sd:4.1%}  "
+        f"({per_seed})"
+    )
+print(f"  {'fine-tuned (Trainer)':21s} {acc_trainer:6.1%}   (seed 0 only)")
 probe_minus_knn = [
     p - k
     for p, k in zip(
@@ -1707,8 +1674,6 @@ print(
     + ", ".join(f"{d:+.1%}" for d in ft_minus_probe)
     + f"; mean {sum(ft_minus_probe) / len(ft_minus_probe):+.1%}"
 )
-assert abs(acc_untrained - 0.5) < 0.1
-assert acc_bow + 0.02 < min(acc_knn, acc_probe, acc_ft)
 
 # %% caption="Test accuracy of every method on the 200 test reviews: one dot per seed (the seeds drawn one above another, so that equal scores stay visible), the mean and standard deviation in red, chance (0.5) dashed. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.88; the spreads of the last two do not overlap." alt="A dot plot with five rows, from bottom to top: untrained head, bag of words, k-NN on embeddings (k = 45), linear probe on embeddings, fine-tuned MiniLM (our loop); test accuracy from 0.5 to 0.89 on the horizontal axis. Each row has three blue dots at slightly different heights and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.88."
 fig, ax = plt.subplots(figsize=(6.9, 3.2))
@@ -1762,8 +1727,8 @@ plt.show()
 #   seed. This comparison does not say *why*: the probe reads the mean of the frozen token
 #   vectors, while the fine-tuned model trains the encoder and reads `[CLS]` through the pooler
 #   (exercise 2 compares those vectors under a probe). Separating "the encoder adapts" from
-#   "another vector is read" would take another run, such as fine-tuning with a mean-pooling
-#   head.
+#   "another vector is read" takes another run: fine-tuning with a head that reads the mean of
+#   the token vectors, which exercise 4 runs for one seed.
 # * The `Trainer`'s seed-0 model (87.5 %) is one review ahead of our loop's seed-0 model
 #   (87.0 %) and within the range of its three seeds (87.0 % to 89.0 %).
 # * The standard deviations are 1.0 to 2.2 points: a difference of that size, from one seed,
@@ -1838,86 +1803,16 @@ def classify_sentiment(text: str) -> tuple[str, float]:
 for text in [example_text] + new_reviews:
     label, p = classify_sentiment(text)
     print(f"{label} ({p:.2f}): {text}")
-assert classify_sentiment(example_text)[0] == "positive"
-bad_review = "The battery died after two days and support never replied."
-assert classify_sentiment(bad_review)[0] == "negative"
 
 # %% [markdown]
 # The review that turns around halfway ("I was sure I would hate it, but it won me over.") is
 # wrong here: seed 0's model calls it negative (0.60), while the `Trainer`'s model, in the
 # pipeline above, called it positive (0.67). Two runs of the same recipe disagree on it; this is
-# where 700 examples are thin. More (and more varied) labelled reviews and a larger model (next
-# section) are the ways to push further.
+# where 700 examples are thin. More (and more varied) labelled reviews and a larger model
+# (section 7) are the ways to push further.
 
 # %% [markdown]
-# ## 6. A bigger BERT, on a GPU
-#
-# In Colab, with internet access, replace the line `MODEL = minilm_path()` in section 5's first
-# code cell by these lines, and run section 5 again from that cell:
-#
-# ```python
-# from transformers import AutoModel, AutoTokenizer
-#
-# MODEL = "bert-base-uncased"
-# tokenizer = AutoTokenizer.from_pretrained(MODEL)
-# ours = bert_from_hf(AutoModel.from_pretrained(MODEL))  # for the baselines
-# ```
-#
-# The classifiers load from `MODEL`; the k-NN and probe baselines embed with `ours`, so it must
-# be rebuilt from the same checkpoint. The tokenizer changes nothing here (the vocabulary is
-# the same, so the tokens and ids do not change), but it keeps the code right for any
-# checkpoint. What changes:
-#
-# * **Size.** `bert-base-uncased` has 12 layers of width 768 (12 heads of 64, feed-forward 3072):
-#   about 110 million parameters, five times MiniLM's, and about eight times the arithmetic per
-#   token. The numbers below come from the course's own `BertEncoder` with `bert-base-uncased`'s
-#   sizes (the defaults of `BertConfig`), with random weights: only the sizes matter here.
-# * **Time.** A step's time grows about as its arithmetic does, so on the same CPU expect each
-#   step to take about eight times as long (an estimate from the arithmetic, not a measurement):
-#   a fine-tuning run of section 5, which takes tens of seconds, would take minutes. A GPU is
-#   the way out (Colab: *Runtime → Change runtime type → T4 GPU*): `get_device()` then returns
-#   `cuda`, and `.to(get_device())` in section 5 moves the model there.
-# * **The pooler.** `bert-base-uncased`'s pooler *was* trained (on next-sentence prediction, the
-#   second objective of section 3), so its `[CLS]` route to the classifier starts in better shape
-#   than MiniLM's.
-# * **Hyperparameters.** The recipe of the BERT paper for fine-tuning BERT-base is a learning
-#   rate of 2e-5 to 5e-5, 2 to 4 epochs and a batch size of 16 or 32. Its rates are 2 to 15
-#   times smaller than the two rates tried in section 5 (1e-4 and 3e-4), so change the
-#   candidates to rates from that range and let the dev split choose again.
-# * **Results.** With 200 test reviews one review is half a point: compare on the same split, over several seeds,
-#   before you conclude that one model is better.
-
-# %%
-# bert-base-uncased's sizes, random weights
-base = BertEncoder(BertConfig())
-
-
-def matmul_params(model: BertEncoder) -> int:
-    """Parameters used in matrix products per token: every layer's weights
-    (embeddings are lookups).
-    """
-    return sum(
-        p.numel()
-        for n, p in model.named_parameters()
-        if n.startswith("layers.")
-    )
-
-
-n_base, n_ours = count_parameters(base), count_parameters(ours)
-print(
-    f"bert-base-uncased encoder: {n_base / 1e6:.1f} M parameters, "
-    f"MiniLM: {n_ours / 1e6:.1f} M (ratio {n_base / n_ours:.1f})"
-)
-print(
-    "arithmetic per token, ratio: "
-    f"{matmul_params(base) / matmul_params(ours):.1f}"
-)
-assert 4.5 < n_base / n_ours < 5.0
-assert 7.5 < matmul_params(base) / matmul_params(ours) < 8.5
-del base
-
-# %% [markdown]
-# ## 7. Attention across layers, and what attention does not explain
+# ## 6. Attention across layers, and what attention does not explain
 #
 # ### Attention rollout
 #
@@ -1991,15 +1886,26 @@ for t in ("[CLS]", "it"):
     top_vk = zip(top.values.tolist(), top.indices.tolist())
     sources = ", ".join(f"{coref_tokens[k]} {v:.2f}" for v, k in top_vk)
     print(f"rollout of {t!r}: " + sources)
+ranked = rollout.sort(dim=-1, descending=True)
+print(
+    f"over all {len(coref_tokens)} rows, the 1st, 2nd and 3rd largest share:"
+)
+for r in range(3):
+    source = Counter(coref_tokens[k] for k in ranked.indices[:, r].tolist())
+    values = ranked.values[:, r]
+    print(
+        f"  {r + 1}: {values.min():.2f} to {values.max():.2f}, from "
+        + ", ".join(f"{t} ({c} rows)" for t, c in source.most_common())
+    )
 assert torch.allclose(
     rollout.sum(-1), torch.ones(len(coref_tokens)), atol=1e-5
 )
-assert (rollout.argmax(-1) == 0).all()  # every token's largest share: [CLS]
-assert 0.5 < rollout[:, 0].min() and rollout[:, 0].max() < 0.7
 
 # %% [markdown]
-# Rollout is dominated by `[CLS]`: every token's row puts its largest share there, about 0.6,
-# followed by `[SEP]` and the full stop, and the row of "it" says nothing about "animal". These
+# Rollout is dominated by `[CLS]`: every token's row puts its largest share there, 0.57 to
+# 0.67, followed in every row by `[SEP]` (0.08 to 0.10) and then by small shares of 0.04 to
+# 0.06 (the full stop in 14 rows, "the" in 2), and the row of "it" says nothing about
+# "animal". These
 # are chapter 05's parking heads, compounded. A head that parks on `[CLS]` moves little
 # information (its "no-op"), but rollout counts weights, not information, and multiplies them
 # over six layers. The same few tokens therefore come out on top whatever the sentence says;
@@ -2177,6 +2083,74 @@ print(
 # seen in the logits, or by deleting several tokens at once.
 
 # %% [markdown]
+# ## 7. A bigger BERT, on a GPU
+#
+# In Colab, with internet access, replace the line `MODEL = minilm_path()` in section 5's first
+# code cell by these lines, and run section 5 again from that cell (its printed numbers, and so
+# the sentences that quote them, will then differ):
+#
+# ```python
+# from transformers import AutoModel, AutoTokenizer
+#
+# MODEL = "bert-base-uncased"
+# tokenizer = AutoTokenizer.from_pretrained(MODEL)
+# ours = bert_from_hf(AutoModel.from_pretrained(MODEL))  # for the baselines
+# ```
+#
+# The classifiers load from `MODEL`; the k-NN and probe baselines embed with `ours`, so it must
+# be rebuilt from the same checkpoint. The tokenizer changes nothing here (the vocabulary is
+# the same, so the tokens and ids do not change), but it keeps the code right for any
+# checkpoint. What changes:
+#
+# * **Size.** `bert-base-uncased` has 12 layers of width 768 (12 heads of 64, feed-forward 3072):
+#   about 110 million parameters, five times MiniLM's, and about eight times the arithmetic per
+#   token. The numbers below come from the course's own `BertEncoder` with `bert-base-uncased`'s
+#   sizes (the defaults of `BertConfig`), with random weights: only the sizes matter here.
+# * **Time.** A step's time grows about as its arithmetic does, so on the same CPU expect each
+#   step to take about eight times as long (an estimate from the arithmetic, not a measurement):
+#   a fine-tuning run of section 5, which takes well under a minute on a CPU, would take
+#   minutes. A GPU is
+#   the way out (Colab: *Runtime → Change runtime type → T4 GPU*): `get_device()` then returns
+#   `cuda`, and `.to(get_device())` in section 5 moves the model there.
+# * **The pooler.** `bert-base-uncased`'s pooler *was* trained (on next-sentence prediction, the
+#   second objective of section 3), so its `[CLS]` route to the classifier starts in better shape
+#   than MiniLM's.
+# * **Hyperparameters.** The recipe of the BERT paper for fine-tuning BERT-base is a learning
+#   rate of 2e-5 to 5e-5, 2 to 4 epochs and a batch size of 16 or 32. Its rates are 2 to 15
+#   times smaller than the two rates tried in section 5 (1e-4 and 3e-4), so change the
+#   candidates to rates from that range and let the dev split choose again.
+# * **Results.** Compare on the same split, over several seeds, before you conclude that one
+#   model is better.
+
+# %%
+# bert-base-uncased's sizes, random weights
+base = BertEncoder(BertConfig())
+
+
+def matmul_params(model: BertEncoder) -> int:
+    """Parameters used in matrix products per token: every layer's weights
+    (embeddings are lookups).
+    """
+    return sum(
+        p.numel()
+        for n, p in model.named_parameters()
+        if n.startswith("layers.")
+    )
+
+
+minilm = bert_from_hf(bert)  # MiniLM, whatever `ours` holds now
+n_base, n_mini = count_parameters(base), count_parameters(minilm)
+print(
+    f"bert-base-uncased encoder: {n_base / 1e6:.1f} M parameters, "
+    f"MiniLM: {n_mini / 1e6:.1f} M (ratio {n_base / n_mini:.1f})"
+)
+print(
+    "arithmetic per token, ratio: "
+    f"{matmul_params(base) / matmul_params(minilm):.1f}"
+)
+del base, minilm
+
+# %% [markdown]
 # ## Summary
 #
 # * BERT's tokenizer splits words into WordPiece pieces (`##` continues a word; a word with a
@@ -2204,12 +2178,12 @@ print(
 #   is near chance on dev: the nearest review is about the same thing, not of the same opinion)
 #   < fine-tuning 88 %. Hugging Face's `Trainer`, with a `Dataset`, `DataCollatorWithPadding`
 #   and a metric function, lands within the range of our own loop's seeds.
-# * A bigger BERT, `bert-base-uncased`, runs the same cells after the few changes of section 6:
-#   4.8 times the parameters and 8 times the arithmetic per token, and a smaller learning rate.
 # * Attention rollout multiplies the layers' head-averaged attention, each mixed with the identity
 #   for the residual path; in MiniLM it is dominated by `[CLS]`. Compared with deleting tokens, the
 #   classifier's `[CLS]` attention finds the most important token in 48 % of the reviews, 5.8
 #   times as often as chance, and misses it in the rest: a clue to check, not an explanation.
+# * Section 7 lists what to change to run section 5 with a bigger BERT, `bert-base-uncased`:
+#   4.8 times the parameters and 8 times the arithmetic per token, and a smaller learning rate.
 
 # %% [markdown]
 # ## Exercises
@@ -2218,7 +2192,7 @@ print(
 # `"The trophy didn't fit in the suitcase." / "It was too big."` For every layer and head,
 # compute the weight from "it" to "trophy" and to "suitcase". Which head gives "trophy" the most
 # weight, and does it also prefer "trophy" when sentence B is "It was too small." (where "it" is
-# the suitcase)?
+# the suitcase)? Predict first, from what section 2 found with "tired" and "wide".
 
 
 # %% tags=["solution"]
@@ -2335,3 +2309,76 @@ assert (e_left - e_alone).abs().max() > 0.05
 # position: "[CLS] at position 7" is a different input. With right padding the real tokens keep
 # their positions. (Models with relative positions, or code that numbers the positions from the
 # first real token, avoid this.)
+
+# %% [markdown]
+# **4. Which vector to fine-tune?** Section 5 fine-tuned a head that reads `[CLS]` through the
+# pooler, and its lead over the linear probe could come from training the encoder or from reading
+# another vector. Build a classifier on a fresh copy of our encoder (`bert_from_hf(bert)`) whose
+# head reads the mean of the final token vectors over the attention mask (section 4's
+# `mean_pool`), with no pooler: dropout and one linear layer. Fine-tune it with
+# `reviews.fine_tune` on seed 0's split, with the embeddings and layers 0-2 frozen and a
+# learning rate of 1e-4, the second candidate of section 5 (which reached 86.7 % on dev), so
+# that only the head differs. Predict first: is the dev accuracy higher, lower, or about the
+# same? (`fine_tune` and `predict_proba` expect a model that returns an object with `.logits`
+# and, given `labels`, `.loss`.)
+
+
+# %% tags=["solution"]
+class MeanPoolClassifier(torch.nn.Module):
+    """The course's ``BertEncoder``, read by the masked mean of its final
+    token vectors, then dropout and a linear layer.
+    """
+
+    def __init__(self, encoder: BertEncoder, num_labels: int = 2) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.dropout = torch.nn.Dropout(0.1)
+        self.classifier = torch.nn.Linear(encoder.config.d_model, num_labels)
+
+    def forward(self, labels=None, **batch):
+        h = self.encoder(**batch).last_hidden_state
+        pooled = mean_pool(h, batch["attention_mask"])  # (batch, d)
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+        return SimpleNamespace(logits=logits, loss=loss)
+
+
+mp_generator = set_seed(0)
+mp_clf = MeanPoolClassifier(bert_from_hf(bert)).to(get_device())
+mp_clf.encoder.embeddings.requires_grad_(False)
+for layer in mp_clf.encoder.layers[:3]:
+    layer.requires_grad_(False)
+mp_history = reviews.fine_tune(
+    mp_clf,
+    tokenizer,
+    train.texts,
+    train.labels,
+    epochs=EPOCHS,
+    batch_size=BATCH_SIZE,
+    lr=1e-4,
+    generator=mp_generator,
+    dev=dev,
+)
+same_name = "embeddings + layers 0-2 frozen, lr 1e-4"
+print("dev accuracy after epochs 1, 2 (seed 0, one run each):")
+for name, accs in (
+    (
+        "[CLS] through the pooler",
+        selection[same_name][1].evals["dev_accuracy"],
+    ),
+    ("mean of the token vectors", mp_history.evals["dev_accuracy"]),
+):
+    print(f"  {name:26s}", "  ".join(f"{a:.1%}" for a in accs))
+print(f"linear probe on the mean, encoder frozen: {probe_dev[PROBE_WD]:.1%}")
+
+# %% [markdown] tags=["solution"]
+# In this run (seed 0, one run of each) the head that reads the mean ends at 82.7 % on dev,
+# against 86.7 % for the `[CLS]`-and-pooler head with the same frozen layers and learning rate:
+# lower, by 6 of the 150 dev reviews. It still ends above the linear probe, which reads the same
+# mean from the frozen encoder (78.0 %). So in this run reading the mean is not where
+# fine-tuning's lead comes from: training layers 3 to 5 adds to the probe even when the same
+# vector is read, and the `[CLS]` head, whose untrained pooler is trained along with them, ends
+# higher still. One seed and 150 dev reviews cannot rank the two heads firmly: section 5's
+# protocol (three seeds, then the test set) would be the next step.
