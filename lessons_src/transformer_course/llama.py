@@ -60,14 +60,15 @@ class LlamaConfig(ModelConfig):
     n_head: int = 4
     n_kv_head: int = 2
     d_model: int = 128
-    d_ff: int | None = None
+    # None asks for the default; __post_init__ replaces it with an int
+    d_ff: int = None  # type: ignore[assignment]
     eps: float = 1e-5
     rope_base: float = 10000.0
 
     def __post_init__(self) -> None:
         if self.d_ff is None:
-            d_ff = 64 * -(-8 * self.d_model // (3 * 64))
-            object.__setattr__(self, "d_ff", d_ff)
+            n = -(-8 * self.d_model // (3 * 64))  # type: ignore[unreachable]
+            object.__setattr__(self, "d_ff", 64 * n)  # 8/3 d, rounded up
         self.check_sizes(
             "vocab_size",
             "block_size",
@@ -173,7 +174,6 @@ class SwiGLU(nn.Module):
 
     def __init__(self, c: LlamaConfig) -> None:
         super().__init__()
-        assert c.d_ff is not None  # LlamaConfig.__post_init__ sets it
         self.gate = nn.Linear(c.d_model, c.d_ff, bias=False)
         self.fc = nn.Linear(c.d_model, c.d_ff, bias=False)
         self.proj = nn.Linear(c.d_ff, c.d_model, bias=False)
