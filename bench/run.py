@@ -132,9 +132,13 @@ CHAPTER_METRICS = {
         ("validation loss (nats/char), shipped checkpoint", "big_val", "record['train_seconds']"),
     ],
     "12": [
-        ("test accuracy, untrained classification head", "acc_untrained", None),
-        ("test accuracy, bag-of-words logistic regression", "acc_bow", None),
-        ("test accuracy, fine-tuned MiniLM", "acc_ft", "ft_seconds[best_name]"),
+        ("dev accuracy, untrained classification head", "dev_untrained", None),
+        ("test accuracy, bag-of-words logistic regression (mean of 3 seeds)", "summary['bag of words'][0]", None),
+        (
+            "test accuracy, fine-tuned MiniLM (mean of 3 seeds)",
+            "summary['fine-tuned MiniLM (our loop)'][0]",
+            "ft_seconds[best_name]",
+        ),
     ],
 }
 _METRICS_MARK = "BENCH-METRICS "
@@ -638,6 +642,126 @@ def bench_precision_compile(
     return out
 
 
+# --------------------------------------------------------------------------- checks of the explanations (CPU)
+def bench_cpu_checks(steps: int = 8) -> dict:
+    """What the precision section's explanations rest on, measured on this CPU: which dtype each operation
+    returns under CPU bfloat16 autocast; the bfloat16 / float32 speed of the model's own matmul shapes; and a
+    profile of eager training steps (float32 and bfloat16 autocast) split into matmuls, casts and the rest."""
+    import copy
+
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    from transformer_course import gpt as G
+    from transformer_course import tokenization, train_gpt
+    from transformer_course.tasks import python_docs
+
+    torch.set_num_threads(THREADS)
+    dev = torch.device("cpu")
+    out: dict = {"device": _device_info(dev), "date": time.strftime("%Y-%m-%d")}
+    # 1. the dtype autocast gives each operation's output, from float32 inputs
+    x = torch.randn(8, 64, 128)
+    w = torch.randn(256, 128)
+    q = torch.randn(2, 4, 64, 32)
+    ops = {
+        "linear": lambda: F.linear(x, w),
+        "matmul": lambda: x @ w.T,
+        "softmax": lambda: torch.softmax(x, -1),
+        "layer_norm": lambda: F.layer_norm(x, (128,)),
+        "gelu": lambda: F.gelu(x),
+        "scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True),
+        "cross_entropy": lambda: F.cross_entropy(x.reshape(-1, 128), torch.zeros(512, dtype=torch.long)),
+    }
+    dtypes = {}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for name, op in ops.items():
+            dtypes[name] = str(op().dtype).removeprefix("torch.")
+        # and on a bfloat16 input (what a layer after a linear one receives)
+        xb = x.to(torch.bfloat16)
+        dtypes["softmax of bfloat16"] = str(torch.softmax(xb, -1).dtype).removeprefix("torch.")
+        dtypes["layer_norm of bfloat16"] = str(F.layer_norm(xb, (128,)).dtype).removeprefix("torch.")
+    out["autocast_dtypes"] = dtypes
+    # 2. the model's own matmul shapes in both formats (best of several)
+    shapes = {}
+    for n in ((4096, 128, 512), (4096, 512, 128), (4096, 128, 384)):
+        f32 = max(measure_matmul_peak(dev, torch.float32, n) for _ in range(3))
+        b16 = max(measure_matmul_peak(dev, torch.bfloat16, n) for _ in range(3))
+        shapes["x".join(map(str, n))] = {"fp32": f32, "bf16": b16, "ratio": b16 / f32}
+    out["matmul_shapes"] = shapes
+    # 3. a profile of eager training steps: self CPU time per operation, grouped
+    torch.manual_seed(0)
+    tok = tokenization.CharTokenizer(python_docs.CHARS)
+    train_text, _ = python_docs.train_val_split(python_docs.load_python_docs())
+    train = torch.tensor(tok.encode(train_text[:400_000]))
+    cfg = G.GPTConfig(vocab_size=tok.vocab_size, block_size=128, n_layer=4, n_head=4, d_model=128)
+    start = G.GPT(cfg)
+    g = torch.Generator().manual_seed(0)
+    batches = [train_gpt.get_batch(train, 32, cfg.block_size, generator=g) for _ in range(steps + 3)]
+    matmul_ops = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+    attention_ops = ("flash_attention", "scaled_dot_product")
+    cast_ops = {"aten::copy_", "aten::_to_copy", "aten::to"}
+    # the two formats take turns step by step (each step under its own profiler), so both see the same machine
+    runs = {}
+    for name, bf16 in (("fp32", False), ("bf16", True)):
+        model = copy.deepcopy(start).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step(x: torch.Tensor, y: torch.Tensor, model=model, opt=opt, bf16=bf16) -> None:
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = G.lm_loss(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        runs[name] = step
+    groups = {name: dict.fromkeys(("matmul", "attention", "casts", "optimiser", "rest"), 0.0) for name in runs}
+    plain: dict[str, list[float]] = {name: [] for name in runs}
+    top: dict[str, dict[str, float]] = {name: {} for name in runs}
+    for i, (xb_, yb_) in enumerate(batches):
+        for name, step in runs.items():
+            if i < 3:  # warm-up
+                step(xb_, yb_)
+                continue
+            t0 = time.perf_counter()
+            step(xb_, yb_)  # unprofiled, for the step time
+            plain[name].append(time.perf_counter() - t0)
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                step(xb_, yb_)
+            for e in prof.key_averages():
+                us = e.self_cpu_time_total
+                top[name][e.key] = top[name].get(e.key, 0.0) + us
+                if e.key in matmul_ops:
+                    groups[name]["matmul"] += us
+                elif any(a in e.key for a in attention_ops):
+                    groups[name]["attention"] += us
+                elif e.key in cast_ops:
+                    groups[name]["casts"] += us
+                elif "_foreach_" in e.key or "Optimizer" in e.key or "adamw" in e.key.lower():
+                    groups[name]["optimiser"] += us
+                else:
+                    groups[name]["rest"] += us
+    profiled = len(batches) - 3
+    profiles = {}
+    for name in runs:
+        total = sum(groups[name].values())
+        profiles[name] = {
+            "step_s": statistics.median(plain[name]),
+            "seconds_per_step": {k: v / 1e6 / profiled for k, v in groups[name].items()},
+            "share": {k: v / total for k, v in groups[name].items()},
+            "top_ops_ms": {k: v / 1e3 / profiled for k, v in sorted(top[name].items(), key=lambda kv: -kv[1])[:12]},
+        }
+        print(
+            f"  profile {name}: {profiles[name]['step_s'] * 1e3:.1f} ms a step unprofiled; "
+            + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in profiles[name]["seconds_per_step"].items()),
+            flush=True,
+        )
+        print("    " + ", ".join(f"{k} {v:.1f}" for k, v in profiles[name]["top_ops_ms"].items()), flush=True)
+    out["profile"] = profiles
+    out["profile_steps"] = profiled
+    out["model"] = f"{cfg.n_layer} layers, {cfg.n_head} heads, d_model {cfg.d_model}, block {cfg.block_size}, batch 32"
+    return out
+
+
 # --------------------------------------------------------------------------- 4: scaling
 _PEAK_SCRIPT = r"""
 import re, sys, torch
@@ -738,6 +862,9 @@ def bench_kv_cache() -> dict | None:
 
 
 # --------------------------------------------------------------------------- the page
+ANCHOR_N = 1024
+
+
 def plot(results: dict) -> None:
     import matplotlib
 
@@ -757,9 +884,11 @@ def plot(results: dict) -> None:
             pts = [(r["n"], r[f"{impl}_{suffix}"]) for r in rows if r.get(f"{impl}_{suffix}") is not None]
             if pts:
                 ax.loglog(*zip(*pts, strict=True), "os"[i] + "-", color=f"C{i}", label=labels[impl])
-        top = rows[-1].get(f"explicit_{suffix}")
+        # the n² reference through the explicit attention's point at n = 1024 (ANCHOR_N), not at an end of the range
+        anchor = next((r for r in rows if r["n"] == ANCHOR_N), rows[len(rows) // 2])
+        top = anchor.get(f"explicit_{suffix}")
         if top:
-            ax.loglog(n, [top * (m / n[-1]) ** 2 for m in n], "--", color="gray", label="slope 2: grows as n²")
+            ax.loglog(n, [top * (m / anchor["n"]) ** 2 for m in n], "--", color="gray", label="slope 2: grows as n²")
         if suffix == "peak_mib":
             ax.loglog(n, [r["score_matrix_mib"] for r in rows], ":", color="C3", label="one n×n float32 matrix")
         ax.set_ylabel(label)
@@ -806,13 +935,19 @@ def plot_limit(prec: dict) -> None:
         labels = [" ".join(filter(None, (short[w] for w in k.split("_")))) for k, _ in rows][::-1]
         shares = [100 * r["share_of_peak"] for _, r in rows][::-1]
         colors = ["C1" if r["bf16"] else "C0" for _, r in rows][::-1]
-        ax.barh(labels, shares, color=colors)
+        ax.barh(labels, [v - 0.1 for v in shares], color=colors, left=0.1)  # bars from the axis start
+        ax.set_xscale("log")
+        ax.set_xlim(0.1, 100)
         for y, (share, (_, r)) in enumerate(zip(shares, rows[::-1], strict=True)):
-            ax.text(share + 1.5, y, f"{share:.1f} %, {r['tokens_per_s'] / 1e3:,.0f}k tokens/s", va="center")
-        ax.set_xlim(0, max(100, max(shares)) * 1.6)
+            label = f"{share:.1f} %, {r['tokens_per_s'] / 1e3:,.0f}k tokens/s"
+            if share > 8:  # a long bar: the label inside it, at its end
+                ax.text(share / 1.08, y, label, va="center", ha="right", color="white")
+            else:
+                ax.text(share * 1.12, y, label, va="center")
+        ax.set_xticks([0.1, 1, 10, 100], ["0.1", "1", "10", "100"])
         ax.set_title(f"{_DEV[dev]}: {rec['device']['name']}")
         ax.grid(True, axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("share of the measured matmul peak in the run's precision (%)")
+    axes[-1, 0].set_xlabel("share of the fastest measured matmul in the run's format (%, log scale)")
     fig.tight_layout()
     fig.canvas.draw()
     size, text = smallest_text_pt(fig)
@@ -916,9 +1051,70 @@ _VARIANT_LABEL = {
     "minimal_fp32_compiled": "minimal GPT, float32, compiled",
 }
 
+# What chapter 10 itself trains: GPTConfig(block_size=64, n_layer=4, n_head=4, d_model=128).
+CHAPTER10 = {"layers": 4, "heads": 4, "d_model": 128, "block": 64}
+_WORDS = {2: "twice", 3: "three times", 4: "four times", 5: "five times", 6: "six times", 8: "eight times"}
+
 
 def _device_label(dev: str, rec: dict) -> str:
     return f"the GPU ({rec['device']['name']})" if dev == "cuda" else f"the CPU ({rec['device']['name']})"
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _parse_config(config: str) -> dict[str, int]:
+    """'4 layers, 4 heads, d_model 128, block 128' -> {'layers': 4, 'heads': 4, 'd_model': 128, 'block': 128}."""
+    out = {}
+    for part in config.split(","):
+        words = part.split()
+        if len(words) == 2:
+            a, b = words
+            out[b if a.isdigit() else a] = int(a if a.isdigit() else b)
+    return out
+
+
+def _config_phrase(config: str) -> str:
+    """The exact GPT a section measures, and how it differs from the one chapter 10 trains."""
+    c = _parse_config(config)
+    text = (
+        f"chapter 10's `GPT` class with {c['layers']} layers, {c['heads']} heads, d_model {c['d_model']} and "
+        f"block {c['block']}"
+    )
+    diff = [k for k in CHAPTER10 if c.get(k) != CHAPTER10[k]]
+    if diff:
+        text += (
+            " (chapter 10 itself trains it with "
+            + ", ".join(f"{CHAPTER10[k]} {k}" if k in ("layers", "heads") else f"{k} {CHAPTER10[k]}" for k in diff)
+            + ")"
+        )
+    return text
+
+
+def _step_noise(rec: dict, keys: tuple[str, ...]) -> float:
+    """The noise of the measuring method: every variant's step was timed twice (in its own run, and with all
+    variants taking turns); the largest difference between the two, over ``keys``."""
+    return max(abs(rec["variants"][k]["step_s"] - rec["variants"][k]["run_step_s"]) for k in keys)
+
+
+def _saving(rec: dict, eager_key: str, comp_key: str) -> tuple[float, float, float, bool]:
+    """(saving taking turns, saving each alone, noise, measurable): a saving counts only when both timings
+    agree on its sign and both exceed the noise of the method (``_step_noise``)."""
+    e, c = rec["variants"][eager_key], rec["variants"][comp_key]
+    turns = e["step_s"] - c["step_s"]
+    alone = e["run_step_s"] - c["run_step_s"]
+    noise = _step_noise(rec, (eager_key, comp_key))
+    measurable = (turns > 0) == (alone > 0) and min(abs(turns), abs(alone)) > noise
+    return turns, alone, noise, measurable
+
+
+def _one_figure(x: float) -> str:
+    """A count to one significant figure: 4,072 -> 'about 4,000'."""
+    if x <= 0:
+        return "—"
+    digits = 10 ** math.floor(math.log10(x))
+    return f"about {_n(round(x / digits) * digits)}"
 
 
 def _render_machine(results: dict) -> list[str]:
@@ -956,13 +1152,19 @@ def _render_machine(results: dict) -> list[str]:
             "precision, compilation and the limit",
             cpu.get("date"),
         )
+    chk = results.get("cpu_checks")
+    if chk:
+        name = f"{chk['device']['cpu']}, {chk['device']['cores']} cores, {THREADS} PyTorch threads"
+        add(main if chk["device"]["cpu"] == m["cpu"] else name, "the profile and the autocast check", chk.get("date"))
     add(main, "the side-by-side comparisons, the chapters and several processes")
     lines = ["## The machines", "", "| device | what was measured on it | when |", "|---|---|---|"]
     for name, sections in where.items():
         lines.append(f"| CPU: {name} | {', '.join(sections)} | {dates.get(name, results['date'])} |")
+    gpu_torch = None
     for dev, r in prec.items():
         if dev == "cuda":
             info = r["device"]
+            gpu_torch = info["torch"]
             lines.append(
                 f"| GPU: {info['name']} (CUDA {info.get('cuda')}, PyTorch {info['torch']}, Python {info['python']}) "
                 f"| precision, compilation and the limit | {r['date']} |"
@@ -975,14 +1177,60 @@ def _render_machine(results: dict) -> list[str]:
             f"Software on the CPUs: Python {m['python']}, PyTorch {m['torch']}, "
             f"transformers {m.get('transformers', '?')}, {m['os']}."
             + (
-                f" The chapters' run times were measured on {results['notebooks_date']}."
-                if results.get("notebooks_date", results["date"]) != results["date"]
+                f" The GPU ran another PyTorch ({gpu_torch}), so the comparisons of CPU and GPU (speeds, compile "
+                "times) are also comparisons of two PyTorch versions."
+                if gpu_torch and gpu_torch.split("+")[0] != m["torch"].split("+")[0]
                 else ""
             )
         ),
         "",
     ]
     return lines
+
+
+def _render_timing() -> list[str]:
+    """How a timing is taken: the rules every number below follows, as code."""
+    return [
+        "## Timing correctly",
+        "",
+        (
+            "Three things decide whether a timing means anything. The first calls of a function are slower than "
+            "the rest (memory is allocated, kernels are chosen, a compiler runs), so they are run and thrown "
+            "away. A GPU call returns as soon as its work is queued, so a timer that does not wait for the GPU "
+            "measures the launch, not the work: `torch.cuda.synchronize()` waits. And a machine shared with other "
+            "work is slow now and then, so the number to report is the median of several calls, which one slow "
+            "call does not move."
+        ),
+        "",
+        "```python",
+        "import statistics, time",
+        "import torch",
+        "",
+        "def time_it(fn, repeats=15, warmup=2):",
+        "    for _ in range(warmup):",
+        "        fn()",
+        "    times = []",
+        "    for _ in range(repeats):",
+        "        # on a GPU: start with nothing queued,",
+        "        # and wait for the work, not only its launch",
+        "        if torch.cuda.is_available():",
+        "            torch.cuda.synchronize()",
+        "        t0 = time.perf_counter()",
+        "        fn()",
+        "        if torch.cuda.is_available():",
+        "            torch.cuda.synchronize()",
+        "        times.append(time.perf_counter() - t0)",
+        "    return statistics.median(times)",
+        "```",
+        "",
+        (
+            "Without the second `synchronize()`, a GPU matmul of a few milliseconds can appear to take a few "
+            "microseconds. The synchronising has a cost of its own: the CPU cannot queue the next call while the "
+            "GPU still runs this one, which an ordinary training loop allows. Every GPU step on this page was "
+            "timed this way, synchronised before and after, so its steps never overlap."
+        ),
+        "",
+    ]
 
 
 def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
@@ -1008,18 +1256,19 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
         "```{figure} figures/bench_scaling.png",
         (
             ":alt: Two log-log panels against sequence length n, explicit and fused attention in each: time (top) "
-            "and peak extra memory (bottom), with a dashed slope-2 reference line and, for memory, the size of one "
-            "n by n float32 matrix."
+            "and peak extra memory (bottom), with a dashed slope-2 reference line through the explicit "
+            "attention's point at n = 1024 and, for memory, the size of one n by n float32 matrix."
         ),
         f":width: {_shown_width(FIGURE)}px",
         "",
         (
             "Time (top) and peak extra memory (bottom) of one head's attention against sequence length, "
-            "log-log: the dashed line has slope 2, the n² of the score matrix."
+            "log-log: the dashed line has slope 2, the n² of the score matrix, drawn through the explicit "
+            "attention's point at n = 1024."
         ),
         "```",
         "",
-        "| n | explicit (ms) | fused (ms) | explicit ÷ fused |",
+        "| n | explicit (µs) | fused (µs) | explicit ÷ fused |",
         "|---:|---:|---:|---:|",
     ]
 
@@ -1028,7 +1277,8 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
 
     for r in rows:
         lines.append(
-            f"| {r['n']} | {r['explicit_ms']:.2f} | {r['fused_ms']:.2f} | {_x(r['explicit_ms'] / r['fused_ms'])} |"
+            f"| {r['n']} | {_n(r['explicit_ms'] * 1e3)} | {_n(r['fused_ms'] * 1e3)} | "
+            f"{_x(r['explicit_ms'] / r['fused_ms'])} |"
         )
     lines += ["", "| n | explicit peak (MiB) | fused peak (MiB) | one n×n matrix (MiB) |", "|---:|---:|---:|---:|"]
     for r in rows:
@@ -1038,48 +1288,60 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
     lines += [
         "",
         (
-            f"How measured: time is the median of {sc.get('repeats', 5)} calls, the two taking turns; peak "
-            "extra memory is how much the process's resident "
+            f"How measured: time is the median of {sc.get('repeats', 5)} calls after 2 of warm-up, the two "
+            "taking turns; peak extra memory is how much the process's resident "
             "memory grew while one call ran, in a fresh process for each length; the last column is the size of "
             "one n×n matrix of float32 numbers."
         ),
         "",
     ]
-    # the reading: growth per doubling of n at the short end, and from where every doubling costs about n²'s 4×
-    growth = [(a["n"], b["n"], b["explicit_ms"] / a["explicit_ms"]) for a, b in zip(rows, rows[1:], strict=False)]
+    # the reading: every doubling, for both, and the slope over the whole range
     text = []
-    if growth and growth[0][2] < 3.0:
-        a, b, g = growth[0]
-        text.append(
-            f"At the short end, doubling n from {a} to {b} multiplied the explicit attention's time by only {_x(g)}, "
-            "not the 4× of n²: there most of the time is fixed overhead (calling the operations, allocating their "
-            "outputs), paid whatever the length."
-        )
-    quad = next((i for i in range(len(growth)) if all(g >= 3.0 for _, _, g in growth[i:])), None)
-    if quad is not None:
-        big = growth[quad:]
+    for impl in ATTENTION_IMPLS:
+        growth = [b[f"{impl}_ms"] / a[f"{impl}_ms"] for a, b in zip(rows, rows[1:], strict=False)]
+        slope = math.log(last[f"{impl}_ms"] / first[f"{impl}_ms"]) / math.log(last["n"] / first["n"])
         text.append(
             (
-                f"From n = {big[0][0]} on, every doubling multiplied it by "
-                + ", ".join(f"{_x(g)} ({a} to {b})" for a, b, g in big)
-                if len(big) > 1
-                else f"From n = {big[0][0]} to {big[0][1]}, the time grew {_x(big[0][2])}"
+                f"Each doubling of n, from {first['n']} to {last['n']}, multiplied the explicit attention's time by "
+                if impl == "explicit"
+                else "The fused kernel's: "
             )
-            + ": the n² term has taken over"
-            + (
-                ", and once the matrix outgrows the processor's caches each pass over it also waits on memory, "
-                "which is why the last doubling cost more than 4×."
-                if big[-1][2] > 4.5
-                else "."
-            )
+            + ", ".join(_x(g) for g in growth)
+            + (" in turn (n² alone would give 4× each time)" if impl == "explicit" else "")
+            + f"; over the whole range it grew as about n^{slope:.1f}."
+        )
+    lines += [" ".join(text), ""]
+    growth = [(a["n"], b["n"], b["explicit_ms"] / a["explicit_ms"]) for a, b in zip(rows, rows[1:], strict=False)]
+    lo, hi = min(growth, key=lambda t: t[2]), max(growth, key=lambda t: t[2])
+    odd = [(a, b, g) for a, b, g in growth if g > 4.5 and a < rows[-2]["n"]]
+    text = [
+        (
+            f"So the time does not follow one clean power: the doublings range from {_x(lo[2])} ({lo[0]} to {lo[1]}) "
+            f"to {_x(hi[2])} ({hi[0]} to {hi[1]}), and a doubling below 4× means that part of the time does not grow "
+            "with n² (calling the operations and allocating their outputs are likely candidates)."
+        )
+    ]
+    if odd:
+        a, b, g = odd[0]
+        mat = next(r["score_matrix_mib"] for r in rows if r["n"] == b)
+        text.append(
+            f"The {_x(g)} from {a} to {b}, where a score matrix takes only {mib(mat)} MiB and likely still fits in "
+            "the processor's caches, is not explained by these measurements."
+        )
+    if hi[1] == last["n"] and hi[2] > 4.5:
+        text.append(
+            f"The {_x(hi[2])} of the last doubling, where each n×n matrix takes {last['score_matrix_mib']:.0f} MiB, "
+            "is consistent with each pass over the matrix waiting on main memory, or with the operating system "
+            "handing fresh memory pages to every call for matrices this large; neither cause was measured here."
         )
     speed_last = last["explicit_ms"] / last["fused_ms"]
     speed_first = first["explicit_ms"] / first["fused_ms"]
-    fused_growth = last["fused_ms"] / rows[-2]["fused_ms"]
     text.append(
         f"The fused kernel was {_x(speed_first)} as fast at n = {first['n']} and {_x(speed_last)} as fast at "
-        f"n = {last['n']}. It does the same n² arithmetic, so its time grows too ({_x(fused_growth)} from "
-        f"n = {rows[-2]['n']} to {last['n']}); what it saves is the passes over the n×n matrix in memory."
+        f"n = {last['n']}. It does the same n² arithmetic, so its time grows too. At n = {first['n']}, where the "
+        f"whole matrix ({last['score_matrix_mib'] / (last['n'] / first['n']) ** 2 * 1024:.0f} KiB) likely fits in "
+        "the caches, its advantage is likely the one call instead of several; at large n it also never writes the "
+        "n×n matrices to memory."
     )
     lines += [" ".join(text), ""]
     text = []
@@ -1114,10 +1376,10 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
         "## Generation: the KV cache",
         "",
         (
-            f"A GPT ({kv['model']}, randomly initialised) generates greedily from a one-token prompt, so after "
-            "k new tokens its context is k + 1 tokens long. Without a cache, every new token runs the model over "
-            "the whole context again; with the cache of chapter 10, the keys and values of earlier positions are "
-            "kept and only the new token goes through the model."
+            f"Chapter 10's `GPT` class ({kv['model']}, randomly initialised) generates greedily from a one-token "
+            "prompt, so after k new tokens its context is k + 1 tokens long. Without a cache, every new token runs "
+            "the model over the whole context again; with the cache of chapter 10, the keys and values of earlier "
+            "positions are kept and only the new token goes through the model."
         ),
         "",
         "| new tokens (context at the end) | without cache (s) | with cache (s) | speed-up |",
@@ -1129,16 +1391,27 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
             f"{_x(r['speedup'])} |"
         )
     more = last["new_tokens"] / first["new_tokens"]
+    no_growth = last["no_cache_s"] / first["no_cache_s"]
+    per_token = last["cache_s"] / first["cache_s"] / more
+    more_text = _WORDS.get(int(more), f"{more:g} times") if more == int(more) else f"{more:.1f} times"
     lines += [
         "",
-        f"How measured: median of three generations on the {cpu}.",
+        f"How measured: median of three generations after one of warm-up, on the {cpu}.",
         "",
         (
-            f"Generating {_x(more)} as many tokens ({first['new_tokens']} to {last['new_tokens']}) took "
+            f"Generating {more_text} as many tokens ({first['new_tokens']} to {last['new_tokens']}) took "
             f"{_x(last['no_cache_s'] / first['no_cache_s'])} as long without the cache and "
             f"{_x(last['cache_s'] / first['cache_s'])} as long with it. Without the cache the k-th token costs a "
-            "pass over k positions, so the whole generation grows like the square of its length; with it each "
-            "token costs about the same, and the speed-up grows with the context: "
+            "pass over k positions, so the work of the whole generation grows like the square of its length: "
+            f"{_x(more)} the tokens would cost {_x(more**2)} the work"
+            + (
+                f", and the measured {_x(no_growth)} lies between that and the {_x(more)} of a cost that grows in "
+                "proportion, likely because part of each pass (calling the operations) does not depend on k. "
+                if more < no_growth < more**2
+                else f"; the measured growth was {_x(no_growth)}. "
+            )
+            + f"With the cache each token cost about the same ({_x(per_token)} as much at the end as at the start), "
+            "and the speed-up grows with the context: "
             f"{_x(first['speedup'])} at {first['new_tokens'] + 1} tokens, {_x(last['speedup'])} at "
             f"{last['new_tokens'] + 1}."
         ),
@@ -1147,16 +1420,84 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
     return lines
 
 
-def _render_precision(prec: dict) -> list[str]:
+_PROFILE_PARTS = (
+    ("matmul", "matrix multiplications"),
+    ("attention", "fused attention (forward and backward)"),
+    ("casts", "casts and copies between formats"),
+    ("optimiser", "optimiser step (AdamW)"),
+    ("rest", "everything else (layer norm, GELU, softmax of the loss, additions, ...)"),
+)
+
+
+def _render_autocast(chk: dict | None) -> str:
+    """What autocast does, as checked on the CPU (or, without the check, only what holds on every device)."""
+    head = (
+        "`torch.autocast(device.type, dtype=torch.bfloat16)` decides operation by operation which format to "
+        "compute in; the weights themselves stay float32, and so do their gradients and the optimiser's update."
+    )
+    dt = (chk or {}).get("autocast_dtypes")
+    if not dt:
+        return head
+    plain = {k: v for k, v in dt.items() if " of " not in k}
+    names = {
+        "scaled_dot_product_attention": "the fused attention",
+        "layer_norm": "layer norm",
+        "gelu": "GELU",
+        "cross_entropy": "the cross-entropy loss",
+    }
+
+    def listing(ops: list[str]) -> str:
+        ops = [names.get(o, o) for o in ops]
+        return ", ".join(ops[:-1]) + " and " + ops[-1] if len(ops) > 1 else ops[0]
+
+    low = [k for k, v in plain.items() if v == "bfloat16"]
+    high = [k for k, v in plain.items() if v == "float32"]
+    text = (
+        head + f" Checked on the CPU ({chk['device']['cpu']}, PyTorch {chk['device']['torch']}), from float32 inputs: "
+    )
+    parts = []
+    if low:
+        parts.append(f"{listing(low)} returned bfloat16")
+    if high:
+        parts.append(f"{listing(high)} returned float32")
+    text += "; ".join(parts) + "."
+    follows = [
+        k for k in ("softmax", "layer_norm") if plain.get(k) == "float32" and dt.get(f"{k} of bfloat16") == "bfloat16"
+    ]
+    if follows:
+        text += (
+            f" {_cap(listing(follows))} returned bfloat16 when given bfloat16: on the CPU they follow the "
+            "format of their input. In the course's GPT, layer norm reads the residual stream, which stays float32 "
+            "(a bfloat16 output added to a float32 tensor gives float32), while GELU reads a linear layer's "
+            "bfloat16 output."
+        )
+    text += (
+        " On a GPU autocast's lists differ (PyTorch's automatic mixed precision documentation gives them per device)."
+    )
+    return text
+
+
+def _render_profile(chk: dict) -> list[str]:
+    prof = chk["profile"]
+    f, b = prof["fp32"]["seconds_per_step"], prof["bf16"]["seconds_per_step"]
+    lines = [
+        "| part of one step | float32 (ms) | bfloat16 autocast (ms) |",
+        "|---|---:|---:|",
+    ]
+    for key, label in _PROFILE_PARTS:
+        lines.append(f"| {label} | {f[key] * 1e3:.1f} | {b[key] * 1e3:.1f} |")
+    lines.append(f"| total | {sum(f.values()) * 1e3:.1f} | {sum(b.values()) * 1e3:.1f} |")
+    return lines
+
+
+def _render_precision(prec: dict, chk: dict | None = None) -> list[str]:
     lines = [
         "## Precision: bfloat16",
         "",
         (
             "Every number so far was a float32: 8 bits of exponent, 23 of mantissa. bfloat16 keeps the 8 exponent "
             "bits (the same range, so no loss scaling is needed) and only 7 of the mantissa, in half the bytes. "
-            "`torch.autocast(device.type, dtype=torch.bfloat16)` runs the matrix multiplications in bfloat16 and "
-            "keeps what needs the precision, the softmax, layer norm, the loss and the weights themselves, in "
-            "float32:"
+            + _render_autocast(chk)
         ),
         "",
         "```python",
@@ -1174,8 +1515,9 @@ def _render_precision(prec: dict) -> list[str]:
             continue
         lines += [
             (
-                f"Chapter 10's GPT ({rec['config']}), trained for {rec['steps']} steps of {rec['batch']} windows from "
-                f"the same weights on the same batches with AdamW, on {_device_label(dev, rec)}:"
+                f"{_cap(_config_phrase(rec['config']))}, {_n(rec['parameters'])} parameters, trained for "
+                f"{rec['steps']} steps of {rec['batch']} windows from the same weights on the same batches with "
+                f"AdamW, on {_device_label(dev, rec)}:"
             ),
             "",
             "| run | tokens/s | speed vs float32 | validation loss | difference |",
@@ -1199,49 +1541,141 @@ def _render_precision(prec: dict) -> list[str]:
                 f"| {_VARIANT_LABEL[key]} | {_n(r['tokens_per_s'])} | {_x(r['tokens_per_s'] / base['tokens_per_s'])} "
                 f"| {r['val_loss']:.4f} | {diff} |"
             )
+        sync = " synchronised before and after every step," if dev == "cuda" else ""
         lines += [
             "",
             (
                 f"How measured: after the {rec['steps']} steps, every run took {rec['timing_rounds']} more, the runs "
-                "taking turns step by step so that all see the machine in the same state; tokens/s is at the median "
-                "of those steps. The validation loss (in float32, on the same held-out windows) is the one after "
-                f"the {rec['steps']} steps."
+                f"taking turns step by step so that all see the machine in the same state;{sync} tokens/s is at the "
+                f"median of those steps after {rec['warmup_steps']} of warm-up. The validation loss (in float32, on "
+                f"the same held-out windows, one seed) is the one after the {rec['steps']} steps."
             ),
             "",
         ]
         bf, bfc, fc = v.get("ours_bf16_eager"), v.get("ours_bf16_compiled"), v.get("ours_fp32_compiled")
         text = []
         peaks = rec["peak_flops"]
-        if bf and "error" not in bf:
+        ok_bf = bf and "error" not in bf
+        if ok_bf:
             ratio = bf["tokens_per_s"] / base["tokens_per_s"]
             mm = _x(peaks["bf16"] / peaks["fp32"])
-            if ratio < 1.0:
-                text.append(
-                    f"Here bfloat16 autocast alone ran at {_x(ratio)} the speed of float32, although a bfloat16 "
-                    f"matmul runs up to {mm} as fast as a float32 one on this device: at d_model "
-                    + rec["config"].split("d_model ")[1].split(",")[0]
-                    + " the matrices are small, and every multiplication first casts its inputs to bfloat16, a "
-                    "separate operation that costs more than the faster arithmetic saves."
+            text.append(
+                f"Here bfloat16 autocast ran at {_x(ratio)} the speed of float32, although the fastest bfloat16 "
+                f"matmul measured on this device ran {mm} as fast as the fastest float32 one, and the bfloat16 run "
+                f"reached only {_pct(bf['share_of_peak'])} of that bfloat16 matmul speed"
+                + (
+                    f" ({_flops(bf['achieved_flops'])}, less than the {_flops(peaks['fp32'])} of the fastest float32 "
+                    "matmul)."
+                    if bf["achieved_flops"] < peaks["fp32"]
+                    else "."
                 )
-            else:
+            )
+        if dev == "cpu" and ok_bf and chk and "step_s" in chk.get("profile", {}).get("fp32", {}):
+            shapes = chk.get("matmul_shapes", {})
+            own = [(k, s) for k, s in shapes.items()]
+            f_prof, b_prof = chk["profile"]["fp32"]["seconds_per_step"], chk["profile"]["bf16"]["seconds_per_step"]
+            if own:
                 text.append(
-                    f"Here bfloat16 autocast ran at {_x(ratio)} the speed of float32. A bfloat16 matmul runs up to "
-                    f"{mm} as fast as a float32 one on this device, but only the matrix multiplications change: "
-                    "the softmax, layer norm, the casts and the optimiser step take as long as before."
+                    "Measured again alongside the profile below, the model's own products ran this much faster in "
+                    "bfloat16: "
+                    + ", ".join(
+                        f"({m}×{k})·({k}×{p}) {_x(s['ratio'])}"
+                        for (m, k, p), s in ((tuple(key.split("x")), s) for key, s in own)
+                    )
+                    + "."
+                )
+            lines += [" ".join(text), ""]
+            text = []
+            pf, pb = chk["profile"]["fp32"], chk["profile"]["bf16"]
+            lines += [
+                (
+                    "Where the time goes, from the profiler's time per operation, averaged over "
+                    f"{chk['profile_steps']} steps of each, the two formats taking turns (measured separately from "
+                    f"the table above, on the {chk['device']['cpu']}; without the profiler a step took "
+                    f"{pf['step_s'] * 1e3:.0f} ms in float32 and {pb['step_s'] * 1e3:.0f} ms in bfloat16 there):"
+                ),
+                "",
+                *_render_profile(chk),
+                "",
+            ]
+
+            def change(key: str, f_prof: dict = f_prof, b_prof: dict = b_prof) -> str:
+                a, b = f_prof[key] * 1e3, b_prof[key] * 1e3
+                if b > 0 and a / b >= 1.1:
+                    how = f"{_x(a / b)} as fast"
+                elif a > 0 and b / a >= 1.1:
+                    how = f"{_x(b / a)} as long"
+                else:
+                    how = "about the same"
+                digits = 0 if min(a, b) >= 10 else 1
+                return f"{a:.{digits}f} → {b:.{digits}f} ms ({how})"
+
+            labels = {
+                "matmul": "the matrix multiplications",
+                "attention": "the fused attention",
+                "casts": "casts and copies",
+                "optimiser": "the optimiser",
+                "rest": "everything else",
+            }
+            d_tot = sum(f_prof.values()) - sum(b_prof.values())
+            text.append(
+                "Part by part, from float32 to bfloat16: "
+                + "; ".join(f"{labels[k]} {change(k)}" for k, _ in _PROFILE_PARTS)
+                + f". In all, the profiled step was {abs(d_tot) * 1e3:.0f} ms "
+                + ("shorter" if d_tot > 0 else "longer")
+                + "."
+            )
+            d_att = b_prof["attention"] - f_prof["attention"]
+            if d_att > 0.1 * f_prof["attention"] and d_att > b_prof["casts"]:
+                bwd = [
+                    (pf["top_ops_ms"].get(k, 0.0), pb["top_ops_ms"][k])
+                    for k in pb.get("top_ops_ms", {})
+                    if "attention" in k and "backward" in k
+                ]
+                text.append(
+                    f"So the casts cost little here ({b_prof['casts'] * 1e3:.0f} ms a step in bfloat16). What held "
+                    f"bfloat16 back on this CPU is the fused attention, which took {d_att * 1e3:.0f} ms more a step "
+                    "than in float32"
+                    + (f", its backward pass {bwd[0][0]:.0f} → {bwd[0][1]:.0f} ms" if bwd and bwd[0][0] else "")
+                    + ": PyTorch's bfloat16 attention kernel on this CPU is slower than its float32 one."
                 )
         if bfc and "error" not in bfc and fc and "error" not in fc:
-            fused_gain = bf is not None and "error" not in bf and bfc["tokens_per_s"] > 1.02 * bf["tokens_per_s"]
             text.append(
-                ("Compiled, the casts are fused into the operations around them, and " if fused_gain else "Compiled, ")
-                + f"bfloat16 ran at {_x(bfc['tokens_per_s'] / base['tokens_per_s'])} the speed of eager float32 "
-                f"({_x(bfc['tokens_per_s'] / fc['tokens_per_s'])} compiled float32)."
+                f"Compiled, bfloat16 ran at {_x(bfc['tokens_per_s'] / base['tokens_per_s'])} the speed of eager "
+                f"float32 ({_x(bfc['tokens_per_s'] / fc['tokens_per_s'])} compiled float32)"
+                + (
+                    "; compiling added no measurable saving to bfloat16 here (next section)."
+                    if ok_bf and not _saving(rec, "ours_bf16_eager", "ours_bf16_compiled")[3]
+                    else "."
+                )
             )
-        if bf and "error" not in bf:
-            diff = abs(bf["val_loss"] - base["val_loss"])
+        if dev == "cuda" and ok_bf and bf["tokens_per_s"] < base["tokens_per_s"]:
             text.append(
-                f"The loss hardly notices: after {rec['steps']} steps bfloat16's validation loss differs from "
-                f"float32's by {diff:.4f} ({diff / base['val_loss'] * 100:.2f} % of it), because the weights and "
-                "their updates stay in float32."
+                "Why bfloat16 was slower here was not measured (no GPU profile was taken). Two candidates: at d_model "
+                + str(_parse_config(rec["config"])["d_model"])
+                + " the matrices are small, so the separate operations that cast each product's inputs to bfloat16 "
+                "may cost more than the faster arithmetic saves; and the bfloat16 attention kernel may be slower "
+                "than the float32 one, as the CPU profile above found on that device. Casts alone are unlikely to "
+                "be the whole story: compiling, which can fuse them into the operations around them, still left "
+                "bfloat16 slower than compiled float32. For a "
+                "model of this size, chapter 10's bfloat16 autocast on a GPU did not buy speed; at what size it starts "
+                "to was not measured here."
+            )
+        if ok_bf:
+            if text:  # the loss in a paragraph of its own
+                lines += [" ".join(text), ""]
+                text = []
+            diffs = [r["val_loss"] - base["val_loss"] for r in (bf, bfc) if r and "error" not in r and r.get("bf16")]
+            worst = max(abs(d) for d in diffs)
+            signs = {d > 0 for d in diffs if d != 0}
+            text.append(
+                f"After {rec['steps']} steps from one seed, bfloat16's validation loss differed from float32's by "
+                + " and ".join(f"{d:+.4f}" for d in diffs)
+                + (" (eager and compiled)" if len(diffs) == 2 else "")
+                + f", at most {worst / base['val_loss'] * 100:.2f} % of it"
+                + (", with the sign changing between the two" if len(signs) > 1 else "")
+                + ". The spread from seed to seed was not measured, so this shows only that bfloat16 did not visibly "
+                "hurt this short run."
             )
         if text:
             lines += [" ".join(text), ""]
@@ -1255,17 +1689,28 @@ def _render_compile(prec: dict) -> list[str]:
         (
             "In eager mode PyTorch runs one operation at a time: each reads its inputs from memory and writes its "
             "output back, and each costs a call from Python. `torch.compile(model)` traces the model on its first "
-            "call and generates fused kernels (C++ on a CPU, Triton on a GPU): layer norm, GELU, the residual "
-            "additions and the casts run as few passes over memory. The first step pays for that compilation; "
-            "every later step may be faster. Compilation pays after as many steps as it takes for the saved time "
-            "to add up to the compile time:"
+            "call and generates fused kernels (C++ on a CPU, Triton on a GPU), so that chains of small operations "
+            "such as layer norm, GELU and the residual additions can run as fewer passes over memory. The first "
+            "step pays for that compilation; every later step may be faster. Compilation pays after as many steps "
+            "as it takes for the saved time to add up to the compile time."
         ),
         "",
-        "| run | compile (s) | step (ms), eager → compiled | pays after |",
-        "|---|---:|---:|---:|",
+        (
+            "Every step time below was measured in two ways: in each run's own steps, one run after the other "
+            '("alone"), and with all runs taking turns step by step ("in turn", the table of the precision '
+            "section). For the same run the two ways disagree by up to the amount shown as noise; a saving counts "
+            "only when both ways agree on its sign and both exceed that noise."
+        ),
+        "",
+        (
+            "| run | compile (s) | step (ms) in turn: eager → compiled | step (ms) alone: eager → compiled "
+            "| noise (ms) | pays after |"
+        ),
+        "|---|---:|---:|---:|---:|---:|",
     ]
     notes = []
     breaks_noted = False
+    verdicts = []
     for dev, rec in prec.items():
         v = rec["variants"]
         for eager_key, comp_key in (
@@ -1278,37 +1723,21 @@ def _render_compile(prec: dict) -> list[str]:
                 continue
             label = _VARIANT_LABEL[eager_key]
             if "error" in c:
-                lines.append(f"| {_DEV.get(dev, dev)}, {label} | not available here: {c['error'][:100]} | | |")
+                lines.append(f"| {_DEV.get(dev, dev)}, {label} | not available here: {c['error'][:100]} | | | | |")
                 continue
             compile_s = c["first_step_extra_s"] - max(e["first_step_extra_s"], 0.0)
-            saved = e["step_s"] - c["step_s"]
-            if saved < 0.02 * e["step_s"]:  # under 2 %: no gain that a measurement this size can tell
-                saved = 0.0
-            pays = f"{_n(math.ceil(compile_s / saved))} steps" if saved > 0 else "never here"
+            turns, alone, noise, measurable = _saving(rec, eager_key, comp_key)
+            pays = (
+                f"{_one_figure(compile_s / min(turns, alone))} steps"
+                if measurable and turns > 0
+                else "no measurable saving"
+            )
+            verdicts.append((dev, label, measurable and turns > 0, compile_s, turns, alone))
             lines.append(
                 f"| {_DEV.get(dev, dev)}, {label} | {compile_s:.1f} | "
-                f"{e['step_s'] * 1e3:.1f} → {c['step_s'] * 1e3:.1f} | {pays} |"
+                f"{e['step_s'] * 1e3:.1f} → {c['step_s'] * 1e3:.1f} | "
+                f"{e['run_step_s'] * 1e3:.1f} → {c['run_step_s'] * 1e3:.1f} | {noise * 1e3:.1f} | {pays} |"
             )
-            if saved > 0 and eager_key == "ours_fp32_eager":
-                notes.append(
-                    f"On {_device_label(dev, rec)}, compiling float32 training took {compile_s:.0f} s and saved "
-                    f"{saved * 1e3:.1f} ms a step ({saved / e['step_s'] * 100:.0f} %): it pays for itself after "
-                    f"{_n(math.ceil(compile_s / saved))} steps, "
-                    f"{_n(math.ceil(compile_s / saved) * e['step_s'] / 60, 1)} minutes of eager training."
-                )
-            elif eager_key == "ours_fp32_eager":
-                notes.append(
-                    f"On {_device_label(dev, rec)}, compiling float32 training took {compile_s:.0f} s and the "
-                    f"compiled step was not measurably faster ({e['step_s'] * 1e3:.0f} ms eager, "
-                    f"{c['step_s'] * 1e3:.0f} ms compiled)"
-                    + (
-                        f": float32 training here already runs at {_pct(e['share_of_peak'])} of the matmul peak, "
-                        "its time is in the matrix multiplications, which compilation leaves to the same library, "
-                        "and fusing the small operations around them has little left to save."
-                        if e["share_of_peak"] >= 0.5
-                        else "."
-                    )
-                )
         ours_c, mini_c = v.get("ours_fp32_compiled") or {}, v.get("minimal_fp32_compiled") or {}
         if ours_c.get("graph_breaks") and mini_c.get("graph_breaks") == 0 and not breaks_noted:
             breaks_noted = True
@@ -1318,12 +1747,31 @@ def _render_compile(prec: dict) -> list[str]:
                 "error, and a compiled graph cannot hold that; the minimal GPT, which checks nothing, compiled as "
                 "one graph."
             )
+    paying = [x for x in verdicts if x[2]]
+    flips = [x for x in verdicts if (x[4] > 0) != (x[5] > 0)]
+    if verdicts:
+        lo = min(x[3] for x in verdicts)
+        hi = max(x[3] for x in verdicts)
+        summary = (
+            f"By that rule, compilation gave no measurable saving in any of these runs: at this model size its "
+            f"{lo:.0f} to {hi:.0f} s of compile time bought nothing these measurements can tell from noise."
+            if not paying
+            else "By that rule, compilation paid only in "
+            + ", ".join(f"{_DEV[d]} {lab}" for d, lab, *_ in paying)
+            + "; the counts of steps are given to one significant figure, from the smaller of the two savings."
+        )
+        if flips:
+            summary += (
+                f" In {len(flips)} of the {len(verdicts)} rows the two ways of timing do not even agree on whether "
+                "the compiled step was faster."
+            )
+        notes.insert(0, summary)
     lines += [
         "",
         (
             "How measured: compile time is the first step's time minus a steady step's, less the eager run's own "
-            "first-step overhead; the steps are the median ones of the table above. Only the model is compiled: "
-            "the optimiser step runs eagerly in every run."
+            "first-step overhead; steady steps are medians. Only the model is compiled: the optimiser step runs "
+            "eagerly in every run." + (" GPU steps were synchronised before and after each." if "cuda" in prec else "")
         ),
         "",
         *([" ".join(notes), ""] if notes else []),
@@ -1331,10 +1779,11 @@ def _render_compile(prec: dict) -> list[str]:
     return lines
 
 
-def _render_limit(prec: dict) -> list[str]:
+def _render_limit(prec: dict, chk: dict | None = None) -> list[str]:
     rec0 = next(iter(prec.values()))
     attn = rec0["flops_attention_per_token"]
     dense = rec0["flops_per_token"] - attn
+    cfg = _parse_config(rec0["config"])
     lines = [
         "## How close to the limit",
         "",
@@ -1351,12 +1800,14 @@ def _render_limit(prec: dict) -> list[str]:
         "",
         (
             "with C the FLOPs per token, L the layers, d the model width d_model, "
-            f"N the weights that multiply activations (all {_n(rec0['parameters'])} parameters but the position "
-            f"table: {_n(rec0['parameters_counted'])}) and T = {rec0['config'].split('block ')[1]} the context. "
-            f"For chapter 10's GPT that is {_n(dense)} + {_n(attn)} = {_n(rec0['flops_per_token'])} FLOPs per token. "
-            "Multiplied by the tokens per second it gives the FLOP/s the training achieves, which the table sets "
-            "against the machine's peak, measured as the speed of one large matrix multiplication in the same "
-            "precision."
+            f"N the parameters (all {_n(rec0['parameters'])} but the position table: "
+            f"{_n(rec0['parameters_counted'])}, counted as nanoGPT counts them, biases and layer-norm parameters "
+            f"included) and T = {cfg['block']} the context (the n of the attention section). "
+            f"For {_config_phrase(rec0['config'])} that is {_n(dense)} + {_n(attn)} = "
+            f"{_n(rec0['flops_per_token'])} FLOPs per token. Multiplied by the tokens per second it gives the "
+            "FLOP/s the training achieves, which the tables set against the fastest matrix multiplication measured "
+            "through PyTorch on the same device in the same format. That is a measured best of PyTorch's libraries, "
+            "not the processor's rated peak."
         ),
         "",
     ]
@@ -1364,14 +1815,16 @@ def _render_limit(prec: dict) -> list[str]:
         lines += [
             "```{figure} figures/bench_limit.png",
             (
-                ":alt: Horizontal bars, one panel per device, one bar per training run: the share of the measured "
-                "matmul peak that the run reaches, labelled with its percentage and tokens per second."
+                ":alt: Horizontal bars on a logarithmic axis from 0.1 to 100 percent, one panel per device, one bar "
+                "per training run: the share of the fastest measured matmul that the run reaches, labelled with its "
+                "percentage and tokens per second."
             ),
             f":width: {_shown_width(FIGURE_LIMIT)}px",
             "",
             (
-                "The share of the device's measured matmul peak that each training run reaches (float32 runs against "
-                "the float32 peak, bfloat16 runs against the bfloat16 peak), with its tokens per second."
+                "The share of the fastest measured matmul that each training run reaches (float32 runs against the "
+                "float32 matmul, bfloat16 runs against the bfloat16 one), with its tokens per second; the axis is "
+                "logarithmic, so the GPU's small shares stay visible."
             ),
             "```",
             "",
@@ -1387,13 +1840,20 @@ def _render_limit(prec: dict) -> list[str]:
         shapes = [f"{n}×{n}" if isinstance(n, int) else f"({n[0]}×{n[1]})·({n[1]}×{n[2]})" for n in sizes]
         lines += [
             (
-                f"On {_device_label(dev, rec)}, the measured matmul peaks (the best of a few products of "
+                f"On {_device_label(dev, rec)}, the fastest matmuls measured (the best of a few products of "
                 + (", ".join(shapes[:-1]) + " and " + shapes[-1] if len(shapes) > 1 else shapes[0])
                 + (", the last two the model's own shapes" if any(not isinstance(n, int) for n in sizes) else "")
-                + f") are {peak_text}."
+                + f") ran at {peak_text}."
+                + (
+                    " TF32 is a mode of the GPU's tensor cores for float32 matmuls: the inputs are rounded to 10 bits "
+                    "of mantissa (float32's range, float16's precision) and the sums kept in float32; "
+                    "`torch.backends.cuda.matmul.allow_tf32 = True` turns it on. No training run here used it."
+                    if peaks.get("tf32")
+                    else ""
+                )
             ),
             "",
-            "| run | tokens/s | achieved | share of peak |",
+            "| run | tokens/s | achieved | share of the fastest matmul |",
             "|---|---:|---:|---:|",
         ]
         for key, r in rec["variants"].items():
@@ -1405,37 +1865,42 @@ def _render_limit(prec: dict) -> list[str]:
             )
         lines.append("")
         v = rec["variants"]
-        base, best = v.get("ours_fp32_eager"), None
-        ok = [r for r in v.values() if "error" not in r]
-        if ok:
-            best = max(ok, key=lambda r: r["share_of_peak"])
+        base = v.get("ours_fp32_eager")
+        ok = [r for r in v.values() if "error" not in r and not r["bf16"]]
+        best = max(ok, key=lambda r: r["share_of_peak"]) if ok else None
         if base and "error" not in base and best:
             share = base["share_of_peak"]
-            if share >= 0.75:
-                reading = (
-                    f"In float32 this training uses {_pct(share)} of what the processor can do: the arithmetic "
-                    "itself is the limit. Only doing less of it (a smaller model, shorter context) or doing it "
-                    "in a cheaper format makes it faster."
-                    + (
-                        " (A share this close to 100 %, or above it, also says that the count is an estimate: it "
-                        "includes the masked half of causal attention, which the fused kernel skips.)"
-                        if share >= 0.95
-                        else ""
+            reading = (
+                f"In float32 this training reaches {_pct(share)} of the fastest float32 matmul PyTorch ran on "
+                f"{_device_label(dev, rec)}."
+            )
+            if dev == "cpu":
+                ratio = peaks["bf16"] / peaks["fp32"]
+                if ratio > 2.5 and "AMD" in rec["device"]["cpu"]:  # no matrix units: bfloat16 gets at most 2x
+                    reading += (
+                        f" Against the processor's own float32 limit the share is likely lower: the bfloat16 matmul "
+                        f"ran {_x(ratio)} as fast as the float32 one, while on a processor without matrix units a "
+                        "bfloat16 vector instruction does at most twice the work of a float32 one, which suggests "
+                        "that PyTorch's float32 library does not use all of this processor's float32 arithmetic."
                     )
-                )
-            elif share >= 0.1:
-                reading = (
-                    f"In float32 this training uses {_pct(share)} of what the processor can do: most of its time is "
-                    "matrix multiplication, the rest goes to the operations between them (softmax, layer norm, GELU, "
-                    "the optimiser step) and to moving data. A cheaper number format speeds up the first part only."
-                )
+                if chk and "step_s" in chk.get("profile", {}).get("fp32", {}):
+                    fp = chk["profile"]["fp32"]["share"]
+                    reading += (
+                        f" In the profile above, the matrix multiplications took {_pct(fp['matmul'])} of a float32 "
+                        f"step and the fused attention {_pct(fp['attention'])}; the rest went to the optimiser "
+                        f"({_pct(fp['optimiser'])}) and to the many small operations between them."
+                    )
             else:
-                reading = (
-                    f"In float32 this training uses {_pct(share)} of what the device can do: the model is so small "
-                    "(matrices of a few hundred columns) that the device mostly waits for the next operation to be "
-                    f"launched. Compilation alone hardly changes that (the best run here reached "
-                    f"{_pct(best['share_of_peak'])}): what fills the device is more work per operation, a larger "
-                    "batch or a larger model."
+                reading += (
+                    " Why the share is this low was not measured: one model size and one batch size ran, and no GPU "
+                    "profile was taken. A likely cause is that the operations are too small (products of "
+                    f"{rec['tokens_per_step']:,} rows by {cfg['d_model']} to {4 * cfg['d_model']} columns) to keep "
+                    "the GPU busy. If launching them were the whole cost, compiling, which cuts the number of "
+                    "launches, should have helped; it gave no measurable saving (previous section). The timing may "
+                    "also play a part: each step was synchronised before and after, which stops the CPU from queuing "
+                    "the next step while the GPU still runs this one, so an ordinary training loop would likely "
+                    "reach a higher share. Running the same training over a range of batch sizes and model widths "
+                    "is the experiment that would tell."
                 )
             mini = v.get("minimal_fp32_eager")
             if mini and "error" not in mini:
@@ -1450,10 +1915,10 @@ def _render_limit(prec: dict) -> list[str]:
         if "tokens_per_s" in c and "tokens_per_s" in g:
             lines += [
                 (
-                    "Side by side: the GPU's float32 matmul peak is "
-                    f"{_x(gpu['peak_flops']['fp32'] / cpu['peak_flops']['fp32'])} the CPU's, yet this training runs "
-                    f"only {_x(g['tokens_per_s'] / c['tokens_per_s'])} as fast on it. "
-                    "A GPU pays off in proportion to the work each of its operations gets."
+                    "Side by side: the GPU's fastest float32 matmul ran "
+                    f"{_x(gpu['peak_flops']['fp32'] / cpu['peak_flops']['fp32'])} as fast as the CPU's (both through "
+                    f"PyTorch), yet this training ran only {_x(g['tokens_per_s'] / c['tokens_per_s'])} as fast on "
+                    "the GPU: at this size it leaves most of the GPU's arithmetic unused."
                 ),
                 "",
             ]
@@ -1461,35 +1926,51 @@ def _render_limit(prec: dict) -> list[str]:
 
 
 def _render_side_by_side(results: dict) -> list[str]:
+    m = results["machine"]
+    where = f"on the {m['cpu']}, {m['torch_threads']} threads" if m.get("cpu") else ""
+
+    def on(dev: str) -> str:
+        return where if dev == "cpu" else f"on the {_DEV.get(dev, dev)}"
+
     side = []
     for dev, r in results.get("mha", {}).items():
         side.append(
             "`MultiHeadAttention` vs `torch.nn.MultiheadAttention`, forward + backward "
-            f"({r['shape']}; {_DEV.get(dev, dev)}): {r['ours_ms']:.2f} vs {r['torch_ms']:.2f} ms, "
+            f"({r['shape']}; {on(dev)}): {r['ours_ms']:.2f} vs {r['torch_ms']:.2f} ms, "
             f"**{r['ratio_ours_vs_torch']:.2f}×** the time (with `use_sdpa=True`: "
-            f"{r['ratio_ours_sdpa_vs_torch']:.2f}×)."
+            f"{r['ratio_ours_sdpa_vs_torch']:.2f}×). Each the median of 7 calls after 2 of warm-up; the two modules "
+            "are initialised separately (the weights do not matter for the time), and PyTorch's is called with "
+            "`need_weights=False`, which lets it take its fused path, while ours, by default, takes the explicit "
+            "one and returns the weights."
         )
     for dev, r in (results.get("gpt_vs_minimal") or {}).items():
         side.append(
-            f"The course's `GPT` vs a minimal fused GPT-2 (`bench/minimal_gpt.py`), training ({r['config']}, "
-            f"{r['steps']} steps of {r['batch']}; {_DEV.get(dev, dev)}): "
+            "The course's `GPT` vs a minimal GPT-2 written the way nanoGPT's model is (one fused query/key/value "
+            "projection, fused causal attention, no input checks), training "
+            f"({r['config']}, {r['steps']} steps of {r['batch']}; {on(dev)}): "
             f"{_n(r['ours_tokens_per_s'])} vs {_n(r['minimal_tokens_per_s'])} tokens/s, "
             f"**{r['throughput_ratio']:.3f}×** the throughput; validation loss "
-            f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f}."
+            f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f}. The same initial weights and batches; the two "
+            "train in turn, step by step, and the ratio is the median over pairs of steps, taken in each of "
+            f"{len(r['runs'])} fresh processes ({', '.join(f'{x:.3f}×' for x in r['runs'])}), the middle one shown."
         )
     for dev, r in (results.get("gpt_vs_hf") or {}).items():
         side.append(
             f"The course's `GPT` vs `GPT2LMHeadModel`, training ({r['config']}, {r['steps']} steps of "
-            f"{r['batch']}; {_DEV.get(dev, dev)}): "
+            f"{r['batch']}; {on(dev)}): "
             f"{_n(r['ours_tokens_per_s'])} vs {_n(r['hf_tokens_per_s'])} tokens/s, "
             f"**{r['throughput_ratio']:.2f}×** the throughput; validation loss "
-            f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} (**{r['val_loss_ratio']:.3f}×**)."
+            f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} (**{r['val_loss_ratio']:.3f}×**). The same initial "
+            f"weights and batches, but timed differently: the total time of one {r['steps']}-step run of each, one "
+            "after the other, first step included. A single unpaired run, so a difference of a few percent is "
+            "within the noise that the compilation section shows."
         )
     for dev, r in (results.get("encoder_vs_bert") or {}).items():
         side.append(
             f"The course's encoder with MiniLM's weights vs `BertModel`, inference ({r['shape']}; "
-            f"{_DEV.get(dev, dev)}): {r['ours_ms']:.1f} vs {r['bert_ms']:.1f} ms, "
-            f"**{r['ratio_ours_vs_bert']:.2f}×** the time."
+            f"{on(dev)}): {r['ours_ms']:.1f} vs {r['bert_ms']:.1f} ms, "
+            f"**{r['ratio_ours_vs_bert']:.2f}×** the time. The same weights and inputs; each the median of 7 calls "
+            "after 2 of warm-up. Where the difference comes from was not measured."
         )
     if not side:
         return []
@@ -1497,32 +1978,23 @@ def _render_side_by_side(results: dict) -> list[str]:
         "## The course's models side by side with the libraries'",
         "",
         (
-            "Each of the course's modules against the library class it mirrors, with the same configuration, "
-            "weights and inputs. A time ratio above 1 means ours is slower; a throughput ratio below 1 means ours "
-            "is slower."
+            "Each of the course's modules against the library class it mirrors, with the same configuration and "
+            "inputs; each item says how it was measured. A time ratio above 1 means ours is slower; a throughput "
+            "ratio below 1 means ours is slower."
         ),
         "",
         *[f"* {item}" for item in side],
         "",
     ]
     gm = next(iter((results.get("gpt_vs_minimal") or {}).values()), None)
-    if gm:
-        lines += [
-            (
-                f"How measured: medians of repeated calls; the two GPTs train in turn, step by step, and the ratio is "
-                f"the median over pairs of steps, taken in each of {len(gm['runs'])} fresh processes "
-                f"({', '.join(f'{x:.3f}×' for x in gm['runs'])}), the middle one shown."
-            ),
-            "",
-        ]
     mha = next(iter(results.get("mha", {}).values()), None)
     text = []
     if mha:
         text.append(
             f"The course's `MultiHeadAttention` took {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with the "
             "explicit attention the chapters teach (three passes over an n×n tensor: scores, softmax, weights "
-            f"times values) and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with `use_sdpa=True`, the fused kernel of "
-            "the attention section above."
+            f"times values) against PyTorch's fused path, and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with "
+            "`use_sdpa=True`, when both take a fused kernel, the one of the attention section above."
         )
     if gm:
         text.append(
@@ -1546,12 +2018,13 @@ def _render_notebooks(results: dict) -> list[str]:
     total = sum(r["seconds"] for r in nbs)
     m = results["machine"]
     longest = max(nbs, key=lambda r: r["seconds"])
+    when = results.get("notebooks_date", results["date"])
     lines = [
         "## What each chapter costs a learner",
         "",
         (
-            f"Each chapter's notebook run top to bottom in a fresh kernel, offline, on the {m['cpu']} with "
-            f"{m['torch_threads']} threads; no GPU was measured for the chapters."
+            f"Each chapter run from top to bottom on the {m['cpu']}, {m['cores']} cores, {m['torch_threads']} "
+            f"threads, on {when}; no GPU was measured for the chapters."
         ),
         "",
         "| chapter | seconds |",
@@ -1566,13 +2039,29 @@ def _render_notebooks(results: dict) -> list[str]:
     lines += [
         f"| {'all of the above that were measured' if missing else 'all chapters'} | {total:.0f} |",
         "",
-        (
-            f"Together that is {total / 60:.0f} minutes of computing; the longest, "
-            f"{_chapter_title(longest['notebook'])}, takes {longest['seconds'] / 60:.1f} minutes, "
-            f"{longest['seconds'] / total * 100:.0f} % of the whole."
-        ),
-        "",
     ]
+    if missing:
+        lines += [
+            (
+                f"The {len(nbs)} chapters measured take {total / 60:.0f} minutes together; the longest of them, "
+                f"{_chapter_title(longest['notebook'])}, takes {longest['seconds'] / 60:.1f} minutes, "
+                f"{longest['seconds'] / total * 100:.0f} % of the measured total. "
+                + ("Chapter " if len(missing) == 1 else "Chapters ")
+                + ", ".join(nb[:2] for nb in missing)
+                + (" was" if len(missing) == 1 else " were")
+                + " not measured, so the whole course takes longer than this, by an unknown amount."
+            ),
+            "",
+        ]
+    else:
+        lines += [
+            (
+                f"Together that is {total / 60:.0f} minutes of computing; the longest, "
+                f"{_chapter_title(longest['notebook'])}, takes {longest['seconds'] / 60:.1f} minutes, "
+                f"{longest['seconds'] / total * 100:.0f} % of the whole."
+            ),
+            "",
+        ]
     return lines
 
 
@@ -1583,6 +2072,9 @@ def _render_ddp(results: dict) -> list[str]:
     one, two = ddp["1 process"], ddp["2 processes"]
     m = results["machine"]
     ratio = two["seconds_per_step"] / one["seconds_per_step"]
+    args = ddp["args"].split()
+    opt = {a.removeprefix("--"): b for a, b in zip(args, args[1:], strict=False) if a.startswith("--")}
+    config = f"{opt['n-layer']} layers, {opt['n-head']} heads, d_model {opt['d-model']}, block {opt['block-size']}"
     return [
         "## Scaling out: several processes",
         "",
@@ -1606,7 +2098,10 @@ def _render_ddp(results: dict) -> list[str]:
             "half-batches, gradients added, one step."
         ),
         "",
-        f"Measured here, the chapter 10 GPT (`{ddp['args']}`):",
+        (
+            f"Measured on the {m['cpu']} ({m['cores']} cores): {_config_phrase(config)}, batch {opt['batch-size']}, "
+            f"{opt['steps']} steps (`{ddp['args']}`):"
+        ),
         "",
         "| run | s per step | last training loss | validation loss |",
         "|---|---:|---:|---:|",
@@ -1621,11 +2116,10 @@ def _render_ddp(results: dict) -> list[str]:
         "",
         (
             ("The losses are the same" if one["val_loss"] == two["val_loss"] else "The losses agree")
-            + ": the two runs take the same steps, up to float rounding (and so does one process that adds up two "
-            f"half-batches with `--accumulate 2`). Two processes took {ratio:.2f}× the time of one, not half: on this "
-            f"machine they share the same {m['cores']} cores that one process already used with "
-            f"{m['torch_threads']} threads, so the arithmetic is the same and the all-reduce is added to it. Data "
-            "parallelism pays when each process brings its own device."
+            + f" to the digits shown: the two runs take the same steps. Two processes took {ratio:.2f}× the time "
+            f"of one, not half: on this machine they share the same {m['cores']} cores that one process already "
+            f"used with {m['torch_threads']} threads, so the arithmetic is the same, and the all-reduce comes on "
+            "top of it. For data parallelism to shorten a step, each process needs its own device."
         ),
         "",
         (
@@ -1662,16 +2156,24 @@ def _render_summary(results: dict) -> list[str]:
     cpu = (results.get("precision") or {}).get("cpu")
     if cpu:
         v = cpu["variants"]
-        base = v.get("ours_fp32_eager")
-        ok = {k: r for k, r in v.items() if "error" not in r and k.startswith("ours")}
-        if base and ok:
-            best_key = max(ok, key=lambda k: ok[k]["tokens_per_s"])
-            items.append(
-                f"Training on the CPU ({cpu['device']['cpu']}): the fastest setting ({_VARIANT_LABEL[best_key]}) "
-                "runs at "
-                f"{_x(ok[best_key]['tokens_per_s'] / base['tokens_per_s'])} the speed of plain float32; float32 "
-                f"already uses {_pct(base['share_of_peak'])} of the processor's measured peak."
+        base, bf = v.get("ours_fp32_eager"), v.get("ours_bf16_eager")
+        if base and "error" not in base:
+            text = f"Training on the CPU ({cpu['device']['cpu']}): "
+            if bf and "error" not in bf:
+                text += (
+                    f"bfloat16 autocast runs at {_x(bf['tokens_per_s'] / base['tokens_per_s'])} the speed of float32"
+                )
+                comp = [
+                    _saving(cpu, e, c)[3]
+                    for e, c in (("ours_fp32_eager", "ours_fp32_compiled"), ("ours_bf16_eager", "ours_bf16_compiled"))
+                    if "error" not in v.get(c, {"error": 1})
+                ]
+                text += ", and compiling adds no measurable saving; " if comp and not any(comp) else "; "
+            text += (
+                f"float32 training reaches {_pct(base['share_of_peak'])} of the fastest float32 matmul PyTorch ran "
+                "on that CPU."
             )
+            items.append(text)
     gpu = (results.get("precision") or {}).get("cuda")
     if gpu:
         v = gpu["variants"]
@@ -1680,10 +2182,11 @@ def _render_summary(results: dict) -> list[str]:
             items.append(
                 f"On the GPU ({gpu['device']['name']}) the same float32 training runs "
                 f"{_x(base['tokens_per_s'] / cpu['variants']['ours_fp32_eager']['tokens_per_s'])} as fast as on the "
-                f"CPU, yet uses {_pct(base['share_of_peak'])} of the GPU's peak: the model is too small to fill it."
+                f"CPU, yet reaches only {_pct(base['share_of_peak'])} of the GPU's fastest float32 matmul: at this "
+                "size most of the GPU's arithmetic goes unused."
                 if cpu and "tokens_per_s" in cpu["variants"].get("ours_fp32_eager", {})
-                else f"On the GPU ({gpu['device']['name']}) float32 training uses {_pct(base['share_of_peak'])} of "
-                "its peak: the model is too small to fill it."
+                else f"On the GPU ({gpu['device']['name']}) float32 training reaches {_pct(base['share_of_peak'])} "
+                "of its fastest float32 matmul."
             )
     items = [i for i in items if i]
     if not items:
@@ -1698,14 +2201,15 @@ def render(results: dict) -> str:
         (
             "Why is a model slow, and what would make it fast? This appendix answers with measurements of the "
             "course's own models: where the time goes in attention, what a KV cache saves in generation, what a "
-            "smaller number format and a compiler buy in training, and how far all of it is from what the "
-            "hardware can do. Every number comes from `bench/run.py` in the course's repository, on the machine "
-            "named beside it; run it to measure your own."
+            "smaller number format and a compiler buy in training, and how far all of it is from the fastest "
+            "arithmetic the device was measured to do. Every measurement names the machine it ran on, and says "
+            "how it was taken; where a cause was not measured, the page says so."
         ),
         "",
     ]
     lines += _render_summary(results)
     lines += _render_machine(results)
+    lines += _render_timing()
     if results.get("scaling"):
         lines += _render_scaling(results["scaling"], results["machine"]["cpu"])
     if results.get("kv_cache"):
@@ -1713,10 +2217,11 @@ def render(results: dict) -> str:
             results["kv_cache"], (results["kv_cache"].get("device") or {}).get("cpu", results["machine"]["cpu"])
         )
     prec = results.get("precision")
+    chk = results.get("cpu_checks")
     if prec:
-        lines += _render_precision(prec)
+        lines += _render_precision(prec, chk)
         lines += _render_compile(prec)
-        lines += _render_limit(prec)
+        lines += _render_limit(prec, chk)
     lines += _render_side_by_side(results)
     lines += _render_notebooks(results)
     lines += _render_ddp(results)
@@ -1752,6 +2257,11 @@ def main() -> None:
         "--only-precision",
         action="store_true",
         help="measure only precision and compilation (float32, bfloat16, torch.compile), merge, render",
+    )
+    parser.add_argument(
+        "--only-cpu-checks",
+        action="store_true",
+        help="measure only the checks behind the precision section's explanations (CPU), merge, render",
     )
     parser.add_argument(
         "--only-scaling", action="store_true", help="measure only attention against sequence length, merge, render"
@@ -1798,6 +2308,9 @@ def main() -> None:
     elif args.merge_json:
         results = merge_results(previous, json.loads(args.merge_json.read_text()))
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.only_cpu_checks:
+        results = {**previous, "cpu_checks": bench_cpu_checks()}
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.only_scaling:
         results = {**previous, "scaling": bench_scaling()}
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
@@ -1837,6 +2350,7 @@ def main() -> None:
             **previous.get("precision", {}),
             **{d.type: bench_precision_compile(d) for d in devices()},
         }
+        results["cpu_checks"] = bench_cpu_checks()
         print("   several processes ...", flush=True)
         results["ddp"] = bench_ddp()
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")

@@ -62,3 +62,16 @@ def test_every_number_in_the_prose_comes_from_render():
     before, after = BENCH.render(RESULTS), BENCH.render(results)
     kv = re.compile(r"## Generation.*?\n## ", re.S)
     assert kv.search(before).group(0) != kv.search(after).group(0)
+
+
+def test_a_compile_saving_counts_only_when_both_timings_agree_and_exceed_the_noise():
+    rec = {
+        "variants": {
+            "e": {"step_s": 0.100, "run_step_s": 0.101},
+            "c": {"step_s": 0.090, "run_step_s": 0.091},
+            "c_flip": {"step_s": 0.090, "run_step_s": 0.105},
+        }
+    }
+    turns, alone, noise, measurable = BENCH._saving(rec, "e", "c")
+    assert measurable and abs(turns - 0.010) < 1e-9 and abs(noise - 0.001) < 1e-9
+    assert not BENCH._saving(rec, "e", "c_flip")[3]  # the two timings disagree on the sign
