@@ -1779,7 +1779,62 @@ def _render_compile(prec: dict) -> list[str]:
     return lines
 
 
-def _render_limit(prec: dict, chk: dict | None = None) -> list[str]:
+def _sweep_row(sweep: dict, batch: int, d_model: int, bf16: bool) -> dict:
+    return next(r for r in sweep["rows"] if (r["batch"], r["d_model"], r["bf16"]) == (batch, d_model, bf16))
+
+
+def _sweep_reading(sweep: dict, base_share: float) -> str:
+    """What the batch-size and width sweep says about the GPU's low share, from its numbers."""
+    rows = sweep["rows"]
+    batches = sorted({r["batch"] for r in rows})
+    widths = sorted({r["d_model"] for r in rows})
+    b0, b1, w0, w1 = batches[0], batches[-1], widths[0], widths[-1]
+    small, big = _sweep_row(sweep, b0, w0, False), _sweep_row(sweep, b1, w0, False)
+    wide = _sweep_row(sweep, b1, w1, False)
+    wide16 = _sweep_row(sweep, b1, w1, True)
+    gain = big["tokens_per_s_loop"] / small["tokens_per_s_loop"]
+    s0, s1 = _pct(small["share_of_peak_loop"]), _pct(big["share_of_peak_loop"])
+    sync_gap = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows)
+    return (
+        f"A second measurement on an {sweep['device'].get('name', 'GPU')} tells why: the same model trained on "
+        f"random tokens at batch sizes "
+        f"{', '.join(map(str, batches))} and widths {' and '.join(map(str, widths))} (table below). With "
+        f"{b1 // b0} times the windows per step at d_model {w0}, float32 training ran {_x(gain)} "
+        f"as many tokens per second ({s0} to {s1} of the peak; the first row is this section's configuration "
+        f"again, at {s0} here against {_pct(base_share)} above, the spread between two runs), "
+        f"and at d_model {w1} with batch {b1} it reached {_pct(wide['share_of_peak_loop'])} of the float32 peak "
+        f"and bfloat16 {_pct(wide16['share_of_peak_loop'])} of the bfloat16 one. So the low share of chapter 10's "
+        "configuration comes from operations too small to keep the GPU busy, not from the GPU itself. "
+        "Synchronising every step was not the cause: running the steps back to back with one synchronisation at "
+        f"the end changed the tokens per second by at most {_pct(sync_gap)}."
+    )
+
+
+def _sweep_table(sweep: dict) -> list[str]:
+    lines = [
+        "| batch | d_model | float32 tokens/s | share of float32 peak | bfloat16 tokens/s | share of bfloat16 peak |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for d_model in sorted({r["d_model"] for r in sweep["rows"]}):
+        for batch in sorted({r["batch"] for r in sweep["rows"]}):
+            f, h = _sweep_row(sweep, batch, d_model, False), _sweep_row(sweep, batch, d_model, True)
+            lines.append(
+                f"| {batch} | {d_model} | {_n(f['tokens_per_s_loop'])} | {_pct(f['share_of_peak_loop'])} | "
+                f"{_n(h['tokens_per_s_loop'])} | {_pct(h['share_of_peak_loop'])} |"
+            )
+    lines += [
+        "",
+        (
+            f"How measured: on the {sweep['device'].get('name', 'GPU')}, 4 layers, 4 heads, block 128, AdamW, random "
+            "tokens; after 5 warm-up steps, 20 steps back to back with one synchronisation at the end; FLOPs per "
+            "token by the formula above for each width; peaks as above."
+        ),
+        "",
+    ]
+    return lines
+
+
+def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None) -> list[str]:
     rec0 = next(iter(prec.values()))
     attn = rec0["flops_attention_per_token"]
     dense = rec0["flops_per_token"] - attn
@@ -1890,6 +1945,8 @@ def _render_limit(prec: dict, chk: dict | None = None) -> list[str]:
                         f"step and the fused attention {_pct(fp['attention'])}; the rest went to the optimiser "
                         f"({_pct(fp['optimiser'])}) and to the many small operations between them."
                     )
+            elif sweep:
+                reading += " " + _sweep_reading(sweep, share)
             else:
                 reading += (
                     " Why the share is this low was not measured: one model size and one batch size ran, and no GPU "
@@ -1909,6 +1966,8 @@ def _render_limit(prec: dict, chk: dict | None = None) -> list[str]:
                     f"({_n(mini['tokens_per_s'])} tokens/s against the course GPT's {_n(base['tokens_per_s'])})."
                 )
             lines += [reading, ""]
+            if dev == "cuda" and sweep:
+                lines += _sweep_table(sweep)
     cpu, gpu = prec.get("cpu"), prec.get("cuda")
     if cpu and gpu:
         c, g = cpu["variants"].get("ours_fp32_eager", {}), gpu["variants"].get("ours_fp32_eager", {})
@@ -2221,13 +2280,89 @@ def render(results: dict) -> str:
     if prec:
         lines += _render_precision(prec, chk)
         lines += _render_compile(prec)
-        lines += _render_limit(prec, chk)
+        lines += _render_limit(prec, chk, (results.get("batch_sweep") or {}).get("cuda"))
     lines += _render_side_by_side(results)
     lines += _render_notebooks(results)
     lines += _render_ddp(results)
     while lines and lines[-1] == "":
         lines.pop()
     return "\n".join(lines)
+
+
+def bench_batch_sweep(device: torch.device, steps: int = 20, warmup: int = 5) -> dict:
+    """Chapter 10's GPT (4 layers, 4 heads, block 128) trained on random tokens at several batch sizes and
+    widths, in float32 and under bfloat16 autocast: tokens/s when every step is synchronised before and after
+    (as in the precision section), and when ``steps`` steps run back to back with one synchronisation at the end
+    (an ordinary training loop); with FLOPs per token (nanoGPT's estimate) and the share of the measured peak."""
+    from transformer_course import gpt as G
+
+    s = syncer(device)
+    peaks = {
+        "fp32": max(
+            measure_matmul_peak(device, torch.float32, n) for n in ((4096, 8192) if device.type == "cuda" else (1024,))
+        ),
+        "bf16": max(
+            measure_matmul_peak(device, torch.bfloat16, n) for n in ((4096, 8192) if device.type == "cuda" else (1024,))
+        ),
+    }
+    out: dict = {"device": _device_info(device), "date": time.strftime("%Y-%m-%d"), "peak_flops": peaks, "rows": []}
+    grid = [(b, d) for d in (128, 512) for b in (32, 128, 512)] if device.type == "cuda" else [(32, 128), (128, 128)]
+    for batch, d_model in grid:
+        cfg = G.GPTConfig(vocab_size=96, block_size=128, n_layer=4, n_head=4, d_model=d_model)
+        torch.manual_seed(0)
+        model = G.GPT(cfg).to(device).train()
+        n_matmul = sum(p.numel() for p in model.parameters()) - model.pos_emb.weight.numel()
+        flops_per_token = 6 * n_matmul + 12 * cfg.n_layer * d_model * cfg.block_size
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randint(0, 96, (batch, cfg.block_size), device=device)
+        y = torch.randint(0, 96, (batch, cfg.block_size), device=device)
+        for bf16 in (False, True):
+
+            def step(model=model, opt=opt, x=x, y=y, bf16=bf16) -> None:
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                    loss = G.lm_loss(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+
+            for _ in range(warmup):
+                step()
+            each = []
+            for _ in range(steps):
+                if s:
+                    s()
+                t0 = time.perf_counter()
+                step()
+                if s:
+                    s()
+                each.append(time.perf_counter() - t0)
+            if s:
+                s()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step()
+            if s:
+                s()
+            loop = (time.perf_counter() - t0) / steps
+            tokens = batch * cfg.block_size
+            row = {
+                "batch": batch,
+                "d_model": d_model,
+                "bf16": bf16,
+                "parameters_counted": n_matmul,
+                "flops_per_token": flops_per_token,
+                "tokens_per_s_synced": tokens / statistics.median(each),
+                "tokens_per_s_loop": tokens / loop,
+            }
+            row["share_of_peak_loop"] = flops_per_token * row["tokens_per_s_loop"] / peaks["bf16" if bf16 else "fp32"]
+            out["rows"].append(row)
+            print(
+                f"  {device.type} batch {batch:4d} d_model {d_model:4d} {'bf16' if bf16 else 'fp32'}: "
+                f"{row['tokens_per_s_synced']:10.0f} tokens/s synced, {row['tokens_per_s_loop']:10.0f} in a loop, "
+                f"{100 * row['share_of_peak_loop']:5.1f} % of peak",
+                flush=True,
+            )
+    return out
 
 
 def merge_results(previous: dict, new: dict) -> dict:
@@ -2242,7 +2377,7 @@ def merge_results(previous: dict, new: dict) -> dict:
     return out
 
 
-PER_DEVICE_SECTIONS = ("precision",)
+PER_DEVICE_SECTIONS = ("precision", "batch_sweep")
 
 
 def main() -> None:
@@ -2262,6 +2397,11 @@ def main() -> None:
         "--only-cpu-checks",
         action="store_true",
         help="measure only the checks behind the precision section's explanations (CPU), merge, render",
+    )
+    parser.add_argument(
+        "--only-batch-sweep",
+        action="store_true",
+        help="measure only throughput against batch size and width (meant for a GPU), merge, render",
     )
     parser.add_argument(
         "--only-scaling", action="store_true", help="measure only attention against sequence length, merge, render"
@@ -2290,19 +2430,20 @@ def main() -> None:
         torch.set_num_threads(THREADS)
         print(json.dumps(bench_gpt_vs_minimal(torch.device(args.gpt_vs_minimal_once))))
         return
-    if args.only_precision:
+    if args.only_precision or args.only_batch_sweep:
         chosen = [torch.device(d.strip()) for d in args.devices.split(",") if d.strip()] if args.devices else devices()
-        section = {"precision": {}}
+        name = "batch_sweep" if args.only_batch_sweep else "precision"
+        section: dict = {name: {}}
         for d in chosen:
-            print(f"precision and compilation on {d.type} ...", flush=True)
-            section["precision"][d.type] = bench_precision_compile(d)
+            print(f"{name} on {d.type} ...", flush=True)
+            section[name][d.type] = bench_batch_sweep(d) if args.only_batch_sweep else bench_precision_compile(d)
         if args.out_json:
             args.out_json.parent.mkdir(parents=True, exist_ok=True)
             args.out_json.write_text(json.dumps(section, indent=1) + "\n")
             print(f"wrote {args.out_json}")
             return
     previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    if args.only_precision:
+    if args.only_precision or args.only_batch_sweep:
         results = merge_results(previous, section)
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.merge_json:
