@@ -680,6 +680,9 @@ def bench_cpu_checks(steps: int = 8) -> dict:
         xb = x.to(torch.bfloat16)
         dtypes["softmax of bfloat16"] = str(torch.softmax(xb, -1).dtype).removeprefix("torch.")
         dtypes["layer_norm of bfloat16"] = str(F.layer_norm(xb, (128,)).dtype).removeprefix("torch.")
+        dtypes["gelu of bfloat16"] = str(F.gelu(xb).dtype).removeprefix("torch.")
+        ce = F.cross_entropy(xb.reshape(-1, 128), torch.zeros(512, dtype=torch.long))
+        dtypes["cross_entropy of bfloat16"] = str(ce.dtype).removeprefix("torch.")
     out["autocast_dtypes"] = dtypes
     # 2. the model's own matmul shapes in both formats (best of several)
     shapes = {}
@@ -858,7 +861,7 @@ def bench_kv_cache() -> dict | None:
                 functools.partial(generation.generate, model, prompt, new, use_cache=True), repeats=3, warmup=1
             )
         rows.append({"new_tokens": new, "no_cache_s": t_no, "cache_s": t_kv, "speedup": t_no / t_kv})
-    return {"model": "4 layers, 4 heads, d_model 128", "rows": rows}
+    return {"model": "4 layers, 4 heads, d_model 128, block 1024", "rows": rows}
 
 
 # --------------------------------------------------------------------------- the page
@@ -1109,6 +1112,21 @@ def _saving(rec: dict, eager_key: str, comp_key: str) -> tuple[float, float, flo
     return turns, alone, noise, measurable
 
 
+def _fp32_spread(rec: dict) -> tuple[float, float, float, float]:
+    """Float32 eager training timed two ways (in turn and alone): (tokens/s in turn, alone, share in turn, alone)."""
+    b = rec["variants"]["ours_fp32_eager"]
+    alone = b["tokens_per_s"] * b["step_s"] / b["run_step_s"]
+    return b["tokens_per_s"], alone, b["share_of_peak"], b["share_of_peak"] * b["step_s"] / b["run_step_s"]
+
+
+def _span(a: float, b: float, fmt: Callable[[float], str]) -> str:
+    lo, hi = sorted((a, b))
+    x, y = fmt(lo), fmt(hi)
+    if fmt is _x and hi >= 10:
+        x, y = f"{lo:.0f}×", f"{hi:.0f}×"
+    return x if x == y else f"{x.rstrip(' %×')} to {y}"
+
+
 def _one_figure(x: float) -> str:
     """A count to one significant figure: 4,072 -> 'about 4,000'."""
     if x <= 0:
@@ -1174,8 +1192,16 @@ def _render_machine(results: dict) -> list[str]:
     lines += [
         "",
         (
-            f"Software on the CPUs: Python {m['python']}, PyTorch {m['torch']}, "
+            f"Software on the {m['cpu']}: Python {m['python']}, PyTorch {m['torch']}, "
             f"transformers {m.get('transformers', '?')}, {m['os']}."
+            + "".join(
+                f" On the {d['cpu']}: Python {d['python']}, PyTorch {d['torch']} (nothing else was recorded)."
+                for d in {
+                    r["device"]["cpu"]: r["device"]
+                    for r in (prec.get("cpu"), results.get("cpu_checks"), sc)
+                    if r and r.get("device") and r["device"].get("cpu") != m["cpu"] and "python" in r["device"]
+                }.values()
+            )
             + (
                 f" The GPU ran another PyTorch ({gpu_torch}), so the comparisons of CPU and GPU (speeds, compile "
                 "times) are also comparisons of two PyTorch versions."
@@ -1224,10 +1250,12 @@ def _render_timing() -> list[str]:
         "```",
         "",
         (
-            "Without the second `synchronize()`, a GPU matmul of a few milliseconds can appear to take a few "
-            "microseconds. The synchronising has a cost of its own: the CPU cannot queue the next call while the "
-            "GPU still runs this one, which an ordinary training loop allows. Every GPU step on this page was "
-            "timed this way, synchronised before and after, so its steps never overlap."
+            "Without the second `synchronize()`, the timer stops when the work has been queued, not when it is "
+            "done (PyTorch's notes on CUDA semantics, under asynchronous execution). The synchronising has a "
+            "cost of its own: the CPU cannot queue the next call while the "
+            "GPU still runs this one, which an ordinary training loop allows. The GPU training steps of the precision "
+            "and compilation sections were timed this way, synchronised before and after, so their steps never "
+            "overlap; the last section measures what that costs."
         ),
         "",
     ]
@@ -1314,34 +1342,42 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
     growth = [(a["n"], b["n"], b["explicit_ms"] / a["explicit_ms"]) for a, b in zip(rows, rows[1:], strict=False)]
     lo, hi = min(growth, key=lambda t: t[2]), max(growth, key=lambda t: t[2])
     odd = [(a, b, g) for a, b, g in growth if g > 4.5 and a < rows[-2]["n"]]
-    text = [
-        (
-            f"So the time does not follow one clean power: the doublings range from {_x(lo[2])} ({lo[0]} to {lo[1]}) "
-            f"to {_x(hi[2])} ({hi[0]} to {hi[1]}), and a doubling below 4× means that part of the time does not grow "
-            "with n² (calling the operations and allocating their outputs are likely candidates)."
+    text = [f"So the time does not follow one clean power: the doublings range from {_x(lo[2])} to {_x(hi[2])}."]
+    r0, r1 = rows[0], rows[1]
+    if r1["explicit_ms"] / r0["explicit_ms"] < 3:
+        # t = a + b n^2 through the first two points: a is the part that does not grow with n
+        b2 = (r1["explicit_ms"] - r0["explicit_ms"]) / (r1["n"] ** 2 - r0["n"] ** 2)
+        fixed_us = (r0["explicit_ms"] - b2 * r0["n"] ** 2) * 1e3
+        text.append(
+            f"From {r0['n']} to {r1['n']} ({_x(r1['explicit_ms'] / r0['explicit_ms'])}) part of the time does not "
+            f"grow with n²: fitting t = a + b·n² through those two points leaves a = {fixed_us:.0f} µs of the "
+            f"{r0['explicit_ms'] * 1e3:.0f} µs call that does not depend on n."
         )
-    ]
     if odd:
         a, b, g = odd[0]
-        mat = next(r["score_matrix_mib"] for r in rows if r["n"] == b)
+        nxt = next(((x, y, h) for x, y, h in growth if x == b), None)
+        fa = next(r for r in rows if r["n"] == a)
+        fb = next(r for r in rows if r["n"] == b)
+        fc = next((r for r in rows if nxt and r["n"] == nxt[1]), None)
         text.append(
-            f"The {_x(g)} from {a} to {b}, where a score matrix takes only {mib(mat)} MiB and likely still fits in "
-            "the processor's caches, is not explained by these measurements."
+            f"The {_x(g)} from {a} to {b}"
+            + (f" and the {_x(nxt[2])} from {b} to {nxt[1]} after it" if nxt else "")
+            + f" are two faces of one fact: n = {b} was slow relative to its neighbours, for the fused kernel too "
+            f"({_x(fb['fused_ms'] / fa['fused_ms'])}"
+            + (f" then {_x(fc['fused_ms'] / fb['fused_ms'])}" if fc else "")
+            + "). Why was not measured."
         )
     if hi[1] == last["n"] and hi[2] > 4.5:
         text.append(
-            f"The {_x(hi[2])} of the last doubling, where each n×n matrix takes {last['score_matrix_mib']:.0f} MiB, "
-            "is consistent with each pass over the matrix waiting on main memory, or with the operating system "
-            "handing fresh memory pages to every call for matrices this large; neither cause was measured here."
+            f"Nor was the cause of the {_x(hi[2])} of the last doubling, where each n×n matrix takes "
+            f"{last['score_matrix_mib']:.0f} MiB."
         )
     speed_last = last["explicit_ms"] / last["fused_ms"]
     speed_first = first["explicit_ms"] / first["fused_ms"]
     text.append(
         f"The fused kernel was {_x(speed_first)} as fast at n = {first['n']} and {_x(speed_last)} as fast at "
-        f"n = {last['n']}. It does the same n² arithmetic, so its time grows too. At n = {first['n']}, where the "
-        f"whole matrix ({last['score_matrix_mib'] / (last['n'] / first['n']) ** 2 * 1024:.0f} KiB) likely fits in "
-        "the caches, its advantage is likely the one call instead of several; at large n it also never writes the "
-        "n×n matrices to memory."
+        f"n = {last['n']}. It does the same n² arithmetic, so its time grows too, but it never writes an n×n "
+        "matrix to memory, as the memory table shows."
     )
     lines += [" ".join(text), ""]
     text = []
@@ -1361,9 +1397,9 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
             )
         )
     text.append(
-        "This is why the course's modules take the fused path when they do not need the weights "
-        "(`MultiHeadAttention(..., use_sdpa=True)`, and the GPT of chapter 10 always): the explicit version is "
-        "for reading and for looking at the weights."
+        "This is why the course's `MultiHeadAttention` can take the fused path when the weights are not needed "
+        "(built with `use_sdpa=True` and called with `need_weights=False`; by default it takes the explicit one), "
+        "and the GPT of chapter 10 always does: the explicit version is for reading and for looking at the weights."
     )
     lines += [" ".join(text), ""]
     return lines
@@ -1376,7 +1412,8 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
         "## Generation: the KV cache",
         "",
         (
-            f"Chapter 10's `GPT` class ({kv['model']}, randomly initialised) generates greedily from a one-token "
+            f"Chapter 10's `GPT` class ({kv['model']}{'' if 'block' in kv['model'] else ', block 1024'}, "
+            "randomly initialised) generates greedily from a one-token "
             "prompt, so after k new tokens its context is k + 1 tokens long. Without a cache, every new token runs "
             "the model over the whole context again; with the cache of chapter 10, the keys and values of earlier "
             "positions are kept and only the new token goes through the model."
@@ -1406,12 +1443,13 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
             f"{_x(more)} the tokens would cost {_x(more**2)} the work"
             + (
                 f", and the measured {_x(no_growth)} lies between that and the {_x(more)} of a cost that grows in "
-                "proportion, likely because part of each pass (calling the operations) does not depend on k. "
+                "proportion: part of each pass does not grow with k. "
                 if more < no_growth < more**2
                 else f"; the measured growth was {_x(no_growth)}. "
             )
-            + f"With the cache each token cost about the same ({_x(per_token)} as much at the end as at the start), "
-            "and the speed-up grows with the context: "
+            + f"With the cache the cost per token stayed nearly flat: on average {_x(per_token)} as much per token "
+            f"over {last['new_tokens']} tokens as over {first['new_tokens']}. "
+            "The speed-up grows with the context: "
             f"{_x(first['speedup'])} at {first['new_tokens'] + 1} tokens, {_x(last['speedup'])} at "
             f"{last['new_tokens'] + 1}."
         ),
@@ -1423,7 +1461,7 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
 _PROFILE_PARTS = (
     ("matmul", "matrix multiplications"),
     ("attention", "fused attention (forward and backward)"),
-    ("casts", "casts and copies between formats"),
+    ("casts", "copies and casts (`copy_`, `to`)"),
     ("optimiser", "optimiser step (AdamW)"),
     ("rest", "everything else (layer norm, GELU, softmax of the loss, additions, ...)"),
 )
@@ -1462,14 +1500,21 @@ def _render_autocast(chk: dict | None) -> str:
         parts.append(f"{listing(high)} returned float32")
     text += "; ".join(parts) + "."
     follows = [
-        k for k in ("softmax", "layer_norm") if plain.get(k) == "float32" and dt.get(f"{k} of bfloat16") == "bfloat16"
+        k
+        for k in ("softmax", "layer_norm", "gelu")
+        if plain.get(k) == "float32" and dt.get(f"{k} of bfloat16") == "bfloat16"
     ]
     if follows:
         text += (
             f" {_cap(listing(follows))} returned bfloat16 when given bfloat16: on the CPU they follow the "
             "format of their input. In the course's GPT, layer norm reads the residual stream, which stays float32 "
             "(a bfloat16 output added to a float32 tensor gives float32), while GELU reads a linear layer's "
-            "bfloat16 output."
+            "bfloat16 output" + (", so it computes in bfloat16." if "gelu" in follows else ".")
+        )
+    if dt.get("cross_entropy of bfloat16"):
+        text += (
+            f" The cross-entropy loss, given bfloat16 logits (the output of the model's last linear layer), "
+            f"returned {dt['cross_entropy of bfloat16']}."
         )
     text += (
         " On a GPU autocast's lists differ (PyTorch's automatic mixed precision documentation gives them per device)."
@@ -1490,7 +1535,7 @@ def _render_profile(chk: dict) -> list[str]:
     return lines
 
 
-def _render_precision(prec: dict, chk: dict | None = None) -> list[str]:
+def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = None) -> list[str]:
     lines = [
         "## Precision: bfloat16",
         "",
@@ -1508,14 +1553,21 @@ def _render_precision(prec: dict, chk: dict | None = None) -> list[str]:
         "```",
         "",
     ]
+    said_config = None
     for dev, rec in prec.items():
         v = rec["variants"]
         base = v.get("ours_fp32_eager")
         if not base or "error" in base:
             continue
+        model = (
+            "The same model"
+            if rec["config"] == said_config
+            else f"The benchmark model, {_config_phrase(rec['config'])}"
+        )
+        said_config = rec["config"]
         lines += [
             (
-                f"{_cap(_config_phrase(rec['config']))}, {_n(rec['parameters'])} parameters, trained for "
+                f"{model}, {_n(rec['parameters'])} parameters, trained for "
                 f"{rec['steps']} steps of {rec['batch']} windows from the same weights on the same batches with "
                 f"AdamW, on {_device_label(dev, rec)}:"
             ),
@@ -1592,7 +1644,9 @@ def _render_precision(prec: dict, chk: dict | None = None) -> list[str]:
                     "Where the time goes, from the profiler's time per operation, averaged over "
                     f"{chk['profile_steps']} steps of each, the two formats taking turns (measured separately from "
                     f"the table above, on the {chk['device']['cpu']}; without the profiler a step took "
-                    f"{pf['step_s'] * 1e3:.0f} ms in float32 and {pb['step_s'] * 1e3:.0f} ms in bfloat16 there):"
+                    f"{pf['step_s'] * 1e3:.0f} ms in float32 and {pb['step_s'] * 1e3:.0f} ms in bfloat16 there, "
+                    f"{_x(pf['step_s'] / pb['step_s'])} as fast in bfloat16 against the table's "
+                    f"{_x(bf['tokens_per_s'] / base['tokens_per_s'])}: two runs of the same steps differ that much):"
                 ),
                 "",
                 *_render_profile(chk),
@@ -1613,7 +1667,7 @@ def _render_precision(prec: dict, chk: dict | None = None) -> list[str]:
             labels = {
                 "matmul": "the matrix multiplications",
                 "attention": "the fused attention",
-                "casts": "casts and copies",
+                "casts": "copies and casts",
                 "optimiser": "the optimiser",
                 "rest": "everything else",
             }
@@ -1633,7 +1687,8 @@ def _render_precision(prec: dict, chk: dict | None = None) -> list[str]:
                     if "attention" in k and "backward" in k
                 ]
                 text.append(
-                    f"So the casts cost little here ({b_prof['casts'] * 1e3:.0f} ms a step in bfloat16). What held "
+                    "The float32 step copies too, so the casts that autocast adds cost only the difference, "
+                    f"about {(b_prof['casts'] - f_prof['casts']) * 1e3:.1f} ms a step. What held "
                     f"bfloat16 back on this CPU is the fused attention, which took {d_att * 1e3:.0f} ms more a step "
                     "than in float32"
                     + (f", its backward pass {bwd[0][0]:.0f} → {bwd[0][1]:.0f} ms" if bwd and bwd[0][0] else "")
@@ -1649,18 +1704,39 @@ def _render_precision(prec: dict, chk: dict | None = None) -> list[str]:
                     else "."
                 )
             )
-        if dev == "cuda" and ok_bf and bf["tokens_per_s"] < base["tokens_per_s"]:
+        keys = ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled")
+        if dev == "cuda" and all(k in v and "error" not in v[k] for k in keys):
+            noise = _step_noise(rec, keys)
+            said, slower_eager = [], False
+            for label, kb, kf in (("eager", keys[1], keys[0]), ("compiled", keys[3], keys[2])):
+                t = v[kb]["step_s"] - v[kf]["step_s"]
+                a = v[kb]["run_step_s"] - v[kf]["run_step_s"]
+                beyond = (t > 0) == (a > 0) and min(abs(t), abs(a)) > noise
+                slower_eager |= label == "eager" and beyond and t > 0
+                said.append(
+                    f"{label}, bfloat16's step took {abs(t) * 1e3:.1f} ms {'more' if t > 0 else 'less'} in turn and "
+                    f"{abs(a) * 1e3:.1f} ms {'more' if a > 0 else 'less'} alone than float32's, "
+                    + ("just beyond that noise" if beyond and min(abs(t), abs(a)) < 1.5 * noise else "")
+                    + ("beyond that noise" if beyond and min(abs(t), abs(a)) >= 1.5 * noise else "")
+                    + ("within it: the two cannot be told apart" if not beyond else "")
+                )
             text.append(
-                "Why bfloat16 was slower here was not measured (no GPU profile was taken). Two candidates: at d_model "
-                + str(_parse_config(rec["config"])["d_model"])
-                + " the matrices are small, so the separate operations that cast each product's inputs to bfloat16 "
-                "may cost more than the faster arithmetic saves; and the bfloat16 attention kernel may be slower "
-                "than the float32 one, as the CPU profile above found on that device. Casts alone are unlikely to "
-                "be the whole story: compiling, which can fuse them into the operations around them, still left "
-                "bfloat16 slower than compiled float32. For a "
-                "model of this size, chapter 10's bfloat16 autocast on a GPU did not buy speed; at what size it starts "
-                "to was not measured here."
+                "Measured against the noise of the timing method (the largest disagreement between the two ways of "
+                f"timing these four runs, {noise * 1e3:.1f} ms; next section): " + "; ".join(said) + "."
             )
+            if slower_eager:
+                text.append("Why eager bfloat16 was slower was not measured (no GPU profile was taken).")
+            if sweep:
+                pairs = []
+                for bt, d in ((32, 128), (512, 128), (512, 512)):
+                    f32, b16 = _sweep_row(sweep, bt, d, False), _sweep_row(sweep, bt, d, True)
+                    pairs.append(
+                        f"{_x(b16['tokens_per_s_loop'] / f32['tokens_per_s_loop'])} at batch {bt}, d_model {d}"
+                    )
+                text.append(
+                    "The batch and width sweep at the end of the section on the limit shows where bfloat16 starts "
+                    "to pay: it ran at " + ", ".join(pairs) + ", each against float32 in the same configuration."
+                )
         if ok_bf:
             if text:  # the loss in a paragraph of its own
                 lines += [" ".join(text), ""]
@@ -1696,6 +1772,12 @@ def _render_compile(prec: dict) -> list[str]:
         ),
         "",
         (
+            "Besides the course's GPT, the rows below include a minimal GPT of the same size: a GPT-2 written the "
+            "way nanoGPT's model is (one fused query/key/value projection, fused causal attention, no check of "
+            "its inputs), which a later section compares with the course's GPT."
+        ),
+        "",
+        (
             "Every step time below was measured in two ways: in each run's own steps, one run after the other "
             '("alone"), and with all runs taking turns step by step ("in turn", the table of the precision '
             "section). For the same run the two ways disagree by up to the amount shown as noise; a saving counts "
@@ -1704,7 +1786,7 @@ def _render_compile(prec: dict) -> list[str]:
         "",
         (
             "| run | compile (s) | step (ms) in turn: eager → compiled | step (ms) alone: eager → compiled "
-            "| noise (ms) | pays after |"
+            "| saving (ms) in turn / alone | noise (ms) |"
         ),
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -1723,20 +1805,21 @@ def _render_compile(prec: dict) -> list[str]:
                 continue
             label = _VARIANT_LABEL[eager_key]
             if "error" in c:
-                lines.append(f"| {_DEV.get(dev, dev)}, {label} | not available here: {c['error'][:100]} | | | | |")
+                lines.append(f"| {_DEV.get(dev, dev)}, {label} | not available: {c['error'][:100]} | | | | |")
                 continue
             compile_s = c["first_step_extra_s"] - max(e["first_step_extra_s"], 0.0)
             turns, alone, noise, measurable = _saving(rec, eager_key, comp_key)
-            pays = (
-                f"{_one_figure(compile_s / min(turns, alone))} steps"
-                if measurable and turns > 0
-                else "no measurable saving"
-            )
             verdicts.append((dev, label, measurable and turns > 0, compile_s, turns, alone))
+            if measurable and turns > 0:
+                notes.append(
+                    f"{_DEV.get(dev, dev)}, {label}: compiling pays after about "
+                    f"{_one_figure(compile_s / min(turns, alone))} steps."
+                )
             lines.append(
                 f"| {_DEV.get(dev, dev)}, {label} | {compile_s:.1f} | "
                 f"{e['step_s'] * 1e3:.1f} → {c['step_s'] * 1e3:.1f} | "
-                f"{e['run_step_s'] * 1e3:.1f} → {c['run_step_s'] * 1e3:.1f} | {noise * 1e3:.1f} | {pays} |"
+                f"{e['run_step_s'] * 1e3:.1f} → {c['run_step_s'] * 1e3:.1f} | {turns * 1e3:.1f} / {alone * 1e3:.1f} | "
+                f"{noise * 1e3:.1f} |"
             )
         ours_c, mini_c = v.get("ours_fp32_compiled") or {}, v.get("minimal_fp32_compiled") or {}
         if ours_c.get("graph_breaks") and mini_c.get("graph_breaks") == 0 and not breaks_noted:
@@ -1758,7 +1841,7 @@ def _render_compile(prec: dict) -> list[str]:
             if not paying
             else "By that rule, compilation paid only in "
             + ", ".join(f"{_DEV[d]} {lab}" for d, lab, *_ in paying)
-            + "; the counts of steps are given to one significant figure, from the smaller of the two savings."
+            + "; the counts of steps below are given to one significant figure, from the smaller of the two savings."
         )
         if flips:
             summary += (
@@ -1794,7 +1877,8 @@ def _sweep_reading(sweep: dict, base_share: float) -> str:
     wide16 = _sweep_row(sweep, b1, w1, True)
     gain = big["tokens_per_s_loop"] / small["tokens_per_s_loop"]
     s0, s1 = _pct(small["share_of_peak_loop"]), _pct(big["share_of_peak_loop"])
-    sync_gap = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows)
+    sync_gap = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if r["bf16"])
+    sync_gap32 = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if not r["bf16"])
     return (
         f"A second measurement on an {sweep['device'].get('name', 'GPU')} tells why: the same model trained on "
         f"random tokens at batch sizes "
@@ -1806,7 +1890,8 @@ def _sweep_reading(sweep: dict, base_share: float) -> str:
         f"and bfloat16 {_pct(wide16['share_of_peak_loop'])} of the bfloat16 one. So the low share of chapter 10's "
         "configuration comes from operations too small to keep the GPU busy, not from the GPU itself. "
         "Synchronising every step was not the cause: running the steps back to back with one synchronisation at "
-        f"the end changed the tokens per second by at most {_pct(sync_gap)}."
+        f"the end changed float32's tokens per second by at most {_pct(sync_gap32)}, and bfloat16's by up to "
+        f"{_pct(sync_gap)} in both directions, which is noise, not a cost of synchronising."
     )
 
 
@@ -1858,7 +1943,7 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
             f"N the parameters (all {_n(rec0['parameters'])} but the position table: "
             f"{_n(rec0['parameters_counted'])}, counted as nanoGPT counts them, biases and layer-norm parameters "
             f"included) and T = {cfg['block']} the context (the n of the attention section). "
-            f"For {_config_phrase(rec0['config'])} that is {_n(dense)} + {_n(attn)} = "
+            f"For the benchmark model that is {_n(dense)} + {_n(attn)} = "
             f"{_n(rec0['flops_per_token'])} FLOPs per token. Multiplied by the tokens per second it gives the "
             "FLOP/s the training achieves, which the tables set against the fastest matrix multiplication measured "
             "through PyTorch on the same device in the same format. That is a measured best of PyTorch's libraries, "
@@ -1895,10 +1980,13 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
         shapes = [f"{n}×{n}" if isinstance(n, int) else f"({n[0]}×{n[1]})·({n[1]}×{n[2]})" for n in sizes]
         lines += [
             (
-                f"On {_device_label(dev, rec)}, the fastest matmuls measured (the best of a few products of "
+                f"On {_device_label(dev, rec)}, the fastest single matmul calls measured (for each format the "
+                f"fastest of {'10' if dev == 'cuda' else '3 to 8'} repeats of each product, measured before the "
+                "training runs and again after them; the products: "
                 + (", ".join(shapes[:-1]) + " and " + shapes[-1] if len(shapes) > 1 else shapes[0])
                 + (", the last two the model's own shapes" if any(not isinstance(n, int) for n in sizes) else "")
-                + f") ran at {peak_text}."
+                + f") ran at {peak_text}. The training speeds are medians, so each share below sets a typical step "
+                "against the best single call."
                 + (
                     " TF32 is a mode of the GPU's tensor cores for float32 matmuls: the inputs are rounded to 10 bits "
                     "of mantissa (float32's range, float16's precision) and the sums kept in float32; "
@@ -1929,15 +2017,14 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
                 f"In float32 this training reaches {_pct(share)} of the fastest float32 matmul PyTorch ran on "
                 f"{_device_label(dev, rec)}."
             )
+            if dev == "cuda":
+                _, _, s_turn, s_alone = _fp32_spread(rec)
+                reading = (
+                    f"In float32 this training reaches {_span(s_turn, s_alone, _pct)} of the fastest float32 matmul "
+                    f"PyTorch ran on {_device_label(dev, rec)}: {_pct(s_turn)} with the step timed in turn, "
+                    f"{_pct(s_alone)} timed alone (the compilation section shows the two ways)."
+                )
             if dev == "cpu":
-                ratio = peaks["bf16"] / peaks["fp32"]
-                if ratio > 2.5 and "AMD" in rec["device"]["cpu"]:  # no matrix units: bfloat16 gets at most 2x
-                    reading += (
-                        f" Against the processor's own float32 limit the share is likely lower: the bfloat16 matmul "
-                        f"ran {_x(ratio)} as fast as the float32 one, while on a processor without matrix units a "
-                        "bfloat16 vector instruction does at most twice the work of a float32 one, which suggests "
-                        "that PyTorch's float32 library does not use all of this processor's float32 arithmetic."
-                    )
                 if chk and "step_s" in chk.get("profile", {}).get("fp32", {}):
                     fp = chk["profile"]["fp32"]["share"]
                     reading += (
@@ -1965,6 +2052,15 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
                     f" The minimal GPT, which runs the same kernels, reached {_pct(mini['share_of_peak'])} "
                     f"({_n(mini['tokens_per_s'])} tokens/s against the course GPT's {_n(base['tokens_per_s'])})."
                 )
+                if dev == "cuda":
+                    reading += (
+                        " On a GPU the course's GPT waits for the GPU once per forward call even in an ordinary "
+                        "loop: its check of the token ids reads their smallest and largest value back into Python "
+                        "(the check of the compilation section), and that read waits until the GPU has finished "
+                        "all the work queued before it. The minimal GPT has no such check; timed with every step "
+                        "synchronised, the "
+                        f"two differed by {abs(mini['tokens_per_s'] / base['tokens_per_s'] - 1) * 100:.0f} %."
+                    )
             lines += [reading, ""]
             if dev == "cuda" and sweep:
                 lines += _sweep_table(sweep)
@@ -1976,8 +2072,12 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
                 (
                     "Side by side: the GPU's fastest float32 matmul ran "
                     f"{_x(gpu['peak_flops']['fp32'] / cpu['peak_flops']['fp32'])} as fast as the CPU's (both through "
-                    f"PyTorch), yet this training ran only {_x(g['tokens_per_s'] / c['tokens_per_s'])} as fast on "
-                    "the GPU: at this size it leaves most of the GPU's arithmetic unused."
+                    "PyTorch), yet this training ran only "
+                    + _span(
+                        _fp32_spread(gpu)[0] / _fp32_spread(cpu)[0], _fp32_spread(gpu)[1] / _fp32_spread(cpu)[1], _x
+                    )
+                    + " as fast on the GPU (steps timed in turn and alone): at this size it leaves most of the GPU's "
+                    "arithmetic unused."
                 ),
                 "",
             ]
@@ -2051,19 +2151,20 @@ def _render_side_by_side(results: dict) -> list[str]:
     if mha:
         text.append(
             f"The course's `MultiHeadAttention` took {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with the "
-            "explicit attention the chapters teach (three passes over an n×n tensor: scores, softmax, weights "
-            f"times values) against PyTorch's fused path, and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with "
+            "explicit attention the chapters teach (four passes over an n×n tensor: scores, scaling by √d_k, "
+            "softmax, weights times values) against PyTorch's fused path, and "
+            f"{mha['ratio_ours_sdpa_vs_torch']:.2f}× with "
             "`use_sdpa=True`, when both take a fused kernel, the one of the attention section above."
         )
     if gm:
         text.append(
-            "The GPT of chapter 10 is written for speed throughout: one fused query/key/value matrix and fused "
+            "The GPT of chapter 10 uses the fast kernels: one fused query/key/value matrix and fused "
             "attention told `is_causal=True` instead of a mask tensor, the same kernels as the minimal reference, "
             "and the two reach the same validation loss"
             + (" to the last digit" if gm["ours_val_loss"] == gm["minimal_val_loss"] else "")
             + f". Their throughput differs by {abs(1 - gm['throughput_ratio']) * 100:.1f} % "
             f"(from run to run: {min(gm['runs']):.3f}× to {max(gm['runs']):.3f}×); the course's model also checks "
-            "its token ids on every call, which the reference does not."
+            "its token ids on every call (on a GPU, a wait for the GPU), which the reference does not."
         )
     if text:
         lines += [" ".join(text), ""]
@@ -2083,7 +2184,9 @@ def _render_notebooks(results: dict) -> list[str]:
         "",
         (
             f"Each chapter run from top to bottom on the {m['cpu']}, {m['cores']} cores, {m['torch_threads']} "
-            f"threads, on {when}; no GPU was measured for the chapters."
+            f"threads, on {when}; no GPU was measured for the chapters. These are the chapters as they were on that "
+            "date: several have changed since (chapters 01 and 12 now compute and report other results), so the "
+            "times describe those versions, not the chapters as they stand."
         ),
         "",
         "| chapter | seconds |",
@@ -2102,8 +2205,8 @@ def _render_notebooks(results: dict) -> list[str]:
     if missing:
         lines += [
             (
-                f"The {len(nbs)} chapters measured take {total / 60:.0f} minutes together; the longest of them, "
-                f"{_chapter_title(longest['notebook'])}, takes {longest['seconds'] / 60:.1f} minutes, "
+                f"The {len(nbs)} chapters measured took {total / 60:.0f} minutes together then; the longest of them, "
+                f"{_chapter_title(longest['notebook'])}, took {longest['seconds'] / 60:.1f} minutes, "
                 f"{longest['seconds'] / total * 100:.0f} % of the measured total. "
                 + ("Chapter " if len(missing) == 1 else "Chapters ")
                 + ", ".join(nb[:2] for nb in missing)
@@ -2176,9 +2279,11 @@ def _render_ddp(results: dict) -> list[str]:
         (
             ("The losses are the same" if one["val_loss"] == two["val_loss"] else "The losses agree")
             + f" to the digits shown: the two runs take the same steps. Two processes took {ratio:.2f}× the time "
-            f"of one, not half: on this machine they share the same {m['cores']} cores that one process already "
-            f"used with {m['torch_threads']} threads, so the arithmetic is the same, and the all-reduce comes on "
-            "top of it. For data parallelism to shorten a step, each process needs its own device."
+            f"of one (the same within noise), not half: on this machine they share the same {m['cores']} cores "
+            "that one process already "
+            f"used with {m['torch_threads']} threads, so the arithmetic is the same; the all-reduce that "
+            "`DistributedDataParallel` adds is expected on top, but from one run of each it did not show beyond "
+            "noise. For data parallelism to shorten a step, each process needs its own device."
         ),
         "",
         (
@@ -2240,9 +2345,11 @@ def _render_summary(results: dict) -> list[str]:
         if base and "error" not in base:
             items.append(
                 f"On the GPU ({gpu['device']['name']}) the same float32 training runs "
-                f"{_x(base['tokens_per_s'] / cpu['variants']['ours_fp32_eager']['tokens_per_s'])} as fast as on the "
-                f"CPU, yet reaches only {_pct(base['share_of_peak'])} of the GPU's fastest float32 matmul: at this "
-                "size most of the GPU's arithmetic goes unused."
+                + _span(_fp32_spread(gpu)[0] / _fp32_spread(cpu)[0], _fp32_spread(gpu)[1] / _fp32_spread(cpu)[1], _x)
+                + " as fast as on the CPU, yet reaches only "
+                + _span(_fp32_spread(gpu)[2], _fp32_spread(gpu)[3], _pct)
+                + " of the GPU's fastest float32 matmul (the ranges: each step timed in turn with the other runs, "
+                "or alone): at this size most of the GPU's arithmetic goes unused."
                 if cpu and "tokens_per_s" in cpu["variants"].get("ours_fp32_eager", {})
                 else f"On the GPU ({gpu['device']['name']}) float32 training reaches {_pct(base['share_of_peak'])} "
                 "of its fastest float32 matmul."
@@ -2278,9 +2385,10 @@ def render(results: dict) -> str:
     prec = results.get("precision")
     chk = results.get("cpu_checks")
     if prec:
-        lines += _render_precision(prec, chk)
+        sweep = (results.get("batch_sweep") or {}).get("cuda")
+        lines += _render_precision(prec, chk, sweep)
         lines += _render_compile(prec)
-        lines += _render_limit(prec, chk, (results.get("batch_sweep") or {}).get("cuda"))
+        lines += _render_limit(prec, chk, sweep)
     lines += _render_side_by_side(results)
     lines += _render_notebooks(results)
     lines += _render_ddp(results)
