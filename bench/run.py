@@ -942,7 +942,7 @@ def plot_limit(prec: dict) -> None:
         ax.set_xscale("log")
         ax.set_xlim(0.1, 100)
         for y, (share, (_, r)) in enumerate(zip(shares, rows[::-1], strict=True)):
-            label = f"{share:.1f} %, {r['tokens_per_s'] / 1e3:,.0f}k tokens/s"
+            label = f"{_pct(r['share_of_peak'])}, {r['tokens_per_s'] / 1e3:,.0f}k tokens/s"  # as in the tables
             if share > 8:  # a long bar: the label inside it, at its end
                 ax.text(share / 1.08, y, label, va="center", ha="right", color="white")
             else:
@@ -1195,7 +1195,7 @@ def _render_machine(results: dict) -> list[str]:
             f"Software on the {m['cpu']}: Python {m['python']}, PyTorch {m['torch']}, "
             f"transformers {m.get('transformers', '?')}, {m['os']}."
             + "".join(
-                f" On the {d['cpu']}: Python {d['python']}, PyTorch {d['torch']} (nothing else was recorded)."
+                f" On the {d['cpu']}: Python {d['python']}, PyTorch {d['torch']}."
                 for d in {
                     r["device"]["cpu"]: r["device"]
                     for r in (prec.get("cpu"), results.get("cpu_checks"), sc)
@@ -1255,7 +1255,8 @@ def _render_timing() -> list[str]:
             "cost of its own: the CPU cannot queue the next call while the "
             "GPU still runs this one, which an ordinary training loop allows. The GPU training steps of the precision "
             "and compilation sections were timed this way, synchronised before and after, so their steps never "
-            "overlap; the last section measures what that costs."
+            "overlap. What that costs was not measured: the course's GPT waits for the GPU once per forward call "
+            'anyway (section "How close to the limit").'
         ),
         "",
     ]
@@ -1306,7 +1307,7 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
     for r in rows:
         lines.append(
             f"| {r['n']} | {_n(r['explicit_ms'] * 1e3)} | {_n(r['fused_ms'] * 1e3)} | "
-            f"{_x(r['explicit_ms'] / r['fused_ms'])} |"
+            f"{r['explicit_ms'] / r['fused_ms']:.2f}× |"
         )
     lines += ["", "| n | explicit peak (MiB) | fused peak (MiB) | one n×n matrix (MiB) |", "|---:|---:|---:|---:|"]
     for r in rows:
@@ -1336,7 +1337,7 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
             )
             + ", ".join(_x(g) for g in growth)
             + (" in turn (n² alone would give 4× each time)" if impl == "explicit" else "")
-            + f"; over the whole range it grew as about n^{slope:.1f}."
+            + f"; over the whole range it grew as about $n^{{{slope:.1f}}}$."
         )
     lines += [" ".join(text), ""]
     growth = [(a["n"], b["n"], b["explicit_ms"] / a["explicit_ms"]) for a, b in zip(rows, rows[1:], strict=False)]
@@ -1716,13 +1717,13 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 said.append(
                     f"{label}, bfloat16's step took {abs(t) * 1e3:.1f} ms {'more' if t > 0 else 'less'} in turn and "
                     f"{abs(a) * 1e3:.1f} ms {'more' if a > 0 else 'less'} alone than float32's, "
-                    + ("just beyond that noise" if beyond and min(abs(t), abs(a)) < 1.5 * noise else "")
-                    + ("beyond that noise" if beyond and min(abs(t), abs(a)) >= 1.5 * noise else "")
+                    + ("just beyond that difference" if beyond and min(abs(t), abs(a)) < 1.5 * noise else "")
+                    + ("beyond that difference" if beyond and min(abs(t), abs(a)) >= 1.5 * noise else "")
                     + ("within it: the two cannot be told apart" if not beyond else "")
                 )
             text.append(
-                "Measured against the noise of the timing method (the largest disagreement between the two ways of "
-                f"timing these four runs, {noise * 1e3:.1f} ms; next section): " + "; ".join(said) + "."
+                "Measured against the largest difference between the two timing methods for these four runs "
+                f"({noise * 1e3:.1f} ms; next section): " + "; ".join(said) + "."
             )
             if slower_eager:
                 text.append("Why eager bfloat16 was slower was not measured (no GPU profile was taken).")
@@ -1736,6 +1737,10 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 text.append(
                     "The batch and width sweep at the end of the section on the limit shows where bfloat16 starts "
                     "to pay: it ran at " + ", ".join(pairs) + ", each against float32 in the same configuration."
+                )
+                text.append(
+                    "Chapter 10's `train` turns bfloat16 autocast on for any CUDA device; chapter 10's own "
+                    "configuration (batch 16, block 64) was not timed on a GPU here."
                 )
         if ok_bf:
             if text:  # the loss in a paragraph of its own
@@ -1780,13 +1785,14 @@ def _render_compile(prec: dict) -> list[str]:
         (
             "Every step time below was measured in two ways: in each run's own steps, one run after the other "
             '("alone"), and with all runs taking turns step by step ("in turn", the table of the precision '
-            "section). For the same run the two ways disagree by up to the amount shown as noise; a saving counts "
-            "only when both ways agree on its sign and both exceed that noise."
+            "section). The last column is the largest difference between the two methods for the row's two runs; no "
+            "repeat of one method was taken, so the spread of either method alone is not known. A saving counts "
+            "only when both methods agree on its sign and both exceed that difference."
         ),
         "",
         (
             "| run | compile (s) | step (ms) in turn: eager → compiled | step (ms) alone: eager → compiled "
-            "| saving (ms) in turn / alone | noise (ms) |"
+            "| saving (ms) in turn / alone | methods differ by (ms) |"
         ),
         "|---|---:|---:|---:|---:|---:|",
     ]
@@ -1837,7 +1843,8 @@ def _render_compile(prec: dict) -> list[str]:
         hi = max(x[3] for x in verdicts)
         summary = (
             f"By that rule, compilation gave no measurable saving in any of these runs: at this model size its "
-            f"{lo:.0f} to {hi:.0f} s of compile time bought nothing these measurements can tell from noise."
+            f"{lo:.0f} to {hi:.0f} s of compile time bought nothing larger than the difference between the two "
+            "timing methods."
             if not paying
             else "By that rule, compilation paid only in "
             + ", ".join(f"{_DEV[d]} {lab}" for d, lab, *_ in paying)
@@ -1848,6 +1855,19 @@ def _render_compile(prec: dict) -> list[str]:
                 f" In {len(flips)} of the {len(verdicts)} rows the two ways of timing do not even agree on whether "
                 "the compiled step was faster."
             )
+        gpu = prec.get("cuda")
+        if gpu:
+            steps = [r for r in gpu["variants"].values() if "step_s" in r and "run_step_s" in r]
+            slower = sum(r["step_s"] > r["run_step_s"] * 1.01 for r in steps)
+            if slower:
+                summary += (
+                    f" On the GPU the in-turn step was the slower of the two in {slower} of the {len(steps)} runs "
+                    "and never the faster by more than 1 %; why a step is slower when the runs take turns was not "
+                    "measured."
+                    if not any(r["run_step_s"] > r["step_s"] * 1.01 for r in steps)
+                    else f" On the GPU the in-turn step was the slower of the two in {slower} of the {len(steps)} "
+                    "runs; why was not measured."
+                )
         notes.insert(0, summary)
     lines += [
         "",
@@ -1877,22 +1897,30 @@ def _sweep_reading(sweep: dict, base_share: float) -> str:
     wide16 = _sweep_row(sweep, b1, w1, True)
     gain = big["tokens_per_s_loop"] / small["tokens_per_s_loop"]
     s0, s1 = _pct(small["share_of_peak_loop"]), _pct(big["share_of_peak_loop"])
-    sync_gap = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if r["bf16"])
-    sync_gap32 = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if not r["bf16"])
+    gaps16 = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows if r["bf16"]]
+    gap32 = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if not r["bf16"])
+    lo16, hi16 = min(gaps16), max(gaps16)
     return (
-        f"A second measurement on an {sweep['device'].get('name', 'GPU')} tells why: the same model trained on "
-        f"random tokens at batch sizes "
-        f"{', '.join(map(str, batches))} and widths {' and '.join(map(str, widths))} (table below). With "
-        f"{b1 // b0} times the windows per step at d_model {w0}, float32 training ran {_x(gain)} "
-        f"as many tokens per second ({s0} to {s1} of the peak; the first row is this section's configuration "
-        f"again, at {s0} here against {_pct(base_share)} above, the spread between two runs), "
-        f"and at d_model {w1} with batch {b1} it reached {_pct(wide['share_of_peak_loop'])} of the float32 peak "
-        f"and bfloat16 {_pct(wide16['share_of_peak_loop'])} of the bfloat16 one. So the low share of chapter 10's "
-        "configuration comes from operations too small to keep the GPU busy, not from the GPU itself. "
-        "Synchronising every step was not the cause: running the steps back to back with one synchronisation at "
-        f"the end changed float32's tokens per second by at most {_pct(sync_gap32)}, and bfloat16's by up to "
-        f"{_pct(sync_gap)} in both directions, which is noise, not a cost of synchronising."
+        f"A second measurement on an {sweep['device'].get('name', 'GPU')} trained the same model on random tokens "
+        f"at batch sizes {', '.join(map(str, batches))} and widths {' and '.join(map(str, widths))} (table below). "
+        f"Throughput grew with batch and width: with {b1 // b0} times the windows per step at d_model {w0}, float32 "
+        f"training ran {_x(gain)} as many tokens per second ({s0} to {s1} of the peak), and at d_model {w1} with "
+        f"batch {b1} it reached {_pct(wide['share_of_peak_loop'])} of the float32 peak and bfloat16 "
+        f"{_pct(wide16['share_of_peak_loop'])} of the bfloat16 one. The first row is this section's "
+        f"configuration: {s0}, as in the alone timing above ({_pct(base_share)} is the in-turn timing). "
+        "As general background, not measured here: the CPU launches a GPU's operations one by one, and each launch "
+        "costs CPU time that does not shrink with the operation (PyTorch's notes on CUDA semantics, under CUDA "
+        "Graphs, which exist to cut that cost); an operation with little arithmetic can finish before the next "
+        "one is queued, and the GPU waits. No GPU profile was taken, so the sweep is consistent with that but "
+        "does not show it. Whether synchronising every step costs anything was not tested: the sweep ran its "
+        "steps back to back with one synchronisation at the end, but the course's GPT waits for the GPU once per "
+        "forward call anyway (below). Against the same steps synchronised one by one, float32's tokens per "
+        f"second differed by at most {_pct(gap32)}, bfloat16's by {_signed_pct(lo16)} to {_signed_pct(hi16)}."
     )
+
+
+def _signed_pct(x: float) -> str:
+    return ("−" if x < 0 else "+") + _pct(abs(x)).replace(" %", "") + " %"
 
 
 def _sweep_table(sweep: dict) -> list[str]:
@@ -1912,7 +1940,8 @@ def _sweep_table(sweep: dict) -> list[str]:
         (
             f"How measured: on the {sweep['device'].get('name', 'GPU')}, 4 layers, 4 heads, block 128, AdamW, random "
             "tokens; after 5 warm-up steps, 20 steps back to back with one synchronisation at the end; FLOPs per "
-            "token by the formula above for each width; peaks as above."
+            "token by the formula above for each width; the peaks measured again for this sweep: float32 "
+            f"{_flops(sweep['peak_flops']['fp32'])}, bfloat16 {_flops(sweep['peak_flops']['bf16'])}."
         ),
         "",
     ]
@@ -1990,7 +2019,8 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
                 + (
                     " TF32 is a mode of the GPU's tensor cores for float32 matmuls: the inputs are rounded to 10 bits "
                     "of mantissa (float32's range, float16's precision) and the sums kept in float32; "
-                    "`torch.backends.cuda.matmul.allow_tf32 = True` turns it on. No training run here used it."
+                    "`torch.backends.cuda.matmul.allow_tf32 = True` turns it on. No training run here used it, so "
+                    "what it would buy in training was not measured."
                     if peaks.get("tf32")
                     else ""
                 )
@@ -2084,6 +2114,18 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
     return lines
 
 
+def _other_machine_note(results: dict, dev: str) -> str:
+    """Where the limit section ran the same minimal GPT on another CPU, say so next to the number."""
+    cpu = (results.get("precision") or {}).get("cpu")
+    mini = (cpu or {}).get("variants", {}).get("minimal_fp32_eager") or {}
+    if dev != "cpu" or "tokens_per_s" not in mini or cpu["device"]["cpu"] == results["machine"]["cpu"]:
+        return ""
+    return (
+        f" These runs were on the {results['machine']['cpu']}; the section on the limit ran the minimal GPT, same "
+        f"configuration, on the {cpu['device']['cpu']} at {_n(mini['tokens_per_s'])} tokens/s."
+    )
+
+
 def _render_side_by_side(results: dict) -> list[str]:
     m = results["machine"]
     where = f"on the {m['cpu']}, {m['torch_threads']} threads" if m.get("cpu") else ""
@@ -2111,7 +2153,8 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"**{r['throughput_ratio']:.3f}×** the throughput; validation loss "
             f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f}. The same initial weights and batches; the two "
             "train in turn, step by step, and the ratio is the median over pairs of steps, taken in each of "
-            f"{len(r['runs'])} fresh processes ({', '.join(f'{x:.3f}×' for x in r['runs'])}), the middle one shown."
+            f"{len(r['runs'])} fresh processes ({', '.join(f'{x:.3f}×' for x in r['runs'])}), the middle one shown, "
+            "so it need not equal the ratio of the two tokens/s printed." + _other_machine_note(results, dev)
         )
     for dev, r in (results.get("gpt_vs_hf") or {}).items():
         side.append(
@@ -2121,8 +2164,8 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"**{r['throughput_ratio']:.2f}×** the throughput; validation loss "
             f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} (**{r['val_loss_ratio']:.3f}×**). The same initial "
             f"weights and batches, but timed differently: the total time of one {r['steps']}-step run of each, one "
-            "after the other, first step included. A single unpaired run, so a difference of a few percent is "
-            "within the noise that the compilation section shows."
+            "after the other, first step included. One unpaired run of each: the spread between runs was not "
+            "measured."
         )
     for dev, r in (results.get("encoder_vs_bert") or {}).items():
         side.append(
@@ -2151,8 +2194,8 @@ def _render_side_by_side(results: dict) -> list[str]:
     if mha:
         text.append(
             f"The course's `MultiHeadAttention` took {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with the "
-            "explicit attention the chapters teach (four passes over an n×n tensor: scores, scaling by √d_k, "
-            "softmax, weights times values) against PyTorch's fused path, and "
+            "explicit attention the chapters teach (it builds the n×n scores, takes their softmax into a second n×n "
+            "matrix and multiplies that with the values) against PyTorch's fused path, and "
             f"{mha['ratio_ours_sdpa_vs_torch']:.2f}× with "
             "`use_sdpa=True`, when both take a fused kernel, the one of the attention section above."
         )
@@ -2175,7 +2218,8 @@ def _render_notebooks(results: dict) -> list[str]:
     nbs = results.get("notebooks")
     if not nbs:
         return []
-    total = sum(r["seconds"] for r in nbs)
+    shown = {r["notebook"]: f"{r['seconds']:.1f}" for r in nbs}  # the table's values; the total adds these
+    total = sum(float(x) for x in shown.values())
     m = results["machine"]
     longest = max(nbs, key=lambda r: r["seconds"])
     when = results.get("notebooks_date", results["date"])
@@ -2184,22 +2228,20 @@ def _render_notebooks(results: dict) -> list[str]:
         "",
         (
             f"Each chapter run from top to bottom on the {m['cpu']}, {m['cores']} cores, {m['torch_threads']} "
-            f"threads, on {when}; no GPU was measured for the chapters. These are the chapters as they were on that "
-            "date: several have changed since (chapters 01 and 12 now compute and report other results), so the "
-            "times describe those versions, not the chapters as they stand."
+            f"threads, on {when}; no GPU was measured for the chapters. The chapters have been edited since then."
         ),
         "",
         "| chapter | seconds |",
         "|---|---:|",
     ]
     for r in nbs:
-        lines.append(f"| {_chapter_title(r['notebook'])} | {r['seconds']:.0f} |")
+        lines.append(f"| {_chapter_title(r['notebook'])} | {shown[r['notebook']]} |")
     timed = {r["notebook"] for r in nbs}
     missing = [p.stem for p in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")) if p.stem not in timed]
     for nb in missing:  # a chapter newer than these measurements
         lines.append(f"| {_chapter_title(nb)} | not measured |")
     lines += [
-        f"| {'all of the above that were measured' if missing else 'all chapters'} | {total:.0f} |",
+        f"| {'all of the above that were measured' if missing else 'all chapters'} | {total:.1f} |",
         "",
     ]
     if missing:
@@ -2279,11 +2321,10 @@ def _render_ddp(results: dict) -> list[str]:
         (
             ("The losses are the same" if one["val_loss"] == two["val_loss"] else "The losses agree")
             + f" to the digits shown: the two runs take the same steps. Two processes took {ratio:.2f}× the time "
-            f"of one (the same within noise), not half: on this machine they share the same {m['cores']} cores "
-            "that one process already "
-            f"used with {m['torch_threads']} threads, so the arithmetic is the same; the all-reduce that "
-            "`DistributedDataParallel` adds is expected on top, but from one run of each it did not show beyond "
-            "noise. For data parallelism to shorten a step, each process needs its own device."
+            f"of one, from one run of each (the spread between runs was not measured), not half: on this machine "
+            f"they share the same {m['cores']} cores that one process already "
+            f"used with {m['torch_threads']} threads. What the all-reduce that `DistributedDataParallel` adds "
+            "cost was not measured. For data parallelism to shorten a step, each process needs its own device."
         ),
         "",
         (
@@ -2303,15 +2344,19 @@ def _render_summary(results: dict) -> list[str]:
     items = []
     sc = results.get("scaling")
     if sc and "explicit_ms" in sc["rows"][0]:
-        last = sc["rows"][-1]
+        last, prev = sc["rows"][-1], sc["rows"][-2]
+        early = [r["explicit_ms"] / r["fused_ms"] for r in sc["rows"][:-1]]
         items.append(
-            f"Attention's n×n matrix: at n = {last['n']} the fused kernel is "
-            f"{_x(last['explicit_ms'] / last['fused_ms'])} as fast as the explicit attention"
+            "Attention's n×n matrix: "
             + (
-                f" and needs {_x(last['explicit_peak_mib'] / last['fused_peak_mib'])} less memory."
+                f"at n = {last['n']} the fused kernel needs {_x(last['explicit_peak_mib'] / last['fused_peak_mib'])} "
+                "less memory than the explicit attention; it is "
                 if last["explicit_peak_mib"] and last["fused_peak_mib"] and last["fused_peak_mib"] > 0.05
-                else "."
+                else "the fused kernel is "
             )
+            + f"{_span(min(early), max(early), _x)} as fast up to n = {prev['n']}, and "
+            f"{_x(last['explicit_ms'] / last['fused_ms'])} at n = {last['n']}, where the explicit attention's time "
+            f"jumped {_x(last['explicit_ms'] / prev['explicit_ms'])} (cause not measured)."
         )
     kv = results.get("kv_cache")
     if kv:
@@ -2360,6 +2405,37 @@ def _render_summary(results: dict) -> list[str]:
     return ["In short:", "", *[f"* {i}" for i in items], ""]
 
 
+def _render_exercises() -> list[str]:
+    """Predict, then measure: each exercise repeats one of the page's measurements with one thing changed."""
+    return [
+        "## Exercises",
+        "",
+        (
+            "Before each measurement, write down what you expect, then run it with `time_it` from the start of this "
+            "appendix."
+        ),
+        "",
+        (
+            "1. On a GPU, time one training step of chapter 10's `GPT` with and without the second "
+            "`torch.cuda.synchronize()` in `time_it`. Which of the two numbers is the time of the work?"
+        ),
+        (
+            "2. Train the same model for a few steps at batch sizes 16, 64 and 256, and compute the share of the "
+            "fastest matmul as the section on the limit does (FLOPs per token × tokens per second ÷ the matmul's "
+            "FLOP/s). How does the share change with the batch?"
+        ),
+        (
+            "3. On a GPU, set `torch.backends.cuda.matmul.allow_tf32 = True` and time a 4096×4096 float32 matmul and "
+            "a float32 training step, each with and without it."
+        ),
+        (
+            "4. Compile a model four times as wide (d_model 512) and count the steps after which the compile time is "
+            "paid back, if it is."
+        ),
+        "",
+    ]
+
+
 def render(results: dict) -> str:
     lines = [
         "# Appendix: Performance",
@@ -2392,6 +2468,7 @@ def render(results: dict) -> str:
     lines += _render_side_by_side(results)
     lines += _render_notebooks(results)
     lines += _render_ddp(results)
+    lines += _render_exercises()
     while lines and lines[-1] == "":
         lines.pop()
     return "\n".join(lines)
