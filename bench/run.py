@@ -1255,8 +1255,16 @@ def _render_timing() -> list[str]:
             "cost of its own: the CPU cannot queue the next call while the "
             "GPU still runs this one, which an ordinary training loop allows. The GPU training steps of the precision "
             "and compilation sections were timed this way, synchronised before and after, so their steps never "
-            "overlap. What that costs was not measured: the course's GPT waits for the GPU once per forward call "
-            'anyway (section "How close to the limit").'
+            "overlap. The course's GPT waits for the GPU once per forward call in any case, synchronised or not: "
+            "it checks its token ids by reading their smallest and largest value back into Python, and that read "
+            "waits until the GPU has finished all the work queued before it (called the token-id check below). One "
+            "synchronisation per step is compared with one per 20 steps at the end of the section "
+            '"How close to the limit".'
+        ),
+        "",
+        (
+            "Training steps are timed in two ways below. Alone: each run's own steps, one run after the other. "
+            "In turn: all runs taking turns step by step, so that all see the machine in the same state."
         ),
         "",
     ]
@@ -1440,15 +1448,10 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
             f"Generating {more_text} as many tokens ({first['new_tokens']} to {last['new_tokens']}) took "
             f"{_x(last['no_cache_s'] / first['no_cache_s'])} as long without the cache and "
             f"{_x(last['cache_s'] / first['cache_s'])} as long with it. Without the cache the k-th token costs a "
-            "pass over k positions, so the work of the whole generation grows like the square of its length: "
-            f"{_x(more)} the tokens would cost {_x(more**2)} the work"
-            + (
-                f", and the measured {_x(no_growth)} lies between that and the {_x(more)} of a cost that grows in "
-                "proportion: part of each pass does not grow with k. "
-                if more < no_growth < more**2
-                else f"; the measured growth was {_x(no_growth)}. "
-            )
-            + f"With the cache the cost per token stayed nearly flat: on average {_x(per_token)} as much per token "
+            "pass over all k positions, and the time grew faster than the number of tokens: "
+            f"{_x(no_growth)} for {_x(more)} the tokens, where a time in proportion to the number of tokens "
+            f"would have grown {_x(more)}. "
+            f"With the cache the cost per token stayed nearly flat: on average {_x(per_token)} as much per token "
             f"over {last['new_tokens']} tokens as over {first['new_tokens']}. "
             "The speed-up grows with the context: "
             f"{_x(first['speedup'])} at {first['new_tokens'] + 1} tokens, {_x(last['speedup'])} at "
@@ -1728,16 +1731,7 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             if slower_eager:
                 text.append("Why eager bfloat16 was slower was not measured (no GPU profile was taken).")
             if sweep:
-                pairs = []
-                for bt, d in ((32, 128), (512, 128), (512, 512)):
-                    f32, b16 = _sweep_row(sweep, bt, d, False), _sweep_row(sweep, bt, d, True)
-                    pairs.append(
-                        f"{_x(b16['tokens_per_s_loop'] / f32['tokens_per_s_loop'])} at batch {bt}, d_model {d}"
-                    )
-                text.append(
-                    "The batch and width sweep at the end of the section on the limit shows where bfloat16 starts "
-                    "to pay: it ran at " + ", ".join(pairs) + ", each against float32 in the same configuration."
-                )
+                text.append(_bf16_sweep_sentence(sweep))
                 text.append(
                     "Chapter 10's `train` turns bfloat16 autocast on for any CUDA device; chapter 10's own "
                     "configuration (batch 16, block 64) was not timed on a GPU here."
@@ -1783,9 +1777,9 @@ def _render_compile(prec: dict) -> list[str]:
         ),
         "",
         (
-            "Every step time below was measured in two ways: in each run's own steps, one run after the other "
-            '("alone"), and with all runs taking turns step by step ("in turn", the table of the precision '
-            "section). The last column is the largest difference between the two methods for the row's two runs; no "
+            'Every step time below was measured both ways (section "Timing correctly"): in turn, as in the '
+            "table of the precision section, and alone. The last column is the largest difference between the "
+            "two methods for the row's two runs; no "
             "repeat of one method was taken, so the spread of either method alone is not known. A saving counts "
             "only when both methods agree on its sign and both exceed that difference."
         ),
@@ -1832,7 +1826,7 @@ def _render_compile(prec: dict) -> list[str]:
             breaks_noted = True
             notes.append(
                 f"The compiler cut the course's GPT into {ours_c['graph_breaks'] + 1} graphs (a graph break): its "
-                "check of the token ids reads their smallest and largest value back into Python to raise a readable "
+                'token-id check (section "Timing correctly") reads a value back into Python to raise a readable '
                 "error, and a compiled graph cannot hold that; the minimal GPT, which checks nothing, compiled as "
                 "one graph."
             )
@@ -1900,6 +1894,7 @@ def _sweep_reading(sweep: dict, base_share: float) -> str:
     gaps16 = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows if r["bf16"]]
     gap32 = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if not r["bf16"])
     lo16, hi16 = min(gaps16), max(gaps16)
+    sweep_steps = sweep.get("steps", 20)
     return (
         f"A second measurement on an {sweep['device'].get('name', 'GPU')} trained the same model on random tokens "
         f"at batch sizes {', '.join(map(str, batches))} and widths {' and '.join(map(str, widths))} (table below). "
@@ -1912,11 +1907,60 @@ def _sweep_reading(sweep: dict, base_share: float) -> str:
         "costs CPU time that does not shrink with the operation (PyTorch's notes on CUDA semantics, under CUDA "
         "Graphs, which exist to cut that cost); an operation with little arithmetic can finish before the next "
         "one is queued, and the GPU waits. No GPU profile was taken, so the sweep is consistent with that but "
-        "does not show it. Whether synchronising every step costs anything was not tested: the sweep ran its "
-        "steps back to back with one synchronisation at the end, but the course's GPT waits for the GPU once per "
-        "forward call anyway (below). Against the same steps synchronised one by one, float32's tokens per "
-        f"second differed by at most {_pct(gap32)}, bfloat16's by {_signed_pct(lo16)} to {_signed_pct(hi16)}."
+        "does not show it. "
+        f"The table gives the mean of {sweep_steps} steps run back to back with one synchronisation at the end; "
+        f"each configuration was also timed over {sweep_steps} other steps synchronised before and after each "
+        "(median). Both still wait for the GPU once per forward call through the token-id check, so this compares "
+        f"one synchronisation per step with one per {sweep_steps} steps. The back-to-back tokens per second "
+        f"differed from the synchronised ones by at most {_pct(gap32)} in float32 and by {_signed_pct(lo16)} to "
+        f"{_signed_pct(hi16)} in bfloat16"
+        + (
+            f"; synchronising less cannot make a loop slower, so the {_signed_pct(lo16)} is noise, and a "
+            f"{sweep_steps}-step figure in the table cannot be read more precisely than that spread."
+            if lo16 < 0
+            else f": a {sweep_steps}-step figure in the table cannot be read more precisely than that spread."
+        )
     )
+
+
+def _bf16_sweep_sentence(sweep: dict) -> str:
+    """bfloat16 against float32 in every configuration of the sweep, and what of it stands out from the noise."""
+    rows = sweep["rows"]
+    batches = sorted({r["batch"] for r in rows})
+    widths = sorted({r["d_model"] for r in rows})
+    ratio = {
+        (b, d): _sweep_row(sweep, b, d, True)["tokens_per_s_loop"] / _sweep_row(sweep, b, d, False)["tokens_per_s_loop"]
+        for b in batches
+        for d in widths
+    }
+    gaps = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows]
+    noise = max(abs(g) for g in gaps)
+    parts = [
+        f"{', '.join(_x(ratio[(b, d)]) for b in batches[:-1])} and {_x(ratio[(batches[-1], d)])} at d_model {d}"
+        for d in widths
+    ]
+    text = (
+        "In the batch and width sweep at the end of the section on the limit, bfloat16's tokens per second "
+        f"against float32's in the same configuration, at batch {', '.join(map(str, batches[:-1]))} and "
+        f"{batches[-1]}, were " + "; ".join(parts) + "."
+    )
+    for d in widths:
+        seq = [ratio[(b, d)] for b in batches]
+        drop = next((i for i in range(1, len(seq)) if seq[i] < seq[i - 1]), None)
+        if drop is not None:
+            text += (
+                f" The trend is not steady: at d_model {d} the ratio fell from {_x(seq[drop - 1])} at batch "
+                f"{batches[drop - 1]} to {_x(seq[drop])} at batch {batches[drop]}"
+                + (f" before bfloat16 paid at batch {batches[-1]}." if seq[-1] > 1 + noise else ".")
+            )
+            break
+    near = [(b, d) for (b, d), r in sorted(ratio.items(), key=lambda kv: (kv[0][1], kv[0][0])) if abs(r - 1) < noise]
+    if near:
+        text += (
+            f" Within the sweep's largest difference between its two timings ({_pct(noise)}, section on the "
+            "limit), " + " and ".join(_x(ratio[k]) for k in near) + " cannot be told apart from 1."
+        )
+    return text
 
 
 def _signed_pct(x: float) -> str:
@@ -2052,7 +2096,7 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
                 reading = (
                     f"In float32 this training reaches {_span(s_turn, s_alone, _pct)} of the fastest float32 matmul "
                     f"PyTorch ran on {_device_label(dev, rec)}: {_pct(s_turn)} with the step timed in turn, "
-                    f"{_pct(s_alone)} timed alone (the compilation section shows the two ways)."
+                    f'{_pct(s_alone)} timed alone (section "Timing correctly" defines the two ways).'
                 )
             if dev == "cpu":
                 if chk and "step_s" in chk.get("profile", {}).get("fp32", {}):
@@ -2084,10 +2128,8 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
                 )
                 if dev == "cuda":
                     reading += (
-                        " On a GPU the course's GPT waits for the GPU once per forward call even in an ordinary "
-                        "loop: its check of the token ids reads their smallest and largest value back into Python "
-                        "(the check of the compilation section), and that read waits until the GPU has finished "
-                        "all the work queued before it. The minimal GPT has no such check; timed with every step "
+                        " The minimal GPT has no token-id check, the course's GPT's wait for the GPU on every "
+                        "forward call; timed with every step "
                         "synchronised, the "
                         f"two differed by {abs(mini['tokens_per_s'] / base['tokens_per_s'] - 1) * 100:.0f} %."
                     )
@@ -2207,7 +2249,7 @@ def _render_side_by_side(results: dict) -> list[str]:
             + (" to the last digit" if gm["ours_val_loss"] == gm["minimal_val_loss"] else "")
             + f". Their throughput differs by {abs(1 - gm['throughput_ratio']) * 100:.1f} % "
             f"(from run to run: {min(gm['runs']):.3f}× to {max(gm['runs']):.3f}×); the course's model also checks "
-            "its token ids on every call (on a GPU, a wait for the GPU), which the reference does not."
+            "its token ids on every call (the token-id check), which the reference does not."
         )
     if text:
         lines += [" ".join(text), ""]
@@ -2228,7 +2270,7 @@ def _render_notebooks(results: dict) -> list[str]:
         "",
         (
             f"Each chapter run from top to bottom on the {m['cpu']}, {m['cores']} cores, {m['torch_threads']} "
-            f"threads, on {when}; no GPU was measured for the chapters. The chapters have been edited since then."
+            f"threads, on {when}; no GPU was measured for the chapters."
         ),
         "",
         "| chapter | seconds |",
@@ -2393,8 +2435,9 @@ def _render_summary(results: dict) -> list[str]:
                 + _span(_fp32_spread(gpu)[0] / _fp32_spread(cpu)[0], _fp32_spread(gpu)[1] / _fp32_spread(cpu)[1], _x)
                 + " as fast as on the CPU, yet reaches only "
                 + _span(_fp32_spread(gpu)[2], _fp32_spread(gpu)[3], _pct)
-                + " of the GPU's fastest float32 matmul (the ranges: each step timed in turn with the other runs, "
-                "or alone): at this size most of the GPU's arithmetic goes unused."
+                + " of the GPU's fastest float32 matmul (the ranges: the steps timed in turn, all runs taking turns "
+                "step by step, or alone, one run after the other): at this size most of the GPU's arithmetic "
+                "goes unused."
                 if cpu and "tokens_per_s" in cpu["variants"].get("ours_fp32_eager", {})
                 else f"On the GPU ({gpu['device']['name']}) float32 training reaches {_pct(base['share_of_peak'])} "
                 "of its fastest float32 matmul."
