@@ -364,7 +364,7 @@ def mean_pool(
     ``token_embeddings`` is ``(batch, length, dim)``, ``attention_mask`` is
     ``(batch, length)`` with 1/``True`` at real tokens.  Returns
     ``(batch, dim)``.  This is how all-MiniLM-L6-v2 turns token embeddings into
-    one sentence embedding (chapter 12 looks at it closely).
+    one sentence embedding.
     """
     if token_embeddings.dim() != 3:
         raise ValueError(
