@@ -355,9 +355,7 @@ def _unchecked_ignored_outputs(cells: list[dict]) -> list[int]:
         and "nbval-ignore-output" in cell["metadata"].get("tags", [])
         and not _asserts(cell)
         and not (
-            i + 1 < len(cells)
-            and "remove-cell" in cells[i + 1]["metadata"].get("tags", [])
-            and _asserts(cells[i + 1])
+            i + 1 < len(cells) and "remove-cell" in cells[i + 1]["metadata"].get("tags", []) and _asserts(cells[i + 1])
         )
     ]
 

@@ -1409,6 +1409,7 @@ most_read(weights)
 # the letter 'v' occurs in one month name only
 assert [m for m in MONTHS if "v" in m.lower()] == ["November"]
 
+
 # %% tags=["hide-input"] caption="Cross-attention of the last decoder layer, averaged over its 4 heads, for November 21st, 2019 → 2019-11-21. Each row is the position that produces one output character. The year digits read the year at the end of the source, the month digits read the v of November, the day digits read the 2 and the 1 of 21st." alt="A heatmap with 11 rows (output characters 2, 0, 1, 9, -, 1, 1, -, 2, 1 and the end token) and 20 columns (the characters of November 21st, 2019 and the end token), colour scale 0 to about 0.9. Bright cells: the rows 2, 0, 1, 9 on the source digits 2, 0, 1, 9 at the right; the two month rows on the v in the third column; the two day rows on the 2 and the 1 in the middle; the 9 of the year row is the brightest of all. The rows for the dashes and the end token are spread thinly over many columns."
 def plot_cross_attention(w: torch.Tensor, layer: str) -> None:
     ax = plot_attention(

@@ -149,9 +149,7 @@ def _lookup(
     )
     bottom = top - (n - 1) * row_h
     mid = (top + bottom) / 2
-    _box(
-        ax, out_x, mid, 1.25, 1.3, output_label, COLORS["io"], weight="bold"
-    )
+    _box(ax, out_x, mid, 1.25, 1.3, output_label, COLORS["io"], weight="bold")
     for i, w in enumerate(weights):
         y = top - i * row_h
         # one slot: a key, its weight and its value
