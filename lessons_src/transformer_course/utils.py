@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
+import logging.handlers
 import os
 import random
 
@@ -179,6 +182,32 @@ def show_source(obj: object):  # -> IPython.display.Code
     from IPython.display import Code
 
     return Code(inspect.getsource(obj), language="python")  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def captured_logs(name: str, level: int = logging.WARNING):
+    """Collect what the logger ``name`` logs at ``level`` or above inside a
+    ``with`` block, instead of printing it.
+
+    ``with captured_logs(name) as records`` gives the list of
+    ``logging.LogRecord``s; ``record.getMessage()`` is the text."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(
+            f"captured_logs needs a logger name such as "
+            f"'transformers.generation.utils', got {name!r}"
+        )
+    handler = logging.handlers.BufferingHandler(capacity=10_000)
+    logger = logging.getLogger(name)
+    old_level, old_propagate = logger.level, logger.propagate
+    logger.setLevel(level)
+    logger.propagate = False  # only to our list
+    logger.addHandler(handler)
+    try:
+        yield handler.buffer
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+        logger.propagate = old_propagate
 
 
 def progress(iterable=None, **kwargs):  # -> tqdm
