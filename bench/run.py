@@ -2553,17 +2553,7 @@ def bench_batch_sweep(device: torch.device, steps: int = 20, warmup: int = 5) ->
                 loss.backward()
                 opt.step()
 
-            for _ in range(warmup):
-                step()
-            each = []
-            for _ in range(steps):
-                if s:
-                    s()
-                t0 = time.perf_counter()
-                step()
-                if s:
-                    s()
-                each.append(time.perf_counter() - t0)
+            synced = median_seconds(step, repeats=steps, warmup=warmup, sync=s)
             if s:
                 s()
             t0 = time.perf_counter()
@@ -2579,7 +2569,7 @@ def bench_batch_sweep(device: torch.device, steps: int = 20, warmup: int = 5) ->
                 "bf16": bf16,
                 "parameters_counted": n_matmul,
                 "flops_per_token": flops_per_token,
-                "tokens_per_s_synced": tokens / statistics.median(each),
+                "tokens_per_s_synced": tokens / synced,
                 "tokens_per_s_loop": tokens / loop,
             }
             row["share_of_peak_loop"] = flops_per_token * row["tokens_per_s_loop"] / peaks["bf16" if bf16 else "fp32"]
