@@ -84,14 +84,15 @@ def test_site_check_finds_broken_links(tmp_path):
 
 def test_course_map_times_are_measured_from_the_pages():
     """Each chapter's time in the course map is what its page measures (course_config.reading_minutes:
-    prose words and shown code lines at the pace the intro states), not a guess."""
+    prose words and shown code lines at the pace book/running.md states), not a guess."""
     intro = (ROOT / "book" / "intro.md").read_text()
     rows = re.findall(r"^\| (\d\d) \| \[[^]]+\]\(([\w.-]+)\.ipynb\) \|.*\| (\d+) min \|$", intro, re.M)
     assert rows, "no chapter rows with a time found in the course map"
     for _, stem, minutes in rows:
         measured = course_config.reading_minutes(ROOT / "book" / f"{stem}.ipynb")
         assert int(minutes) == measured, f"the course map says {minutes} min for {stem}; its page measures {measured}"
-    assert f"{course_config.PROSE_WPM} words" in intro and f"{course_config.CODE_LPM} lines" in intro
+    pace = (ROOT / "book" / "running.md").read_text()
+    assert f"{course_config.PROSE_WPM} words" in pace and f"{course_config.CODE_LPM} lines" in pace
     total = sum(int(m) for *_, m in rows)
     stated = re.search(r"come to about (\d+) hours of reading", intro)
     assert stated and int(stated.group(1)) == round(total / 60), (

@@ -206,6 +206,20 @@ def test_package_listings_are_folded(src):
             assert c.metadata["mystnb"]["code_prompt_show"] == f"Show the package's code: {', '.join(listed)}"
 
 
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_folded_code_says_what_it_holds(src):
+    """A cell whose code is folded and output shown (hide-input) has a toggle that names its content,
+    not the theme's generic "Show code cell source"."""
+    nb = build_notebooks.source_notebook(src)
+    for c in nb.cells:
+        if c.cell_type == "code" and "hide-input" in c.metadata.get("tags", []):
+            prompts = {k: c.metadata["mystnb"][k] for k in ("code_prompt_show", "code_prompt_hide")}
+            expected = (
+                build_notebooks.FIGURE_CODE_PROMPT if "figure" in c.metadata["mystnb"] else build_notebooks.CODE_PROMPT
+            )
+            assert prompts == expected, c.source[:80]
+
+
 def test_only_lists_source():
     code = nbformat.v4.new_code_cell
     assert build_notebooks.only_lists_source(code("# the package's version\nshow_source(GPT)\nshow_source(KVCache)"))

@@ -39,6 +39,10 @@ SOLUTION_METADATA = {"code_prompt_show": "Show the solution", "code_prompt_hide"
 # in a few lines, the package's full version (validation, options) is there for who wants it.  The
 # toggle names what it lists, so that several listings in a row can be told apart.
 SOURCE_PROMPT = "Show the package's code: {}", "Hide the package's code: {}"
+# A cell whose code is folded but whose output shows (tag ``hide-input``: the drawing code of a
+# figure, mostly) says what its toggle holds, like the two kinds above.
+FIGURE_CODE_PROMPT = {"code_prompt_show": "Show the code that draws the figure", "code_prompt_hide": "Hide the code"}
+CODE_PROMPT = {"code_prompt_show": "Show the code", "code_prompt_hide": "Hide the code"}
 # A cell that draws a figure says what it shows: `# %% caption="..." alt="..."` in the source.  The
 # page shows the caption under the figure (numbered, so that a reader can cite it) and gives the
 # image the alt text (what the figure shows, for a reader who cannot see it).
@@ -99,6 +103,9 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
             c.metadata["mystnb"] = source_metadata(c)
             c.metadata["jupyter"] = dict(COLLAPSED)
+        elif "hide-input" in tags and c.cell_type == "code":
+            draws = any(k in c.metadata for k in FIGURE_KEYS)
+            c.metadata["mystnb"] = dict(FIGURE_CODE_PROMPT if draws else CODE_PROMPT)
         if c.cell_type == "code":
             figure_metadata(c)
             c.outputs = []

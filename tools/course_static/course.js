@@ -88,6 +88,9 @@
 (function () {
   function readable(tex) {
     let t = tex.trim().replace(/^\\[(\[]|\\[)\]]$/g, "");
+    // environments and line breaks of a display formula are layout, not text
+    t = t.replace(/\\(?:begin|end)\{[^{}]*\}/g, " ").replace(/\\\\/g, " ");
+    t = t.replace(/\^\{\s*\\mathsf\s*(?:T|\{T\})\s*\}|\^\\mathsf\s*(?:T|\{T\})/g, "ᵀ").replace(/\\mathbb\{R\}/g, "ℝ");
     const words = { top: "ᵀ", cdot: "·", times: "×", sum: "Σ", infty: "∞", le: "≤", ge: "≥",
                     approx: "≈", ldots: "…", dots: "…", alpha: "α", beta: "β", gamma: "γ", mu: "μ",
                     sigma: "σ", epsilon: "ε", varepsilon: "ε", theta: "θ", odot: "⊙", in: "∈",
@@ -111,7 +114,11 @@
     const original = Search.htmlToText;
     Search.htmlToText = function (htmlString, anchor) {
       const doc = new DOMParser().parseFromString(htmlString, "text/html");
-      doc.querySelectorAll(".math").forEach(function (m) { m.textContent = readable(m.textContent); });
+      doc.querySelectorAll(".math").forEach(function (m) {
+        const text = readable(m.textContent);
+        // a long display formula reads badly as one line of text: the quote names it instead
+        m.textContent = m.tagName === "DIV" && text.length > 60 ? " (a formula) " : text;
+      });
       // Quote the chapter's own text: the theme's [role=main] also holds the header's buttons
       // ("Colab", "Repository") and the contents list, which would open every quote.
       const main = doc.querySelector('[role="main"]');
@@ -157,4 +164,31 @@
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", link);
   else link();
+})();
+
+// Code names in tables (the course map's "what you build", the appendix's tables) may break only
+// where a reader would split them: after an underscore or a dot, and between the words of a
+// CamelCase name; never in the middle of a word ("PositionwiseFeed|Forward", not "...FeedFor|ward").
+(function () {
+  function breakable() {
+    document.querySelectorAll(".bd-article table code.literal").forEach(function (code) {
+      if (code.dataset.courseBreaks) return;
+      code.dataset.courseBreaks = "1";
+      const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+      const texts = [];
+      while (walker.nextNode()) texts.push(walker.currentNode);
+      texts.forEach(function (node) {
+        const parts = node.nodeValue.split(/(?<=[_.])|(?<=[a-z0-9])(?=[A-Z])/);
+        if (parts.length < 2) return;
+        const frag = document.createDocumentFragment();
+        parts.forEach(function (part, i) {
+          if (i) frag.appendChild(document.createElement("wbr"));
+          frag.appendChild(document.createTextNode(part));
+        });
+        node.parentNode.replaceChild(frag, node);
+      });
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", breakable);
+  else breakable();
 })();
