@@ -46,6 +46,7 @@ RESULTS = ROOT / "bench" / "results.json"
 PAGE = ROOT / "book" / "performance.md"
 FIGURE = ROOT / "book" / "figures" / "bench_scaling.png"
 FIGURE_LIMIT = ROOT / "book" / "figures" / "bench_limit.png"
+FIGURE_SWEEP = ROOT / "book" / "figures" / "bench_sweep.png"
 THREADS = 2
 # Budgets of issue #8: seconds per chapter (default and exceptions) and for the whole book.
 BUDGET_DEFAULT, BUDGET_LONG, BUDGET_BOOK = 180, 240, 900
@@ -644,7 +645,7 @@ def bench_precision_compile(
 
 # --------------------------------------------------------------------------- checks of the explanations (CPU)
 def bench_cpu_checks(steps: int = 8) -> dict:
-    """What the precision section's explanations rest on, measured on this CPU: which dtype each operation
+    """Measured on this CPU: which dtype each operation
     returns under CPU bfloat16 autocast; the bfloat16 / float32 speed of the model's own matmul shapes; and a
     profile of eager training steps (float32 and bfloat16 autocast) split into matmuls, casts and the rest."""
     import copy
@@ -774,6 +775,9 @@ from transformer_course.attention import scaled_dot_product_attention
 torch.set_num_threads(int(sys.argv[2]))
 n, impl = int(sys.argv[1]), sys.argv[3]
 attend = scaled_dot_product_attention if impl == "explicit" else F.scaled_dot_product_attention
+if impl == "blocked":
+    exec(sys.argv[4])
+    attend = blocked_attention
 q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
 attend(q[..., :8, :], k[..., :8, :], v[..., :8, :])
 def status(key):
@@ -789,10 +793,11 @@ ATTENTION_IMPLS = ("explicit", "fused")
 REPEATS_SCALING = 15
 
 
-def _peak_extra_bytes(n: int, impl: str) -> int | None:
-    """Growth of resident memory while attention over ``n`` positions runs, in a fresh process."""
+def _peak_extra_bytes(n: int, impl: str, source: str = "") -> int | None:
+    """Growth of resident memory while attention over ``n`` positions runs, in a fresh process (``source``:
+    the code of ``blocked_attention``, for impl ``blocked``)."""
     proc = subprocess.run(
-        [sys.executable, "-c", _PEAK_SCRIPT, str(n), str(THREADS), impl],
+        [sys.executable, "-c", _PEAK_SCRIPT, str(n), str(THREADS), impl, source],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
@@ -864,8 +869,129 @@ def bench_kv_cache() -> dict | None:
     return {"model": "4 layers, 4 heads, d_model 128, block 1024", "rows": rows}
 
 
+# --------------------------------------------------------------------------- what the explanations rest on
+# fmt: off
+def blocked_attention(q, k, v, block=128):
+    """Attention over blocks of keys with a running max and sum
+    (online softmax): no n x n matrix."""
+    scale = q.shape[-1] ** -0.5
+    m = torch.full((*q.shape[:-1], 1), float("-inf"))  # max so far
+    s = torch.zeros(*q.shape[:-1], 1)  # sum of exp(score - m)
+    out = torch.zeros_like(q)  # the same sum, weighting the values
+    for j in range(0, k.shape[-2], block):
+        kj, vj = k[..., j:j + block, :], v[..., j:j + block, :]
+        scores = q @ kj.transpose(-2, -1) * scale  # n x block
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))
+        p = torch.exp(scores - m_new)
+        fix = torch.exp(m - m_new)  # rescale sums under the old max
+        s = s * fix + p.sum(-1, keepdim=True)
+        out = out * fix + p @ vj
+        m = m_new
+    return out / s
+# fmt: on
+
+
+def bench_online_softmax() -> list[dict]:
+    """Blocked attention with an online softmax against the explicit attention of chapter 04 (no mask, one
+    head, d_k = 64): the largest difference of their outputs, their times and their peak extra memory."""
+    import inspect
+
+    from transformer_course.attention import scaled_dot_product_attention
+
+    rows = []
+    for n in (1024, 4096):
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
+        explicit = scaled_dot_product_attention(q, k, v)[0]
+        blocked = blocked_attention(q, k, v)
+        row = {"n": n, "block": 128, "max_abs_diff": (explicit - blocked).abs().max().item()}
+        row["explicit_ms"] = median_seconds(lambda q=q, k=k, v=v: scaled_dot_product_attention(q, k, v), 7) * 1e3
+        row["blocked_ms"] = median_seconds(lambda q=q, k=k, v=v: blocked_attention(q, k, v), 7) * 1e3
+        for impl in ("explicit", "blocked"):  # each in a fresh process, as in bench_scaling
+            peak = _peak_extra_bytes(n, impl, inspect.getsource(blocked_attention))
+            row[f"{impl}_peak_mib"] = None if peak is None else peak / 2**20
+        rows.append(row)
+        print("  online softmax: " + ", ".join(f"{a} {b:.3g}" for a, b in row.items()), flush=True)
+    return rows
+
+
+def bench_graph_breaks() -> dict:
+    """Where ``torch.compile`` cuts the course's GPT into separate graphs: dynamo's own count of each reason
+    (the ``eager`` backend traces exactly as the default one does, without generating kernels)."""
+    from transformer_course import gpt as G
+
+    torch.manual_seed(0)
+    model = G.GPT(G.GPTConfig(vocab_size=96, block_size=128, n_layer=4, n_head=4, d_model=128))
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch.compile(model, backend="eager")(torch.randint(0, 96, (2, 64)))
+    reasons = dict(torch._dynamo.utils.counters["graph_break"])
+    torch._dynamo.reset()
+    return {
+        "breaks": sum(reasons.values()),
+        "reasons": [{"reason": str(k).strip().splitlines()[0][:200], "count": n} for k, n in reasons.items()],
+    }
+
+
+def bench_copy_bandwidth() -> dict:
+    """Memory bandwidth: the best of several copies of a 256 MiB float32 tensor (each reads and writes it)."""
+    a = torch.randn(64 * 2**20)
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        b.copy_(a)
+        times.append(time.perf_counter() - t0)
+    return {"bytes_moved": 2 * a.nbytes, "bytes_per_s": 2 * a.nbytes / min(times)}
+
+
+def bench_extra_checks() -> dict:
+    """Online softmax, the graph breaks' reasons and the copy bandwidth, on this CPU."""
+    torch.set_num_threads(THREADS)
+    out: dict = {"device": _device_info(torch.device("cpu")), "date": time.strftime("%Y-%m-%d")}
+    try:  # the processor's caches, as lscpu reports them ("L3 cache: 32 MiB (1 instance)")
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+        out["caches"] = {a.strip(): b.strip() for a, b in (x.split(":", 1) for x in lscpu if " cache:" in x)}
+    except OSError:
+        pass
+    out["online_softmax"] = bench_online_softmax()
+    out["graph_breaks"] = bench_graph_breaks()
+    print(f"  graph breaks: {out['graph_breaks']}", flush=True)
+    out["copy_bandwidth"] = bench_copy_bandwidth()
+    print(f"  copy bandwidth: {out['copy_bandwidth']['bytes_per_s'] / 1e9:.1f} GB/s", flush=True)
+    return out
+
+
 # --------------------------------------------------------------------------- the page
 ANCHOR_N = 1024
+
+
+# Figures are drawn narrower than the column and with larger text, so that they stay readable when a phone's
+# screen shrinks them to about 350 px.
+_FIG_RC = {
+    "font.size": 13,
+    "axes.titlesize": 13,
+    "axes.labelsize": 13,
+    "xtick.labelsize": 12,
+    "ytick.labelsize": 12,
+    "legend.fontsize": 12,
+}
+_PHONE_PX = 350
+
+
+def _save(fig, path: Path, what: str) -> None:
+    """Check the figure's smallest text at page width and on a phone, then store it at twice its size."""
+    from transformer_course.plotting import MIN_TEXT_PT, smallest_text_pt
+
+    fig.canvas.draw()
+    for px in (None, _PHONE_PX):
+        size, text = smallest_text_pt(fig) if px is None else smallest_text_pt(fig, px)
+        floor = MIN_TEXT_PT if px is None else 0.8 * MIN_TEXT_PT
+        if size < floor:
+            raise SystemExit(f"the {what} figure's text {text!r} would appear {size:.1f} pt tall")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # stored at twice the size it is shown (sharp on high-density screens); render() sets the shown width
+    fig.savefig(path, bbox_inches="tight", dpi=2 * fig.dpi)
 
 
 def plot(results: dict) -> None:
@@ -874,15 +1000,28 @@ def plot(results: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from transformer_course.plotting import MIN_TEXT_PT, smallest_text_pt, use_course_style
+    from transformer_course.plotting import use_course_style
 
     use_course_style()
+    with plt.rc_context(_FIG_RC):
+        _plot_scaling(results)
+        if results.get("precision"):
+            plot_limit(results["precision"])
+        sweep = (results.get("batch_sweep") or {}).get("cuda")
+        if sweep:
+            plot_sweep(sweep)
+
+
+def _plot_scaling(results: dict) -> None:
+    import matplotlib
+    import matplotlib.pyplot as plt
+
     rows = results["scaling"]["rows"]
     n = [r["n"] for r in rows]
-    labels = {"explicit": "explicit (chapter 04)", "fused": "fused (F.scaled_dot_product_attention)"}
-    # One panel above the other, each the column's full width; the lengths (powers of 2) label the axis.
-    fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.8), sharex=True)
-    for ax, suffix, label in ((axes[0], "ms", "time (ms)"), (axes[1], "peak_mib", "peak extra memory (MiB)")):
+    labels = {"explicit": "explicit (ch. 04)", "fused": "fused"}
+    # One panel above the other; the lengths (powers of 2) label the axis.
+    fig, axes = plt.subplots(2, 1, figsize=(4.6, 7.0), sharex=True)
+    for ax, suffix, label in ((axes[0], "ms", "time (ms)"), (axes[1], "peak_mib", "peak memory (MiB)")):
         for i, impl in enumerate(ATTENTION_IMPLS):
             pts = [(r["n"], r[f"{impl}_{suffix}"]) for r in rows if r.get(f"{impl}_{suffix}") is not None]
             if pts:
@@ -891,72 +1030,95 @@ def plot(results: dict) -> None:
         anchor = next((r for r in rows if r["n"] == ANCHOR_N), rows[len(rows) // 2])
         top = anchor.get(f"explicit_{suffix}")
         if top:
-            ax.loglog(n, [top * (m / anchor["n"]) ** 2 for m in n], "--", color="gray", label="slope 2: grows as n²")
+            ax.loglog(n, [top * (m / anchor["n"]) ** 2 for m in n], "--", color="gray", label="slope 2 (n²)")
         if suffix == "peak_mib":
-            ax.loglog(n, [r["score_matrix_mib"] for r in rows], ":", color="C3", label="one n×n float32 matrix")
+            ax.loglog(n, [r["score_matrix_mib"] for r in rows], ":", color="C3", label="one n×n matrix")
         ax.set_ylabel(label)
-        ax.legend(fontsize="small")
         ax.grid(True, which="major", alpha=0.3)
     axes[1].set_xscale("log", base=2)
-    axes[1].set_xticks(n, [str(v) for v in n])
+    shown = [v for v in n if v in (128, 512, 2048)] or n
+    axes[1].set_xticks(shown, [str(v) for v in shown])
     axes[1].xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     axes[1].set_xlabel("sequence length n")
-    axes[0].set_title("attention time vs length")
-    axes[1].set_title("attention memory vs length")
-    fig.tight_layout()
-    fig.canvas.draw()
-    size, text = smallest_text_pt(fig)
-    if size < MIN_TEXT_PT:
-        raise SystemExit(f"the scaling figure's text {text!r} would appear {size:.1f} pt tall on the page")
-    FIGURE.parent.mkdir(parents=True, exist_ok=True)
-    # stored at twice the size it is shown (sharp on high-density screens); render() sets the shown width
-    fig.savefig(FIGURE, bbox_inches="tight", dpi=2 * fig.dpi)
+    axes[0].set_title("time")
+    axes[1].set_title("memory")
+    handles, names = axes[1].get_legend_handles_labels()
+    fig.tight_layout(rect=(0, 0, 1, 0.91))
+    fig.legend(handles, names, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0), frameon=False)
+    _save(fig, FIGURE, "scaling")
     plt.close(fig)
-    if results.get("precision"):
-        plot_limit(results["precision"])
+
+
+_SHORT_RUN = {
+    "ours_fp32_eager": "fp32",
+    "ours_bf16_eager": "bf16",
+    "ours_fp32_compiled": "fp32 comp.",
+    "ours_bf16_compiled": "bf16 comp.",
+    "minimal_fp32_eager": "min. fp32",
+    "minimal_fp32_compiled": "min. comp.",
+}
 
 
 def plot_limit(prec: dict) -> None:
-    """Share of the measured matmul peak that each training run reaches, one panel per device."""
+    """The FLOP/s each training run achieves, against the measured float32 and bfloat16 peaks, one panel per
+    device: a dot per run on a log axis, so that no bar length starts from an arbitrary base."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
-    from transformer_course.plotting import MIN_TEXT_PT, smallest_text_pt
-
     devs = [d for d in ("cpu", "cuda") if d in prec]
-    fig, axes = plt.subplots(len(devs), 1, figsize=(6.4, 2.4 * len(devs) + 0.4), squeeze=False)
+    fig, axes = plt.subplots(len(devs), 1, figsize=(4.1, 3.4 * len(devs)), squeeze=False)
     for ax, dev in zip(axes[:, 0], devs, strict=True):
         rec = prec[dev]
-        rows = [(k, r) for k, r in rec["variants"].items() if "error" not in r]
-        short = {
-            "fp32": "float32",
-            "bf16": "bfloat16",
-            "eager": "",
-            "compiled": "compiled",
-            "ours": "",
-            "minimal": "minimal",
-        }
-        labels = [" ".join(filter(None, (short[w] for w in k.split("_")))) for k, _ in rows][::-1]
-        shares = [100 * r["share_of_peak"] for _, r in rows][::-1]
-        colors = ["C1" if r["bf16"] else "C0" for _, r in rows][::-1]
-        ax.barh(labels, [v - 0.1 for v in shares], color=colors, left=0.1)  # bars from the axis start
+        unit, scale = ("TFLOP/s", 1e12) if dev == "cuda" else ("GFLOP/s", 1e9)
+        rows = [(k, r) for k, r in rec["variants"].items() if "error" not in r][::-1]
+        for y, (_, r) in enumerate(rows):
+            color = "C1" if r["bf16"] else "C0"
+            ax.plot(r["achieved_flops"] / scale, y, "o", color=color, markersize=8)
+            ax.text(
+                r["achieved_flops"] / scale / 1.3, y, _pct(r["share_of_peak"]), va="center", ha="right", color=color
+            )
+        ax.set_yticks(range(len(rows)), [_SHORT_RUN[k] for k, _ in rows])
+        for level, (key, color, name) in enumerate((("fp32", "C0", "fp32 peak"), ("bf16", "C1", "bf16 peak"))):
+            x = rec["peak_flops"][key] / scale
+            ax.axvline(x, color=color, ls="--", lw=1.5)
+            ax.text(x / 1.1, len(rows) - 0.1 + 0.8 * level, name, color=color, ha="right", va="center")
+        lo = min(r["achieved_flops"] for _, r in rows) / scale
         ax.set_xscale("log")
-        ax.set_xlim(0.1, 100)
-        for y, (share, (_, r)) in enumerate(zip(shares, rows[::-1], strict=True)):
-            label = f"{_pct(r['share_of_peak'])}, {r['tokens_per_s'] / 1e3:,.0f}k tokens/s"  # as in the tables
-            if share > 8:  # a long bar: the label inside it, at its end
-                ax.text(share / 1.08, y, label, va="center", ha="right", color="white")
-            else:
-                ax.text(share * 1.12, y, label, va="center")
-        ax.set_xticks([0.1, 1, 10, 100], ["0.1", "1", "10", "100"])
-        ax.set_title(f"{_DEV[dev]}: {rec['device']['name']}")
-        ax.grid(True, axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("share of the fastest measured matmul in the run's format (%, log scale)")
+        ax.set_xlim(lo / 8, rec["peak_flops"]["bf16"] / scale * 1.6)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_ylim(-0.6, len(rows) + 1.2)
+        ax.set_xlabel(f"{unit} achieved (log scale)")
+        ax.set_title(f"{_DEV[dev]}: {rec['device']['name'].split(',')[0]}")
+        ax.grid(True, axis="x", which="major", alpha=0.3)
     fig.tight_layout()
-    fig.canvas.draw()
-    size, text = smallest_text_pt(fig)
-    if size < MIN_TEXT_PT:
-        raise SystemExit(f"the limit figure's text {text!r} would appear {size:.1f} pt tall on the page")
-    fig.savefig(FIGURE_LIMIT, bbox_inches="tight", dpi=2 * fig.dpi)
+    _save(fig, FIGURE_LIMIT, "limit")
+    plt.close(fig)
+
+
+def plot_sweep(sweep: dict) -> None:
+    """Share of the measured peak against the batch size, one line per width and format."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    batches = sorted({r["batch"] for r in sweep["rows"]})
+    widths = sorted({r["d_model"] for r in sweep["rows"]})
+    fig, ax = plt.subplots(figsize=(4.6, 3.6))
+    for bf16, color, name in ((False, "C0", "fp32"), (True, "C1", "bf16")):
+        for d, style in zip(widths, ("--", "-"), strict=False):
+            ys = [100 * _sweep_row(sweep, b, d, bf16)["share_of_peak_loop"] for b in batches]
+            ax.plot(batches, ys, "o" + style, color=color)
+            ax.text(batches[-1] * 1.2, ys[-1], f"{name}, d {d}", va="center", color=color)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_xlim(batches[0] / 1.3, batches[-1] * 6)
+    ax.set_ylim(0, 100)
+    ax.set_xlabel("batch (windows of 128 tokens)")
+    ax.set_ylabel("share of peak (%)")
+    ax.set_title(sweep["device"].get("name", "GPU"))
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    _save(fig, FIGURE_SWEEP, "sweep")
     plt.close(fig)
 
 
@@ -1135,6 +1297,20 @@ def _one_figure(x: float) -> str:
     return f"about {_n(round(x / digits) * digits)}"
 
 
+def _fold(title: str, code: str, lang: str = "python", after: str = "") -> list[str]:
+    """A block of code (or, with ``lang="text"``, a paragraph) folded behind its title, with a paragraph after
+    it; the reader opens it to see how a number was measured, or an exercise's answer."""
+    body = [code.rstrip("\n")] if lang == "text" else [f"```{lang}", code.rstrip("\n"), "```"]
+    return ["````{admonition} " + title, ":class: dropdown", "", *body, *(["", after] if after else []), "````", ""]
+
+
+def _code(*objects: object) -> str:
+    """The source of the measuring functions, as they ran."""
+    import inspect
+
+    return "\n\n\n".join(inspect.getsource(o).rstrip("\n") for o in objects)
+
+
 def _render_machine(results: dict) -> list[str]:
     m = results["machine"]
     # which sections ran where: the main run's CPU, and those measured again later (on whatever the machine was)
@@ -1174,6 +1350,14 @@ def _render_machine(results: dict) -> list[str]:
     if chk:
         name = f"{chk['device']['cpu']}, {chk['device']['cores']} cores, {THREADS} PyTorch threads"
         add(main if chk["device"]["cpu"] == m["cpu"] else name, "the profile and the autocast check", chk.get("date"))
+    extra = results.get("extra_checks")
+    if extra:
+        name = f"{extra['device']['cpu']}, {extra['device']['cores']} cores, {THREADS} PyTorch threads"
+        add(
+            main if extra["device"]["cpu"] == m["cpu"] else name,
+            "the online softmax, the graph break and the copy's bandwidth",
+            extra.get("date"),
+        )
     add(main, "the side-by-side comparisons, the chapters and several processes")
     lines = ["## The machines", "", "| device | what was measured on it | when |", "|---|---|---|"]
     for name, sections in where.items():
@@ -1258,8 +1442,8 @@ def _render_timing() -> list[str]:
             "overlap. The course's GPT waits for the GPU once per forward call in any case, synchronised or not: "
             "it checks its token ids by reading their smallest and largest value back into Python, and that read "
             "waits until the GPU has finished all the work queued before it (called the token-id check below). One "
-            "synchronisation per step is compared with one per 20 steps at the end of the section "
-            '"How close to the limit".'
+            "synchronisation per step is compared with one per 20 steps in the section "
+            '"How close to the limit", under larger batches and wider models.'
         ),
         "",
         (
@@ -1270,7 +1454,16 @@ def _render_timing() -> list[str]:
     ]
 
 
-def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
+def _l3_mib(extra: dict | None) -> float | None:
+    """The L3 cache's size in MiB, from lscpu's line (e.g. '32 MiB (1 instance)')."""
+    text = ((extra or {}).get("caches") or {}).get("L3 cache", "")
+    words = text.split()
+    if len(words) >= 2 and words[1] in ("MiB", "KiB", "GiB"):
+        return float(words[0]) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[words[1]]
+    return None
+
+
+def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[str]:
     cpu = (sc.get("device") or {}).get("cpu", main_cpu)
     rows = sc["rows"]
     if "explicit_ms" not in rows[0]:
@@ -1285,7 +1478,8 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
             "into a second n×n matrix (the weights it returns) and multiplies it with the values: every "
             "step reads and writes n² numbers in memory. PyTorch's fused "
             "`torch.nn.functional.scaled_dot_product_attention` computes the same output in one kernel that "
-            "walks over blocks of keys and keeps a running softmax, so the full matrix never exists. Both are "
+            "walks over blocks of keys and keeps a running softmax, so the full matrix never exists (the idea is "
+            "shown in a dozen lines at the end of this section). Both are "
             f"timed below on one head with d_k = {sc.get('d_k', 64)}, on the {cpu} with "
             f"{sc.get('threads', THREADS)} threads."
         ),
@@ -1354,32 +1548,33 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
     text = [f"So the time does not follow one clean power: the doublings range from {_x(lo[2])} to {_x(hi[2])}."]
     r0, r1 = rows[0], rows[1]
     if r1["explicit_ms"] / r0["explicit_ms"] < 3:
-        # t = a + b n^2 through the first two points: a is the part that does not grow with n
-        b2 = (r1["explicit_ms"] - r0["explicit_ms"]) / (r1["n"] ** 2 - r0["n"] ** 2)
-        fixed_us = (r0["explicit_ms"] - b2 * r0["n"] ** 2) * 1e3
         text.append(
-            f"From {r0['n']} to {r1['n']} ({_x(r1['explicit_ms'] / r0['explicit_ms'])}) part of the time does not "
-            f"grow with n²: fitting t = a + b·n² through those two points leaves a = {fixed_us:.0f} µs of the "
-            f"{r0['explicit_ms'] * 1e3:.0f} µs call that does not depend on n."
+            f"From {r0['n']} to {r1['n']} the time grew {_x(r1['explicit_ms'] / r0['explicit_ms'])}, not 4×: at "
+            "this size, work that does not grow as n² (reading the queries, keys and values, the call itself) "
+            "still counts."
         )
     if odd:
         a, b, g = odd[0]
-        nxt = next(((x, y, h) for x, y, h in growth if x == b), None)
         fa = next(r for r in rows if r["n"] == a)
         fb = next(r for r in rows if r["n"] == b)
-        fc = next((r for r in rows if nxt and r["n"] == nxt[1]), None)
         text.append(
-            f"The {_x(g)} from {a} to {b}"
-            + (f" and the {_x(nxt[2])} from {b} to {nxt[1]} after it" if nxt else "")
-            + f" are two faces of one fact: n = {b} was slow relative to its neighbours, for the fused kernel too "
-            f"({_x(fb['fused_ms'] / fa['fused_ms'])}"
-            + (f" then {_x(fc['fused_ms'] / fb['fused_ms'])}" if fc else "")
-            + "). Why was not measured."
+            f"n = {b} was slow relative to its neighbours ({_x(g)} from {a}), for the fused kernel too "
+            f"({_x(fb['fused_ms'] / fa['fused_ms'])}); why was not measured."
         )
     if hi[1] == last["n"] and hi[2] > 4.5:
+        l3 = _l3_mib(extra)
+        prev = rows[-2]
         text.append(
-            f"Nor was the cause of the {_x(hi[2])} of the last doubling, where each n×n matrix takes "
-            f"{last['score_matrix_mib']:.0f} MiB."
+            f"The last doubling cost {_x(hi[2])}."
+            + (
+                f" A hypothesis, not tested here: this processor's L3 cache holds {l3:.0f} MiB (as lscpu reports "
+                f"it); the explicit attention's two n×n matrices take {2 * prev['score_matrix_mib']:.0f} MiB at "
+                f"n = {prev['n']}, about that, and {2 * last['score_matrix_mib']:.0f} MiB at n = {last['n']}, "
+                "which must go to main memory and back. The fused kernel, which holds no such matrix, grew "
+                f"{_x(last['fused_ms'] / prev['fused_ms'])} there."
+                if l3
+                else ""
+            )
         )
     speed_last = last["explicit_ms"] / last["fused_ms"]
     speed_first = first["explicit_ms"] / first["fused_ms"]
@@ -1388,7 +1583,7 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
         f"n = {last['n']}. It does the same n² arithmetic, so its time grows too, but it never writes an n×n "
         "matrix to memory, as the memory table shows."
     )
-    lines += [" ".join(text), ""]
+    lines += [" ".join(text[:-1]), "", text[-1], ""]
     text = []
     if last["explicit_peak_mib"] and last["fused_peak_mib"] is not None:
         per = last["explicit_peak_mib"] / last["score_matrix_mib"]
@@ -1411,6 +1606,63 @@ def _render_scaling(sc: dict, main_cpu: str) -> list[str]:
         "and the GPT of chapter 10 always does: the explicit version is for reading and for looking at the weights."
     )
     lines += [" ".join(text), ""]
+    lines += _render_online_softmax((extra or {}).get("online_softmax"), cpu)
+    lines += _fold("The code that measured attention's time and memory", _code(bench_scaling, _peak_extra_bytes))
+    lines += _fold("The script that measured peak memory, run in a fresh process", _PEAK_SCRIPT.strip("\n"))
+    return lines
+
+
+def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
+    """The fused kernel's idea, a dozen lines of blocked attention, checked against the explicit one."""
+    lines = [
+        "### The fused kernel's idea in a dozen lines",
+        "",
+        (
+            "A softmax over a row of scores needs the row's maximum (subtracted before `exp`, so that nothing "
+            "overflows) and the sum of the exponentials, which seems to need the whole row at once. The online "
+            "softmax keeps both as running values instead. For each block of keys it computes that block's "
+            "scores, raises the running maximum if the block holds a larger one, rescales everything summed so "
+            "far by exp(old maximum − new maximum), and adds the block's terms. Only one n × block matrix of "
+            "scores exists at a time. FlashAttention (Dao et al., 2022) builds on this idea, and keeps each "
+            "block in the GPU's fast on-chip memory while it works on it:"
+        ),
+        "",
+        "```python",
+        _code(blocked_attention),
+        "```",
+        "",
+    ]
+    if not rows:
+        return lines
+    big = rows[-1]
+    lines += [
+        "| n | largest difference | explicit peak (MiB) | blocked peak (MiB) |",
+        "|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['n']} | {r['max_abs_diff']:.0e} | {r['explicit_peak_mib']:.1f} | {r['blocked_peak_mib']:.1f} |"
+        )
+    lines += [
+        "",
+        (
+            f"How measured: the same inputs as above (one head, d_k = 64, no mask), blocks of {big['block']} keys, "
+            f"on the {cpu}; the largest absolute difference between the two outputs; peak extra memory as above, "
+            "in a fresh process."
+        ),
+        "",
+        (
+            f"The two outputs agree to {max(r['max_abs_diff'] for r in rows):.0e}, the rounding of float32: the "
+            "running maximum and sum give the softmax exactly, only added up in another order. At n = "
+            f"{big['n']} the blocked version's peak was {big['blocked_peak_mib']:.1f} MiB against the explicit "
+            f"one's {big['explicit_peak_mib']:.0f} MiB ({_x(big['explicit_peak_mib'] / big['blocked_peak_mib'])} "
+            "less). What remains is the n × block scores, their exponentials and the temporaries of each update, "
+            f"which grow with n, not n²: {_x(big['n'] / rows[0]['n'])} the length took "
+            f"{_x(big['blocked_peak_mib'] / rows[0]['blocked_peak_mib'])} the memory. The loop in Python is only "
+            "for reading; the fused kernel runs the same kind of loop in compiled code."
+        ),
+        "",
+    ]
     return lines
 
 
@@ -1458,6 +1710,7 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
             f"{last['new_tokens'] + 1}."
         ),
         "",
+        *_fold("The code that measured generation", _code(bench_kv_cache)),
     ]
     return lines
 
@@ -1495,7 +1748,8 @@ def _render_autocast(chk: dict | None) -> str:
     low = [k for k, v in plain.items() if v == "bfloat16"]
     high = [k for k, v in plain.items() if v == "float32"]
     text = (
-        head + f" Checked on the CPU ({chk['device']['cpu']}, PyTorch {chk['device']['torch']}), from float32 inputs: "
+        head
+        + f"\n\nChecked on the CPU ({chk['device']['cpu']}, PyTorch {chk['device']['torch']}), from float32 inputs: "
     )
     parts = []
     if low:
@@ -1576,7 +1830,7 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 f"AdamW, on {_device_label(dev, rec)}:"
             ),
             "",
-            "| run | tokens/s | speed vs float32 | validation loss | difference |",
+            "| run | tokens/s | × float32 | val. loss | Δ loss |",
             "|---|---:|---:|---:|---:|",
         ]
         for key in ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled"):
@@ -1644,17 +1898,23 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             text = []
             pf, pb = chk["profile"]["fp32"], chk["profile"]["bf16"]
             lines += [
-                (
-                    "Where the time goes, from the profiler's time per operation, averaged over "
-                    f"{chk['profile_steps']} steps of each, the two formats taking turns (measured separately from "
-                    f"the table above, on the {chk['device']['cpu']}; without the profiler a step took "
-                    f"{pf['step_s'] * 1e3:.0f} ms in float32 and {pb['step_s'] * 1e3:.0f} ms in bfloat16 there, "
-                    f"{_x(pf['step_s'] / pb['step_s'])} as fast in bfloat16 against the table's "
-                    f"{_x(bf['tokens_per_s'] / base['tokens_per_s'])}: two runs of the same steps differ that much):"
-                ),
+                "Where the time goes, from the profiler's time per operation, in milliseconds per step:",
                 "",
                 *_render_profile(chk),
                 "",
+                (
+                    f"How measured: on the {chk['device']['cpu']}, a copy of the same model, initialised from the "
+                    "same seed, trained from the start on the first 400,000 characters of the training text; after 3 "
+                    f"steps of warm-up, {chk['profile_steps']} steps of each format under the profiler, the two "
+                    "formats taking turns, each profiled step following an unprofiled one of the same format, which "
+                    f"was timed. Unprofiled, a step took {pf['step_s'] * 1e3:.0f} ms in float32 and "
+                    f"{pb['step_s'] * 1e3:.0f} ms in bfloat16: {_x(pf['step_s'] / pb['step_s'])} as fast in "
+                    f"bfloat16, against the table's {_x(bf['tokens_per_s'] / base['tokens_per_s'])}, measured on "
+                    "other steps and in another arrangement; which of these differences causes the gap was not "
+                    "measured."
+                ),
+                "",
+                *_fold("The code that measured the profile and the autocast formats", _code(bench_cpu_checks)),
             ]
 
             def change(key: str, f_prof: dict = f_prof, b_prof: dict = b_prof) -> str:
@@ -1676,13 +1936,14 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 "rest": "everything else",
             }
             d_tot = sum(f_prof.values()) - sum(b_prof.values())
-            text.append(
+            lines += [
                 "Part by part, from float32 to bfloat16: "
                 + "; ".join(f"{labels[k]} {change(k)}" for k, _ in _PROFILE_PARTS)
                 + f". In all, the profiled step was {abs(d_tot) * 1e3:.0f} ms "
                 + ("shorter" if d_tot > 0 else "longer")
-                + "."
-            )
+                + ".",
+                "",
+            ]
             d_att = b_prof["attention"] - f_prof["attention"]
             if d_att > 0.1 * f_prof["attention"] and d_att > b_prof["casts"]:
                 bwd = [
@@ -1691,12 +1952,12 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                     if "attention" in k and "backward" in k
                 ]
                 text.append(
-                    "The float32 step copies too, so the casts that autocast adds cost only the difference, "
-                    f"about {(b_prof['casts'] - f_prof['casts']) * 1e3:.1f} ms a step. What held "
-                    f"bfloat16 back on this CPU is the fused attention, which took {d_att * 1e3:.0f} ms more a step "
-                    "than in float32"
+                    "What held bfloat16 back on this CPU is the fused attention, which took "
+                    f"{d_att * 1e3:.0f} ms more a step than in float32"
                     + (f", its backward pass {bwd[0][0]:.0f} → {bwd[0][1]:.0f} ms" if bwd and bwd[0][0] else "")
-                    + ": PyTorch's bfloat16 attention kernel on this CPU is slower than its float32 one."
+                    + ": PyTorch's bfloat16 attention kernel on this CPU is slower than its float32 one. The casts "
+                    "that autocast adds cost little: the float32 step copies too, and the difference is about "
+                    f"{(b_prof['casts'] - f_prof['casts']) * 1e3:.1f} ms a step."
                 )
         if bfc and "error" not in bfc and fc and "error" not in fc:
             text.append(
@@ -1710,32 +1971,19 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             )
         keys = ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled")
         if dev == "cuda" and all(k in v and "error" not in v[k] for k in keys):
-            noise = _step_noise(rec, keys)
-            said, slower_eager = [], False
-            for label, kb, kf in (("eager", keys[1], keys[0]), ("compiled", keys[3], keys[2])):
-                t = v[kb]["step_s"] - v[kf]["step_s"]
-                a = v[kb]["run_step_s"] - v[kf]["run_step_s"]
-                beyond = (t > 0) == (a > 0) and min(abs(t), abs(a)) > noise
-                slower_eager |= label == "eager" and beyond and t > 0
-                said.append(
-                    f"{label}, bfloat16's step took {abs(t) * 1e3:.1f} ms {'more' if t > 0 else 'less'} in turn and "
-                    f"{abs(a) * 1e3:.1f} ms {'more' if a > 0 else 'less'} alone than float32's, "
-                    + ("just beyond that difference" if beyond and min(abs(t), abs(a)) < 1.5 * noise else "")
-                    + ("beyond that difference" if beyond and min(abs(t), abs(a)) >= 1.5 * noise else "")
-                    + ("within it: the two cannot be told apart" if not beyond else "")
-                )
+            alone = v[keys[0]]["run_step_s"] / v[keys[1]]["run_step_s"]
+            lines += [" ".join(text), ""]
+            text = []
             text.append(
-                "Measured against the largest difference between the two timing methods for these four runs "
-                f"({noise * 1e3:.1f} ms; next section): " + "; ".join(said) + "."
-            )
-            if slower_eager:
-                text.append("Why eager bfloat16 was slower was not measured (no GPU profile was taken).")
-            if sweep:
-                text.append(_bf16_sweep_sentence(sweep))
-                text.append(
-                    "Chapter 10's `train` turns bfloat16 autocast on for any CUDA device; chapter 10's own "
-                    "configuration (batch 16, block 64) was not timed on a GPU here."
+                f"These ratios come from the steps timed in turn; timed alone, eager bfloat16 ran at {_x(alone)} "
+                "the speed of eager float32 (why it was slower was not measured). "
+                + (
+                    "Whether these differences stand out from the timing's own spread, and how bfloat16 fares at "
+                    "larger batches and widths, is taken up at the end of the section on the limit."
+                    if sweep
+                    else ""
                 )
+            )
         if ok_bf:
             if text:  # the loss in a paragraph of its own
                 lines += [" ".join(text), ""]
@@ -1749,15 +1997,18 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 + (" (eager and compiled)" if len(diffs) == 2 else "")
                 + f", at most {worst / base['val_loss'] * 100:.2f} % of it"
                 + (", with the sign changing between the two" if len(signs) > 1 else "")
-                + ". The spread from seed to seed was not measured, so this shows only that bfloat16 did not visibly "
-                "hurt this short run."
+                + ". This shows only that bfloat16 did not visibly hurt this short run."
             )
         if text:
             lines += [" ".join(text), ""]
+    lines += _fold(
+        "The code that measured precision, compilation and the share of the peak",
+        _code(bench_precision_compile, measure_matmul_peak),
+    )
     return lines
 
 
-def _render_compile(prec: dict) -> list[str]:
+def _render_compile(prec: dict, extra: dict | None = None) -> list[str]:
     lines = [
         "## Compilation: when it pays",
         "",
@@ -1777,19 +2028,17 @@ def _render_compile(prec: dict) -> list[str]:
         ),
         "",
         (
-            'Every step time below was measured both ways (section "Timing correctly"): in turn, as in the '
-            "table of the precision section, and alone. The last column is the largest difference between the "
-            "two methods for the row's two runs; no "
-            "repeat of one method was taken, so the spread of either method alone is not known. A saving counts "
-            "only when both methods agree on its sign and both exceed that difference."
+            'Every step time below was measured both ways (section "Timing correctly"), eager → compiled: in '
+            "turn, as in the table of the precision section, and alone. A saving counts only when both methods "
+            "agree on its sign and both exceed the largest difference between the two methods for the row's two "
+            "runs (second table); no repeat of one method was taken, so the spread of either method alone is not "
+            "known."
         ),
         "",
-        (
-            "| run | compile (s) | step (ms) in turn: eager → compiled | step (ms) alone: eager → compiled "
-            "| saving (ms) in turn / alone | methods differ by (ms) |"
-        ),
-        "|---|---:|---:|---:|---:|---:|",
+        "| run | compile (s) | in turn (ms) | alone (ms) |",
+        "|---|---:|---:|---:|",
     ]
+    savings = ["| run | saving (ms), in turn / alone | methods differ by (ms) |", "|---|---:|---:|"]
     notes = []
     breaks_noted = False
     verdicts = []
@@ -1818,17 +2067,33 @@ def _render_compile(prec: dict) -> list[str]:
             lines.append(
                 f"| {_DEV.get(dev, dev)}, {label} | {compile_s:.1f} | "
                 f"{e['step_s'] * 1e3:.1f} → {c['step_s'] * 1e3:.1f} | "
-                f"{e['run_step_s'] * 1e3:.1f} → {c['run_step_s'] * 1e3:.1f} | {turns * 1e3:.1f} / {alone * 1e3:.1f} | "
-                f"{noise * 1e3:.1f} |"
+                f"{e['run_step_s'] * 1e3:.1f} → {c['run_step_s'] * 1e3:.1f} |"
+            )
+            savings.append(
+                f"| {_DEV.get(dev, dev)}, {label} | {turns * 1e3:.1f} / {alone * 1e3:.1f} | {noise * 1e3:.1f} |"
             )
         ours_c, mini_c = v.get("ours_fp32_compiled") or {}, v.get("minimal_fp32_compiled") or {}
         if ours_c.get("graph_breaks") and mini_c.get("graph_breaks") == 0 and not breaks_noted:
             breaks_noted = True
+            gb = (extra or {}).get("graph_breaks") or {}
+            reasons = gb.get("reasons") or []
             notes.append(
-                f"The compiler cut the course's GPT into {ours_c['graph_breaks'] + 1} graphs (a graph break): its "
-                'token-id check (section "Timing correctly") reads a value back into Python to raise a readable '
-                "error, and a compiled graph cannot hold that; the minimal GPT, which checks nothing, compiled as "
-                "one graph."
+                f"The compiler cut the course's GPT into {ours_c['graph_breaks'] + 1} graphs (it counted "
+                f"{ours_c['graph_breaks']} graph break{'s' if ours_c['graph_breaks'] > 1 else ''}); the minimal GPT, "
+                "which checks nothing, compiled as one graph."
+                + (
+                    " Compiling the course's GPT again on the CPU and reading the reasons the compiler records for "
+                    "its breaks gave "
+                    + ("one" if len(reasons) == 1 else str(len(reasons)))
+                    + ": "
+                    + "; ".join(f"“{r['reason'].rstrip('.')}”" for r in reasons)
+                    + '. `int(v)` on a tensor calls `item()`, and the token-id check (section "Timing correctly") '
+                    "does exactly that to read its smallest and largest id back into Python: by default, reading a "
+                    "value back into Python ends a graph."
+                    if reasons and any("item()" in r["reason"] for r in reasons)
+                    else " By default, reading a value back into Python, as the token-id check does (section "
+                    '"Timing correctly"), ends a graph; which operation caused this break was not recorded.'
+                )
             )
     paying = [x for x in verdicts if x[2]]
     flips = [x for x in verdicts if (x[4] > 0) != (x[5] > 0)]
@@ -1856,8 +2121,7 @@ def _render_compile(prec: dict) -> list[str]:
             if slower:
                 summary += (
                     f" On the GPU the in-turn step was the slower of the two in {slower} of the {len(steps)} runs "
-                    "and never the faster by more than 1 %; why a step is slower when the runs take turns was not "
-                    "measured."
+                    "and never the faster by more than 1 % (cause not measured)."
                     if not any(r["run_step_s"] > r["step_s"] * 1.01 for r in steps)
                     else f" On the GPU the in-turn step was the slower of the two in {slower} of the {len(steps)} "
                     "runs; why was not measured."
@@ -1871,7 +2135,11 @@ def _render_compile(prec: dict) -> list[str]:
             "eagerly in every run." + (" GPU steps were synchronised before and after each." if "cuda" in prec else "")
         ),
         "",
-        *([" ".join(notes), ""] if notes else []),
+        *savings,
+        "",
+        *([notes[0], ""] if notes else []),
+        *([" ".join(notes[1:]), ""] if len(notes) > 1 else []),
+        *(_fold("The code that asked the compiler why", _code(bench_graph_breaks)) if extra else []),
     ]
     return lines
 
@@ -1880,8 +2148,8 @@ def _sweep_row(sweep: dict, batch: int, d_model: int, bf16: bool) -> dict:
     return next(r for r in sweep["rows"] if (r["batch"], r["d_model"], r["bf16"]) == (batch, d_model, bf16))
 
 
-def _sweep_reading(sweep: dict, base_share: float) -> str:
-    """What the batch-size and width sweep says about the GPU's low share, from its numbers."""
+def _sweep_reading(sweep: dict, rec: dict) -> list[str]:
+    """What the batch-size and width sweep says about the GPU's low share, from its numbers: paragraphs."""
     rows = sweep["rows"]
     batches = sorted({r["batch"] for r in rows})
     widths = sorted({r["d_model"] for r in rows})
@@ -1891,76 +2159,103 @@ def _sweep_reading(sweep: dict, base_share: float) -> str:
     wide16 = _sweep_row(sweep, b1, w1, True)
     gain = big["tokens_per_s_loop"] / small["tokens_per_s_loop"]
     s0, s1 = _pct(small["share_of_peak_loop"]), _pct(big["share_of_peak_loop"])
-    gaps16 = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows if r["bf16"]]
-    gap32 = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if not r["bf16"])
-    lo16, hi16 = min(gaps16), max(gaps16)
-    sweep_steps = sweep.get("steps", 20)
-    return (
-        f"A second measurement on an {sweep['device'].get('name', 'GPU')} trained the same model on random tokens "
-        f"at batch sizes {', '.join(map(str, batches))} and widths {' and '.join(map(str, widths))} (table below). "
-        f"Throughput grew with batch and width: with {b1 // b0} times the windows per step at d_model {w0}, float32 "
-        f"training ran {_x(gain)} as many tokens per second ({s0} to {s1} of the peak), and at d_model {w1} with "
-        f"batch {b1} it reached {_pct(wide['share_of_peak_loop'])} of the float32 peak and bfloat16 "
-        f"{_pct(wide16['share_of_peak_loop'])} of the bfloat16 one. The first row is this section's "
-        f"configuration: {s0}, as in the alone timing above ({_pct(base_share)} is the in-turn timing). "
-        "As general background, not measured here: the CPU launches a GPU's operations one by one, and each launch "
-        "costs CPU time that does not shrink with the operation (PyTorch's notes on CUDA semantics, under CUDA "
-        "Graphs, which exist to cut that cost); an operation with little arithmetic can finish before the next "
-        "one is queued, and the GPU waits. No GPU profile was taken, so the sweep is consistent with that but "
-        "does not show it. "
-        f"The table gives the mean of {sweep_steps} steps run back to back with one synchronisation at the end; "
-        f"each configuration was also timed over {sweep_steps} other steps synchronised before and after each "
-        "(median). Both still wait for the GPU once per forward call through the token-id check, so this compares "
-        f"one synchronisation per step with one per {sweep_steps} steps. The back-to-back tokens per second "
-        f"differed from the synchronised ones by at most {_pct(gap32)} in float32 and by {_signed_pct(lo16)} to "
-        f"{_signed_pct(hi16)} in bfloat16"
-        + (
-            f"; synchronising less cannot make a loop slower, so the {_signed_pct(lo16)} is noise, and a "
-            f"{sweep_steps}-step figure in the table cannot be read more precisely than that spread."
-            if lo16 < 0
-            else f": a {sweep_steps}-step figure in the table cannot be read more precisely than that spread."
+    pairs = [(_sweep_row(sweep, b, w0, h), _sweep_row(sweep, b, w1, h)) for b in batches for h in (False, True)]
+    fell = sum(n["tokens_per_s_loop"] < o["tokens_per_s_loop"] for o, n in pairs)
+    cost = wide["flops_per_token"] / small["flops_per_token"]
+    turn, alone, _, _ = _fp32_spread(rec)
+    synced = small["tokens_per_s_synced"]
+    paras = [
+        (
+            f"The share of the peak grew with the batch and with the width: with {b1 // b0} times the windows per "
+            f"step at d_model {w0}, float32 training ran {_x(gain)} as many tokens per second ({s0} to {s1} of the "
+            f"peak), and at d_model {w1} with batch {b1} it reached {_pct(wide['share_of_peak_loop'])} of the "
+            f"float32 peak, bfloat16 {_pct(wide16['share_of_peak_loop'])} of the bfloat16 one. Tokens per second "
+            f"grew with the batch but fell with the width in {fell} of the {len(pairs)} pairs: a token of the "
+            f"d_model-{w1} model costs {_x(cost)} the FLOPs of one at d_model {w0}."
+        ),
+        (
+            f"The first float32 row is the configuration of the tables above, on random tokens: "
+            f"{_n(small['tokens_per_s_loop'])} tokens/s back to back and {_n(synced)} synchronised, "
+            f"{abs(synced / alone - 1) * 100:.0f} % from the timing alone ({_n(alone)}) and "
+            f"{(synced / turn - 1) * 100:.0f} % above the timing in turn ({_n(turn)}). This suggests that on this "
+            "GPU the steps timed in turn read slow; the GPU ratios of the precision table "
+            "are in-turn ratios."
+        ),
+    ]
+    return paras
+
+
+def _bf16_gpu_revisited(rec: dict, sweep: dict) -> list[str]:
+    """bfloat16 against float32 on the GPU: the precision table's runs against the timing's spread, and every
+    configuration of the sweep, back to back and synchronised."""
+    v = rec["variants"]
+    keys = ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled")
+    noise = _step_noise(rec, keys)
+    said = []
+    for label, kb, kf in (("eager", keys[1], keys[0]), ("compiled", keys[3], keys[2])):
+        t = v[kb]["step_s"] - v[kf]["step_s"]
+        a = v[kb]["run_step_s"] - v[kf]["run_step_s"]
+        beyond = (t > 0) == (a > 0) and min(abs(t), abs(a)) > noise
+        said.append(
+            f"{label}, bfloat16's step took {abs(t) * 1e3:.1f} ms {'more' if t > 0 else 'less'} in turn and "
+            f"{abs(a) * 1e3:.1f} ms {'more' if a > 0 else 'less'} alone than float32's, "
+            + ("just beyond that difference" if beyond and min(abs(t), abs(a)) < 1.5 * noise else "")
+            + ("beyond that difference" if beyond and min(abs(t), abs(a)) >= 1.5 * noise else "")
+            + ("within it: the two cannot be told apart" if not beyond else "")
         )
-    )
-
-
-def _bf16_sweep_sentence(sweep: dict) -> str:
-    """bfloat16 against float32 in every configuration of the sweep, and what of it stands out from the noise."""
     rows = sweep["rows"]
     batches = sorted({r["batch"] for r in rows})
     widths = sorted({r["d_model"] for r in rows})
-    ratio = {
-        (b, d): _sweep_row(sweep, b, d, True)["tokens_per_s_loop"] / _sweep_row(sweep, b, d, False)["tokens_per_s_loop"]
-        for b in batches
-        for d in widths
-    }
+
+    def ratio(b: int, d: int, key: str) -> float:
+        return _sweep_row(sweep, b, d, True)[key] / _sweep_row(sweep, b, d, False)[key]
+
     gaps = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows]
-    noise = max(abs(g) for g in gaps)
+    noise_sweep = max(abs(g) for g in gaps)
     parts = [
-        f"{', '.join(_x(ratio[(b, d)]) for b in batches[:-1])} and {_x(ratio[(batches[-1], d)])} at d_model {d}"
+        f"at d_model {d}: "
+        + ", ".join(
+            f"{_x(ratio(b, d, 'tokens_per_s_loop'))} ({_x(ratio(b, d, 'tokens_per_s_synced'))})" for b in batches
+        )
         for d in widths
     ]
+    paras = [
+        (
+            "In the precision table, measured against the largest difference between the two timing methods for "
+            f"those four runs ({noise * 1e3:.1f} ms, compilation table): " + "; ".join(said) + "."
+        ),
+    ]
     text = (
-        "In the batch and width sweep at the end of the section on the limit, bfloat16's tokens per second "
-        f"against float32's in the same configuration, at batch {', '.join(map(str, batches[:-1]))} and "
-        f"{batches[-1]}, were " + "; ".join(parts) + "."
+        "In the sweep, bfloat16's tokens per second against float32's in the same configuration, at batch "
+        f"{', '.join(map(str, batches[:-1]))} and {batches[-1]}, back to back (synchronised in brackets), were "
+        + "; ".join(parts)
+        + "."
     )
     for d in widths:
-        seq = [ratio[(b, d)] for b in batches]
+        seq = [ratio(b, d, "tokens_per_s_loop") for b in batches]
         drop = next((i for i in range(1, len(seq)) if seq[i] < seq[i - 1]), None)
         if drop is not None:
+            syn = [ratio(b, d, "tokens_per_s_synced") for b in batches]
             text += (
-                f" The trend is not steady: at d_model {d} the ratio fell from {_x(seq[drop - 1])} at batch "
-                f"{batches[drop - 1]} to {_x(seq[drop])} at batch {batches[drop]}"
-                + (f" before bfloat16 paid at batch {batches[-1]}." if seq[-1] > 1 + noise else ".")
+                f" At d_model {d} the ratio dipped at batch {batches[drop]} in both timings "
+                f"({_x(seq[drop])} and {_x(syn[drop])}, from {_x(seq[drop - 1])} and {_x(syn[drop - 1])} at batch "
+                f"{batches[drop - 1]})"
+                + (f" before bfloat16 paid at batch {batches[-1]}." if seq[-1] > 1 + noise_sweep else ".")
             )
             break
-    near = [(b, d) for (b, d), r in sorted(ratio.items(), key=lambda kv: (kv[0][1], kv[0][0])) if abs(r - 1) < noise]
+    near = [(b, d) for d in widths for b in batches if abs(ratio(b, d, "tokens_per_s_loop") - 1) < noise_sweep]
     if near:
         text += (
-            f" Within the sweep's largest difference between its two timings ({_pct(noise)}, section on the "
-            "limit), " + " and ".join(_x(ratio[k]) for k in near) + " cannot be told apart from 1."
+            f" Within the sweep's largest difference between its two timings ({_pct(noise_sweep)}), "
+            + " and ".join(_x(ratio(b, d, "tokens_per_s_loop")) for b, d in near)
+            + " cannot be told apart from 1."
         )
-    return text
+    text += (
+        " Chapter 10's `train` turns bfloat16 autocast on for any CUDA device; chapter 10's own configuration "
+        "(batch 16, block 64) was not timed on a GPU here."
+    )
+    paras.append(text)
+    return paras
 
 
 def _signed_pct(x: float) -> str:
@@ -1968,31 +2263,122 @@ def _signed_pct(x: float) -> str:
 
 
 def _sweep_table(sweep: dict) -> list[str]:
-    lines = [
-        "| batch | d_model | float32 tokens/s | share of float32 peak | bfloat16 tokens/s | share of bfloat16 peak |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for d_model in sorted({r["d_model"] for r in sweep["rows"]}):
-        for batch in sorted({r["batch"] for r in sweep["rows"]}):
-            f, h = _sweep_row(sweep, batch, d_model, False), _sweep_row(sweep, batch, d_model, True)
-            lines.append(
-                f"| {batch} | {d_model} | {_n(f['tokens_per_s_loop'])} | {_pct(f['share_of_peak_loop'])} | "
-                f"{_n(h['tokens_per_s_loop'])} | {_pct(h['share_of_peak_loop'])} |"
-            )
+    lines = []
+    for bf16, name in ((False, "float32"), (True, "bfloat16 autocast")):
+        lines += [
+            f"{_cap(name)}, thousands of tokens per second, back to back (loop) and synchronised (synced):",
+            "",
+            "| batch | width | loop | synced | share |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for d_model in sorted({r["d_model"] for r in sweep["rows"]}):
+            for batch in sorted({r["batch"] for r in sweep["rows"]}):
+                f = _sweep_row(sweep, batch, d_model, bf16)
+                lines.append(
+                    f"| {batch} | {d_model} | {_n(f['tokens_per_s_loop'] / 1e3)} | "
+                    f"{_n(f['tokens_per_s_synced'] / 1e3)} | {_pct(f['share_of_peak_loop'])} |"
+                )
+        lines.append("")
+    rows = sweep["rows"]
+    gaps16 = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows if r["bf16"]]
+    gap32 = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if not r["bf16"])
+    lo16, hi16 = min(gaps16), max(gaps16)
+    n = sweep.get("steps", 20)
     lines += [
-        "",
         (
             f"How measured: on the {sweep['device'].get('name', 'GPU')}, 4 layers, 4 heads, block 128, AdamW, random "
-            "tokens; after 5 warm-up steps, 20 steps back to back with one synchronisation at the end; FLOPs per "
-            "token by the formula above for each width; the peaks measured again for this sweep: float32 "
-            f"{_flops(sweep['peak_flops']['fp32'])}, bfloat16 {_flops(sweep['peak_flops']['bf16'])}."
+            f"tokens, after 5 warm-up steps. Back to back: the mean of {n} steps with one synchronisation at the end, "
+            f"as an ordinary training loop runs; the share of the peak is from this timing. Synchronised: the median "
+            f"of {n} other steps, each synchronised before and after. Both still wait for the GPU once per forward "
+            "call, through the token-id check. FLOPs per token by the formula above for each width; the peaks "
+            f"measured again for this sweep: float32 {_flops(sweep['peak_flops']['fp32'])}, bfloat16 "
+            f"{_flops(sweep['peak_flops']['bf16'])}. The two timings differed by at most {_pct(gap32)} in float32 and "
+            f"by {_signed_pct(lo16)} to {_signed_pct(hi16)} in bfloat16; synchronising less should not make a loop "
+            f"slower, so a {n}-step figure cannot be read more precisely than that spread."
         ),
         "",
     ]
     return lines
 
 
-def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None) -> list[str]:
+def _roofline(prec: dict, chk: dict | None, extra: dict | None) -> list[str]:
+    """Arithmetic intensity of the model's operations against each device's balance of FLOP/s and bandwidth."""
+    cpu, gpu = prec.get("cpu"), prec.get("cuda")
+    bw = ((extra or {}).get("copy_bandwidth") or {}).get("bytes_per_s")
+    if not cpu or not bw:
+        return []
+    cfg = _parse_config(cpu["config"])
+    d, m = cfg["d_model"], cpu["tokens_per_step"]
+
+    def intensity(m: int, k: int, p: int, size: int = 4) -> float:
+        return 2 * m * k * p / (size * (m * k + k * p + m * p))
+
+    big = intensity(m, d, 4 * d)
+    wide = intensity(m, 4 * d, 16 * d)
+    cpu_balance = cpu["peak_flops"]["fp32"] / bw
+    text = [
+        "### Arithmetic intensity: which limit binds",
+        "",
+        (
+            "An operation is limited either by arithmetic or by memory. Its arithmetic intensity, the FLOPs it "
+            "does per byte it reads and writes, says which: a device can do (peak FLOP/s ÷ memory bandwidth) FLOPs "
+            "in the time it moves one byte, and an operation below that ratio waits for memory. A product "
+            f"(m×k)·(k×p) in float32 does 2mkp FLOPs on at least 4(mk + kp + mp) bytes. The model's largest, "
+            f"({m}×{d})·({d}×{4 * d}), does {2 * m * d * 4 * d / 1e6:.0f} MFLOP on "
+            f"{4 * (m * d + d * 4 * d + m * 4 * d) / 1e6:.1f} MB: {big:.0f} FLOPs per byte ({wide:.0f} at four "
+            "times the width). An addition of two float32 tensors does 1 FLOP per 12 bytes (two read, one "
+            "written): 0.08 FLOPs per byte; layer norm and GELU do a handful of FLOPs for each element they read "
+            "and write, a few FLOPs per byte at most."
+        ),
+        "",
+    ]
+    dense = cpu["flops_per_token"] - cpu["flops_attention_per_token"]
+    para = (
+        f"On the {cpu['device']['cpu']} the best of 7 copies of 256 MiB moved {bw / 1e9:.1f} GB/s (read and "
+        "write counted), measured while other work shared the machine, so the true bandwidth may be higher and "
+        f"the balance lower than {_flops(cpu['peak_flops']['fp32'])} ÷ {bw / 1e9:.1f} GB/s = {cpu_balance:.0f} "
+        f"FLOPs per byte. Either way the products, at {big:.0f}, lie above it and can run near the peak, and the "
+        "small operations lie far below it."
+    )
+    prof = ((chk or {}).get("profile") or {}).get("fp32", {}).get("seconds_per_step")
+    if prof:
+        mm_rate = dense * m / prof["matmul"]
+        para += (
+            f" The profile agrees: its float32 matrix multiplications did about {dense * m / 1e9:.1f} GFLOP a "
+            f"step (the 6N part of the formula) in {prof['matmul'] * 1e3:.0f} ms, about {_flops(mm_rate)}, "
+            f"{_pct(mm_rate / cpu['peak_flops']['fp32'])} of the fastest float32 matmul."
+        )
+    text += [para, ""]
+    if gpu and "H200" in gpu["device"]["name"]:
+        rated = 4.8e12
+        g_bal = gpu["peak_flops"]["fp32"] / rated
+        turn, alone, _, _ = _fp32_spread(gpu)
+        step_alone = gpu["tokens_per_step"] / alone
+        flops_step = gpu["flops_per_token"] * gpu["tokens_per_step"]
+        act = 4 * m * d
+        text += [
+            (
+                f"On the {gpu['device']['name']}, NVIDIA's data sheet gives 4.8 TB/s of memory bandwidth, so the "
+                f"balance is {_flops(gpu['peak_flops']['fp32'])} ÷ 4.8 TB/s = {g_bal:.0f} FLOPs per byte: the "
+                "products lie above it here too. Yet neither limit accounts for the step. Its "
+                f"{flops_step / 1e9:.0f} GFLOP take {flops_step / gpu['peak_flops']['fp32'] * 1e3:.2f} ms at the "
+                f"float32 peak, while a step took {step_alone * 1e3:.1f} ms timed alone. To spend those "
+                f"{step_alone * 1e3:.1f} ms moving memory at the rated bandwidth, it would have to read and write "
+                f"{step_alone * rated / 1e9:.0f} GB, about {round(step_alone * rated / act, -3):,.0f} times one "
+                f"{m}×{d} float32 "
+                f"activation ({act / 1e6:.1f} MB). At this size most of the step's time is spent at neither limit; a "
+                "hypothesis, not measured here, is the fixed cost of each "
+                "of the step's many small operations (the CPU launches them one by one). The sweep below tests the "
+                "prediction that follows: larger operations should reach a larger share."
+            ),
+            "",
+        ]
+    return text
+
+
+def _render_limit(
+    prec: dict, chk: dict | None = None, sweep: dict | None = None, extra: dict | None = None
+) -> list[str]:
     rec0 = next(iter(prec.values()))
     attn = rec0["flops_attention_per_token"]
     dense = rec0["flops_per_token"] - attn
@@ -2028,16 +2414,16 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
         lines += [
             "```{figure} figures/bench_limit.png",
             (
-                ":alt: Horizontal bars on a logarithmic axis from 0.1 to 100 percent, one panel per device, one bar "
-                "per training run: the share of the fastest measured matmul that the run reaches, labelled with its "
-                "percentage and tokens per second."
+                ":alt: One panel per device, a dot per training run on a logarithmic axis of achieved FLOP/s, labelled "
+                "with its share of the peak, with vertical lines at the fastest measured float32 and bfloat16 matmuls. "
+                "Runs: fp32 and bf16 eager and compiled (comp.), and the minimal GPT (min.) eager and compiled."
             ),
             f":width: {_shown_width(FIGURE_LIMIT)}px",
             "",
             (
-                "The share of the fastest measured matmul that each training run reaches (float32 runs against the "
-                "float32 matmul, bfloat16 runs against the bfloat16 one), with its tokens per second; the axis is "
-                "logarithmic, so the GPU's small shares stay visible."
+                "The FLOP/s each training run achieves (dots; float32 runs blue, bfloat16 runs orange; comp.: "
+                "compiled; min.: the minimal GPT, float32), against the fastest measured float32 and bfloat16 "
+                "matmuls (vertical lines), log scale; each dot's label is its share of the peak of its format."
             ),
             "```",
             "",
@@ -2049,28 +2435,10 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
             for name, val in (("float32", peaks["fp32"]), ("TF32", peaks.get("tf32")), ("bfloat16", peaks["bf16"]))
             if val
         )
-        sizes = rec.get("peak_matmul_sizes") or sorted(set(rec["peak_matmul_n"].values()))
-        shapes = [f"{n}×{n}" if isinstance(n, int) else f"({n[0]}×{n[1]})·({n[1]}×{n[2]})" for n in sizes]
         lines += [
-            (
-                f"On {_device_label(dev, rec)}, the fastest single matmul calls measured (for each format the "
-                f"fastest of {'10' if dev == 'cuda' else '3 to 8'} repeats of each product, measured before the "
-                "training runs and again after them; the products: "
-                + (", ".join(shapes[:-1]) + " and " + shapes[-1] if len(shapes) > 1 else shapes[0])
-                + (", the last two the model's own shapes" if any(not isinstance(n, int) for n in sizes) else "")
-                + f") ran at {peak_text}. The training speeds are medians, so each share below sets a typical step "
-                "against the best single call."
-                + (
-                    " TF32 is a mode of the GPU's tensor cores for float32 matmuls: the inputs are rounded to 10 bits "
-                    "of mantissa (float32's range, float16's precision) and the sums kept in float32; "
-                    "`torch.backends.cuda.matmul.allow_tf32 = True` turns it on. No training run here used it, so "
-                    "what it would buy in training was not measured."
-                    if peaks.get("tf32")
-                    else ""
-                )
-            ),
+            f"On {_device_label(dev, rec)} the fastest matmuls ran at {peak_text}.",
             "",
-            "| run | tokens/s | achieved | share of the fastest matmul |",
+            "| run | tokens/s | achieved | share of peak |",
             "|---|---:|---:|---:|",
         ]
         for key, r in rec["variants"].items():
@@ -2078,64 +2446,64 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
                 continue
             lines.append(
                 f"| {_VARIANT_LABEL[key]} | {_n(r['tokens_per_s'])} | {_flops(r['achieved_flops'])} | "
-                f"{_pct(r['share_of_peak'])} of {'bfloat16' if r['peak_key'] == 'bf16' else 'float32'} |"
+                f"{_pct(r['share_of_peak'])} of {'bf16' if r['peak_key'] == 'bf16' else 'fp32'} |"
             )
-        lines.append("")
+        sizes = rec.get("peak_matmul_sizes") or sorted(set(rec["peak_matmul_n"].values()))
+        shapes = [f"{n}×{n}" if isinstance(n, int) else f"({n[0]}×{n[1]})·({n[1]}×{n[2]})" for n in sizes]
+        lines += [
+            "",
+            (
+                f"How measured: for each format the fastest of {'10' if dev == 'cuda' else '3 to 8'} repeats of each "
+                "product, measured before the training runs and again after them; the products: "
+                + (", ".join(shapes[:-1]) + " and " + shapes[-1] if len(shapes) > 1 else shapes[0])
+                + (", the last two the model's own shapes" if any(not isinstance(n, int) for n in sizes) else "")
+                + ". The training speeds are those of the precision table (medians of the steps timed in turn), so "
+                "each share sets a typical step against the best single call."
+            ),
+            "",
+        ]
         v = rec["variants"]
         base = v.get("ours_fp32_eager")
         ok = [r for r in v.values() if "error" not in r and not r["bf16"]]
-        best = max(ok, key=lambda r: r["share_of_peak"]) if ok else None
-        if base and "error" not in base and best:
-            share = base["share_of_peak"]
+        if not (base and "error" not in base and ok):
+            continue
+        share = base["share_of_peak"]
+        reading = (
+            f"In float32 this training reaches {_pct(share)} of the fastest float32 matmul PyTorch ran on "
+            f"{_device_label(dev, rec)}."
+        )
+        if dev == "cuda":
+            _, _, s_turn, s_alone = _fp32_spread(rec)
             reading = (
-                f"In float32 this training reaches {_pct(share)} of the fastest float32 matmul PyTorch ran on "
-                f"{_device_label(dev, rec)}."
+                f"In float32 this training reaches {_span(s_turn, s_alone, _pct)} of the fastest float32 matmul "
+                f"PyTorch ran on {_device_label(dev, rec)}: {_pct(s_turn)} with the step timed in turn, "
+                f"{_pct(s_alone)} timed alone."
             )
-            if dev == "cuda":
-                _, _, s_turn, s_alone = _fp32_spread(rec)
-                reading = (
-                    f"In float32 this training reaches {_span(s_turn, s_alone, _pct)} of the fastest float32 matmul "
-                    f"PyTorch ran on {_device_label(dev, rec)}: {_pct(s_turn)} with the step timed in turn, "
-                    f'{_pct(s_alone)} timed alone (section "Timing correctly" defines the two ways).'
-                )
-            if dev == "cpu":
-                if chk and "step_s" in chk.get("profile", {}).get("fp32", {}):
-                    fp = chk["profile"]["fp32"]["share"]
-                    reading += (
-                        f" In the profile above, the matrix multiplications took {_pct(fp['matmul'])} of a float32 "
-                        f"step and the fused attention {_pct(fp['attention'])}; the rest went to the optimiser "
-                        f"({_pct(fp['optimiser'])}) and to the many small operations between them."
-                    )
-            elif sweep:
-                reading += " " + _sweep_reading(sweep, share)
-            else:
-                reading += (
-                    " Why the share is this low was not measured: one model size and one batch size ran, and no GPU "
-                    "profile was taken. A likely cause is that the operations are too small (products of "
-                    f"{rec['tokens_per_step']:,} rows by {cfg['d_model']} to {4 * cfg['d_model']} columns) to keep "
-                    "the GPU busy. If launching them were the whole cost, compiling, which cuts the number of "
-                    "launches, should have helped; it gave no measurable saving (previous section). The timing may "
-                    "also play a part: each step was synchronised before and after, which stops the CPU from queuing "
-                    "the next step while the GPU still runs this one, so an ordinary training loop would likely "
-                    "reach a higher share. Running the same training over a range of batch sizes and model widths "
-                    "is the experiment that would tell."
-                )
-            mini = v.get("minimal_fp32_eager")
-            if mini and "error" not in mini:
-                reading += (
-                    f" The minimal GPT, which runs the same kernels, reached {_pct(mini['share_of_peak'])} "
-                    f"({_n(mini['tokens_per_s'])} tokens/s against the course GPT's {_n(base['tokens_per_s'])})."
-                )
-                if dev == "cuda":
-                    reading += (
-                        " The minimal GPT has no token-id check, the course's GPT's wait for the GPU on every "
-                        "forward call; timed with every step "
-                        "synchronised, the "
-                        f"two differed by {abs(mini['tokens_per_s'] / base['tokens_per_s'] - 1) * 100:.0f} %."
-                    )
-            lines += [reading, ""]
-            if dev == "cuda" and sweep:
-                lines += _sweep_table(sweep)
+        if dev == "cpu" and chk and "step_s" in chk.get("profile", {}).get("fp32", {}):
+            fp = chk["profile"]["fp32"]["share"]
+            reading += (
+                f" In the profile of the precision section, the matrix multiplications took {_pct(fp['matmul'])} "
+                f"of a float32 step and the fused attention {_pct(fp['attention'])}; the rest went to the "
+                f"optimiser ({_pct(fp['optimiser'])}) and to the many small operations between them."
+            )
+        mini = v.get("minimal_fp32_eager")
+        if mini and "error" not in mini:
+            diff = mini["tokens_per_s"] / base["tokens_per_s"] - 1
+            reading += (
+                f" The minimal GPT, which has no token-id check, reached {_pct(mini['share_of_peak'])} "
+                f"({_n(mini['tokens_per_s'])} tokens/s against the course GPT's {_n(base['tokens_per_s'])}, "
+                f"{abs(diff) * 100:.0f} % {'more' if diff > 0 else 'less'})."
+            )
+        lines += [reading, ""]
+        if peaks.get("tf32"):
+            lines += [
+                (
+                    "TF32 is a mode of the GPU's tensor cores for float32 matmuls: the inputs are rounded to 10 bits "
+                    "of mantissa (float32's range, float16's precision) and the sums kept in float32; "
+                    "`torch.backends.cuda.matmul.allow_tf32 = True` turns it on. No training run here used it."
+                ),
+                "",
+            ]
     cpu, gpu = prec.get("cpu"), prec.get("cuda")
     if cpu and gpu:
         c, g = cpu["variants"].get("ours_fp32_eager", {}), gpu["variants"].get("ours_fp32_eager", {})
@@ -2153,6 +2521,41 @@ def _render_limit(prec: dict, chk: dict | None = None, sweep: dict | None = None
                 ),
                 "",
             ]
+    lines += _roofline(prec, chk, extra)
+    if gpu and sweep:
+        b = sorted({r["batch"] for r in sweep["rows"]})
+        w = sorted({r["d_model"] for r in sweep["rows"]})
+        paras = _sweep_reading(sweep, gpu)
+        lines += [
+            "### Larger batches and wider models on the GPU",
+            "",
+            (
+                f"A second measurement on an {sweep['device'].get('name', 'GPU')} trained the same architecture on "
+                f"random tokens at batch sizes {', '.join(map(str, b))} and widths {' and '.join(map(str, w))}, in "
+                "float32 and under bfloat16 autocast, timed back to back as an ordinary training loop runs."
+            ),
+            "",
+        ]
+        if FIGURE_SWEEP.exists():
+            lines += [
+                "```{figure} figures/bench_sweep.png",
+                (
+                    ":alt: Share of the fastest measured matmul against batch size, log scale, four lines: float32 and "
+                    "bfloat16 at d_model 128 and 512."
+                ),
+                f":width: {_shown_width(FIGURE_SWEEP)}px",
+                "",
+                (
+                    "Share of the fastest measured matmul in the run's format against the batch size (timed back to "
+                    "back), one line per width and format."
+                ),
+                "```",
+                "",
+            ]
+        lines += [paras[0], "", *_sweep_table(sweep), paras[1], ""]
+        lines += ["### bfloat16 on the GPU, revisited", "", *(p + "\n" for p in _bf16_gpu_revisited(gpu, sweep))]
+        lines += _fold("The code that measured the sweep", _code(bench_batch_sweep))
+    lines += _fold("The code that measured the copy's bandwidth", _code(bench_copy_bandwidth)) if extra else []
     return lines
 
 
@@ -2188,8 +2591,7 @@ def _render_side_by_side(results: dict) -> list[str]:
         )
     for dev, r in (results.get("gpt_vs_minimal") or {}).items():
         side.append(
-            "The course's `GPT` vs a minimal GPT-2 written the way nanoGPT's model is (one fused query/key/value "
-            "projection, fused causal attention, no input checks), training "
+            "The course's `GPT` vs the minimal GPT of the compilation section, training "
             f"({r['config']}, {r['steps']} steps of {r['batch']}; {on(dev)}): "
             f"{_n(r['ours_tokens_per_s'])} vs {_n(r['minimal_tokens_per_s'])} tokens/s, "
             f"**{r['throughput_ratio']:.3f}×** the throughput; validation loss "
@@ -2214,7 +2616,7 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"The course's encoder with MiniLM's weights vs `BertModel`, inference ({r['shape']}; "
             f"{on(dev)}): {r['ours_ms']:.1f} vs {r['bert_ms']:.1f} ms, "
             f"**{r['ratio_ours_vs_bert']:.2f}×** the time. The same weights and inputs; each the median of 7 calls "
-            "after 2 of warm-up. Where the difference comes from was not measured."
+            "after 2 of warm-up."
         )
     if not side:
         return []
@@ -2243,16 +2645,20 @@ def _render_side_by_side(results: dict) -> list[str]:
         )
     if gm:
         text.append(
-            "The GPT of chapter 10 uses the fast kernels: one fused query/key/value matrix and fused "
-            "attention told `is_causal=True` instead of a mask tensor, the same kernels as the minimal reference, "
-            "and the two reach the same validation loss"
+            "The GPT of chapter 10 uses the same fast kernels as the minimal GPT: one fused query/key/value "
+            "matrix and fused attention told `is_causal=True` instead of a mask tensor, and the two reach the same "
+            "validation loss"
             + (" to the last digit" if gm["ours_val_loss"] == gm["minimal_val_loss"] else "")
             + f". Their throughput differs by {abs(1 - gm['throughput_ratio']) * 100:.1f} % "
-            f"(from run to run: {min(gm['runs']):.3f}× to {max(gm['runs']):.3f}×); the course's model also checks "
-            "its token ids on every call (the token-id check), which the reference does not."
+            f"(from run to run: {min(gm['runs']):.3f}× to {max(gm['runs']):.3f}×), although the course's model "
+            "also runs the token-id check on every call."
         )
     if text:
         lines += [" ".join(text), ""]
+    lines += _fold(
+        "The code that measured these comparisons",
+        _code(bench_mha, bench_gpt_vs_minimal, bench_gpt_vs_minimal_runs, bench_gpt_vs_hf, bench_encoder_vs_bert),
+    )
     return lines
 
 
@@ -2266,7 +2672,7 @@ def _render_notebooks(results: dict) -> list[str]:
     longest = max(nbs, key=lambda r: r["seconds"])
     when = results.get("notebooks_date", results["date"])
     lines = [
-        "## What each chapter costs a learner",
+        "## How long each chapter takes to run",
         "",
         (
             f"Each chapter run from top to bottom on the {m['cpu']}, {m['cores']} cores, {m['torch_threads']} "
@@ -2294,8 +2700,8 @@ def _render_notebooks(results: dict) -> list[str]:
                 f"{longest['seconds'] / total * 100:.0f} % of the measured total. "
                 + ("Chapter " if len(missing) == 1 else "Chapters ")
                 + ", ".join(nb[:2] for nb in missing)
-                + (" was" if len(missing) == 1 else " were")
-                + " not measured, so the whole course takes longer than this, by an unknown amount."
+                + (" is" if len(missing) == 1 else " are")
+                + " newer than these timings, so the whole course takes longer than this, by an unknown amount."
             ),
             "",
         ]
@@ -2363,10 +2769,9 @@ def _render_ddp(results: dict) -> list[str]:
         (
             ("The losses are the same" if one["val_loss"] == two["val_loss"] else "The losses agree")
             + f" to the digits shown: the two runs take the same steps. Two processes took {ratio:.2f}× the time "
-            f"of one, from one run of each (the spread between runs was not measured), not half: on this machine "
-            f"they share the same {m['cores']} cores that one process already "
-            f"used with {m['torch_threads']} threads. What the all-reduce that `DistributedDataParallel` adds "
-            "cost was not measured. For data parallelism to shorten a step, each process needs its own device."
+            f"of one (one run of each), not half: on this machine they share the same {m['cores']} cores that one "
+            f"process already used with {m['torch_threads']} threads. For data parallelism to shorten a step, each "
+            "process needs its own share of the hardware: its own GPU, or its own cores."
         ),
         "",
         (
@@ -2378,17 +2783,18 @@ def _render_ddp(results: dict) -> list[str]:
             "just before it runs."
         ),
         "",
+        *_fold("The code that measured one process against two", _code(bench_ddp)),
     ]
 
 
 def _render_summary(results: dict) -> list[str]:
-    """The page's answers in four lines, each computed from the measurements below it."""
+    """The page's answers, one line per section, each computed from the measurements below it."""
     items = []
     sc = results.get("scaling")
     if sc and "explicit_ms" in sc["rows"][0]:
         last, prev = sc["rows"][-1], sc["rows"][-2]
         early = [r["explicit_ms"] / r["fused_ms"] for r in sc["rows"][:-1]]
-        items.append(
+        text = (
             "Attention's n×n matrix: "
             + (
                 f"at n = {last['n']} the fused kernel needs {_x(last['explicit_peak_mib'] / last['fused_peak_mib'])} "
@@ -2397,60 +2803,129 @@ def _render_summary(results: dict) -> list[str]:
                 else "the fused kernel is "
             )
             + f"{_span(min(early), max(early), _x)} as fast up to n = {prev['n']}, and "
-            f"{_x(last['explicit_ms'] / last['fused_ms'])} at n = {last['n']}, where the explicit attention's time "
-            f"jumped {_x(last['explicit_ms'] / prev['explicit_ms'])} (cause not measured)."
+            f"{_x(last['explicit_ms'] / last['fused_ms'])} at n = {last['n']}."
         )
+        online = ((results.get("extra_checks") or {}).get("online_softmax") or [None])[-1]
+        if online and online.get("blocked_peak_mib"):
+            text += (
+                " A dozen lines of blocked attention with an online softmax give the same output, to float32 "
+                f"rounding, in {online['blocked_peak_mib']:.1f} MiB instead of {online['explicit_peak_mib']:.0f} MiB "
+                f"(n = {online['n']})."
+            )
+        items.append(text)
     kv = results.get("kv_cache")
     if kv:
         r = kv["rows"][-1]
         items.append(f"Generation: the KV cache makes {r['new_tokens']} new tokens {_x(r['speedup'])} faster.")
-    cpu = (results.get("precision") or {}).get("cpu")
-    if cpu:
+    prec = results.get("precision") or {}
+    cpu, gpu = prec.get("cpu"), prec.get("cuda")
+    sweep = (results.get("batch_sweep") or {}).get("cuda")
+    if cpu and "error" not in cpu["variants"].get("ours_bf16_eager", {"error": 1}):
         v = cpu["variants"]
-        base, bf = v.get("ours_fp32_eager"), v.get("ours_bf16_eager")
-        if base and "error" not in base:
-            text = f"Training on the CPU ({cpu['device']['cpu']}): "
-            if bf and "error" not in bf:
-                text += (
-                    f"bfloat16 autocast runs at {_x(bf['tokens_per_s'] / base['tokens_per_s'])} the speed of float32"
-                )
-                comp = [
-                    _saving(cpu, e, c)[3]
-                    for e, c in (("ours_fp32_eager", "ours_fp32_compiled"), ("ours_bf16_eager", "ours_bf16_compiled"))
-                    if "error" not in v.get(c, {"error": 1})
-                ]
-                text += ", and compiling adds no measurable saving; " if comp and not any(comp) else "; "
+        text = (
+            "bfloat16: on the CPU autocast trains at "
+            f"{_x(v['ours_bf16_eager']['tokens_per_s'] / v['ours_fp32_eager']['tokens_per_s'])} "
+            "the speed of float32"
+        )
+        if gpu and "error" not in gpu["variants"].get("ours_bf16_eager", {"error": 1}):
+            g = gpu["variants"]
             text += (
-                f"float32 training reaches {_pct(base['share_of_peak'])} of the fastest float32 matmul PyTorch ran "
-                "on that CPU."
+                f"; on the GPU, at this size, eager bfloat16 ran at "
+                f"{_x(g['ours_bf16_eager']['tokens_per_s'] / g['ours_fp32_eager']['tokens_per_s'])} (steps timed in "
+                f"turn) and {_x(g['ours_fp32_eager']['run_step_s'] / g['ours_bf16_eager']['run_step_s'])} (alone)"
             )
-            items.append(text)
-    gpu = (results.get("precision") or {}).get("cuda")
-    if gpu:
-        v = gpu["variants"]
-        base = v.get("ours_fp32_eager")
-        if base and "error" not in base:
-            items.append(
-                f"On the GPU ({gpu['device']['name']}) the same float32 training runs "
-                + _span(_fp32_spread(gpu)[0] / _fp32_spread(cpu)[0], _fp32_spread(gpu)[1] / _fp32_spread(cpu)[1], _x)
-                + " as fast as on the CPU, yet reaches only "
-                + _span(_fp32_spread(gpu)[2], _fp32_spread(gpu)[3], _pct)
-                + " of the GPU's fastest float32 matmul (the ranges: the steps timed in turn, all runs taking turns "
-                "step by step, or alone, one run after the other): at this size most of the GPU's arithmetic "
-                "goes unused."
-                if cpu and "tokens_per_s" in cpu["variants"].get("ours_fp32_eager", {})
-                else f"On the GPU ({gpu['device']['name']}) float32 training reaches {_pct(base['share_of_peak'])} "
-                "of its fastest float32 matmul."
+            if sweep:
+                b = max(r["batch"] for r in sweep["rows"])
+                d = max(r["d_model"] for r in sweep["rows"])
+                ratio = (
+                    _sweep_row(sweep, b, d, True)["tokens_per_s_loop"]
+                    / _sweep_row(sweep, b, d, False)["tokens_per_s_loop"]
+                )
+                text += f", and {_x(ratio)} at d_model {d}, batch {b}"
+        items.append(text + ".")
+    verdicts = []
+    for rec in prec.values():
+        for e, c in (
+            ("ours_fp32_eager", "ours_fp32_compiled"),
+            ("ours_bf16_eager", "ours_bf16_compiled"),
+            ("minimal_fp32_eager", "minimal_fp32_compiled"),
+        ):
+            ve, vc = rec["variants"].get(e, {"error": 1}), rec["variants"].get(c, {"error": 1})
+            if "error" not in ve and "error" not in vc:
+                compile_s = vc["first_step_extra_s"] - max(ve["first_step_extra_s"], 0.0)
+                verdicts.append((_saving(rec, e, c)[3] and _saving(rec, e, c)[0] > 0, compile_s))
+    if verdicts and not any(v for v, _ in verdicts):
+        lo, hi = min(s for _, s in verdicts), max(s for _, s in verdicts)
+        items.append(
+            f"Compilation: no measurable saving at this size, on either device, for {lo:.0f} to {hi:.0f} s of "
+            "compile time."
+        )
+    if cpu and "tokens_per_s" in cpu["variants"].get("ours_fp32_eager", {}):
+        text = (
+            f"The limit: float32 training reaches {_pct(cpu['variants']['ours_fp32_eager']['share_of_peak'])} of "
+            "the fastest float32 matmul on the CPU."
+        )
+        if gpu and "tokens_per_s" in gpu["variants"].get("ours_fp32_eager", {}):
+            t, a = _fp32_spread(gpu)[0] / _fp32_spread(cpu)[0], _fp32_spread(gpu)[1] / _fp32_spread(cpu)[1]
+            fmt = (lambda r: f"{r:.0f}×") if max(t, a) >= 10 else _x
+            text += (
+                f' On the GPU it runs {fmt(t)} (steps timed in turn) to {fmt(a)} (timed alone; see "Timing '
+                f'correctly") as fast, yet reaches only {_span(_fp32_spread(gpu)[2], _fp32_spread(gpu)[3], _pct)} '
+                "of the GPU's fastest float32 matmul"
             )
+            if sweep:
+                b = max(r["batch"] for r in sweep["rows"])
+                d = max(r["d_model"] for r in sweep["rows"])
+                text += (
+                    f"; with larger operations (d_model {d}, batch {b}) the same architecture reached "
+                    f"{_pct(_sweep_row(sweep, b, d, False)['share_of_peak_loop'])}"
+                )
+            text += "."
+        items.append(text)
+    mha = next(iter((results.get("mha") or {}).values()), None)
+    gm = next(iter((results.get("gpt_vs_minimal") or {}).values()), None)
+    if mha or gm:
+        text = "Against the libraries: "
+        if mha:
+            text += (
+                f"the course's `MultiHeadAttention` takes {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with its "
+                f"explicit attention and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with the fused one"
+            )
+        if gm:
+            text += ("; " if mha else "") + (
+                f"its GPT trains at the speed of a minimal nanoGPT-style GPT to within "
+                f"{abs(1 - gm['throughput_ratio']) * 100:.1f} %"
+            )
+        items.append(text + ".")
+    nbs = results.get("notebooks")
+    if nbs:
+        total = sum(round(r["seconds"], 1) for r in nbs)
+        longest = max(nbs, key=lambda r: r["seconds"])
+        m = results["machine"]
+        items.append(
+            f"The {len(nbs)} chapters timed run in {total / 60:.0f} minutes on {m['cores']} cores, "
+            f"{longest['seconds'] / total * 100:.0f} % of it in chapter {longest['notebook'][:2].lstrip('0')}."
+        )
+    ddp = results.get("ddp")
+    if ddp:
+        ratio = ddp["2 processes"]["seconds_per_step"] / ddp["1 process"]["seconds_per_step"]
+        items.append(
+            f"Several processes: two on the same {results['machine']['cores']} cores took {ratio:.2f}× the time of "
+            "one; data parallelism pays only when each process has hardware of its own."
+        )
     items = [i for i in items if i]
     if not items:
         return []
     return ["In short:", "", *[f"* {i}" for i in items], ""]
 
 
-def _render_exercises() -> list[str]:
+def _render_exercises(results: dict | None = None) -> list[str]:
     """Predict, then measure: each exercise repeats one of the page's measurements with one thing changed."""
-    return [
+    results = results or {}
+    gpu = (results.get("precision") or {}).get("cuda")
+    sweep = (results.get("batch_sweep") or {}).get("cuda")
+    cpu = (results.get("precision") or {}).get("cpu")
+    lines = [
         "## Exercises",
         "",
         (
@@ -2459,24 +2934,88 @@ def _render_exercises() -> list[str]:
         ),
         "",
         (
-            "1. On a GPU, time one training step of chapter 10's `GPT` with and without the second "
-            "`torch.cuda.synchronize()` in `time_it`. Which of the two numbers is the time of the work?"
+            "**1.** On a GPU, time one training step of chapter 10's `GPT` with and without the second "
+            "`torch.cuda.synchronize()` in `time_it`. The model's token-id check waits for the GPU at the start "
+            "of every forward call: which parts of the step does the timer without the second `synchronize()` "
+            "still include?"
+        ),
+        "",
+        *_fold(
+            "Expected outcome",
+            "The token-id check runs before the embedding lookup, so it waits only for work queued before the "
+            "step, and the first `synchronize()` has already emptied the queue. Without the second one, the timer "
+            "stops once the forward pass, the backward pass and the optimiser step have been queued: it measures "
+            "how long the CPU takes to launch the step: expect it to be shorter than the step. The synchronised "
+            "number is "
+            "the time of the work. (In a loop without `time_it`, the next step's token-id check waits for this "
+            "step's work, so the total time of many steps is right to within the last step's, even without any "
+            "`synchronize()`.)",
+            "text",
         ),
         (
-            "2. Train the same model for a few steps at batch sizes 16, 64 and 256, and compute the share of the "
-            "fastest matmul as the section on the limit does (FLOPs per token × tokens per second ÷ the matmul's "
-            "FLOP/s). How does the share change with the batch?"
-        ),
-        (
-            "3. On a GPU, set `torch.backends.cuda.matmul.allow_tf32 = True` and time a 4096×4096 float32 matmul and "
-            "a float32 training step, each with and without it."
-        ),
-        (
-            "4. Compile a model four times as wide (d_model 512) and count the steps after which the compile time is "
-            "paid back, if it is."
+            "**2.** Train the same model for a few steps at batch sizes 16, 64 and 256, and compute the share of "
+            "the fastest matmul as the section on the limit does. How does the share change with the batch?"
         ),
         "",
     ]
+    sol2 = (
+        "n = sum(p.numel() for p in model.parameters()) - model.pos_emb.weight.numel()\n"
+        "cfg = model.config\n"
+        "flops_per_token = 6 * n + 12 * cfg.n_layer * cfg.d_model * cfg.block_size\n"
+        "tokens_per_s = batch * cfg.block_size / time_it(step)\n"
+        "share = flops_per_token * tokens_per_s / peak_flops  # peak_flops: your fastest matmul\n"
+    )
+    expect = []
+    if sweep:
+        sh = {r["batch"]: r["share_of_peak_loop"] for r in sweep["rows"] if r["d_model"] == 128 and not r["bf16"]}
+        expect.append(
+            f"On a GPU, expect the share to grow with the batch, as in the sweep on the "
+            f"{sweep['device'].get('name', 'GPU')} ("
+            + ", ".join(f"batch {k}: {_pct(sh[k])}" for k in sorted(sh))
+            + ")."
+        )
+    if cpu:
+        expect.append(
+            "On a CPU, float32 training already reached "
+            f"{_pct(cpu['variants']['ours_fp32_eager']['share_of_peak'])} of the fastest float32 matmul at batch "
+            f"{cpu['batch']}, so expect a smaller change there (not measured here)."
+        )
+    lines += _fold("Solution and expected outcome", sol2, after=" ".join(expect))
+    lines += [
+        (
+            "**3.** On a GPU, set `torch.backends.cuda.matmul.allow_tf32 = True` and time a 4096×4096 float32 "
+            "matmul and a float32 training step, each with and without it."
+        ),
+        "",
+    ]
+    if gpu and gpu["peak_flops"].get("tf32"):
+        p = gpu["peak_flops"]
+        lines += _fold(
+            "Expected outcome",
+            f"On the {gpu['device']['name']} the fastest float32 matmul ran at {_flops(p['fp32'])} and the fastest "
+            f"TF32 one at {_flops(p['tf32'])}, {_x(p['tf32'] / p['fp32'])} as fast. The training step of the "
+            "model above spends most of its time outside arithmetic (it reached "
+            f"{_span(_fp32_spread(gpu)[2], _fp32_spread(gpu)[3], _pct)} of the float32 peak), so expect it to gain "
+            "far less than the matmul; how much was not measured here.",
+            "text",
+        )
+    lines += [
+        (
+            "**4.** Compile a model four times as wide (d_model 512) and count the steps after which the compile "
+            "time is paid back, if it is."
+        ),
+        "",
+        *_fold(
+            "Expected outcome",
+            "Not measured here; a prediction to test. The compiler fuses the small operations between the matrix "
+            "multiplications and leaves the products to the same libraries. At four times the width each product "
+            "does 16 times the arithmetic while each small operation touches only 4 times the memory, so the "
+            "share of the step that fusion can shorten falls: expect a saving that is small against the step, if "
+            "it is measurable at all, and count the steps from the smaller of the two ways of timing.",
+            "text",
+        ),
+    ]
+    return lines
 
 
 def render(results: dict) -> str:
@@ -2487,8 +3026,7 @@ def render(results: dict) -> str:
             "Why is a model slow, and what would make it fast? This appendix answers with measurements of the "
             "course's own models: where the time goes in attention, what a KV cache saves in generation, what a "
             "smaller number format and a compiler buy in training, and how far all of it is from the fastest "
-            "arithmetic the device was measured to do. Every measurement names the machine it ran on, and says "
-            "how it was taken; where a cause was not measured, the page says so."
+            "arithmetic the device was measured to do."
         ),
         "",
     ]
@@ -2496,7 +3034,7 @@ def render(results: dict) -> str:
     lines += _render_machine(results)
     lines += _render_timing()
     if results.get("scaling"):
-        lines += _render_scaling(results["scaling"], results["machine"]["cpu"])
+        lines += _render_scaling(results["scaling"], results["machine"]["cpu"], results.get("extra_checks"))
     if results.get("kv_cache"):
         lines += _render_kv(
             results["kv_cache"], (results["kv_cache"].get("device") or {}).get("cpu", results["machine"]["cpu"])
@@ -2506,12 +3044,12 @@ def render(results: dict) -> str:
     if prec:
         sweep = (results.get("batch_sweep") or {}).get("cuda")
         lines += _render_precision(prec, chk, sweep)
-        lines += _render_compile(prec)
-        lines += _render_limit(prec, chk, sweep)
+        lines += _render_compile(prec, results.get("extra_checks"))
+        lines += _render_limit(prec, chk, sweep, results.get("extra_checks"))
     lines += _render_side_by_side(results)
     lines += _render_notebooks(results)
     lines += _render_ddp(results)
-    lines += _render_exercises()
+    lines += _render_exercises(results)
     while lines and lines[-1] == "":
         lines.pop()
     return "\n".join(lines)
@@ -2520,7 +3058,7 @@ def render(results: dict) -> str:
 def bench_batch_sweep(device: torch.device, steps: int = 20, warmup: int = 5) -> dict:
     """Chapter 10's GPT (4 layers, 4 heads, block 128) trained on random tokens at several batch sizes and
     widths, in float32 and under bfloat16 autocast: tokens/s when every step is synchronised before and after
-    (as in the precision section), and when ``steps`` steps run back to back with one synchronisation at the end
+    (as in bench_precision_compile), and when ``steps`` steps run back to back with one synchronisation at the end
     (an ordinary training loop); with FLOPs per token (nanoGPT's estimate) and the share of the measured peak."""
     from transformer_course import gpt as G
 
@@ -2625,6 +3163,22 @@ def main() -> None:
         "--only-scaling", action="store_true", help="measure only attention against sequence length, merge, render"
     )
     parser.add_argument(
+        "--only-online-softmax",
+        action="store_true",
+        help="measure only blocked attention with an online softmax against the explicit one (seconds), merge, render",
+    )
+    parser.add_argument(
+        "--only-graph-breaks",
+        action="store_true",
+        help="ask the compiler only why it breaks the course's GPT into graphs (seconds), merge, render",
+    )
+    parser.add_argument(
+        "--only-extra-checks",
+        action="store_true",
+        help="measure only blocked attention (online softmax), the graph breaks' reasons and a copy's bandwidth "
+        "(CPU, seconds), merge, render",
+    )
+    parser.add_argument(
         "--devices",
         default=None,
         help="with --only-precision: comma-separated devices to measure (default: cpu, and cuda when present)",
@@ -2669,6 +3223,18 @@ def main() -> None:
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.only_cpu_checks:
         results = {**previous, "cpu_checks": bench_cpu_checks()}
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.only_online_softmax:
+        torch.set_num_threads(THREADS)
+        extra = {**previous.get("extra_checks", {}), "online_softmax": bench_online_softmax()}
+        results = {**previous, "extra_checks": extra}
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.only_graph_breaks:
+        extra = {**previous.get("extra_checks", {}), "graph_breaks": bench_graph_breaks()}
+        results = {**previous, "extra_checks": extra}
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    elif args.only_extra_checks:
+        results = {**previous, "extra_checks": bench_extra_checks()}
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.only_scaling:
         results = {**previous, "scaling": bench_scaling()}

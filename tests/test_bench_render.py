@@ -75,3 +75,17 @@ def test_a_compile_saving_counts_only_when_both_timings_agree_and_exceed_the_noi
     turns, alone, noise, measurable = BENCH._saving(rec, "e", "c")
     assert measurable and abs(turns - 0.010) < 1e-9 and abs(noise - 0.001) < 1e-9
     assert not BENCH._saving(rec, "e", "c_flip")[3]  # the two timings disagree on the sign
+
+
+def test_a_chapter_timed_later_gets_its_row_and_joins_the_total():
+    results = copy.deepcopy(RESULTS)
+    timed = {r["notebook"] for r in results["notebooks"]}
+    book = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+    for nb in book:
+        if nb not in timed:
+            results["notebooks"].append({"notebook": nb, "seconds": 100.0, "error": None, "metrics": []})
+    page = BENCH.render(results)
+    chapters = re.search(r"## How long each chapter takes to run.*?\n## ", page, re.S).group(0)
+    assert "not measured" not in chapters and "| all chapters |" in chapters
+    total = sum(round(r["seconds"], 1) for r in results["notebooks"])
+    assert f"| all chapters | {total:.1f} |" in chapters
