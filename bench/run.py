@@ -1522,7 +1522,10 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
             f"How measured: time is the median of {sc.get('repeats', 5)} calls after 2 of warm-up, the two "
             "taking turns; peak extra memory is how much the process's resident "
             "memory grew while one call ran, in a fresh process for each length; the last column is the size of "
-            "one n×n matrix of float32 numbers."
+            "one n×n matrix of float32 numbers. Chapter 04 makes the same comparison in its own run and counts "
+            "memory differently: the bytes of the tensors each version creates, exactly, which leaves out what "
+            "the memory allocator and the libraries add. Its memory figures are therefore smaller than these, "
+            "and its times, from another run, differ from these in their last digits or more."
         ),
         "",
     ]
