@@ -21,6 +21,8 @@ ALL = {
     "feed_forward": diagrams.feed_forward,
     "norm_axes": diagrams.norm_axes,
     "gpt2_vs_llama": diagrams.gpt2_vs_llama,
+    "gpt_model": diagrams.gpt_model,
+    "kv_cache": diagrams.kv_cache,
 }
 
 
@@ -132,3 +134,22 @@ def test_gpt2_vs_llama_shows_the_sizes_and_refuses_uneven_groups():
     assert "× 2" in labels and "× 5" in labels and labels.count("RMSNorm") == 3
     with pytest.raises(ValueError, match="llama_heads=9 is not divisible by llama_kv_heads=2"):
         diagrams.gpt2_vs_llama(llama_heads=9, llama_kv_heads=2)
+
+
+def test_gpt_model_shows_its_sizes():
+    fig = diagrams.gpt_model(n_layer=6, n_head=8, d_model=64, block_size=32, vocab_size=50)
+    labels = " ".join(t.get_text() for t in texts(fig))
+    plt.close(fig)
+    assert "× 6" in labels and "8 heads" in labels and "64 → 256 → 64" in labels
+    assert "32 learned position" in labels and "50 tokens" in labels
+
+
+def test_kv_cache_appends_one_key_and_value_per_step():
+    fig = diagrams.kv_cache(steps=3)
+    labels = [t.get_text() for t in texts(fig)]
+    plt.close(fig)
+    # step t holds keys k1..kt and values v1..vt: 1 + 2 + 3 of each
+    assert labels.count("k1") == 3 and labels.count("k3") == 1 and labels.count("v2") == 2
+    assert "3 keys" in labels and "q3" in labels
+    with pytest.raises(ValueError, match="1 to 5 steps"):
+        diagrams.kv_cache(steps=0)

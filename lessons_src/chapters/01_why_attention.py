@@ -40,10 +40,12 @@ from transformer_course.tasks.why_attention import (
 )
 from transformer_course.utils import count_parameters, set_seed, show_source
 
+_ = set_seed(0)
+
 # %% tags=["remove-cell"]
-# seed 0; one CPU thread, so that sums run in the same order each time
+# one CPU thread, so that sums run in the same order each time
 # (other CPUs can still round differently in the last digits)
-_ = set_seed(0, num_threads=1)
+torch.set_num_threads(1)
 
 # %% caption="Two ways to carry the first token, at position 0, to the last position. Top: a recurrent network passes it through every hidden state, 5 steps for 6 tokens. Bottom: self-attention connects every input to every output, so the first token reaches the last position in one step." alt="Two diagrams stacked. Top: six token boxes x0 to x5, each with an arrow up into a hidden state h0 to h5; the hidden states form a chain of arrows numbered 1 to 5, drawn in red together with the arrow from x0, and the caption line says x0 reaches the last position in 5 steps. Bottom: six token boxes below six output boxes y0 to y5, with a grey line from every token to every output and one red arrow from x0 straight to y5, labelled: x0 reaches the last position in 1 step."
 recurrence_vs_attention(num_tokens=6, first_index=0)
@@ -297,13 +299,13 @@ print(f"chosen: GRU {best_lr['gru']}, attention {best_lr['attention']}")
 # picked on).
 #
 # What goes wrong for attention at 0.1 in this run? `AttentionClassifier` keeps the attention weights of its
-# last call. The cell below trains it at that rate again, from the same initial weights and
+# last call. The code below trains it at that rate again, from the same initial weights and
 # batches, and before training and after each of the first 50 steps records the last position's attention
 # weights on the held-out sequences: the largest of its 20 weights and its
 # weight on position 0, each averaged over the 1000 sequences. It then looks at the model of the
 # table, after 300 steps.
 
-# %% caption="The last position's attention weights while the attention model trains at rate 0.1, averaged over the 1000 held-out sequences before training and after each of the first 50 steps. The largest of the 20 weights rises from 0.138 to 0.994 by step 10 and is 1.000 from step 20 on; the weight on position 0 falls from 0.057 to 0.000 by step 10 and stays there." alt="A line plot, mean weight from 0 to 1 against training step 0 to 50. The line of the largest weight climbs from about 0.14 to 1 within the first 10 steps and then stays flat at 1. The line of the weight on position 0 starts near 0.06, drops to 0 within the first 10 steps and stays flat at 0."
+# %%
 saturation = []  # [(step, mean largest weight, mean weight on position 0)]
 
 
@@ -317,6 +319,8 @@ train_first_token(
     "attention", SEQ_LEN, 0.1, steps=50, eval_every=1, on_eval=record_weights
 )
 steps, largest, on_0 = zip(*saturation)
+
+# %% tags=["hide-input"] caption="The last position's attention weights while the attention model trains at rate 0.1, averaged over the 1000 held-out sequences before training and after each of the first 50 steps. The largest of the 20 weights rises from 0.138 to 0.994 by step 10 and is 1.000 from step 20 on; the weight on position 0 falls from 0.057 to 0.000 by step 10 and stays there." alt="A line plot, mean weight from 0 to 1 against training step 0 to 50. The line of the largest weight climbs from about 0.14 to 1 within the first 10 steps and then stays flat at 1. The line of the weight on position 0 starts near 0.06, drops to 0 within the first 10 steps and stays flat at 0."
 fig, ax = plt.subplots(figsize=(6.6, 3.4))
 ax.plot(steps, largest, marker=".", label="largest weight")
 ax.plot(steps, on_0, marker="^", markersize=4, label="weight on position 0")
@@ -329,6 +333,7 @@ ax.grid(alpha=0.3)
 ax.legend(loc="center right", fontsize=12)
 plt.show()
 
+# %%
 print("rate 0.1, last position's weights, mean")
 print(f"{'step':<6}{'largest':>9}{'on position 0':>15}")
 for step, big, w0 in saturation[::10]:
@@ -363,21 +368,26 @@ print("  " + ", ".join(f"{p} ({n})" for p, n in enumerate(wins) if n))
 # sequence; it shows how the last position's query spreads its weight over the 20
 # positions, before training (same initial weights) and after.
 
-# %% caption="Attention weights of the last position's query in 12 held-out sequences. Top: before training, small weights scattered over all positions, about 0.05 on average. Bottom: after training, all of the weight sits on position 0." alt="Two heatmaps stacked, each 12 sequences (rows) by 20 positions (columns, labelled every other position) on a colour scale from 0 to 1. The top one is dark throughout, with small irregular patches of slightly lighter cells, none above about 0.3. The bottom one is dark everywhere except the first column, which is bright yellow (weight 1) in every row."
+# %%
 torch.manual_seed(0)
 untrained = AttentionClassifier(VOCAB, max_len=SEQ_LEN)
 attn_model = runs["attention", SEQ_LEN, best_lr["attention"]][0]
 last_query = {}
-fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.2))
-for ax, (name, model) in zip(
-    axes, (("before training", untrained), ("after training", attn_model))
+for name, model in (
+    ("before training", untrained),
+    ("after training", attn_model),
 ):
     with torch.no_grad():
         model(test_tokens)
     # (1000, SEQ_LEN): weights of the last position's query
     last_query[name] = model.attn_weights[:, -1]
+
+
+# %% tags=["hide-input"] caption="Attention weights of the last position's query in 12 held-out sequences. Top: before training, small weights scattered over all positions, about 0.05 on average. Bottom: after training, all of the weight sits on position 0." alt="Two heatmaps stacked, each 12 sequences (rows) by 20 positions (columns, labelled every other position) on a colour scale from 0 to 1. The top one is dark throughout, with small irregular patches of slightly lighter cells, none above about 0.3. The bottom one is dark everywhere except the first column, which is bright yellow (weight 1) in every row."
+fig, axes = plt.subplots(2, 1, figsize=(6.4, 8.2))
+for ax, (name, weights) in zip(axes, last_query.items()):
     plot_attention(
-        last_query[name][:12],
+        weights[:12],
         keys=[str(p) if p % 2 == 0 else "" for p in range(SEQ_LEN)],
         queries=[f"seq. {i}" for i in range(12)],
         ax=ax,
@@ -391,6 +401,7 @@ for ax, (name, model) in zip(
 fig.tight_layout()
 plt.show()
 
+# %%
 print("weight on position 0, 1000 sequences:")
 for name, weights in last_query.items():
     w0 = weights[:, 0]
@@ -415,7 +426,7 @@ for name, weights in last_query.items():
 # length, the first step at which each model reaches 95 %, the GRU's lowest accuracy after it first got there (`low`) and the number of later
 # steps at which it was below 95 % again (`below`).
 
-# %% caption="Held-out accuracy at every one of the first 100 training steps, at each model's chosen learning rate, for sequences of 10, 20, 40 and 100 tokens. One run per length (seed 0). Top: the GRU (rate 0.03) leaves chance later the longer the sequence; at length 10 it drops below 95 % again between steps 50 and 60. Bottom: the attention model (rate 0.01) reaches 95 % by step 22 at every length in this run." alt="Two line plots stacked, held-out accuracy (0 to 1) against training step (0 to 100), with a dotted line at chance, 0.125. Top, GRU: four curves stay near chance and then rise to 1.0, the length-10 curve first, near step 29, then length 20 and 40, and the length-100 curve last, near step 61; the length-10 curve dips to about 0.87 between steps 50 and 60 and returns to the top. Bottom, self-attention: four curves rise from about 0.12 to 1.0 within the first 22 steps, length 10 first and length 100 last."
+# %%
 LENGTHS = (10, 20, 40, 100)
 fine = {}  # {(kind, seq_len): curve}, accuracy at every one of 100 steps
 for seq_len in LENGTHS:
@@ -424,6 +435,7 @@ for seq_len in LENGTHS:
             kind, seq_len, best_lr[kind], steps=100, eval_every=1
         )[1]
 
+# %% tags=["hide-input"] caption="Held-out accuracy at every one of the first 100 training steps, at each model's chosen learning rate, for sequences of 10, 20, 40 and 100 tokens. One run per length (seed 0). Top: the GRU (rate 0.03) leaves chance later the longer the sequence; at length 10 it drops below 95 % again between steps 50 and 60. Bottom: the attention model (rate 0.01) reaches 95 % by step 22 at every length in this run." alt="Two line plots stacked, held-out accuracy (0 to 1) against training step (0 to 100), with a dotted line at chance, 0.125. Top, GRU: four curves stay near chance and then rise to 1.0, the length-10 curve first, near step 29, then length 20 and 40, and the length-100 curve last, near step 61; the length-10 curve dips to about 0.87 between steps 50 and 60 and returns to the top. Bottom, self-attention: four curves rise from about 0.12 to 1.0 within the first 22 steps, length 10 first and length 100 last."
 styles = {  # markers of decreasing size, so that coinciding curves show
     10: dict(marker="o", markersize=8, markerfacecolor="none"),
     20: dict(marker="s", markersize=6, markerfacecolor="none"),
@@ -453,6 +465,7 @@ axes[1].set_xlabel("training step", fontsize=11)
 fig.tight_layout()
 plt.show()
 
+# %%
 print("seed 0, first step at >= 0.95")
 print(f"{'length':<7}{'GRU':>5}{'attention':>10}{'low':>7}{'below':>7}")
 reach = {}
@@ -637,7 +650,7 @@ plt.show()
 # same ratio every 2 steps, next to the held-out accuracy.
 
 
-# %% caption="The GRU's seed-0 runs at lengths 40 and 100, measured every 2 training steps. Top: the gradient at token 0 divided by the gradient at the last token (log scale) climbs by many orders of magnitude. Bottom: the held-out accuracy of the same runs first passes 0.2 at step 38 (length 40) and step 48 (length 100), once the ratio has reached 0.43 and 0.60." alt="Two line plots stacked, sharing a training-step axis from 0 to 70. Top: two rising lines on a log scale from about 1e-21 to 10, length 40 starting near 1e-8 and length 100 near 1e-21; both pass 1 and level off above it. Bottom: held-out accuracy of the same runs, flat near the dotted chance line, then rising to 1.0, length 40 first."
+# %%
 during = {}  # {seq_len: [(step, gradient ratio of token 0, accuracy)]}
 for seq_len in (40, 100):
     tokens, labels = held_out(seq_len)
@@ -654,6 +667,7 @@ for seq_len in (40, 100):
         (step, ratio, acc) for (step, acc), ratio in zip(curve, ratios)
     ]
 
+# %% tags=["hide-input"] caption="The GRU's seed-0 runs at lengths 40 and 100, measured every 2 training steps. Top: the gradient at token 0 divided by the gradient at the last token (log scale) climbs by many orders of magnitude. Bottom: the held-out accuracy of the same runs first passes 0.2 at step 38 (length 40) and step 48 (length 100), once the ratio has reached 0.43 and 0.60." alt="Two line plots stacked, sharing a training-step axis from 0 to 70. Top: two rising lines on a log scale from about 1e-21 to 10, length 40 starting near 1e-8 and length 100 near 1e-21; both pass 1 and level off above it. Bottom: held-out accuracy of the same runs, flat near the dotted chance line, then rising to 1.0, length 40 first."
 fig, axes = plt.subplots(2, 1, figsize=(6.6, 5.6), sharex=True)
 for seq_len, marker in ((40, "^"), (100, ".")):
     steps, ratios, accs = zip(*during[seq_len])
@@ -671,6 +685,7 @@ for ax in axes:
 fig.tight_layout()
 plt.show()
 
+# %%
 print("GRU during training: gradient at token 0")
 print("divided by the gradient at the last token")
 print(f"{'':<6}{'length 40':^18}{'length 100':^18}")

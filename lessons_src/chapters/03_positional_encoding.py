@@ -567,10 +567,8 @@ gram = table512 @ table512.T
 for delta in [0, 1, 10, 50]:
     diag = gram.diagonal(delta)
     same = torch.allclose(diag, diag[0].expand_as(diag), atol=1e-4)
-    print(
-        f"distance {delta:>2}: PE_p . PE_(p+{delta}) = {diag[0]:7.3f}, "
-        f"the same for every p: {same}"
-    )
+    print(f"distance {delta:>2}: PE_p . PE_(p+{delta}) = {diag[0]:7.3f},")
+    print(f"             the same for every p: {same}")
 
 # %% [markdown]
 # As a function of the distance, the dot product falls steeply over the first few

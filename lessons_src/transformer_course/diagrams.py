@@ -1370,3 +1370,205 @@ def hard_lookup(n: int = 4, match: int = 1) -> Figure:
         ".0f",
         "weight 1 on the key equal to the query, 0 on all others",
     )
+
+
+def gpt_model(
+    n_layer: int = 4,
+    n_head: int = 4,
+    d_model: int = 128,
+    block_size: int = 64,
+    vocab_size: int = 96,
+) -> Figure:
+    """A GPT drawn bottom-up, sizes from the arguments: token and learned
+    position embeddings, ``n_layer`` pre-norm blocks with their residual
+    connections, a final LayerNorm and the output head tied to the token
+    embedding; notes on the right say what each part holds."""
+    sizes = (n_layer, n_head, d_model, block_size, vocab_size)
+    if min(sizes) <= 0:
+        raise ValueError(f"sizes must be positive, got {sizes}")
+    height = 8.1
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
+    x, w = 1.55, 2.6  # the column
+    # y of: tokens, embedding, norm, attention, +, norm, MLP, +, norm, head
+    ys = [0.35, 1.25, 2.45, 3.3, 4.05, 4.7, 5.4, 6.05, 6.95, 7.7]
+    boxes = [
+        (ys[0], 0.5, "tokens", "io"),
+        (ys[1], 0.7, "token + position\nembedding", "linear"),
+        (ys[2], 0.42, "LayerNorm", "norm"),
+        (ys[3], 0.75, f"causal self-\nattention, {n_head} heads", "attn"),
+        (ys[5], 0.42, "LayerNorm", "norm"),
+        (ys[6], 0.5, "MLP (GELU)", "ffn"),
+        (ys[8], 0.42, "LayerNorm", "norm"),
+        (ys[9], 0.5, "output head", "io"),
+    ]
+    for y, h, text, kind in boxes:
+        bw = w - (0.3 if kind != "io" else 0)
+        _box(ax, x, y, bw, h, text, COLORS[kind], size=MIN_FONT_PT)
+    path = [
+        (ys[0] + 0.25, ys[1] - 0.35),
+        (ys[1] + 0.35, ys[2] - 0.21),
+        (ys[2] + 0.21, ys[3] - 0.375),
+        (ys[3] + 0.375, ys[4] - 0.2),
+        (ys[4] + 0.2, ys[5] - 0.21),
+        (ys[5] + 0.21, ys[6] - 0.25),
+        (ys[6] + 0.25, ys[7] - 0.2),
+        (ys[7] + 0.2, ys[8] - 0.21),
+        (ys[8] + 0.21, ys[9] - 0.25),
+    ]
+    for a, b in path:
+        _arrow(ax, (x, a), (x, b))
+    # the residual connections, around each sub-layer on the left
+    xl = x - w / 2 + 0.05
+    for start, plus in ((ys[1] + 0.55, ys[4]), (ys[4] + 0.3, ys[7])):
+        ax.plot(
+            [x, xl, xl],
+            [start, start, plus],
+            color=COLORS["stream"],
+            linewidth=1.6,
+        )
+        _arrow(ax, (xl, plus), (x - 0.2, plus), color=COLORS["stream"])
+    for plus in (ys[4], ys[7]):
+        _plus(ax, x, plus, 0.2, linewidth=1.4, size=MIN_FONT_PT + 3)
+    top = ys[7] + 0.3
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2 - 0.05, ys[1] + 0.45),
+            w + 0.1,
+            top - ys[1] - 0.45,
+            boxstyle="round,pad=0.02",
+            facecolor="none",
+            edgecolor="#333333",
+            linestyle="--",
+        )
+    )
+    _text(
+        ax,
+        x + w / 2,
+        top + 0.03,
+        f"× {n_layer}",
+        ha="right",
+        va="bottom",
+        fontweight="bold",
+    )
+    # notes: what each part holds, computed from the sizes
+    nx = x + w / 2 + 0.5
+    notes = (
+        (
+            ys[9],
+            (
+                f"a score for each of the\n{vocab_size} tokens, with the\n"
+                "token embedding"
+            ),
+        ),
+        (ys[8], "normalises the stream\nonce, at the end"),
+        (
+            ys[7] - 0.15,
+            f"x + MLP(LN(x))\n{d_model} → {4 * d_model} → {d_model} wide",
+        ),
+        (
+            ys[4] - 0.05,
+            (
+                "x + attention(LN(x))\neach position sees\nitself and the\n"
+                "positions before it"
+            ),
+        ),
+        (
+            ys[1],
+            (
+                f"{vocab_size} token and\n{block_size} learned position\n"
+                f"vectors, {d_model} wide"
+            ),
+        ),
+    )
+    for y, text in notes:
+        _text(ax, nx, y, text, ha="left", va="center")
+    # the tied weights: the head reuses the token embedding's matrix
+    xr = x + w / 2 + 0.28
+    tie = "#c1121f"
+    ax.plot(
+        [x + w / 2, xr, xr, x + w / 2 - 0.15],
+        [ys[9], ys[9], ys[1], ys[1]],
+        color=tie,
+        linewidth=1.6,
+        linestyle="--",
+    )
+    _text(
+        ax,
+        xr,
+        (ys[1] + ys[9]) / 2 + 0.55,
+        "tied: one matrix",
+        ha="center",
+        va="center",
+        rotation=90,
+        color=tie,
+        backgroundcolor="white",
+    )
+    return fig
+
+
+def kv_cache(steps: int = 4) -> Figure:
+    """Generation with a KV cache, one row per step, for one attention
+    layer: the new token's key and value are appended to the cache (red
+    frame), and its query reads every cached key."""
+    if not 1 <= steps <= 5:
+        raise ValueError(f"kv_cache draws 1 to 5 steps, got {steps}")
+    row_h, box = 1.5, 0.5
+    height = 0.85 + steps * row_h
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
+    qx, cx, step_x, rx = 1.25, 2.3, 0.58, 5.0  # query, cache, notes
+    new = "#c1121f"
+    for header, hx, ha in (
+        ("query", qx, "center"),
+        ("key and value cache", cx - box / 2, "left"),
+        ("query reads", rx, "center"),
+    ):
+        _text(ax, hx, height - 0.12, header, ha=ha, va="top", weight="bold")
+    for i in range(steps):
+        t = i + 1
+        yc = height - 0.45 - row_h * (i + 0.5)
+        ky, vy = yc + 0.1, yc - 0.45
+        bus = ky + box / 2 + 0.22
+        _text(ax, 0.1, ky, f"step {t}", ha="left", va="center")
+        _box(ax, qx, ky, box + 0.1, box, f"q{t}", COLORS["query"])
+        for j in range(t):
+            x = cx + step_x * j
+            for y, name, kind in ((ky, "k", "key"), (vy, "v", "value")):
+                _box(ax, x, y, box, box - 0.08, f"{name}{j + 1}", COLORS[kind])
+            # the query reads every cached key, along a line above them
+            _arrow(ax, (x, bus), (x, ky + box / 2 - 0.02), width=1.2)
+        ax.plot(
+            [qx, qx, cx + step_x * i],
+            [ky + box / 2, bus, bus],
+            color="#333333",
+            linewidth=1.2,
+        )
+        x_new = cx + step_x * i
+        ax.add_patch(
+            FancyBboxPatch(
+                (x_new - box / 2 - 0.06, vy - box / 2 - 0.02),
+                box + 0.12,
+                ky - vy + box + 0.04,
+                boxstyle="round,pad=0.02",
+                facecolor="none",
+                edgecolor=new,
+                linewidth=2.2,
+            )
+        )
+        _text(
+            ax,
+            rx,
+            ky,
+            f"{t} key{'s' if t > 1 else ''}",
+            ha="center",
+            va="center",
+        )
+    _text(
+        ax,
+        0.1,
+        0.2,
+        "red frame: the key and value appended at this step",
+        ha="left",
+        va="center",
+        color=new,
+    )
+    return fig
