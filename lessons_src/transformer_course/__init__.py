@@ -35,6 +35,8 @@ module            what it holds                                      chapter
 ``generation``    ``generate``: greedy, temperature, top-k, top-p    10, 11
 ``train_gpt``     batches, evaluation, training and checkpoints of   10, 11
                   GPT
+``train_mlm``     data, held-out score and checkpoint of the         12
+                  masked LM
 ``hf_gpt2``       ``to_hf`` / ``from_hf`` (GPT-2 both ways), BPE     11
 ``llama``         ``Llama``: ``RMSNorm``, ``rope``, GQA              11
                   ``Attention``, ``SwiGLU``; ``from_hf_llama``

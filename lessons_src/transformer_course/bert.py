@@ -32,6 +32,7 @@ course's boolean ``(batch, 1, 1, length)`` mask (``True`` = may attend).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -440,6 +441,11 @@ def pretrain_mlm(
     lr: float = 1e-3,
     warmup: int = 50,
     generator: torch.Generator | None = None,
+    mask_prob: float = 0.15,
+    betas: tuple[float, float] = (0.9, 0.999),
+    evaluate: Callable[[], dict[str, float]] | None = None,
+    eval_every: int = 0,
+    show_progress: bool = True,
 ) -> History:
     """Masked-language-model pre-training on one long 1-D tensor of token ids;
     returns the :class:`~transformer_course.training.History` (the loss of
@@ -447,17 +453,30 @@ def pretrain_mlm(
 
     Each step takes ``batch_size`` random windows of ``model.config.max_len``
     tokens (``[CLS]`` + text; ``[SEP]`` ends each paragraph inside ``ids``),
-    masks them with :func:`mask_tokens` and takes an AdamW step (linear
-    warm-up, cosine decay, gradient clipping).
+    masks them with :func:`mask_tokens` (``prob=mask_prob``) and takes an
+    AdamW step (``betas``; linear warm-up, cosine decay, gradient clipping).
+    ``evaluate``, ``eval_every`` and ``show_progress`` go to
+    :func:`~transformer_course.training.fit`.
     """
     if steps < 1 or batch_size < 1:
         raise ValueError(
             "steps and batch_size must be positive, "
             f"got {steps} and {batch_size}"
         )
+    if not 0.0 < mask_prob < 1.0:
+        raise ValueError(
+            f"mask_prob must be in (0, 1), got {mask_prob}; BERT masks 0.15"
+        )
+    if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
+        raise ValueError(
+            "betas must be two numbers in [0, 1) (AdamW's decay rates), "
+            f"got {betas!r}; the default is (0.9, 0.999)"
+        )
     length = model.config.max_len
     special_ids = torch.tensor(tokenizer.all_special_ids)
-    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=lr)
+    opt = torch.optim.AdamW(
+        param_groups(model, 0.01), lr=lr, betas=(betas[0], betas[1])
+    )
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: warmup_decay(s, warmup, steps)
     )
@@ -473,6 +492,7 @@ def pretrain_mlm(
             tokenizer.mask_token_id,
             len(tokenizer),
             special,
+            prob=mask_prob,
             generator=generator,
         )
         return model.loss(inputs, labels)
@@ -484,5 +504,8 @@ def pretrain_mlm(
         opt,
         sched,
         clip_norm=1.0,
+        evaluate=evaluate,
+        eval_every=eval_every,
         desc="MLM pre-training",
+        show_progress=show_progress,
     )
