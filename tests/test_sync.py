@@ -203,7 +203,7 @@ def test_package_listings_are_folded(src):
                 for line in c.source.splitlines()
                 if "show_source(" in line
             ]
-            assert c.metadata["mystnb"]["code_prompt_show"] == f"Show the package's code: {', '.join(listed)}"
+            assert c.metadata["mystnb"]["code_prompt_show"] == f"Show the package’s code: {', '.join(listed)}"
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)

@@ -38,7 +38,7 @@ SOLUTION_METADATA = {"code_prompt_show": "Show the solution", "code_prompt_hide"
 # A cell that only lists the package's code (show_source) is folded too: the chapter shows the idea
 # in a few lines, the package's full version (validation, options) is there for who wants it.  The
 # toggle names what it lists, so that several listings in a row can be told apart.
-SOURCE_PROMPT = "Show the package's code: {}", "Hide the package's code: {}"
+SOURCE_PROMPT = "Show the package’s code: {}", "Hide the package’s code: {}"
 # A cell whose code is folded but whose output shows (tag ``hide-input``: the drawing code of a
 # figure, mostly) says what its toggle holds, like the two kinds above.
 FIGURE_CODE_PROMPT = {"code_prompt_show": "Show the code that draws the figure", "code_prompt_hide": "Hide the code"}

@@ -13,7 +13,8 @@
 # %% [markdown]
 # # 08 — Masking
 #
-# Attention lets every query look at every key. Two situations need exceptions:
+# Attention lets every query look at every key. Two situations need exceptions, padding and
+# looking ahead:
 #
 # * **Padding.** Sentences in a batch have different lengths, so the short ones are filled up
 #   with a padding token. Those positions are not words; nothing should attend to them.
