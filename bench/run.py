@@ -875,8 +875,9 @@ def blocked_attention(q, k, v, block=128):
     """Attention over blocks of keys with a running max and sum
     (online softmax): no n x n matrix."""
     scale = q.shape[-1] ** -0.5
-    m = torch.full((*q.shape[:-1], 1), float("-inf"))  # max so far
-    s = torch.zeros(*q.shape[:-1], 1)  # sum of exp(score - m)
+    m = torch.full((*q.shape[:-1], 1), float("-inf"),
+                   dtype=q.dtype, device=q.device)  # max so far
+    s = torch.zeros_like(m)  # sum of exp(score - m)
     out = torch.zeros_like(q)  # the same sum, weighting the values
     for j in range(0, k.shape[-2], block):
         kj, vj = k[..., j:j + block, :], v[..., j:j + block, :]
@@ -1078,10 +1079,11 @@ def plot_limit(prec: dict) -> None:
                 r["achieved_flops"] / scale / 1.3, y, _pct(r["share_of_peak"]), va="center", ha="right", color=color
             )
         ax.set_yticks(range(len(rows)), [_SHORT_RUN[k] for k, _ in rows])
-        for level, (key, color, name) in enumerate((("fp32", "C0", "fp32 peak"), ("bf16", "C1", "bf16 peak"))):
+        for key, color, name in (("fp32", "C0", "fp32 peak"), ("bf16", "C1", "bf16 peak")):
             x = rec["peak_flops"][key] / scale
-            ax.axvline(x, color=color, ls="--", lw=1.5)
-            ax.text(x / 1.1, len(rows) - 0.1 + 0.8 * level, name, color=color, ha="right", va="center")
+            ax.axvline(x, color=color, ls="--", lw=1.5, label=name)
+        # the peaks' names in a legend above the dots, clear of both dashed lines
+        ax.legend(loc="upper left", ncol=2, fontsize=9, framealpha=1.0, handlelength=1.6)
         lo = min(r["achieved_flops"] for _, r in rows) / scale
         ax.set_xscale("log")
         ax.set_xlim(lo / 8, rec["peak_flops"]["bf16"] / scale * 1.6)
@@ -1311,6 +1313,18 @@ def _code(*objects: object) -> str:
     return "\n\n\n".join(inspect.getsource(o).rstrip("\n") for o in objects)
 
 
+def _excerpt(obj: object, first: str, last: str) -> str:
+    """The lines of ``obj``'s source (a function, or a script as a string) from the first that contains
+    ``first`` to the next that contains ``last``: the measuring lines themselves, as they ran."""
+    import inspect
+    import textwrap
+
+    src = (obj if isinstance(obj, str) else inspect.getsource(obj)).splitlines()
+    i = next(n for n, line in enumerate(src) if first in line)
+    j = next(n for n in range(i, len(src)) if last in src[n])
+    return textwrap.dedent("\n".join(src[i : j + 1]))
+
+
 def _render_machine(results: dict) -> list[str]:
     m = results["machine"]
     # which sections ran where: the main run's CPU, and those measured again later (on whatever the machine was)
@@ -1473,14 +1487,13 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         "## What attention costs as the sequence grows",
         "",
         (
-            "Attention compares every position with every other one, so a sequence of n tokens has an n×n "
-            "matrix of scores. The explicit attention of chapter 04 builds that matrix, takes its softmax "
-            "into a second n×n matrix (the weights it returns) and multiplies it with the values: every "
-            "step reads and writes n² numbers in memory. PyTorch's fused "
-            "`torch.nn.functional.scaled_dot_product_attention` computes the same output in one kernel that "
-            "walks over blocks of keys and keeps a running softmax, so the full matrix never exists (the idea is "
-            "shown in a dozen lines at the end of this section). Both are "
-            f"timed below on one head with d_k = {sc.get('d_k', 64)}, on the {cpu} with "
+            'Chapter 04 ("The price: $O(n^2)$") timed its explicit attention, which builds n×n matrices of '
+            "scores and weights, against PyTorch's fused `torch.nn.functional.scaled_dot_product_attention`, "
+            "which walks over blocks of keys with a running softmax so that no n×n matrix exists, and counted "
+            "the bytes of the tensors each creates. This section takes the same comparison to longer sequences, "
+            "reads what each doubling of n costs, measures memory as the process sees it, and then shows the "
+            "fused kernel's idea in a dozen lines. Both versions are "
+            f"timed on one head with d_k = {sc.get('d_k', 64)}, on the {cpu} with "
             f"{sc.get('threads', THREADS)} threads."
         ),
         "",
@@ -1522,10 +1535,9 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
             f"How measured: time is the median of {sc.get('repeats', 5)} calls after 2 of warm-up, the two "
             "taking turns; peak extra memory is how much the process's resident "
             "memory grew while one call ran, in a fresh process for each length; the last column is the size of "
-            "one n×n matrix of float32 numbers. Chapter 04 makes the same comparison in its own run and counts "
-            "memory differently: the bytes of the tensors each version creates, exactly, which leaves out what "
-            "the memory allocator and the libraries add. Its memory figures are therefore smaller than these, "
-            "and its times, from another run, differ from these in their last digits or more."
+            "one n×n matrix of float32 numbers. Chapter 04 counts the bytes of the tensors each version "
+            "creates, exactly; the process's memory growth measured here also includes what the memory "
+            "allocator keeps and the libraries add, so these figures are larger than chapter 04's."
         ),
         "",
     ]
@@ -1595,23 +1607,47 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         text.append(
             ("In memory the difference is starker" if starker else "In memory")
             + f": at n = {last['n']} the explicit version's peak was "
-            f"{last['explicit_peak_mib']:.0f} MiB, {per:.1f} times one n×n matrix (the scores and the weights exist "
-            f"at the same time), while the fused kernel's was {fused:.1f} MiB"
+            f"{last['explicit_peak_mib']:.0f} MiB, {per:.1f} times one n×n matrix, while the fused kernel's was "
+            f"{fused:.1f} MiB"
             + (
                 f", {_x(last['explicit_peak_mib'] / fused)} less: it never holds the matrix."
                 if fused > 0.05
                 else ": it never holds the matrix."
             )
         )
-    text.append(
+        larger = [
+            r
+            for r in rows[:-1]
+            if r.get("explicit_peak_mib") and r["explicit_peak_mib"] / r["score_matrix_mib"] > per + 0.25
+        ]
+        text.append(
+            f"The {per:.1f} times is consistent with two n×n matrices alive at once (chapter 04 counts which "
+            "tensors are alive; which were alive here was not measured)"
+            + (
+                "; at shorter lengths the ratio was larger ("
+                + ", ".join(f"{r['explicit_peak_mib'] / r['score_matrix_mib']:.1f} at n = {r['n']}" for r in larger)
+                + "), perhaps because what the allocator and the libraries add weighs more against a small matrix."
+                if larger
+                else "."
+            )
+        )
+    text.insert(
+        1 if len(text) > 1 else len(text),
         "This is why the course's `MultiHeadAttention` can take the fused path when the weights are not needed "
         "(built with `use_sdpa=True` and called with `need_weights=False`; by default it takes the explicit one), "
-        "and the GPT of chapter 10 always does: the explicit version is for reading and for looking at the weights."
+        "and the GPT of chapter 10 always does: the explicit version is for reading and for looking at the weights.",
     )
-    lines += [" ".join(text), ""]
+    lines += [" ".join(text[:2]), ""] + ([" ".join(text[2:]), ""] if text[2:] else [])
     lines += _render_online_softmax((extra or {}).get("online_softmax"), cpu)
-    lines += _fold("The code that measured attention's time and memory", _code(bench_scaling, _peak_extra_bytes))
-    lines += _fold("The script that measured peak memory, run in a fresh process", _PEAK_SCRIPT.strip("\n"))
+    lines += _fold(
+        "The code that measured attention's time and memory",
+        _code(median_seconds) + "\n\n\n" + _excerpt(_PEAK_SCRIPT, "def status", "print(status"),
+        after=(
+            "`median_seconds` times a call: the median of repeated calls after a warm-up. The last lines ran in a "
+            "fresh process for each measurement: they reset the process's high-water mark of resident memory, run "
+            "one attention call and print how much the mark rose."
+        ),
+    )
     return lines
 
 
@@ -1626,8 +1662,11 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
             "softmax keeps both as running values instead. For each block of keys it computes that block's "
             "scores, raises the running maximum if the block holds a larger one, rescales everything summed so "
             "far by exp(old maximum − new maximum), and adds the block's terms. Only one n × block matrix of "
-            "scores exists at a time. FlashAttention (Dao et al., 2022) builds on this idea, and keeps each "
-            "block in the GPU's fast on-chip memory while it works on it:"
+            "scores exists at a time. The running normaliser is Milakov and Gimelshein's (2018, *Online "
+            "normalizer calculation for softmax*, [arXiv:1805.02867](https://arxiv.org/abs/1805.02867)); "
+            "FlashAttention (Dao et al., 2022, *FlashAttention: Fast and Memory-Efficient Exact Attention with "
+            "IO-Awareness*, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135)) builds attention on it, and "
+            "keeps each block in the GPU's fast on-chip memory while it works on it:"
         ),
         "",
         "```python",
@@ -1661,11 +1700,28 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
             f"one's {big['explicit_peak_mib']:.0f} MiB ({_x(big['explicit_peak_mib'] / big['blocked_peak_mib'])} "
             "less). What remains is the n × block scores, their exponentials and the temporaries of each update, "
             f"which grow with n, not n²: {_x(big['n'] / rows[0]['n'])} the length took "
-            f"{_x(big['blocked_peak_mib'] / rows[0]['blocked_peak_mib'])} the memory. The loop in Python is only "
-            "for reading; the fused kernel runs the same kind of loop in compiled code."
+            f"{_x(big['blocked_peak_mib'] / rows[0]['blocked_peak_mib'])} the memory."
         ),
         "",
     ]
+    if all("blocked_ms" in r and "explicit_ms" in r for r in rows):
+        lines += [
+            (
+                "In time the blocked loop loses: it took "
+                + " and ".join(f"{_n(r['blocked_ms'])} ms at n = {r['n']}" for r in rows)
+                + ", "
+                + " and ".join(_x(r["blocked_ms"] / r["explicit_ms"]) for r in rows)
+                + " the explicit version's time in the same run ("
+                + " and ".join(f"{_n(r['explicit_ms'])} ms" for r in rows)
+                + "; these absolute times are from another run than the tables above and much slower than them, "
+                "so only the ratio within the run is compared). A hypothesis, not tested here: each of its "
+                f"n ÷ {big['block']} iterations makes about ten small PyTorch calls from Python, each of which reads "
+                "and writes the whole n × d_k output or the running values again, where the explicit version makes "
+                "a few large ones. The idea pays when the loop runs inside one compiled kernel that keeps the block "
+                "in fast memory, as the fused kernel does."
+            ),
+            "",
+        ]
     return lines
 
 
@@ -1713,7 +1769,7 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
             f"{last['new_tokens'] + 1}."
         ),
         "",
-        *_fold("The code that measured generation", _code(bench_kv_cache)),
+        *_fold("The code that measured generation", _excerpt(bench_kv_cache, "for new in", "rows.append")),
     ]
     return lines
 
@@ -1833,26 +1889,26 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 f"AdamW, on {_device_label(dev, rec)}:"
             ),
             "",
-            "| run | tokens/s | × float32 | val. loss | Δ loss |",
-            "|---|---:|---:|---:|---:|",
+            "| run | tokens/s (× float32) | val. loss (Δ) |",
+            "|---|---:|---:|",
         ]
         for key in ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled"):
             r = v.get(key)
             if r is None:
                 continue
             if "error" in r:
-                lines.append(f"| {_VARIANT_LABEL[key]} | not available here: {r['error'][:120]} | | | |")
+                lines.append(f"| {_VARIANT_LABEL[key]} | not available here: {r['error'][:120]} | |")
                 continue
             diff = (
-                "reference"
+                "ref."
                 if r is base
                 else f"{r['val_loss'] - base['val_loss']:+.4f}".replace("-0.0000", "0.0000").replace(
                     "+0.0000", "0.0000"
                 )
             )
             lines.append(
-                f"| {_VARIANT_LABEL[key]} | {_n(r['tokens_per_s'])} | {_x(r['tokens_per_s'] / base['tokens_per_s'])} "
-                f"| {r['val_loss']:.4f} | {diff} |"
+                f"| {_VARIANT_LABEL[key]} | {_n(r['tokens_per_s'])} ({_x(r['tokens_per_s'] / base['tokens_per_s'])}) "
+                f"| {r['val_loss']:.4f} ({diff}) |"
             )
         sync = " synchronised before and after every step," if dev == "cuda" else ""
         lines += [
@@ -1917,7 +1973,10 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                     "measured."
                 ),
                 "",
-                *_fold("The code that measured the profile and the autocast formats", _code(bench_cpu_checks)),
+                *_fold(
+                    "The code that measured the profile",
+                    _excerpt(bench_cpu_checks, "t0 = time.perf_counter()", 'groups[name]["rest"]'),
+                ),
             ]
 
             def change(key: str, f_prof: dict = f_prof, b_prof: dict = b_prof) -> str:
@@ -2006,7 +2065,18 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             lines += [" ".join(text), ""]
     lines += _fold(
         "The code that measured precision, compilation and the share of the peak",
-        _code(bench_precision_compile, measure_matmul_peak),
+        _excerpt(bench_precision_compile, "def step(x", "return loss")
+        + "\n\n"
+        + _excerpt(bench_precision_compile, "def timed(", "return time.perf_counter() - t0")
+        + "\n\n"
+        + _excerpt(bench_precision_compile, "for i in range(rounds)", "per[k].append")
+        + "\n\n\n"
+        + _code(measure_matmul_peak),
+        after=(
+            "`step` is one training step, in bfloat16 autocast or not; `timed` times one step; in the loop every "
+            "variant steps in turn, the order rotating, so all of them see the same machine. `measure_matmul_peak` "
+            "gives the fastest matmul a format reached, the peak the shares are measured against."
+        ),
     )
     return lines
 
@@ -2069,8 +2139,8 @@ def _render_compile(prec: dict, extra: dict | None = None) -> list[str]:
                 )
             lines.append(
                 f"| {_DEV.get(dev, dev)}, {label} | {compile_s:.1f} | "
-                f"{e['step_s'] * 1e3:.1f} → {c['step_s'] * 1e3:.1f} | "
-                f"{e['run_step_s'] * 1e3:.1f} → {c['run_step_s'] * 1e3:.1f} |"
+                f"{e['step_s'] * 1e3:.1f}\u00a0→ {c['step_s'] * 1e3:.1f} | "
+                f"{e['run_step_s'] * 1e3:.1f}\u00a0→ {c['run_step_s'] * 1e3:.1f} |"
             )
             savings.append(
                 f"| {_DEV.get(dev, dev)}, {label} | {turns * 1e3:.1f} / {alone * 1e3:.1f} | {noise * 1e3:.1f} |"
@@ -2179,8 +2249,10 @@ def _sweep_reading(sweep: dict, rec: dict) -> list[str]:
         (
             f"The first float32 row is the configuration of the tables above, on random tokens: "
             f"{_n(small['tokens_per_s_loop'])} tokens/s back to back and {_n(synced)} synchronised, "
-            f"{abs(synced / alone - 1) * 100:.0f} % from the timing alone ({_n(alone)}) and "
-            f"{(synced / turn - 1) * 100:.0f} % above the timing in turn ({_n(turn)}). This suggests that on this "
+            f"{abs(small['tokens_per_s_loop'] / alone - 1) * 100:.1f} % and {abs(synced / alone - 1) * 100:.1f} % "
+            f"from the timing alone ({_n(alone)}), and "
+            f"{_span((small['tokens_per_s_loop'] / turn - 1) * 100, (synced / turn - 1) * 100, lambda x: f'{x:.0f}')}"
+            f" % above the timing in turn ({_n(turn)}). This suggests that on this "
             "GPU the steps timed in turn read slow; the GPU ratios of the precision table "
             "are in-turn ratios."
         ),
@@ -2338,7 +2410,8 @@ def _roofline(prec: dict, chk: dict | None, extra: dict | None) -> list[str]:
     dense = cpu["flops_per_token"] - cpu["flops_attention_per_token"]
     para = (
         f"On the {cpu['device']['cpu']} the best of 7 copies of 256 MiB moved {bw / 1e9:.1f} GB/s (read and "
-        "write counted), measured while other work shared the machine, so the true bandwidth may be higher and "
+        "write counted); a single copy loop may not reach the memory's full bandwidth, so the true bandwidth "
+        "may be higher and "
         f"the balance lower than {_flops(cpu['peak_flops']['fp32'])} ÷ {bw / 1e9:.1f} GB/s = {cpu_balance:.0f} "
         f"FLOPs per byte. Either way the products, at {big:.0f}, lie above it and can run near the peak, and the "
         "small operations lie far below it."
@@ -2410,6 +2483,26 @@ def _render_limit(
             "FLOP/s the training achieves, which the tables set against the fastest matrix multiplication measured "
             "through PyTorch on the same device in the same format. That is a measured best of PyTorch's libraries, "
             "not the processor's rated peak."
+        ),
+        "",
+    ]
+    pairs = cfg["block"] * (cfg["block"] + 1) // 2
+    causal = dense + attn * pairs / cfg["block"] ** 2
+    over = rec0["flops_per_token"] / causal - 1
+    cpu0 = (prec.get("cpu") or {}).get("variants", {}).get("ours_fp32_eager", {})
+    lines += [
+        (
+            f"Every run here is causal, and a causal kernel needs only the T(T+1)/2 = {_n(pairs)} "
+            f"query-key pairs at or below the diagonal of the {_n(cfg['block'] ** 2)}: "
+            f"{_n(attn * pairs / cfg['block'] ** 2)} "
+            f"of the {_n(attn)} attention FLOPs per token. Counted that way, C would be {_n(causal)}, so the C above "
+            f"overstates the work by {over * 100:.1f} %, and every share of the peak below is that much high"
+            + (
+                f" (the CPU's {_pct(cpu0['share_of_peak'])} would be {_pct(cpu0['share_of_peak'] / (1 + over))})"
+                if "share_of_peak" in cpu0
+                else ""
+            )
+            + ". The shares keep the common convention so that they compare with nanoGPT's."
         ),
         "",
     ]
@@ -2486,8 +2579,9 @@ def _render_limit(
             fp = chk["profile"]["fp32"]["share"]
             reading += (
                 f" In the profile of the precision section, the matrix multiplications took {_pct(fp['matmul'])} "
-                f"of a float32 step and the fused attention {_pct(fp['attention'])}; the rest went to the "
-                f"optimiser ({_pct(fp['optimiser'])}) and to the many small operations between them."
+                f"of a float32 step and the fused attention {_pct(fp['attention'])}; the rest went to copies and "
+                f"casts ({_pct(fp['casts'])}), the optimiser ({_pct(fp['optimiser'])}) and the many small "
+                f"operations between them ({_pct(fp['rest'])})."
             )
         mini = v.get("minimal_fp32_eager")
         if mini and "error" not in mini:
@@ -2550,14 +2644,18 @@ def _render_limit(
                 "",
                 (
                     "Share of the fastest measured matmul in the run's format against the batch size (timed back to "
-                    "back), one line per width and format."
+                    f"back), one line per width and format: dashed d_model {min(r['d_model'] for r in sweep['rows'])}, "
+                    f"solid d_model {max(r['d_model'] for r in sweep['rows'])}."
                 ),
                 "```",
                 "",
             ]
         lines += [paras[0], "", *_sweep_table(sweep), paras[1], ""]
         lines += ["### bfloat16 on the GPU, revisited", "", *(p + "\n" for p in _bf16_gpu_revisited(gpu, sweep))]
-        lines += _fold("The code that measured the sweep", _code(bench_batch_sweep))
+        lines += _fold(
+            "The code that measured the sweep",
+            _excerpt(bench_batch_sweep, "synced = median_seconds", "loop = (time.perf_counter()"),
+        )
     lines += _fold("The code that measured the copy's bandwidth", _code(bench_copy_bandwidth)) if extra else []
     return lines
 
@@ -2660,14 +2758,34 @@ def _render_side_by_side(results: dict) -> list[str]:
         lines += [" ".join(text), ""]
     lines += _fold(
         "The code that measured these comparisons",
-        _code(bench_mha, bench_gpt_vs_minimal, bench_gpt_vs_minimal_runs, bench_gpt_vs_hf, bench_encoder_vs_bert),
+        _excerpt(bench_gpt_vs_minimal, "for i, (x, y) in enumerate(batches)", "seconds[name].append")
+        + "\n"
+        + _excerpt(bench_gpt_vs_minimal, "paired = sorted", 'out["throughput_ratio"] ='),
+        after=(
+            "The two models train step by step in turn, who goes first alternating; the ratio is the median over "
+            "steps of the minimal model's time over ours for the same batch."
+        ),
     )
     return lines
 
 
-def _render_notebooks(results: dict) -> list[str]:
+# The chapter run times are shown only when they cover every chapter of the book (or when asked for with
+# ``--show-chapter-times``): timings that predate a chapter describe another course.
+SHOW_CHAPTER_TIMES = False
+
+
+def _show_chapter_times(results: dict) -> bool:
     nbs = results.get("notebooks")
     if not nbs:
+        return False
+    timed = {r["notebook"] for r in nbs}
+    current = {p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb")}
+    return SHOW_CHAPTER_TIMES or current <= timed
+
+
+def _render_notebooks(results: dict) -> list[str]:
+    nbs = results.get("notebooks")
+    if not nbs or not _show_chapter_times(results):
         return []
     shown = {r["notebook"]: f"{r['seconds']:.1f}" for r in nbs}  # the table's values; the total adds these
     total = sum(float(x) for x in shown.values())
@@ -2786,7 +2904,11 @@ def _render_ddp(results: dict) -> list[str]:
             "just before it runs."
         ),
         "",
-        *_fold("The code that measured one process against two", _code(bench_ddp)),
+        *_fold(
+            "The code that measured one process against two",
+            _excerpt(bench_ddp, "runs = {", "}"),
+            after="Each command trains the same model for the same steps and records its seconds per step.",
+        ),
     ]
 
 
@@ -2832,10 +2954,22 @@ def _render_summary(results: dict) -> list[str]:
         )
         if gpu and "error" not in gpu["variants"].get("ours_bf16_eager", {"error": 1}):
             g = gpu["variants"]
+            ratios = [
+                g["ours_bf16_eager"]["tokens_per_s"] / g["ours_fp32_eager"]["tokens_per_s"],
+                g["ours_fp32_eager"]["run_step_s"] / g["ours_bf16_eager"]["run_step_s"],
+            ]
+            d0 = _parse_config(gpu["config"]).get("d_model")
+            same = sweep and any(r["batch"] == gpu["batch"] and r["d_model"] == d0 for r in sweep["rows"])
+            if same:
+                for key in ("tokens_per_s_loop", "tokens_per_s_synced"):
+                    ratios.append(
+                        _sweep_row(sweep, gpu["batch"], d0, True)[key] / _sweep_row(sweep, gpu["batch"], d0, False)[key]
+                    )
             text += (
-                f"; on the GPU, at this size, eager bfloat16 ran at "
-                f"{_x(g['ours_bf16_eager']['tokens_per_s'] / g['ours_fp32_eager']['tokens_per_s'])} (steps timed in "
-                f"turn) and {_x(g['ours_fp32_eager']['run_step_s'] / g['ours_bf16_eager']['run_step_s'])} (alone)"
+                f"; on the GPU, at this size, eager bfloat16 ran at {_span(min(ratios), max(ratios), _x)} the speed "
+                f"of float32 depending on how the steps were timed ({len(ratios)} timings"
+                + (", two runs" if same else "")
+                + "), no gain"
             )
             if sweep:
                 b = max(r["batch"] for r in sweep["rows"])
@@ -2844,7 +2978,7 @@ def _render_summary(results: dict) -> list[str]:
                     _sweep_row(sweep, b, d, True)["tokens_per_s_loop"]
                     / _sweep_row(sweep, b, d, False)["tokens_per_s_loop"]
                 )
-                text += f", and {_x(ratio)} at d_model {d}, batch {b}"
+                text += f"; at d_model {d}, batch {b}, {_x(ratio)}"
         items.append(text + ".")
     verdicts = []
     for rec in prec.values():
@@ -2895,12 +3029,17 @@ def _render_summary(results: dict) -> list[str]:
                 f"explicit attention and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with the fused one"
             )
         if gm:
+            runs = gm.get("runs") or [gm["throughput_ratio"]]
             text += ("; " if mha else "") + (
-                f"its GPT trains at the speed of a minimal nanoGPT-style GPT to within "
-                f"{abs(1 - gm['throughput_ratio']) * 100:.1f} %"
+                f"its GPT trains at {gm['throughput_ratio']:.3f}× the speed of a minimal nanoGPT-style GPT"
+                + (
+                    f" (median of {len(runs)} runs, which ranged from {min(runs):.3f}× to {max(runs):.3f}×)"
+                    if len(runs) > 1
+                    else ""
+                )
             )
         items.append(text + ".")
-    nbs = results.get("notebooks")
+    nbs = results.get("notebooks") if _show_chapter_times(results) else None
     if nbs:
         total = sum(round(r["seconds"], 1) for r in nbs)
         longest = max(nbs, key=lambda r: r["seconds"])
@@ -3014,7 +3153,7 @@ def _render_exercises(results: dict | None = None) -> list[str]:
             "multiplications and leaves the products to the same libraries. At four times the width each product "
             "does 16 times the arithmetic while each small operation touches only 4 times the memory, so the "
             "share of the step that fusion can shorten falls: expect a saving that is small against the step, if "
-            "it is measurable at all, and count the steps from the smaller of the two ways of timing.",
+            "it is measurable at all, and count the steps from the smaller of the two savings.",
             "text",
         ),
     ]
@@ -3023,7 +3162,7 @@ def _render_exercises(results: dict | None = None) -> list[str]:
 
 def render(results: dict) -> str:
     lines = [
-        "# Appendix: Performance",
+        "# Performance",
         "",
         (
             "Why is a model slow, and what would make it fast? This appendix answers with measurements of the "
@@ -3143,6 +3282,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--skip-notebooks", action="store_true", help="keep the notebook timings of the last results")
     parser.add_argument("--render-only", action="store_true", help="only rewrite the page from bench/results.json")
+    parser.add_argument(
+        "--show-chapter-times",
+        action="store_true",
+        help="show the chapter run times even when they do not cover every chapter",
+    )
     parser.add_argument("--only-ddp", action="store_true", help="measure only one vs two processes, then render")
     parser.add_argument(
         "--only-notebooks", action="store_true", help="time only the chapters' notebooks (after an edit), then render"
@@ -3201,6 +3345,8 @@ def main() -> None:
     )
     parser.add_argument("--gpt-vs-minimal-once", metavar="DEVICE", help=argparse.SUPPRESS)  # one run, as JSON
     args = parser.parse_args()
+    global SHOW_CHAPTER_TIMES
+    SHOW_CHAPTER_TIMES = args.show_chapter_times
     if args.gpt_vs_minimal_once:
         torch.set_num_threads(THREADS)
         print(json.dumps(bench_gpt_vs_minimal(torch.device(args.gpt_vs_minimal_once))))

@@ -89,3 +89,29 @@ def test_a_chapter_timed_later_gets_its_row_and_joins_the_total():
     assert "not measured" not in chapters and "| all chapters |" in chapters
     total = sum(round(r["seconds"], 1) for r in results["notebooks"])
     assert f"| all chapters | {total:.1f} |" in chapters
+
+
+def test_chapter_times_that_miss_a_chapter_stay_off_the_page():
+    results = copy.deepcopy(RESULTS)
+    book = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+    results["notebooks"] = [r for r in results["notebooks"] if r["notebook"] != book[-1]]  # one chapter untimed
+    page = BENCH.render(results)
+    assert "## How long each chapter takes to run" not in page
+    assert "chapters timed run in" not in page and "newer than these timings" not in page
+    # the section is still there when asked for, with the untimed chapter marked
+    old = BENCH.SHOW_CHAPTER_TIMES
+    try:
+        BENCH.SHOW_CHAPTER_TIMES = True
+        chapters = re.search(r"## How long each chapter takes to run.*?\n## ", BENCH.render(results), re.S).group(0)
+    finally:
+        BENCH.SHOW_CHAPTER_TIMES = old
+    assert "not measured" in chapters
+
+
+def test_blocked_attention_follows_its_inputs_dtype_and_matches_softmax_attention():
+    import torch
+
+    q, k, v = (torch.randn(1, 1, 300, 16, dtype=torch.float64) for _ in range(3))
+    out = BENCH.blocked_attention(q, k, v, block=128)
+    ref = torch.softmax(q @ k.transpose(-2, -1) / 4.0, -1) @ v
+    assert out.dtype == torch.float64 and torch.allclose(out, ref, atol=1e-12)
