@@ -89,6 +89,16 @@ def test_confusion_matrix():
         S.confusion_matrix([0, 2], [0, 1], num_classes=2)
 
 
+def test_plot_confusion_matrix_shares_a_colour_scale():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    cm = torch.tensor([[15, 5], [3, 17]])
+    own = S.plot_confusion_matrix(cm).images[0].get_clim()
+    shared = S.plot_confusion_matrix(cm, vmax=40).images[0].get_clim()
+    assert own == (0, 17) and shared == (0, 40)
+
+
 # ----------------------------------------------------------------------------- baseline
 
 

@@ -158,9 +158,11 @@ def plot_confusion_matrix(
     labels: Sequence[str] = LABELS,
     ax: Any = None,
     title: str | None = None,
+    vmax: float | None = None,
 ):
     """Heatmap of a confusion matrix with the counts written in the cells;
-    returns the axes.
+    returns the axes. ``vmax``: the count shown darkest (default: the
+    largest in ``cm``); give several matrices the same one to compare them.
     """
     import matplotlib.pyplot as plt
 
@@ -171,13 +173,13 @@ def plot_confusion_matrix(
         )
     if ax is None:
         _, ax = plt.subplots(figsize=(3.4, 3.0))
-    ax.imshow(cm.numpy(), cmap="Blues", vmin=0)
+    hi = cm.max().item() if vmax is None else vmax
+    ax.imshow(cm.numpy(), cmap="Blues", vmin=0, vmax=hi)
     n = len(labels)
     ax.set_xticks(range(n), list(labels))
     ax.set_yticks(range(n), list(labels))
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    hi = cm.max().item()
     for i in range(n):
         for j in range(n):
             v = int(cm[i, j])
