@@ -42,6 +42,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 if str(ROOT / "lessons_src") not in sys.path:
     sys.path.append(str(ROOT / "lessons_src"))
 
+from transformer_course.utils import cpu_name  # noqa: E402
+
 RESULTS = ROOT / "bench" / "results.json"
 PAGE = ROOT / "book" / "performance.md"
 FIGURE = ROOT / "book" / "figures" / "bench_scaling.png"
@@ -76,17 +78,6 @@ def median_seconds(
             sync()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def cpu_name() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return cpu
 
 
 def machine() -> dict:

@@ -81,3 +81,17 @@ def test_captured_logs_collects_warnings_and_restores_the_logger():
     with pytest.raises(ValueError, match="logger name"):
         with captured_logs(""):
             pass
+
+
+def test_cpu_name_reads_cpuinfo_and_falls_back(monkeypatch, tmp_path) -> None:
+    from transformer_course import utils
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Example CPU 9000\n")
+    real_path = utils.Path
+    monkeypatch.setattr(utils, "Path", lambda p: info if p == "/proc/cpuinfo" else real_path(p))
+    assert utils.cpu_name() == "Example CPU 9000"
+    monkeypatch.setattr(utils, "Path", lambda p: tmp_path / "missing")
+    monkeypatch.setattr(utils.platform, "processor", lambda: "")
+    monkeypatch.setattr(utils.platform, "machine", lambda: "x86_64")
+    assert utils.cpu_name() == "x86_64"

@@ -37,7 +37,7 @@ from .bert import (
     pretrain_mlm,
 )
 from .train_gpt import _checkpoint_files, checkpoint_dir
-from .utils import set_seed
+from .utils import cpu_name, set_seed
 
 #: The checkpoint shipped with the package (written by
 #: ``python -m transformer_course.train_mlm``).
@@ -172,17 +172,6 @@ def load_mlm_checkpoint(
     model = BertForMLM(BertConfig.from_dict(meta["config"]))
     load_model(model, str(weights), device=str(device))
     return model.to(device).eval(), meta.get("record", {})
-
-
-def cpu_name() -> str:
-    """The CPU's model name (Linux), else ``platform.processor()``."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> None:

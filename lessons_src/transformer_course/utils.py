@@ -7,7 +7,9 @@ import dataclasses
 import logging
 import logging.handlers
 import os
+import platform
 import random
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -154,6 +156,18 @@ def get_device(prefer: str | None = None) -> torch.device:
     ):
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from ``/proc/cpuinfo`` on Linux), else
+    ``platform.processor()``, else the machine type."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def count_parameters(
