@@ -1111,6 +1111,85 @@ def norm_axes(tokens: int = 6, features: int = 6) -> Figure:
     return fig
 
 
+def _block_stack(
+    ax: plt.Axes,
+    x: float,
+    w: float,
+    ys: list[float],
+    labels: list[str],
+    layers: int,
+    head: str,
+    weight: str = "normal",
+) -> None:
+    """One decoder-only model drawn bottom-up in a column centred on ``x``:
+    tokens, embedding, a pre-norm block (norm, attention, +, norm, MLP, +) in
+    a dashed frame marked "× layers", a final norm and the output head.
+    ``ys`` are the centres of tokens, embedding, norm, attention, +, norm, MLP,
+    +, norm and head; ``labels`` name the embedding, the two block norms, the
+    attention, the MLP and the final norm, drawn in ``weight``."""
+    emb, norm1, attn, norm2, mlp, final = labels
+    boxes = [
+        (ys[0], 0.5, "tokens", "io", "normal"),
+        (ys[1], 0.7, emb, "linear", weight),
+        (ys[2], 0.42, norm1, "norm", weight),
+        (ys[3], 0.75, attn, "attn", weight),
+        (ys[5], 0.42, norm2, "norm", weight),
+        (ys[6], 0.5, mlp, "ffn", weight),
+        (ys[8], 0.42, final, "norm", weight),
+        (ys[9], 0.5, head, "io", "normal"),
+    ]
+    for y, h, text, kind, wt in boxes:
+        bw = w - (0.3 if kind != "io" else 0)
+        _box(ax, x, y, bw, h, text, COLORS[kind], size=MIN_FONT_PT, weight=wt)
+    # the main path: box to box, through the two additions
+    path = [
+        (ys[0] + 0.25, ys[1] - 0.35),
+        (ys[1] + 0.35, ys[2] - 0.21),
+        (ys[2] + 0.21, ys[3] - 0.375),
+        (ys[3] + 0.375, ys[4] - 0.2),
+        (ys[4] + 0.2, ys[5] - 0.21),
+        (ys[5] + 0.21, ys[6] - 0.25),
+        (ys[6] + 0.25, ys[7] - 0.2),
+        (ys[7] + 0.2, ys[8] - 0.21),
+        (ys[8] + 0.21, ys[9] - 0.25),
+    ]
+    for a, b in path:
+        _arrow(ax, (x, a), (x, b))
+    # residual connections: around each sub-layer, on the left
+    xl = x - w / 2 + 0.05
+    for start, plus in ((ys[1] + 0.55, ys[4]), (ys[4] + 0.3, ys[7])):
+        ax.plot(
+            [x, xl, xl],
+            [start, start, plus],
+            color=COLORS["stream"],
+            linewidth=1.6,
+        )
+        _arrow(ax, (xl, plus), (x - 0.2, plus), color=COLORS["stream"])
+    for plus in (ys[4], ys[7]):
+        _plus(ax, x, plus, 0.2, linewidth=1.4, size=MIN_FONT_PT + 3)
+    top = ys[7] + 0.3
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - w / 2 - 0.05, ys[1] + 0.45),
+            w + 0.1,
+            top - ys[1] - 0.45,
+            boxstyle="round,pad=0.02",
+            facecolor="none",
+            edgecolor="#333333",
+            linestyle="--",
+        )
+    )
+    _text(
+        ax,
+        x + w / 2,
+        top + 0.03,
+        f"× {layers}",
+        ha="right",
+        va="bottom",
+        fontweight="bold",
+    )
+
+
 def gpt2_vs_llama(
     gpt2_heads: int = 12,
     gpt2_layers: int = 12,
@@ -1167,76 +1246,15 @@ def gpt2_vs_llama(
     # y of: tokens, embedding, norm, attention, +, norm, MLP, +, norm, head
     ys = [0.35, 1.25, 2.45, 3.3, 4.05, 4.7, 5.4, 6.05, 6.95, 7.75]
     for x, title, bold, labels, layers in columns:
-        emb, norm1, attn, norm2, mlp, final = labels
-        changed = "bold" if bold else "normal"
-        boxes = [
-            (ys[0], 0.5, "tokens", "io", "normal"),
-            (ys[1], 0.7, emb, "linear", changed),
-            (ys[2], 0.42, norm1, "norm", changed),
-            (ys[3], 0.75, attn, "attn", changed),
-            (ys[5], 0.42, norm2, "norm", changed),
-            (ys[6], 0.5, mlp, "ffn", changed),
-            (ys[8], 0.42, final, "norm", changed),
-            (ys[9], 0.5, "output head (tied)", "io", "normal"),
-        ]
-        for y, h, text, kind, weight in boxes:
-            _box(
-                ax,
-                x,
-                y,
-                w - (0.3 if kind != "io" else 0),
-                h,
-                text,
-                COLORS[kind],
-                size=MIN_FONT_PT,
-                weight=weight,
-            )
-        # the main path: box to box, through the two additions
-        path = [
-            (ys[0] + 0.25, ys[1] - 0.35),
-            (ys[1] + 0.35, ys[2] - 0.21),
-            (ys[2] + 0.21, ys[3] - 0.375),
-            (ys[3] + 0.375, ys[4] - 0.2),
-            (ys[4] + 0.2, ys[5] - 0.21),
-            (ys[5] + 0.21, ys[6] - 0.25),
-            (ys[6] + 0.25, ys[7] - 0.2),
-            (ys[7] + 0.2, ys[8] - 0.21),
-            (ys[8] + 0.21, ys[9] - 0.25),
-        ]
-        for a, b in path:
-            _arrow(ax, (x, a), (x, b))
-        # residual connections: around each sub-layer, on the left
-        xl = x - w / 2 + 0.05
-        for start, plus in ((ys[1] + 0.55, ys[4]), (ys[4] + 0.3, ys[7])):
-            ax.plot(
-                [x, xl, xl],
-                [start, start, plus],
-                color=COLORS["stream"],
-                linewidth=1.6,
-            )
-            _arrow(ax, (xl, plus), (x - 0.2, plus), color=COLORS["stream"])
-        for plus in (ys[4], ys[7]):
-            _plus(ax, x, plus, 0.2, linewidth=1.4, size=MIN_FONT_PT + 3)
-        top = ys[7] + 0.3
-        ax.add_patch(
-            FancyBboxPatch(
-                (x - w / 2 - 0.05, ys[1] + 0.45),
-                w + 0.1,
-                top - ys[1] - 0.45,
-                boxstyle="round,pad=0.02",
-                facecolor="none",
-                edgecolor="#333333",
-                linestyle="--",
-            )
-        )
-        _text(
+        _block_stack(
             ax,
-            x + w / 2,
-            top + 0.03,
-            f"× {layers}",
-            ha="right",
-            va="bottom",
-            fontweight="bold",
+            x,
+            w,
+            ys,
+            labels,
+            layers,
+            "output head (tied)",
+            "bold" if bold else "normal",
         )
         # the title heads the column, clear of the frame and its "× N"
         _text(
@@ -1391,65 +1409,15 @@ def gpt_model(
     x, w = 1.55, 2.6  # the column
     # y of: tokens, embedding, norm, attention, +, norm, MLP, +, norm, head
     ys = [0.35, 1.25, 2.45, 3.3, 4.05, 4.7, 5.4, 6.05, 6.95, 7.7]
-    boxes = [
-        (ys[0], 0.5, "tokens", "io"),
-        (ys[1], 0.7, "token + position\nembedding", "linear"),
-        (ys[2], 0.42, "LayerNorm", "norm"),
-        (ys[3], 0.75, f"causal self-\nattention, {n_head} heads", "attn"),
-        (ys[5], 0.42, "LayerNorm", "norm"),
-        (ys[6], 0.5, "MLP (GELU)", "ffn"),
-        (ys[8], 0.42, "LayerNorm", "norm"),
-        (ys[9], 0.5, "output head", "io"),
+    labels = [
+        "token + position\nembedding",
+        "LayerNorm",
+        f"causal self-\nattention, {n_head} heads",
+        "LayerNorm",
+        "MLP (GELU)",
+        "LayerNorm",
     ]
-    for y, h, text, kind in boxes:
-        bw = w - (0.3 if kind != "io" else 0)
-        _box(ax, x, y, bw, h, text, COLORS[kind], size=MIN_FONT_PT)
-    path = [
-        (ys[0] + 0.25, ys[1] - 0.35),
-        (ys[1] + 0.35, ys[2] - 0.21),
-        (ys[2] + 0.21, ys[3] - 0.375),
-        (ys[3] + 0.375, ys[4] - 0.2),
-        (ys[4] + 0.2, ys[5] - 0.21),
-        (ys[5] + 0.21, ys[6] - 0.25),
-        (ys[6] + 0.25, ys[7] - 0.2),
-        (ys[7] + 0.2, ys[8] - 0.21),
-        (ys[8] + 0.21, ys[9] - 0.25),
-    ]
-    for a, b in path:
-        _arrow(ax, (x, a), (x, b))
-    # the residual connections, around each sub-layer on the left
-    xl = x - w / 2 + 0.05
-    for start, plus in ((ys[1] + 0.55, ys[4]), (ys[4] + 0.3, ys[7])):
-        ax.plot(
-            [x, xl, xl],
-            [start, start, plus],
-            color=COLORS["stream"],
-            linewidth=1.6,
-        )
-        _arrow(ax, (xl, plus), (x - 0.2, plus), color=COLORS["stream"])
-    for plus in (ys[4], ys[7]):
-        _plus(ax, x, plus, 0.2, linewidth=1.4, size=MIN_FONT_PT + 3)
-    top = ys[7] + 0.3
-    ax.add_patch(
-        FancyBboxPatch(
-            (x - w / 2 - 0.05, ys[1] + 0.45),
-            w + 0.1,
-            top - ys[1] - 0.45,
-            boxstyle="round,pad=0.02",
-            facecolor="none",
-            edgecolor="#333333",
-            linestyle="--",
-        )
-    )
-    _text(
-        ax,
-        x + w / 2,
-        top + 0.03,
-        f"× {n_layer}",
-        ha="right",
-        va="bottom",
-        fontweight="bold",
-    )
+    _block_stack(ax, x, w, ys, labels, n_layer, "output head")
     # notes: what each part holds, computed from the sizes
     nx = x + w / 2 + 0.5
     notes = (
