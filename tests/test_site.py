@@ -183,8 +183,9 @@ def test_every_reference_is_cited_and_lists_the_chapters_that_cite_it():
     prose = _chapter_prose()
     entries = dict(re.findall(r"^\(ref-([\w-]+)\)=\n(.*?)(?=^\(ref-|\Z)", text, flags=re.M | re.S))
     assert entries, "book/references.md has no entries"
+    cited_by = {ch: {cite.label for _, cite in _citations(cites, t)} for ch, t in prose.items()}
     for label, entry in entries.items():
-        citing = {ch for ch, t in prose.items() for _, cite in _citations(cites, t) if cite.label == label}
+        citing = {ch for ch, labels in cited_by.items() if label in labels}
         assert citing, f"no chapter cites the reference {label!r} in a form its entry lists"
         listed = set(re.findall(r"\[(\d\d)\]\(\1_[\w]+\.ipynb\)", entry.split("Cited in", 1)[-1]))
         assert citing <= listed, f"{label}: cited in chapters {sorted(citing - listed)}, which its entry does not list"
