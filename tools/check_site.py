@@ -691,6 +691,43 @@ def expected_bertviz(notebook: Path) -> dict[str, dict]:
     return found
 
 
+def code_words_in_search(site: Path = HTML) -> list[str]:
+    """Pages whose search entry lists a word that stands only in their code cells: search indexes the
+    prose (titles, text, captions, inline code), so that a search for a concept finds the chapter
+    that explains it rather than every cell that calls a function of that name."""
+    from sphinx.search.en import SearchEnglish
+
+    text = (site / "searchindex.js").read_text(encoding="utf-8")
+    index = json.loads(text[text.index("(") + 1 : text.rindex(")")])
+    stem = functools.cache(lambda w: SearchEnglish({}).stem(w).lower())
+    words = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+    prose_stems: set[str] = set()
+    code: dict[str, set[str]] = {}
+    for page in pages():
+        source = ROOT / f"{page}.ipynb"
+        if not source.exists():
+            prose_stems |= {stem(w.lower()) for w in words.findall((ROOT / f"{page}.md").read_text())}
+            continue
+        cells = json.loads(source.read_text(encoding="utf-8"))["cells"]
+        for cell in cells:
+            body = "".join(cell["source"])
+            if cell["cell_type"] == "code":
+                code.setdefault(page, set()).update(w.lower() for w in words.findall(body) if len(w) > 3)
+                body = json.dumps(cell.get("metadata", {}))  # captions and alt text are prose
+            prose_stems |= {stem(w.lower()) for w in words.findall(body)}
+    problems = []
+    for page, names in code.items():
+        doc = index["docnames"].index(page)
+        hits = []
+        for name in sorted(names):
+            docs = index["terms"].get(stem(name), [])
+            if stem(name) not in prose_stems and doc in (docs if isinstance(docs, list) else [docs]):
+                hits.append(name)
+        if hits:
+            problems.append(f"{page}: search lists words that stand only in its code: {hits[:5]}")
+    return problems
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--self-test", action="store_true", help="only prove that each check catches its fault")
@@ -701,7 +738,7 @@ def main() -> None:
         raise SystemExit("no built site in _build/html: run `make book` first")
     proxy = OutsideProxy()
     driver = start_browser(proxy)
-    problems: list[str] = []
+    problems: list[str] = [] if args.self_test else code_words_in_search()
     report = []
     try:
         misses = self_test(driver)

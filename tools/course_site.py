@@ -31,6 +31,7 @@ from typing import Any
 
 from docutils import nodes
 from myst_nb.sphinx_ import SphinxNbRenderer
+from sphinx.search import IndexBuilder
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinxext.opengraph._description_parser import DescriptionParser
@@ -384,7 +385,32 @@ def _add_static(app: Any) -> None:
     app.config.html_static_path.append(str(STATIC))
 
 
+_collect_words = IndexBuilder._word_collector
+
+
+def _in_cell_output(node: nodes.Node) -> bool:
+    parent = node.parent
+    while parent is not None:
+        if "cell_output" in parent.get("classes", ()):
+            return True
+        parent = parent.parent
+    return False
+
+
+def _prose_words(self: IndexBuilder, doctree: nodes.document) -> Any:
+    """Search indexes the pages' prose, titles and inline code, not their code cells and printed
+    outputs (code blocks, and HTML such as a displayed listing): a search for "layer norm" should
+    find the chapter about it, not every cell that calls ``.norm()``."""
+    doctree = doctree.deepcopy()
+    code = list(doctree.findall(nodes.literal_block))
+    code += [raw for raw in doctree.findall(nodes.raw) if _in_cell_output(raw)]
+    for node in code:
+        node.parent.remove(node)
+    return _collect_words(self, doctree)
+
+
 def setup(app: Any) -> dict:
+    IndexBuilder._word_collector = _prose_words  # type: ignore[method-assign]
     SphinxNbRenderer.render_nb_cell_markdown = _render_markdown_cell  # type: ignore[method-assign]
     DescriptionParser.dispatch_visit = _visit_keeping_spaces  # type: ignore[method-assign]
     app.add_post_transform(FoldSolutions)

@@ -1243,8 +1243,8 @@ for step, acc in curve:
 # At 0.01 the GRU (seed 0) does not reach 95 % within 600 steps, more than eleven times the 52 it needed at
 # 0.03: its held-out accuracy, checked every 10 steps, is never above 0.153 (chance is 0.125). A
 # third of the step size costs far more than three times the steps because the path to token 0
-# opens far more slowly: after 600 steps at 0.01 the gradient at token 0 has risen to 4.0e-04 of
-# the last token's, less than the run at 0.03 reached by step 20 (5.0e-03, in the table of the
+# opens far more slowly: after 600 steps at 0.01 the gradient at token 0 has risen to $4.0 \times 10^{-4}$ of
+# the last token's, less than the run at 0.03 reached by step 20 ($5.0 \times 10^{-3}$, in the table of the
 # gradient section). With the 100 to 200 steps that the length experiments allow, comparing the
 # two models at this one shared rate would have made the GRU look unable to learn the task at
 # length 40 (at length 20 it reaches 95 % by step 170 at 0.01, in the table of the rate sweep),

@@ -136,7 +136,7 @@ print(
 )
 
 # %% [markdown]
-# Adding keeps the width at $d_{model}$ instead of growing it, and a model that learns its
+# Adding keeps the width at $d_\text{model}$ instead of growing it, and a model that learns its
 # embeddings is free to keep tokens and positions in nearly separate directions. Does a
 # trained model use that freedom? MiniLM, the sentence-embedding model of chapter 02, learns
 # both a word table and a position table (one row per position, up to 512). With chapter
@@ -183,8 +183,8 @@ print(f"expected along {n_dirs} random directions: {n_dirs / 384:.2%}")
 # ## The sinusoidal encoding
 #
 # The original Transformer ("Attention Is All You Need", Vaswani et al., 2017, §3.5) gives
-# pair $i = 0, 1, \dots, d_{model}/2 - 1$ of dimensions the angular speed
-# $\omega_i = 10000^{-2i/d_{model}}$. At position $pos$,
+# pair $i = 0, 1, \dots, d_\text{model}/2 - 1$ of dimensions the angular speed
+# $\omega_i = 10000^{-2i/d_\text{model}}$. At position $pos$,
 #
 # $$
 # \begin{aligned}
@@ -193,10 +193,10 @@ print(f"expected along {n_dirs} random directions: {n_dirs / 384:.2%}")
 # \end{aligned}
 # $$
 #
-# Dimensions $2i$ and $2i+1$ form a pair that shares one angle, so $d_{model}$ must be even.
+# Dimensions $2i$ and $2i+1$ form a pair that shares one angle, so $d_\text{model}$ must be even.
 # Pair 0 turns fastest (one turn every $2\pi$ positions); each following pair turns more
-# slowly, up to a wavelength of $2\pi \cdot 10000^{(d_{model}-2)/d_{model}}$ for the last
-# pair, which approaches $2\pi \cdot 10000$ as $d_{model}$ grows. Every value lies in $[-1, 1]$ and any position has an
+# slowly, up to a wavelength of $2\pi \cdot 10000^{(d_\text{model}-2)/d_\text{model}}$ for the last
+# pair, which approaches $2\pi \cdot 10000$ as $d_\text{model}$ grows. Every value lies in $[-1, 1]$ and any position has an
 # encoding.
 #
 # Implementations differ in how they lay the pairs out. The paper's formula interleaves
@@ -209,7 +209,7 @@ print(f"expected along {n_dirs} random directions: {n_dirs / 384:.2%}")
 #
 # ### One position by hand
 #
-# Take position 2 and a tiny $d_{model} = 8$, so there are four pairs, $i = 0, 1, 2, 3$.
+# Take position 2 and a tiny $d_\text{model} = 8$, so there are four pairs, $i = 0, 1, 2, 3$.
 # A plain Python loop over the **pair index** $i$:
 
 # %%
@@ -294,7 +294,7 @@ show_source(sinusoidal_table)
 #
 # It makes two mistakes. First, the loop steps over *dimensions*, so `i` is already the even
 # dimension, twice the pair index; keeping the formula's `2 * i` gives pair $j$ (dimensions
-# $2j$, $2j+1$) the exponent $4j/d_{model}$ instead of $2j/d_{model}$. Second, the cosine uses
+# $2j$, $2j+1$) the exponent $4j/d_\text{model}$ instead of $2j/d_\text{model}$. Second, the cosine uses
 # `i + 1`, so its angle is not the sine's. Nothing crashes and the result looks like a
 # positional encoding; we compare it with the correct loop, where the exponent is
 # `i / d_model` in both lines.
@@ -343,7 +343,7 @@ assert not torch.allclose(
 #
 # The second mistake breaks what the pair was for. A sine and a cosine *of the same angle*
 # are a point on the unit circle, $\sin^2 + \cos^2 = 1$, so every correct encoding has the
-# same length, $\sqrt{d_{model}/2}$, and the pair pins the angle down. With two different
+# same length, $\sqrt{d_\text{model}/2}$, and the pair pins the angle down. With two different
 # angles, the length changes from position to position:
 
 # %%
@@ -371,7 +371,7 @@ for name, t in tables.items():
 # The first mistake shows in the frequencies. Slow pairs are part of the design: over a
 # short sentence they hardly move, $\sin \approx 0$ and $\cos \approx 1$, and they serve
 # long sequences. With the doubled exponent the wavelengths grow twice as fast (in log
-# scale), so far more pairs are spent on being nearly constant. For the $d_{model} = 128$
+# scale), so far more pairs are spent on being nearly constant. For the $d_\text{model} = 128$
 # used in the rest of the chapter, we count the pairs whose angle advances less than 0.1
 # radian over the first 512 positions, that is, whose wavelength exceeds
 # $2\pi \cdot 511 / 0.1 \approx 32{,}100$ positions.
@@ -421,8 +421,8 @@ plt.show()
 # The sum only works if neither term drowns the other. The encoding's entries lie between
 # −1 and 1, so the token embeddings must be of a comparable size. `nn.Embedding`'s default
 # initialisation (standard deviation 1) is; the original Transformer multiplies its
-# embeddings by $\sqrt{d_{model}}$ before the addition (its reference code, tensor2tensor,
-# initialises them with standard deviation $1/\sqrt{d_{model}}$), and chapter 07 measures
+# embeddings by $\sqrt{d_\text{model}}$ before the addition (its reference code, tensor2tensor,
+# initialises them with standard deviation $1/\sqrt{d_\text{model}}$), and chapter 07 measures
 # what that factor does.
 
 # %%
@@ -493,7 +493,7 @@ for words, w in [(s1, w1), (s2, w2)]:
 # columns (fast pairs) change from one position to the next, while the right columns change
 # so slowly that from about dimension 100 on, over 100 positions, the sines stay near 0 and
 # the cosines near 1 (printed below the figure). The lower panel shows a few sine
-# dimensions as curves. Each pair's wavelength is $10000^{2/d_{model}}$
+# dimensions as curves. Each pair's wavelength is $10000^{2/d_\text{model}}$
 # times the previous one's, so they grow geometrically, from $2\pi$ for dimension 0 (sampled
 # only at whole positions, hence the zig-zag) to tens of thousands of positions for the last
 # pair.
@@ -554,11 +554,11 @@ print(
 # \end{aligned}
 # $$
 #
-# so, summed over the $d_{model}/2$ pairs,
+# so, summed over the $d_\text{model}/2$ pairs,
 #
 # $$PE_p \cdot PE_r = \sum_{i} \cos\big((r - p)\,\omega_i\big):$$
 #
-# a function of the distance $r - p$ only, largest ($d_{model}/2$) at distance 0. Position
+# a function of the distance $r - p$ only, largest ($d_\text{model}/2$) at distance 0. Position
 # 100 relates to position 110 the way position 300 relates to 310.
 
 # %%
@@ -589,13 +589,13 @@ plt.show()
 # ### Every position gets its own vector
 #
 # Could two positions have the same encoding? Every encoding has the same length,
-# $\sqrt{d_{model}/2}$, so the squared distance between two of them is
+# $\sqrt{d_\text{model}/2}$, so the squared distance between two of them is
 #
 # $$
 # \begin{aligned}
 # |PE_p - PE_r|^2 &= |PE_p|^2 + |PE_r|^2 \\
 # &\qquad - 2\,PE_p \cdot PE_r \\
-# &= d_{model} - 2\,PE_p \cdot PE_r :
+# &= d_\text{model} - 2\,PE_p \cdot PE_r :
 # \end{aligned}
 # $$
 #
@@ -628,7 +628,7 @@ print(f"check, closest of all pairs of 512 rows: {all_pairs.min():.3f}")
 # *after*. The encoding itself can, though. Back to the clock: each pair is the tip of a hand,
 # and moving $\Delta$ positions forward turns the hand of pair $i$ by the angle
 # $\Delta\,\omega_i$, the same turn whatever the starting position. The figure below draws three
-# hands of the $d_{model} = 128$ encoding, with the sine on the horizontal axis and the
+# hands of the $d_\text{model} = 128$ encoding, with the sine on the horizontal axis and the
 # cosine on the vertical one, so that position 0 points up, like twelve o'clock.
 
 
@@ -839,7 +839,7 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The cell below builds $M_p$ exactly as $M_\Delta$ above, for $d_{model} = 128$, and checks
+# The cell below builds $M_p$ exactly as $M_\Delta$ above, for $d_\text{model} = 128$, and checks
 # the property on random vectors.
 
 
@@ -908,7 +908,7 @@ for name, values in terms.items():
 # * Implementations do not build the $d \times d$ matrix: they multiply each pair by the
 #   cosine and sine directly, the same rotation in $O(d)$ work (exercise 4).
 # * The rotation is applied per attention head (heads: chapter 05), so $d$ in $\omega_i$ is
-#   the head's size, not $d_{model}$, and the base is often larger than 10000 (500,000 in
+#   the head's size, not $d_\text{model}$, and the base is often larger than 10000 (500,000 in
 #   Llama 3).
 # * Our blocks $\begin{pmatrix} c & s \\ -s & c \end{pmatrix}$ move the encoding forward,
 #   $PE_{pos} \to PE_{pos+\Delta}$; RoFormer and Llama rotate the other way,
@@ -1346,15 +1346,15 @@ for ids, _ in (test16, test64):
 #   the special case of adding in separate dimensions, and a trained model comes close to
 #   it: MiniLM's positions vary along 11 directions that its words nearly avoid.
 # * Sinusoidal encoding: pair $i$ of dimensions is $(\sin, \cos)(pos\,\omega_i)$ with
-#   $\omega_i = 10000^{-2i/d_{model}}$, where $i$ counts *pairs*. A loop over dimensions must
-#   use exponent $i/d_{model}$ for both the sine and its cosine; the widely copied loop
+#   $\omega_i = 10000^{-2i/d_\text{model}}$, where $i$ counts *pairs*. A loop over dimensions must
+#   use exponent $i/d_\text{model}$ for both the sine and its cosine; the widely copied loop
 #   spends far more pairs on nearly constant values, and its rows change length; no
 #   rotation, nor any other linear map, shifts them.
 # * The `PositionalEncoding` module stores the table as a buffer, not a parameter, adds it
 #   to the embeddings and applies dropout to the sum; the embeddings must be on the
 #   encoding's scale (entries between −1 and 1), and the Transformer's factor
-#   $\sqrt{d_{model}}$ brings embeddings initialised at standard deviation
-#   $1/\sqrt{d_{model}}$ (as its reference code does) to that scale (chapter 07).
+#   $\sqrt{d_\text{model}}$ brings embeddings initialised at standard deviation
+#   $1/\sqrt{d_\text{model}}$ (as its reference code does) to that scale (chapter 07).
 # * With positions added, order reaches attention: "dog" gets a clearly different output in
 #   the two sentences (up to 1.127), though the sentence averages differ far less (0.090).
 # * The dot product of two encodings depends only on their distance; the closest two are

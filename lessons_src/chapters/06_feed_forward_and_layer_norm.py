@@ -299,7 +299,7 @@ assert max(grads_res) / min(grads_res) < 10
 
 # %% [markdown]
 # Without residual connections the gradient at the first block is more than 17 orders of
-# magnitude smaller than at the last (4.4e-21 against 2.0e-03): with this initialisation the
+# magnitude smaller than at the last ($4.4 \times 10^{-21}$ against $2.0 \times 10^{-3}$): with this initialisation the
 # first blocks cannot learn.
 # With residual connections every block gets a gradient of about the same size (1.6 to 2.2 at
 # the blocks printed). Has the plain stack kept anything of its input? Feed it a completely
@@ -459,9 +459,9 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 
 # %% [markdown]
 # The first two rows separate the weights from the biases. With zero biases the length falls by
-# a factor of 0.230 per block, close to the argument's 0.236, to 5.6e-19 after 30 blocks. Its
+# a factor of 0.230 per block, close to the argument's 0.236, to $5.6 \times 10^{-19}$ after 30 blocks. Its
 # gradients are tiny everywhere (the loss's gradient is proportional to an output that small),
-# but block 1's is about as large as block 30's (2.8e-38 and 2.4e-38). The gradient of a block's
+# but block 1's is about as large as block 30's ($2.8 \times 10^{-38}$ and $2.4 \times 10^{-38}$). The gradient of a block's
 # $W_1$ is the signal coming back from above times the block's input. Going down from block 30
 # to block 1, the signal shrinks by a factor of about 0.24 per block, while the block's input
 # grows by the inverse of the 0.230 it shrank by on the way forward, so the two cancel. With the
@@ -523,8 +523,8 @@ for name, init in (("zero biases", "zero bias"), ("He init", "He")):
 # we see next), and they keep the input visible to every later layer.
 #
 # The table's "residual, He init" rows show the price. With He initialisation each residual block adds a branch about as
-# large as the stream itself, and the stream's mean length grows from 8.05 to 1.9e+05 over 30
-# blocks, close to a factor of $\sqrt2$ per block; its gradients grow with it (6.8e+08). And it
+# large as the stream itself, and the stream's mean length grows from 8.05 to $1.9 \times 10^{5}$ over 30
+# blocks, close to a factor of $\sqrt2$ per block; its gradients grow with it ($6.8 \times 10^{8}$). And it
 # keeps less of the difference between the inputs: its two outputs have a similarity of 0.32
 # after 3 blocks and 0.87 after 30, closer to the plain He stack's 0.99 than to the default
 # residual stack's 0.42. Deep
@@ -1165,14 +1165,14 @@ print("evaluation mode: output == input:", torch.equal(eval_out, xd))
 #   thirds of an encoder layer's or a GPT block's parameters (half of a decoder layer's), and
 #   45.54 % of GPT-2 small, whose token embeddings hold 31.02 %.
 # * Residual connections give the gradient an identity path. A plain 30-block stack with PyTorch's
-#   default initialisation loses its gradient (4.4e-21 at block 1) and forgets its input: its
+#   default initialisation loses its gradient ($4.4 \times 10^{-21}$ at block 1) and forgets its input: its
 #   weights shrink a vector by $\sqrt{1/18} \approx 0.236$ per block by the variance argument
 #   (with zero biases the length shrinks by 0.230 per block), while the biases' part of the
 #   output stays. He initialisation restores the gradient but not the distinction between
 #   inputs, which ReLU layers drive towards parallel. The residual stack with PyTorch's default
 #   initialisation keeps the gradient and much of the distinction (similarity 0.04 in, 0.42
 #   after 30 blocks); with He initialisation its
-#   stream grows from 8.05 to 1.9e+05 and its two outputs end up alike too (0.87).
+#   stream grows from 8.05 to $1.9 \times 10^{5}$ and its two outputs end up alike too (0.87).
 # * Layer normalisation rescales each token's vector over its own features, with the biased
 #   variance and $\varepsilon$ inside the square root; the `std + eps` variant is a different
 #   function and does not reproduce PyTorch's numbers. Unlike batch normalisation it never looks at
@@ -1290,7 +1290,7 @@ print(
 # the variance argument does not capture that. Its factor is close to the prediction too, but it
 # varies more from stack to stack (0.236 to 0.253 in these three). At $d = 64$ it is 0.246
 # instead of 0.236, and that small excess, compounded over 29 blocks, puts block 1's gradient a
-# factor of 3.4 above the prediction (4.4e-21 against 1.3e-21), across more than 17 orders of
+# factor of 3.4 above the prediction ($4.4 \times 10^{-21}$ against $1.3 \times 10^{-21}$), across more than 17 orders of
 # magnitude.
 
 # %% [markdown]
