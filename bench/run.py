@@ -49,6 +49,9 @@ PAGE = ROOT / "book" / "performance.md"
 FIGURE = ROOT / "book" / "figures" / "bench_scaling.png"
 FIGURE_LIMIT = ROOT / "book" / "figures" / "bench_limit.png"
 FIGURE_SWEEP = ROOT / "book" / "figures" / "bench_sweep.png"
+FIGURE_ROOF = ROOT / "book" / "figures" / "bench_roofline.png"
+# NVIDIA's data sheet: the H200's memory bandwidth
+H200_BYTES_PER_S = 4.8e12
 THREADS = 2
 # Budgets of issue #8: seconds per chapter (default and exceptions) and for the whole book.
 BUDGET_DEFAULT, BUDGET_LONG, BUDGET_BOOK = 180, 240, 900
@@ -883,10 +886,30 @@ def blocked_attention(q, k, v, block=128):
 # fmt: on
 
 
+REPEATS_ONLINE = 21
+
+
+def time_in_turn(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds of each call of each function, the functions taking turns call by call (who goes first rotates),
+    so that all of them see the machine in the same state; the first ``warmup`` rounds are thrown away."""
+    names = list(fns)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(repeats + warmup):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            t0 = time.perf_counter()
+            fns[name]()
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def bench_online_softmax() -> list[dict]:
-    """Blocked attention with an online softmax against the explicit attention of chapter 04 (no mask, one
-    head, d_k = 64): the largest difference of their outputs, their times and their peak extra memory."""
+    """Blocked attention with an online softmax against the explicit attention of chapter 04 and the fused
+    kernel (no mask, one head, d_k = 64): the largest difference of the outputs, every call's time (the three
+    taking turns, with 2 PyTorch threads and with 1) and the peak extra memory."""
     import inspect
+
+    import torch.nn.functional as F
 
     from transformer_course.attention import scaled_dot_product_attention
 
@@ -896,14 +919,65 @@ def bench_online_softmax() -> list[dict]:
         q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
         explicit = scaled_dot_product_attention(q, k, v)[0]
         blocked = blocked_attention(q, k, v)
-        row = {"n": n, "block": 128, "max_abs_diff": (explicit - blocked).abs().max().item()}
-        row["explicit_ms"] = median_seconds(lambda q=q, k=k, v=v: scaled_dot_product_attention(q, k, v), 7) * 1e3
-        row["blocked_ms"] = median_seconds(lambda q=q, k=k, v=v: blocked_attention(q, k, v), 7) * 1e3
+        row: dict = {"n": n, "block": 128, "max_abs_diff": (explicit - blocked).abs().max().item()}
+        fns = {
+            "explicit": lambda q=q, k=k, v=v: scaled_dot_product_attention(q, k, v),
+            "blocked": lambda q=q, k=k, v=v: blocked_attention(q, k, v),
+            "fused": lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v),
+        }
+        row["timings"] = {}
+        for threads in (THREADS, 1):
+            torch.set_num_threads(threads)
+            times = time_in_turn(fns, REPEATS_ONLINE)
+            row["timings"][str(threads)] = {name: [t * 1e3 for t in ts] for name, ts in times.items()}
+            ratio = sorted(b / e for b, e in zip(times["blocked"], times["explicit"], strict=True))
+            print(
+                f"  online softmax n={n}, {threads} thread(s): "
+                + ", ".join(
+                    f"{name} {statistics.median(ts) * 1e3:.1f} ms ({min(ts) * 1e3:.1f}-{max(ts) * 1e3:.1f})"
+                    for name, ts in times.items()
+                )
+                + f"; blocked/explicit per round {statistics.median(ratio):.2f} ({ratio[0]:.2f}-{ratio[-1]:.2f})",
+                flush=True,
+            )
+        torch.set_num_threads(THREADS)
         for impl in ("explicit", "blocked"):  # each in a fresh process, as in bench_scaling
             peak = _peak_extra_bytes(n, impl, inspect.getsource(blocked_attention))
             row[f"{impl}_peak_mib"] = None if peak is None else peak / 2**20
         rows.append(row)
-        print("  online softmax: " + ", ".join(f"{a} {b:.3g}" for a, b in row.items()), flush=True)
+        print(
+            f"  online softmax n={n}: diff {row['max_abs_diff']:.1e}, peaks {row['explicit_peak_mib']:.1f} / "
+            f"{row['blocked_peak_mib']:.1f} MiB",
+            flush=True,
+        )
+    return rows
+
+
+def bench_fresh_vs_buffer() -> list[dict]:
+    """QK^T alone at the two longest lengths, into a fresh result on every call (as the explicit attention
+    does) and into a buffer allocated once (``out=``), taking turns call by call, 2 threads."""
+    torch.set_num_threads(THREADS)
+    rows = []
+    for n in (2048, 4096):
+        torch.manual_seed(0)
+        q, k = (torch.randn(1, 1, n, 64) for _ in range(2))
+        buffer = torch.empty(1, 1, n, n)
+        times = time_in_turn(
+            {
+                "fresh": lambda q=q, k=k: torch.matmul(q, k.transpose(-2, -1)),
+                "buffer": lambda q=q, k=k, b=buffer: torch.matmul(q, k.transpose(-2, -1), out=b),
+            },
+            REPEATS_ONLINE,
+        )
+        rows.append({"n": n, **{f"{name}_ms": [t * 1e3 for t in ts] for name, ts in times.items()}})
+        print(
+            f"  QK^T n={n}: "
+            + ", ".join(
+                f"{a} {statistics.median(t) * 1e3:.2f} ms ({min(t) * 1e3:.2f}-{max(t) * 1e3:.2f})"
+                for a, t in times.items()
+            ),
+            flush=True,
+        )
     return rows
 
 
@@ -947,6 +1021,7 @@ def bench_extra_checks() -> dict:
     except OSError:
         pass
     out["online_softmax"] = bench_online_softmax()
+    out["fresh_vs_buffer"] = bench_fresh_vs_buffer()
     out["graph_breaks"] = bench_graph_breaks()
     print(f"  graph breaks: {out['graph_breaks']}", flush=True)
     out["copy_bandwidth"] = bench_copy_bandwidth()
@@ -999,6 +1074,7 @@ def plot(results: dict) -> None:
         _plot_scaling(results)
         if results.get("precision"):
             plot_limit(results["precision"])
+            plot_roofline(results["precision"], results.get("extra_checks"))
         sweep = (results.get("batch_sweep") or {}).get("cuda")
         if sweep:
             plot_sweep(sweep)
@@ -1013,23 +1089,27 @@ def _plot_scaling(results: dict) -> None:
     labels = {"explicit": "explicit (ch. 04)", "fused": "fused"}
     # One panel above the other; the lengths (powers of 2) label the axis.
     fig, axes = plt.subplots(2, 1, figsize=(4.6, 7.0), sharex=True)
-    for ax, suffix, label in ((axes[0], "ms", "time (ms)"), (axes[1], "peak_mib", "peak memory (MiB)")):
+    # time in µs, as in the table beside the figure
+    for ax, suffix, label, unit in (
+        (axes[0], "ms", "time (µs)", 1e3),
+        (axes[1], "peak_mib", "peak memory (MiB)", 1.0),
+    ):
         for i, impl in enumerate(ATTENTION_IMPLS):
-            pts = [(r["n"], r[f"{impl}_{suffix}"]) for r in rows if r.get(f"{impl}_{suffix}") is not None]
+            pts = [(r["n"], r[f"{impl}_{suffix}"] * unit) for r in rows if r.get(f"{impl}_{suffix}") is not None]
             if pts:
                 ax.loglog(*zip(*pts, strict=True), "os"[i] + "-", color=f"C{i}", label=labels[impl])
         # the n² reference through the explicit attention's point at n = 1024 (ANCHOR_N), not at an end of the range
         anchor = next((r for r in rows if r["n"] == ANCHOR_N), rows[len(rows) // 2])
         top = anchor.get(f"explicit_{suffix}")
         if top:
+            top *= unit
             ax.loglog(n, [top * (m / anchor["n"]) ** 2 for m in n], "--", color="gray", label="slope 2 (n²)")
         if suffix == "peak_mib":
             ax.loglog(n, [r["score_matrix_mib"] for r in rows], ":", color="C3", label="one n×n matrix")
         ax.set_ylabel(label)
         ax.grid(True, which="major", alpha=0.3)
     axes[1].set_xscale("log", base=2)
-    shown = [v for v in n if v in (128, 512, 2048)] or n
-    axes[1].set_xticks(shown, [str(v) for v in shown])
+    axes[1].set_xticks(n, [str(v) for v in n])
     axes[1].xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     axes[1].set_xlabel("sequence length n")
     axes[0].set_title("time")
@@ -1077,7 +1157,7 @@ def plot_limit(prec: dict) -> None:
         ax.legend(loc="upper left", ncol=2, fontsize=9, framealpha=1.0, handlelength=1.6)
         lo = min(r["achieved_flops"] for _, r in rows) / scale
         ax.set_xscale("log")
-        ax.set_xlim(lo / 8, rec["peak_flops"]["bf16"] / scale * 1.6)
+        ax.set_xlim(lo / 16, rec["peak_flops"]["bf16"] / scale * 1.6)  # room for the labels left of the dots
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_ylim(-0.6, len(rows) + 1.2)
         ax.set_xlabel(f"{unit} achieved (log scale)")
@@ -1088,30 +1168,131 @@ def plot_limit(prec: dict) -> None:
     plt.close(fig)
 
 
+def _sweep_noise(sweep: dict) -> float:
+    """The largest relative difference between the sweep's two timings of the same configuration."""
+    return max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in sweep["rows"])
+
+
 def plot_sweep(sweep: dict) -> None:
-    """Share of the measured peak against the batch size, one line per width and format."""
+    """Top: share of the measured peak against the batch size, one line per width and format (log scale).
+    Bottom: bfloat16's tokens per second over float32's, one line per width, with the timings' spread."""
     import matplotlib
     import matplotlib.pyplot as plt
 
     batches = sorted({r["batch"] for r in sweep["rows"]})
     widths = sorted({r["d_model"] for r in sweep["rows"]})
-    fig, ax = plt.subplots(figsize=(4.6, 3.6))
+    fig, axes = plt.subplots(2, 1, figsize=(4.6, 7.2), sharex=True)
+    ax = axes[0]
+    ends = []
     for bf16, color, name in ((False, "C0", "fp32"), (True, "C1", "bf16")):
         for d, style in zip(widths, ("--", "-"), strict=False):
             ys = [100 * _sweep_row(sweep, b, d, bf16)["share_of_peak_loop"] for b in batches]
             ax.plot(batches, ys, "o" + style, color=color)
-            ax.text(batches[-1] * 1.2, ys[-1], f"{name}, d {d}", va="center", color=color)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(batches, [str(b) for b in batches])
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
-    ax.set_xlim(batches[0] / 1.3, batches[-1] * 6)
-    ax.set_ylim(0, 100)
-    ax.set_xlabel("batch (windows of 128 tokens)")
-    ax.set_ylabel("share of peak (%)")
-    ax.set_title(sweep["device"].get("name", "GPU"))
-    ax.grid(True, alpha=0.3)
+            ends.append([ys[-1], f"{name}, d {d}", color])
+    # labels at the lines' ends, pushed apart (log scale) where two ends are close
+    ends.sort()
+    for below, above in zip(ends, ends[1:], strict=False):
+        above[0] = max(above[0], below[0] * 1.8)
+    for y, label, color in ends:
+        ax.text(batches[-1] * 1.2, y, label, va="center", color=color)
+    ax.set_yscale("log")
+    ax.set_ylim(0.2, 150)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylabel("share of peak (%, log scale)")
+    ax.set_title("share of the peak")
+    noise = _sweep_noise(sweep)
+    ax = axes[1]
+    ax.axhspan(1 - noise, 1 + noise, color="gray", alpha=0.25, lw=0)
+    ax.axhline(1, color="gray", lw=1)
+    ax.text(batches[-1] * 1.2, 1 - noise - 0.05, f"±{noise * 100:.0f} %", color="dimgray", va="top")
+    for d, style in zip(widths, ("--", "-"), strict=False):
+        ys = [
+            _sweep_row(sweep, b, d, True)["tokens_per_s_loop"] / _sweep_row(sweep, b, d, False)["tokens_per_s_loop"]
+            for b in batches
+        ]
+        ax.plot(batches, ys, "o" + style, color="C2")
+        ax.text(batches[-1] * 1.2, ys[-1], f"d {d}", va="center", color="C2")
+    ax.set_ylabel("bf16 ÷ fp32 tokens/s")
+    ax.set_title("bfloat16 against float32")
+    ax.set_ylim(0, None)
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+    axes[1].set_xticks(batches, [str(b) for b in batches])
+    axes[1].xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axes[1].set_xlim(batches[0] / 1.3, batches[-1] * 6)
+    axes[1].set_xlabel("batch (windows of 128 tokens)")
+    fig.suptitle(sweep["device"].get("name", "GPU"))
     fig.tight_layout()
     _save(fig, FIGURE_SWEEP, "sweep")
+    plt.close(fig)
+
+
+def _intensities(rec: dict) -> dict[str, float]:
+    """FLOPs per byte of the model's largest product, the same at four times the width, and an addition."""
+    d, m = _parse_config(rec["config"])["d_model"], rec["tokens_per_step"]
+
+    def intensity(m: int, k: int, p: int, size: int = 4) -> float:
+        return 2 * m * k * p / (size * (m * k + k * p + m * p))
+
+    return {
+        f"({m}×{d})·({d}×{4 * d})": intensity(m, d, 4 * d),
+        "the same, 4× as wide": intensity(m, 4 * d, 16 * d),
+        "addition": 1 / 12,
+    }
+
+
+def plot_roofline(prec: dict, extra: dict | None) -> None:
+    """The roofline of each device in float32 (the lower of the peak and bandwidth × intensity), the
+    intensities of three operations, and the FLOP/s the float32 training achieved."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    bw = ((extra or {}).get("copy_bandwidth") or {}).get("bytes_per_s")
+    cpu, gpu = prec.get("cpu"), prec.get("cuda")
+    if not (cpu and bw):
+        return
+    devs = [(cpu, bw, "C0", "CPU")] + (
+        [(gpu, H200_BYTES_PER_S, "C3", "GPU")] if gpu and "H200" in gpu["device"]["name"] else []
+    )
+    ops = _intensities(cpu)
+    short = dict(zip(ops, ("product", "4× wider", "addition"), strict=True))
+    xs = [0.02, 2000]
+    g = 1e9  # drawn in GFLOP/s
+    fig, ax = plt.subplots(figsize=(4.6, 4.6))
+    for rec, b, color, name in devs:
+        peak = rec["peak_flops"]["fp32"]
+        ridge = peak / b
+        ax.loglog([xs[0], ridge, xs[1]], [b * xs[0] / g, peak / g, peak / g], "-", color=color, lw=2)
+        ax.plot([ridge], [peak / g], "o", color=color)
+        ax.text(ridge / 1.3, peak / g * 1.4, f"{name} ridge {ridge:.0f}", ha="right", va="bottom", color=color)
+        ach = rec["variants"]["ours_fp32_eager"]["achieved_flops"]
+        ax.axhline(ach / g, color=color, ls=":", lw=1.5)
+        if name == "CPU":
+            ax.text(xs[0] * 1.3, ach / g / 1.3, f"{name} training", ha="left", va="top", color=color)
+        else:
+            ax.text(xs[1] / 1.2, ach / g / 1.3, f"{name} training", ha="right", va="top", color=color)
+    for label, x in ops.items():
+        ax.axvline(x, color="gray", ls="--", lw=1)
+        ax.text(
+            x * 1.15,
+            0.25,
+            f"{short[label]} {x:.0f}" if x >= 1 else f"{short[label]} {x:.2f}",
+            rotation=90,
+            va="bottom",
+            ha="left",
+            color="dimgray",
+        )
+    ax.set_xlim(*xs)
+    ax.set_ylim(0.2, 5e5)
+    fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(fmt)
+    ax.yaxis.set_major_formatter(fmt)
+    ax.set_xlabel("FLOPs per byte (log scale)")
+    ax.set_ylabel("GFLOP/s (log scale)")
+    ax.grid(True, which="major", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, FIGURE_ROOF, "roofline")
     plt.close(fig)
 
 
@@ -1135,23 +1316,28 @@ DDP_ARGS = (
 def bench_ddp() -> dict:
     import tempfile
 
-    out = {}
+    out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
+        # (command, PyTorch threads per process)
         runs = {
-            "1 process": [sys.executable, "-m", "transformer_course.train_gpt", "--threads", str(THREADS)],
-            "2 processes": [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc_per_node=2",
-                "-m",
-                "transformer_course.train_gpt",
-            ],
+            "1 process": ([sys.executable, "-m", "transformer_course.train_gpt", "--threads", str(THREADS)], THREADS),
+            "1 process, 1 thread": ([sys.executable, "-m", "transformer_course.train_gpt", "--threads", "1"], 1),
+            "2 processes": (
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nproc_per_node=2",
+                    "-m",
+                    "transformer_course.train_gpt",
+                ],
+                max(1, THREADS // 2),
+            ),
         }
-        for name, cmd in runs.items():
-            path = Path(tmp) / name.replace(" ", "_")
-            env = {**os.environ, "OMP_NUM_THREADS": str(max(1, THREADS // (2 if "2" in name else 1)))}
+        for name, (cmd, threads) in runs.items():
+            path = Path(tmp) / name.replace(" ", "_").replace(",", "")
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
             subprocess.run([*cmd, *DDP_ARGS, "--out", str(path)], check=True, capture_output=True, env=env)
             record = json.loads(path.with_suffix(".json").read_text())["record"]
             steps = record["steps"]
@@ -1160,8 +1346,12 @@ def bench_ddp() -> dict:
                 "final_loss": record["loss"][-1],
                 "val_loss": record["history"]["val_loss"][-1],
                 "processes": record["processes"],
+                "threads": threads,
             }
+            print(f"  {name}: {out[name]}", flush=True)
     out["args"] = " ".join(DDP_ARGS)
+    out["device"] = _device_info(torch.device("cpu"))
+    out["date"] = time.strftime("%Y-%m-%d")
     return out
 
 
@@ -1363,7 +1553,13 @@ def _render_machine(results: dict) -> list[str]:
             "the online softmax, the graph break and the copy's bandwidth",
             extra.get("date"),
         )
-    add(main, "the side-by-side comparisons, the chapters and several processes")
+    add(main, "the side-by-side comparisons")
+    ddp = results.get("ddp") or {}
+    if ddp.get("device") and ddp["device"]["cpu"] != m["cpu"]:
+        d = ddp["device"]
+        add(f"{d['cpu']}, {d['cores']} cores, {THREADS} PyTorch threads", "several processes", ddp.get("date"))
+    elif ddp:
+        add(main, "several processes")
     lines = ["## The machines", "", "| device | what was measured on it | when |", "|---|---|---|"]
     for name, sections in where.items():
         lines.append(f"| CPU: {name} | {', '.join(sections)} | {dates.get(name, results['date'])} |")
@@ -1373,7 +1569,8 @@ def _render_machine(results: dict) -> list[str]:
             info = r["device"]
             gpu_torch = info["torch"]
             lines.append(
-                f"| GPU: {info['name']} (CUDA {info.get('cuda')}, PyTorch {info['torch']}, Python {info['python']}) "
+                f"| GPU: {info['name']} (CUDA {info.get('cuda')}, PyTorch {info['torch']}, Python {info['python']}; "
+                f"host CPU: {info['cpu']}, {info['cores']} cores, which launches its kernels) "
                 f"| precision, compilation and the limit | {r['date']} |"
             )
     if "cuda" not in prec:
@@ -1446,9 +1643,10 @@ def _render_timing() -> list[str]:
             "and compilation sections were timed this way, synchronised before and after, so their steps never "
             "overlap. The course's GPT waits for the GPU once per forward call in any case, synchronised or not: "
             "it checks its token ids by reading their smallest and largest value back into Python, and that read "
-            "waits until the GPU has finished all the work queued before it (called the token-id check below). One "
-            "synchronisation per step is compared with one per 20 steps in the section "
-            '"How close to the limit", under larger batches and wider models.'
+            "waits until the GPU has finished all the work queued before it (called the token-id check below). So "
+            "a loop over the course's GPT that adds no synchronisation of its own still waits once per step; "
+            'the section "How close to the limit" times such a loop against steps synchronised before and after, '
+            "under larger batches and wider models."
         ),
         "",
         (
@@ -1457,15 +1655,6 @@ def _render_timing() -> list[str]:
         ),
         "",
     ]
-
-
-def _l3_mib(extra: dict | None) -> float | None:
-    """The L3 cache's size in MiB, from lscpu's line (e.g. '32 MiB (1 instance)')."""
-    text = ((extra or {}).get("caches") or {}).get("L3 cache", "")
-    words = text.split()
-    if len(words) >= 2 and words[1] in ("MiB", "KiB", "GiB"):
-        return float(words[0]) * {"KiB": 1 / 1024, "MiB": 1, "GiB": 1024}[words[1]]
-    return None
 
 
 def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[str]:
@@ -1481,9 +1670,11 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
             'Chapter 04 ("The price: $O(n^2)$") timed its explicit attention, which builds n×n matrices of '
             "scores and weights, against PyTorch's fused `torch.nn.functional.scaled_dot_product_attention`, "
             "which walks over blocks of keys with a running softmax so that no n×n matrix exists, and counted "
-            "the bytes of the tensors each creates. This section takes the same comparison to longer sequences, "
-            "reads what each doubling of n costs, measures memory as the process sees it, and then shows the "
-            "fused kernel's idea in a dozen lines. Both versions are "
+            "the bytes of the tensors each creates, at the same lengths as here. This section repeats the comparison "
+            "on one machine with three differences: the two versions take turns call by call, memory is measured "
+            "as the process sees it (its resident memory) instead of counted tensor by tensor, and every doubling "
+            "of n is read off; then it shows the fused kernel's idea in "
+            f"{_words(len(_code(blocked_attention).splitlines()))} lines. Both versions are "
             f"timed on one head with d_k = {sc.get('d_k', 64)}, on the {cpu} with "
             f"{sc.get('threads', THREADS)} threads."
         ),
@@ -1568,19 +1759,10 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
             f"({_x(fb['fused_ms'] / fa['fused_ms'])}); why was not measured."
         )
     if hi[1] == last["n"] and hi[2] > 4.5:
-        l3 = _l3_mib(extra)
         prev = rows[-2]
         text.append(
-            f"The last doubling cost {_x(hi[2])}."
-            + (
-                f" A hypothesis, not tested here: this processor's L3 cache holds {l3:.0f} MiB (as lscpu reports "
-                f"it); the explicit attention's two n×n matrices take {2 * prev['score_matrix_mib']:.0f} MiB at "
-                f"n = {prev['n']}, about that, and {2 * last['score_matrix_mib']:.0f} MiB at n = {last['n']}, "
-                "which must go to main memory and back. The fused kernel, which holds no such matrix, grew "
-                f"{_x(last['fused_ms'] / prev['fused_ms'])} there."
-                if l3
-                else ""
-            )
+            f"The last doubling cost {_x(hi[2])}; the fused kernel, which holds no n×n matrix, grew "
+            f"{_x(last['fused_ms'] / prev['fused_ms'])} there."
         )
     speed_last = last["explicit_ms"] / last["fused_ms"]
     speed_first = first["explicit_ms"] / first["fused_ms"]
@@ -1589,7 +1771,9 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         f"n = {last['n']}. It does the same n² arithmetic, so its time grows too, but it never writes an n×n "
         "matrix to memory, as the memory table shows."
     )
-    lines += [" ".join(text[:-1]), "", text[-1], ""]
+    lines += [" ".join(text[:-1]), ""]
+    lines += _fresh_vs_buffer((extra or {}).get("fresh_vs_buffer"), cpu)
+    lines += [text[-1], ""]
     text = []
     if last["explicit_peak_mib"] and last["fused_peak_mib"] is not None:
         per = last["explicit_peak_mib"] / last["score_matrix_mib"]
@@ -1632,20 +1816,86 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
     lines += _render_online_softmax((extra or {}).get("online_softmax"), cpu)
     lines += _fold(
         "The code that measured attention's time and memory",
-        _code(median_seconds) + "\n\n\n" + _excerpt(_PEAK_SCRIPT, "def status", "print(status"),
+        _excerpt(bench_scaling, "times: dict", "times[name].append")
+        + "\n\n\n"
+        + _code(time_in_turn)
+        + "\n\n\n"
+        + _excerpt(_PEAK_SCRIPT, "def status", "print(status"),
         after=(
-            "`median_seconds` times a call: the median of repeated calls after a warm-up. The last lines ran in a "
-            "fresh process for each measurement: they reset the process's high-water mark of resident memory, run "
-            "one attention call and print how much the mark rose."
+            "The first loop timed the table's two versions: in every round each is called once, and the rounds "
+            "after the two of warm-up are kept; the table shows the median. `time_in_turn` does the same for any "
+            "number of functions, rotating who goes first; it timed the blocked version against the other two and "
+            "QKᵀ into a fresh result against QKᵀ into a buffer. The last lines ran in a fresh process for each "
+            "memory measurement: they reset the process's high-water mark of resident memory, run one attention "
+            "call and print how much the mark rose."
         ),
     )
+    return lines
+
+
+_NUMBER_WORDS = {
+    12: "twelve",
+    14: "fourteen",
+    15: "fifteen",
+    16: "sixteen",
+    17: "seventeen",
+    18: "eighteen",
+    19: "nineteen",
+    20: "twenty",
+}
+
+
+def _words(k: int) -> str:
+    return _NUMBER_WORDS.get(k, str(k))
+
+
+def _med_range(ts: list[float], digits: int = 1) -> str:
+    """'median (min–max)' of a list of times."""
+    # word joiners around the dash: a narrow cell breaks the line before the bracket, not inside it
+    return f"{statistics.median(ts):.{digits}f} ({min(ts):.{digits}f}\u2060–\u2060{max(ts):.{digits}f})"
+
+
+def _fresh_vs_buffer(rows: list[dict] | None, cpu: str) -> list[str]:
+    """QK^T into a fresh result against into a buffer: the part of the explicit attention's last jump that
+    obtaining fresh memory explains."""
+    if not rows or len(rows) < 2:
+        return []
+    a, b = rows[0], rows[-1]
+    med = {(r["n"], k): statistics.median(r[f"{k}_ms"]) for r in rows for k in ("fresh", "buffer")}
+    g_fresh = med[b["n"], "fresh"] / med[a["n"], "fresh"]
+    g_buf = med[b["n"], "buffer"] / med[a["n"], "buffer"]
+    gap = med[b["n"], "fresh"] - med[b["n"], "buffer"]
+    lines = [
+        (
+            "Chapter 04 separates one cause of such a jump: it times QKᵀ alone, written into a fresh result on "
+            "every call, as the explicit attention does, and written into a matrix allocated once beforehand "
+            "(`torch.matmul(q, kᵀ, out=buffer)`); the gap is what obtaining fresh memory costs. Measured the same "
+            f"way here, on the {cpu}, the two taking turns call by call "
+            f"({len(a['fresh_ms'])} calls each after 2 of warm-up; median, and in brackets the fastest and slowest "
+            "call):"
+        ),
+        "",
+        "| n | QKᵀ into a fresh result (ms) | QKᵀ into the buffer (ms) |",
+        "|---:|---:|---:|",
+        *[f"| {r['n']} | {_med_range(r['fresh_ms'], 2)} | {_med_range(r['buffer_ms'], 2)} |" for r in rows],
+        "",
+        (
+            f"Into the buffer QKᵀ grew {_x(g_buf)} from n = {a['n']} to {b['n']}"
+            + (", about the 4× of its arithmetic" if 3.0 <= g_buf <= 5.0 else "")
+            + f"; into a fresh result it grew {_x(g_fresh)}, and at n = {b['n']} obtaining the fresh memory took "
+            f"{gap:.0f} of its {med[b['n'], 'fresh']:.0f} ms. So part of the explicit attention's last jump is the "
+            "price of fresh memory for its n×n matrices, as in chapter 04; how much of the rest is due to other "
+            "causes was not separated."
+        ),
+        "",
+    ]
     return lines
 
 
 def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
     """The fused kernel's idea, a dozen lines of blocked attention, checked against the explicit one."""
     lines = [
-        "### The fused kernel's idea in a dozen lines",
+        f"### The fused kernel's idea in {_words(len(_code(blocked_attention).splitlines()))} lines",
         "",
         (
             "A softmax over a row of scores needs the row's maximum (subtracted before `exp`, so that nothing "
@@ -1695,24 +1945,74 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
         ),
         "",
     ]
-    if all("blocked_ms" in r and "explicit_ms" in r for r in rows):
-        lines += [
-            (
-                "In time the blocked loop loses: it took "
-                + " and ".join(f"{_n(r['blocked_ms'])} ms at n = {r['n']}" for r in rows)
-                + ", "
-                + " and ".join(_x(r["blocked_ms"] / r["explicit_ms"]) for r in rows)
-                + " the explicit version's time in the same run ("
-                + " and ".join(f"{_n(r['explicit_ms'])} ms" for r in rows)
-                + "; these absolute times are from another run than the tables above and much slower than them, "
-                "so only the ratio within the run is compared). A hypothesis, not tested here: each of its "
-                f"n ÷ {big['block']} iterations makes about ten small PyTorch calls from Python, each of which reads "
-                "and writes the whole n × d_k output or the running values again, where the explicit version makes "
-                "a few large ones. The idea pays when the loop runs inside one compiled kernel that keeps the block "
-                "in fast memory, as the fused kernel does."
-            ),
-            "",
-        ]
+    if all("timings" in r for r in rows):
+        lines += _online_timing(rows, cpu)
+    return lines
+
+
+def _online_timing(rows: list[dict], cpu: str) -> list[str]:
+    """The blocked loop's time against the explicit and the fused attention, all three taking turns call by
+    call: medians with their spread, and what held in every round."""
+    lines = [
+        (
+            f"And the time? All three versions, the explicit, the blocked and the fused, were timed on the {cpu} "
+            "taking turns call by call, with 2 PyTorch threads and again with 1 (median, and in brackets the "
+            "fastest and slowest call; the last column is the blocked version's time over the explicit one's in "
+            "the same round, its median and range):"
+        ),
+        "",
+        "| n | threads | explicit (ms) | blocked (ms) | fused (ms) | blocked ÷ explicit |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    facts = []
+    rounds = 0
+    fused_first = True
+    for r in rows:
+        per_n = []
+        for threads, t in r["timings"].items():
+            ratio = [b / e for b, e in zip(t["blocked"], t["explicit"], strict=True)]
+            rounds = len(ratio)
+            fused_first &= all(f < min(b, e) for f, b, e in zip(t["fused"], t["blocked"], t["explicit"], strict=True))
+            per_n.append(ratio)
+            lines.append(
+                f"| {r['n']} | {threads} | {_med_range(t['explicit'])} | {_med_range(t['blocked'])} | "
+                f"{_med_range(t['fused'])} | {statistics.median(ratio):.2f} "
+                f"({min(ratio):.2f}\u2060–\u2060{max(ratio):.2f}) |"
+            )
+        allr = [x for ratio in per_n for x in ratio]
+        faster = sum(x < 1 for x in allr)
+        if faster == len(allr):
+            facts.append(
+                f"at n = {r['n']} the blocked loop was faster than the explicit version in every round, with both "
+                f"thread counts ({min(allr):.2f}× to {max(allr):.2f}× its time)"
+            )
+        elif faster == 0:
+            facts.append(
+                f"at n = {r['n']} the blocked loop was slower than the explicit version in every round "
+                f"({min(allr):.2f}× to {max(allr):.2f}× its time)"
+            )
+        else:
+            facts.append(
+                f"at n = {r['n']} the blocked loop was faster than the explicit version in {faster} of the "
+                f"{len(allr)} rounds and "
+                f"slower in the rest, from {min(allr):.2f}× to {max(allr):.2f}× its time, so no ratio holds there"
+            )
+    text = (
+        f"How measured: the same inputs as above, {rounds} rounds after 2 of warm-up, in one process. "
+        "Calls on this shared machine vary a great deal (see the brackets), so only what held in every round is "
+        "read here. "
+    )
+    if fused_first:
+        text += "In every round the fused kernel was the fastest of the three. "
+    text += _cap("; ".join(facts)) + "."
+    lines += ["", text, ""]
+    lines.append(
+        "This fits the measurements above without proving a cause: the blocked loop obtains no n×n matrix, whose "
+        f"fresh memory cost QKᵀ alone more than half of its time at n = {rows[-1]['n']}, but it runs its blocks one "
+        "by one from Python, as many small operations. The fused kernel runs the same kind of loop inside one compiled "
+        "kernel."
+    )
+    lines.append("")
     return lines
 
 
@@ -1919,9 +2219,17 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
         if ok_bf:
             ratio = bf["tokens_per_s"] / base["tokens_per_s"]
             mm = _x(peaks["bf16"] / peaks["fp32"])
+            first_dev = dev == next(iter(prec))
             text.append(
                 f"Here bfloat16 autocast ran at {_x(ratio)} the speed of float32, although the fastest bfloat16 "
-                f"matmul measured on this device ran {mm} as fast as the fastest float32 one, and the bfloat16 run "
+                "matmul measured on this device"
+                + (
+                    " (the best of a few large matrix products PyTorch ran in each format, before and after the "
+                    'training runs; the section "How close to the limit" lists them)'
+                    if first_dev
+                    else ""
+                )
+                + f" ran {mm} as fast as the fastest float32 one, and the bfloat16 run "
                 f"reached only {_pct(bf['share_of_peak'])} of that bfloat16 matmul speed"
                 + (
                     f" ({_flops(bf['achieved_flops'])}, less than the {_flops(peaks['fp32'])} of the fastest float32 "
@@ -2004,11 +2312,27 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                     for k in pb.get("top_ops_ms", {})
                     if "attention" in k and "backward" in k
                 ]
+                fwd = [
+                    (pf["top_ops_ms"].get(k, 0.0), pb["top_ops_ms"][k])
+                    for k in pb.get("top_ops_ms", {})
+                    if "attention" in k and "backward" not in k
+                ]
+                kernels = ""
+                if bwd and bwd[0][0]:
+                    kernels = (
+                        f": PyTorch's bfloat16 attention backward kernel on this CPU took {_x(bwd[0][1] / bwd[0][0])} "
+                        f"the time of its float32 one ({bwd[0][0]:.1f} → {bwd[0][1]:.1f} ms)"
+                    )
+                    if fwd and fwd[0][0]:
+                        fa, fb = fwd[0]
+                        kernels += (
+                            f", while the forward kernel took about the same ({fa:.1f} → {fb:.1f} ms)"
+                            if abs(fb / fa - 1) < 0.1
+                            else f", the forward kernel {fa:.1f} → {fb:.1f} ms"
+                        )
                 text.append(
                     "What held bfloat16 back on this CPU is the fused attention, which took "
-                    f"{d_att * 1e3:.0f} ms more a step than in float32"
-                    + (f", its backward pass {bwd[0][0]:.0f} → {bwd[0][1]:.0f} ms" if bwd and bwd[0][0] else "")
-                    + ": PyTorch's bfloat16 attention kernel on this CPU is slower than its float32 one. The casts "
+                    f"{d_att * 1e3:.0f} ms more a step than in float32" + kernels + ". The casts "
                     "that autocast adds cost little: the float32 step copies too, and the difference is about "
                     f"{(b_prof['casts'] - f_prof['casts']) * 1e3:.1f} ms a step."
                 )
@@ -2353,14 +2677,16 @@ def _sweep_table(sweep: dict) -> list[str]:
     lines += [
         (
             f"How measured: on the {sweep['device'].get('name', 'GPU')}, 4 layers, 4 heads, block 128, AdamW, random "
-            f"tokens, after 5 warm-up steps. Back to back: the mean of {n} steps with one synchronisation at the end, "
-            f"as an ordinary training loop runs; the share of the peak is from this timing. Synchronised: the median "
-            f"of {n} other steps, each synchronised before and after. Both still wait for the GPU once per forward "
-            "call, through the token-id check. FLOPs per token by the formula above for each width; the peaks "
+            f"tokens, after 5 warm-up steps. Back to back: the mean of {n} steps with no synchronisation of the loop's "
+            "own, only one at the end, as an ordinary training loop runs; the share of the peak is from this timing. "
+            f"Synchronised: the median of {n} other steps, each synchronised before and after. The back-to-back loop "
+            "still waits for the GPU once per step: the token-id check at the start of each forward call waits for "
+            "the previous step's work. So the two timings differ in little more than mean against median. FLOPs "
+            "per token by the formula above for each width; the peaks "
             f"measured again for this sweep: float32 {_flops(sweep['peak_flops']['fp32'])}, bfloat16 "
             f"{_flops(sweep['peak_flops']['bf16'])}. The two timings differed by at most {_pct(gap32)} in float32 and "
-            f"by {_signed_pct(lo16)} to {_signed_pct(hi16)} in bfloat16; synchronising less should not make a loop "
-            f"slower, so a {n}-step figure cannot be read more precisely than that spread."
+            f"by {_signed_pct(lo16)} to {_signed_pct(hi16)} in bfloat16: that is the spread of a {n}-step figure "
+            "here, not an effect of synchronising less, and no figure of the sweep can be read more precisely."
         ),
         "",
     ]
@@ -2440,6 +2766,40 @@ def _roofline(prec: dict, chk: dict | None, extra: dict | None) -> list[str]:
             ),
             "",
         ]
+    if FIGURE_ROOF.exists():
+        ach = {
+            dev: rec["peak_flops"]["fp32"] / rec["variants"]["ours_fp32_eager"]["achieved_flops"]
+            for dev, rec in (("cpu", cpu), ("cuda", gpu))
+            if rec and "achieved_flops" in rec["variants"].get("ours_fp32_eager", {})
+        }
+        text += [
+            "```{figure} figures/bench_roofline.png",
+            (
+                ":alt: Log-log plot of GFLOP/s against FLOPs per byte. For the CPU (blue) and the GPU (red) a line "
+                "rises with slope 1 and turns flat at the device's ridge, 13 and 11 FLOPs per byte; a dotted "
+                "horizontal line per device marks the training's achieved FLOP/s; dashed vertical lines mark an "
+                "addition, the model's largest product and the same product four times as wide."
+            ),
+            f":width: {_shown_width(FIGURE_ROOF)}px",
+            "",
+            (
+                "The roofline of each device in float32: an operation can run no faster than the memory bandwidth "
+                "times its FLOPs per byte (sloped part) nor faster than the fastest matmul (flat part). CPU "
+                "bandwidth from the copy above, GPU bandwidth from NVIDIA's data sheet. Dashed: the intensities of "
+                "three operations; dotted: the FLOP/s the float32 training achieved (steps timed in turn)."
+            ),
+            "```",
+            "",
+        ]
+        if "cuda" in ach:
+            text += [
+                (
+                    "The picture sums up the section: the model's products lie to the right of both ridges, where "
+                    f"the flat roof applies, and the float32 training reached {_pct(1 / ach['cpu'])} of that roof on "
+                    f"the CPU but {_pct(1 / ach['cuda'])} of it on the GPU."
+                ),
+                "",
+            ]
     return text
 
 
@@ -2577,11 +2937,25 @@ def _render_limit(
         mini = v.get("minimal_fp32_eager")
         if mini and "error" not in mini:
             diff = mini["tokens_per_s"] / base["tokens_per_s"] - 1
+            alone = base["run_step_s"] / mini["run_step_s"] - 1  # > 0: the minimal GPT faster alone
             reading += (
                 f" The minimal GPT, which has no token-id check, reached {_pct(mini['share_of_peak'])} "
                 f"({_n(mini['tokens_per_s'])} tokens/s against the course GPT's {_n(base['tokens_per_s'])}, "
-                f"{abs(diff) * 100:.0f} % {'more' if diff > 0 else 'less'})."
+                f"{abs(diff) * 100:.0f} % {'more' if diff > 0 else 'less'}, steps timed in turn); timed alone, "
+                f"a step took {mini['run_step_s'] * 1e3:.1f} ms against the course GPT's "
+                f"{base['run_step_s'] * 1e3:.1f} ms"
             )
+            if (alone > 0) == (diff > 0):
+                reading += f", {abs(alone) * 100:.0f} % {'faster' if alone > 0 else 'slower'} too."
+            else:
+                reading += (
+                    f": the minimal GPT's step took {(mini['run_step_s'] / base['run_step_s'] - 1) * 100:.0f} % longer "
+                    "this way. The two timing methods disagree by more than the difference they measure, so on "
+                    "this device the two models cannot be told apart."
+                    if alone < 0
+                    else f": the minimal GPT was the faster by {alone * 100:.0f} % this way. The two timing methods "
+                    "disagree on the sign, so on this device the two models cannot be told apart."
+                )
         lines += [reading, ""]
         if peaks.get("tf32"):
             lines += [
@@ -2628,15 +3002,21 @@ def _render_limit(
             lines += [
                 "```{figure} figures/bench_sweep.png",
                 (
-                    ":alt: Share of the fastest measured matmul against batch size, log scale, four lines: float32 and "
-                    "bfloat16 at d_model 128 and 512."
+                    ":alt: Two panels against batch size 32, 128 and 512. Top: share of the fastest measured matmul, "
+                    "on a logarithmic axis, four lines: float32 and bfloat16 at d_model 128 and 512. Bottom: "
+                    "bfloat16's tokens per second divided by float32's, one line per width, with a grey band "
+                    "around 1 for the "
+                    "spread of the timings."
                 ),
                 f":width: {_shown_width(FIGURE_SWEEP)}px",
                 "",
                 (
-                    "Share of the fastest measured matmul in the run's format against the batch size (timed back to "
-                    f"back), one line per width and format: dashed d_model {min(r['d_model'] for r in sweep['rows'])}, "
-                    f"solid d_model {max(r['d_model'] for r in sweep['rows'])}."
+                    "Top: share of the fastest measured matmul in the run's format against the batch size (timed back "
+                    "to back, log scale), one line per width and format. Bottom: bfloat16's tokens per second over "
+                    "float32's, one line per width; inside the grey band a ratio cannot be told apart from 1 (the "
+                    "largest difference between the sweep's two timings). Dashed: d_model "
+                    f"{min(r['d_model'] for r in sweep['rows'])}; solid: d_model "
+                    f"{max(r['d_model'] for r in sweep['rows'])}."
                 ),
                 "```",
                 "",
@@ -2689,8 +3069,9 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"**{r['throughput_ratio']:.3f}×** the throughput; validation loss "
             f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f}. The same initial weights and batches; the two "
             "train in turn, step by step, and the ratio is the median over pairs of steps, taken in each of "
-            f"{len(r['runs'])} fresh processes ({', '.join(f'{x:.3f}×' for x in r['runs'])}), the middle one shown, "
-            "so it need not equal the ratio of the two tokens/s printed." + _other_machine_note(results, dev)
+            f"{len(r['runs'])} fresh processes ({', '.join(f'{x:.3f}×' for x in r['runs'])}), the middle one "
+            "being the bold figure: a median of per-step ratios, not the ratio of the two throughputs "
+            f"({r['ours_tokens_per_s'] / r['minimal_tokens_per_s']:.4f})." + _other_machine_note(results, dev)
         )
     for dev, r in (results.get("gpt_vs_hf") or {}).items():
         side.append(
@@ -2708,7 +3089,8 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"The course's encoder with MiniLM's weights vs `BertModel`, inference ({r['shape']}; "
             f"{on(dev)}): {r['ours_ms']:.1f} vs {r['bert_ms']:.1f} ms, "
             f"**{r['ratio_ours_vs_bert']:.2f}×** the time. The same weights and inputs; each the median of 7 calls "
-            "after 2 of warm-up."
+            "after 2 of warm-up, one model after the other. One measurement of each: the spread between runs, and "
+            "where ours spends the extra time, were not measured."
         )
     if not side:
         return []
@@ -2716,9 +3098,10 @@ def _render_side_by_side(results: dict) -> list[str]:
         "## The course's models side by side with the libraries'",
         "",
         (
-            "Each of the course's modules against the library class it mirrors, with the same configuration and "
-            "inputs; each item says how it was measured. A time ratio above 1 means ours is slower; a throughput "
-            "ratio below 1 means ours is slower."
+            "Each of the course's modules against the library class it mirrors, and the course's GPT against the "
+            "minimal GPT of the compilation section, with the same configuration and inputs; each item says how "
+            "it was measured. A time ratio above 1 means ours is slower; a throughput ratio below 1 means ours is "
+            "slower."
         ),
         "",
         *[f"* {item}" for item in side],
@@ -2834,8 +3217,10 @@ def _render_ddp(results: dict) -> list[str]:
     if not ddp:
         return []
     one, two = ddp["1 process"], ddp["2 processes"]
+    single = ddp.get("1 process, 1 thread")
     m = results["machine"]
-    ratio = two["seconds_per_step"] / one["seconds_per_step"]
+    if ddp.get("device"):
+        m = {**m, "cpu": ddp["device"]["cpu"], "cores": ddp["device"]["cores"], "torch_threads": one.get("threads", 2)}
     args = ddp["args"].split()
     opt = {a.removeprefix("--"): b for a, b in zip(args, args[1:], strict=False) if a.startswith("--")}
     config = f"{opt['n-layer']} layers, {opt['n-head']} heads, d_model {opt['d-model']}, block {opt['block-size']}"
@@ -2873,18 +3258,22 @@ def _render_ddp(results: dict) -> list[str]:
             f"| 1 process, {m['torch_threads']} threads | {one['seconds_per_step']:.3f} | {one['final_loss']:.4f} | "
             f"{one['val_loss']:.4f} |"
         ),
+        *(
+            [
+                (
+                    f"| 1 process, 1 thread | {single['seconds_per_step']:.3f} | {single['final_loss']:.4f} | "
+                    f"{single['val_loss']:.4f} |"
+                )
+            ]
+            if single
+            else []
+        ),
         (
             f"| 2 processes, {max(1, m['torch_threads'] // 2)} thread each | {two['seconds_per_step']:.3f} | "
             f"{two['final_loss']:.4f} | {two['val_loss']:.4f} |"
         ),
         "",
-        (
-            ("The losses are the same" if one["val_loss"] == two["val_loss"] else "The losses agree")
-            + f" to the digits shown: the two runs take the same steps. Two processes took {ratio:.2f}× the time "
-            f"of one (one run of each), not half: on this machine they share the same {m['cores']} cores that one "
-            f"process already used with {m['torch_threads']} threads. For data parallelism to shorten a step, each "
-            "process needs its own share of the hardware: its own GPU, or its own cores."
-        ),
+        _ddp_reading(one, two, single, m),
         "",
         (
             "Across machines the same script runs under `torchrun --nnodes=2 --nproc_per_node=8 "
@@ -2898,9 +3287,37 @@ def _render_ddp(results: dict) -> list[str]:
         *_fold(
             "The code that measured one process against two",
             _excerpt(bench_ddp, "runs = {", "}"),
-            after="Each command trains the same model for the same steps and records its seconds per step.",
+            after=(
+                "Each command runs with its own number of PyTorch threads per process, trains the same model for "
+                "the same steps and records its seconds per step."
+            ),
         ),
     ]
+
+
+def _ddp_reading(one: dict, two: dict, single: dict | None, m: dict) -> str:
+    runs = [one, two] + ([single] if single else [])
+    same = len({r["val_loss"] for r in runs}) == 1 and len({r["final_loss"] for r in runs}) == 1
+    text = (
+        "The losses are the same" if same else "The losses agree"
+    ) + f" to the digits shown: the {'three' if single else 'two'} runs take the same steps (one run of each). "
+    if single:
+        gain = single["seconds_per_step"] / two["seconds_per_step"]
+        text += (
+            f"Two processes with one thread each, which the {m['cores']} cores can run at the same time, took "
+            f"{two['seconds_per_step']:.3f} s a step against one process with one thread's "
+            f"{single['seconds_per_step']:.3f} s: {_x(gain)} as fast, "
+            "less than 2× (the processes also exchange their gradients every step; what the rest costs was not "
+            "measured). "
+        )
+    text += (
+        f"Against one process that already used both of the {m['cores']} cores with {m['torch_threads']} threads, "
+        f"two processes took {two['seconds_per_step'] / one['seconds_per_step']:.2f}× the time: with no hardware "
+        "left over, splitting the batch between processes gained nothing. So here data parallelism shortened a "
+        "step when the second process brought hardware the first did not use (a core), and not otherwise; on "
+        "GPUs that hardware is a GPU for each process."
+    )
+    return text
 
 
 def _render_summary(results: dict) -> list[str]:
@@ -2908,24 +3325,24 @@ def _render_summary(results: dict) -> list[str]:
     items = []
     sc = results.get("scaling")
     if sc and "explicit_ms" in sc["rows"][0]:
-        last, prev = sc["rows"][-1], sc["rows"][-2]
-        early = [r["explicit_ms"] / r["fused_ms"] for r in sc["rows"][:-1]]
-        text = (
-            "Attention's n×n matrix: "
-            + (
-                f"at n = {last['n']} the fused kernel needs {_x(last['explicit_peak_mib'] / last['fused_peak_mib'])} "
-                "less memory than the explicit attention; it is "
-                if last["explicit_peak_mib"] and last["fused_peak_mib"] and last["fused_peak_mib"] > 0.05
-                else "the fused kernel is "
-            )
-            + f"{_span(min(early), max(early), _x)} as fast up to n = {prev['n']}, and "
-            f"{_x(last['explicit_ms'] / last['fused_ms'])} at n = {last['n']}."
+        last = sc["rows"][-1]
+        speed = [r["explicit_ms"] / r["fused_ms"] for r in sc["rows"]]
+        text = "Attention's n×n matrix: " + (
+            f"at n = {last['n']} the fused kernel needs {_x(last['explicit_peak_mib'] / last['fused_peak_mib'])} "
+            "less memory than the explicit attention; it is "
+            if last["explicit_peak_mib"] and last["fused_peak_mib"] and last["fused_peak_mib"] > 0.05
+            else "the fused kernel is "
         )
+        if min(speed) > 1:
+            text += f"faster at every length measured ({_span(min(speed), max(speed), _x)} as fast)."
+        else:
+            text += f"{_span(min(speed), max(speed), _x)} as fast as it, depending on the length."
         online = ((results.get("extra_checks") or {}).get("online_softmax") or [None])[-1]
         if online and online.get("blocked_peak_mib"):
             text += (
-                " A dozen lines of blocked attention with an online softmax give the same output, to float32 "
-                f"rounding, in {online['blocked_peak_mib']:.1f} MiB instead of {online['explicit_peak_mib']:.0f} MiB "
+                f" {_cap(_words(len(_code(blocked_attention).splitlines())))} lines of blocked attention with an "
+                "online softmax give the same output, to float32 rounding, in "
+                f"{online['blocked_peak_mib']:.1f} MiB instead of {online['explicit_peak_mib']:.0f} MiB "
                 f"(n = {online['n']})."
             )
         items.append(text)
@@ -2939,7 +3356,7 @@ def _render_summary(results: dict) -> list[str]:
     if cpu and "error" not in cpu["variants"].get("ours_bf16_eager", {"error": 1}):
         v = cpu["variants"]
         text = (
-            "bfloat16: on the CPU autocast trains at "
+            "bfloat16 autocast: on the CPU it trains at "
             f"{_x(v['ours_bf16_eager']['tokens_per_s'] / v['ours_fp32_eager']['tokens_per_s'])} "
             "the speed of float32"
         )
@@ -2957,10 +3374,8 @@ def _render_summary(results: dict) -> list[str]:
                         _sweep_row(sweep, gpu["batch"], d0, True)[key] / _sweep_row(sweep, gpu["batch"], d0, False)[key]
                     )
             text += (
-                f"; on the GPU, at this size, eager bfloat16 ran at {_span(min(ratios), max(ratios), _x)} the speed "
-                f"of float32 depending on how the steps were timed ({len(ratios)} timings"
-                + (", two runs" if same else "")
-                + "), no gain"
+                "; on the GPU it gave no gain at this size "
+                f"({_span(min(ratios), max(ratios), _x)}, by how the steps were timed)"
             )
             if sweep:
                 b = max(r["batch"] for r in sweep["rows"])
@@ -2969,7 +3384,7 @@ def _render_summary(results: dict) -> list[str]:
                     _sweep_row(sweep, b, d, True)["tokens_per_s_loop"]
                     / _sweep_row(sweep, b, d, False)["tokens_per_s_loop"]
                 )
-                text += f"; at d_model {d}, batch {b}, {_x(ratio)}"
+                text += f", but {_x(ratio)} at d_model {d}, batch {b}"
         items.append(text + ".")
     verdicts = []
     for rec in prec.values():
@@ -2997,9 +3412,9 @@ def _render_summary(results: dict) -> list[str]:
             t, a = _fp32_spread(gpu)[0] / _fp32_spread(cpu)[0], _fp32_spread(gpu)[1] / _fp32_spread(cpu)[1]
             fmt = (lambda r: f"{r:.0f}×") if max(t, a) >= 10 else _x
             text += (
-                f' On the GPU it runs {fmt(t)} (steps timed in turn) to {fmt(a)} (timed alone; see "Timing '
-                f'correctly") as fast, yet reaches only {_span(_fp32_spread(gpu)[2], _fp32_spread(gpu)[3], _pct)} '
-                "of the GPU's fastest float32 matmul"
+                f" On the GPU it runs {fmt(t)} to {fmt(a)} as fast as on the CPU, yet reaches only "
+                f"{_span(_fp32_spread(gpu)[2], _fp32_spread(gpu)[3], _pct)} of the GPU's fastest float32 matmul: "
+                "a model this small leaves most of the GPU's arithmetic unused"
             )
             if sweep:
                 b = max(r["batch"] for r in sweep["rows"])
@@ -3022,7 +3437,7 @@ def _render_summary(results: dict) -> list[str]:
         if gm:
             runs = gm.get("runs") or [gm["throughput_ratio"]]
             text += ("; " if mha else "") + (
-                f"its GPT trains at {gm['throughput_ratio']:.3f}× the speed of a minimal nanoGPT-style GPT"
+                f"on the CPU its GPT trains at {gm['throughput_ratio']:.3f}× the speed of a minimal nanoGPT-style GPT"
                 + (
                     f" (median of {len(runs)} runs, which ranged from {min(runs):.3f}× to {max(runs):.3f}×)"
                     if len(runs) > 1
@@ -3042,9 +3457,17 @@ def _render_summary(results: dict) -> list[str]:
     ddp = results.get("ddp")
     if ddp:
         ratio = ddp["2 processes"]["seconds_per_step"] / ddp["1 process"]["seconds_per_step"]
+        single = ddp.get("1 process, 1 thread")
         items.append(
-            f"Several processes: two on the same {results['machine']['cores']} cores took {ratio:.2f}× the time of "
-            "one; data parallelism pays only when each process has hardware of its own."
+            "Several processes: "
+            + (
+                "two single-thread processes trained "
+                f"{_x(single['seconds_per_step'] / ddp['2 processes']['seconds_per_step'])} as fast as one "
+                "single-thread process; against one process already using both cores they gained nothing "
+                f"({ratio:.2f}× the time)."
+                if single
+                else f"two on the same cores as one took {ratio:.2f}× its time."
+            )
         )
     items = [i for i in items if i]
     if not items:
@@ -3366,7 +3789,11 @@ def main() -> None:
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.only_online_softmax:
         torch.set_num_threads(THREADS)
-        extra = {**previous.get("extra_checks", {}), "online_softmax": bench_online_softmax()}
+        extra = {
+            **previous.get("extra_checks", {}),
+            "online_softmax": bench_online_softmax(),
+            "fresh_vs_buffer": bench_fresh_vs_buffer(),
+        }
         results = {**previous, "extra_checks": extra}
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.only_graph_breaks:
