@@ -50,6 +50,7 @@ FIGURE = ROOT / "book" / "figures" / "bench_scaling.png"
 FIGURE_LIMIT = ROOT / "book" / "figures" / "bench_limit.png"
 FIGURE_SWEEP = ROOT / "book" / "figures" / "bench_sweep.png"
 FIGURE_ROOF = ROOT / "book" / "figures" / "bench_roofline.png"
+FIGURE_ONLINE = ROOT / "book" / "figures" / "bench_online_softmax.png"
 # NVIDIA's data sheet: the H200's memory bandwidth
 H200_BYTES_PER_S = 4.8e12
 THREADS = 2
@@ -1072,12 +1073,72 @@ def plot(results: dict) -> None:
     use_course_style()
     with plt.rc_context(_FIG_RC):
         _plot_scaling(results)
+        plot_online_softmax()
         if results.get("precision"):
             plot_limit(results["precision"])
             plot_roofline(results["precision"], results.get("extra_checks"))
         sweep = (results.get("batch_sweep") or {}).get("cuda")
         if sweep:
             plot_sweep(sweep)
+
+
+def plot_online_softmax(block: int = 128) -> None:
+    """The online softmax's loop as a picture: the n x n scores are never held; one block of keys at a time
+    gives n x block scores, which update each query's running max m, running sum s and running output."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    fig, ax = plt.subplots(figsize=(6.4, 5.0))
+    ax.set_xlim(-1.0, 12.2)
+    ax.set_ylim(-5.6, 5.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    w = 1.6
+    done, cur = "#d9d9d9", "#f5a25d"
+    for j, (face, ls) in enumerate(((done, "-"), (done, "-"), (cur, "-"), ("white", "--"))):
+        ax.add_patch(Rectangle((j * w, 0), w, 4, facecolor=face, edgecolor="black", lw=1, ls=ls))
+    ax.text(
+        w,
+        2.0,
+        "done:\nfolded\ninto\nm, s, out",
+        ha="center",
+        va="center",
+        fontsize=11,
+        bbox={"facecolor": done, "edgecolor": "none", "pad": 1},
+    )
+    ax.text(2.5 * w, 2.0, f"block j:\nscores\nn × {block}", ha="center", va="center", fontsize=11)
+    ax.text(3.5 * w, 0.9, "next", ha="center", va="center", fontsize=11, color="dimgray")
+    ax.text(2 * w, 4.3, f"keys, in blocks of {block}", ha="center", va="bottom")
+    ax.add_patch(FancyArrowPatch((0.1, 4.18), (4 * w - 0.1, 4.18), arrowstyle="->", mutation_scale=14, lw=1.2))
+    ax.text(-0.2, 2.0, "queries (all n)", rotation=90, ha="right", va="center")
+    ax.text(2 * w, -0.2, "n × n scores:\none block at a time", ha="center", va="top", fontsize=12)
+    x0 = 7.4
+    for x, bw, name in ((x0, 0.45, "m"), (x0 + 0.95, 0.45, "s"), (x0 + 1.95, 1.7, "out")):
+        ax.add_patch(Rectangle((x, 0), bw, 4, facecolor="#cfe2f3", edgecolor="black", lw=1))
+        ax.text(x + bw / 2, 4.18, name, ha="center", va="bottom")
+    ax.text(x0 + 1.95 + 0.85, 2.0, "n × d", ha="center", va="center", fontsize=12)
+    ax.add_patch(
+        FancyArrowPatch(
+            (3 * w + 0.05, 3.2), (x0 - 0.08, 3.2), arrowstyle="->", mutation_scale=14, lw=1.4, color="#c55a11"
+        )
+    )
+    ax.text(x0 + 1.8, -0.2, "running state:\none row per query", ha="center", va="top", fontsize=12)
+    rules = [
+        "for each block j of keys kj, values vj:",
+        "  scores = q kjᵀ · scale",
+        "  m_new  = max(m, row max of scores)",
+        "  p      = exp(scores − m_new)",
+        "  fix    = exp(m − m_new)",
+        "  s      = s · fix + row sum of p",
+        "  out    = out · fix + p vj",
+        "  m      = m_new",
+        "result = out / s",
+    ]
+    for i, line in enumerate(rules):
+        ax.text(-0.6, -1.45 - 0.47 * i, line, ha="left", va="top", family="monospace", fontsize=12)
+    fig.tight_layout()
+    _save(fig, FIGURE_ONLINE, "online softmax")
+    plt.close(fig)
 
 
 def _plot_scaling(results: dict) -> None:
@@ -1168,6 +1229,11 @@ def plot_limit(prec: dict) -> None:
     plt.close(fig)
 
 
+def _sweep_worst(sweep: dict) -> dict:
+    """The sweep's row whose two timings differ the most."""
+    return max(sweep["rows"], key=lambda r: abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1))
+
+
 def _sweep_noise(sweep: dict) -> float:
     """The largest relative difference between the sweep's two timings of the same configuration."""
     return max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in sweep["rows"])
@@ -1191,8 +1257,11 @@ def plot_sweep(sweep: dict) -> None:
             ends.append([ys[-1], f"{name}, d {d}", color])
     # labels at the lines' ends, pushed apart (log scale) where two ends are close
     ends.sort()
-    for below, above in zip(ends, ends[1:], strict=False):
-        above[0] = max(above[0], below[0] * 1.8)
+    for _ in range(20):  # move close neighbours apart, each half the way, so each label stays by its own end
+        for below, above in zip(ends, ends[1:], strict=False):
+            if above[0] < below[0] * 1.75:
+                push = (below[0] * 1.75 / above[0]) ** 0.5
+                below[0], above[0] = below[0] / push, above[0] * push
     for y, label, color in ends:
         ax.text(batches[-1] * 1.2, y, label, va="center", color=color)
     ax.set_yscale("log")
@@ -1322,6 +1391,10 @@ def bench_ddp() -> dict:
         runs = {
             "1 process": ([sys.executable, "-m", "transformer_course.train_gpt", "--threads", str(THREADS)], THREADS),
             "1 process, 1 thread": ([sys.executable, "-m", "transformer_course.train_gpt", "--threads", "1"], 1),
+            "1 process, accumulate 2": (
+                [sys.executable, "-m", "transformer_course.train_gpt", "--threads", str(THREADS), "--accumulate", "2"],
+                THREADS,
+            ),
             "2 processes": (
                 [
                     sys.executable,
@@ -1746,9 +1819,9 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
     r0, r1 = rows[0], rows[1]
     if r1["explicit_ms"] / r0["explicit_ms"] < 3:
         text.append(
-            f"From {r0['n']} to {r1['n']} the time grew {_x(r1['explicit_ms'] / r0['explicit_ms'])}, not 4×: at "
-            "this size, work that does not grow as n² (reading the queries, keys and values, the call itself) "
-            "still counts."
+            f"From {r0['n']} to {r1['n']} the time grew only {_x(r1['explicit_ms'] / r0['explicit_ms'])}, not 4×; "
+            f"a likely reason, not measured here, is that at {r0['explicit_ms'] * 1000:.0f} µs a call the work "
+            "that does not grow as n² (reading the queries, keys and values, the call itself) still weighs."
         )
     if odd:
         a, b, g = odd[0]
@@ -1758,6 +1831,13 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
             f"n = {b} was slow relative to its neighbours ({_x(g)} from {a}), for the fused kernel too "
             f"({_x(fb['fused_ms'] / fa['fused_ms'])}); why was not measured."
         )
+        after = next((r for r in rows if r["n"] == 2 * b), None)
+        if after and after["explicit_ms"] / next(r for r in rows if r["n"] == b)["explicit_ms"] < 3:
+            text.append(
+                f"The next doubling, to {after['n']}, grew only "
+                f"{_x(after['explicit_ms'] / next(r for r in rows if r['n'] == b)['explicit_ms'])}: it starts "
+                f"from that slow n = {b}, so it says nothing about a fixed cost."
+            )
     if hi[1] == last["n"] and hi[2] > 4.5:
         prev = rows[-2]
         text.append(
@@ -1813,22 +1893,52 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         "and the GPT of chapter 10 always does: the explicit version is for reading and for looking at the weights.",
     )
     lines += [" ".join(text[:2]), ""] + ([" ".join(text[2:]), ""] if text[2:] else [])
-    lines += _render_online_softmax((extra or {}).get("online_softmax"), cpu)
+    lines += _render_online_softmax((extra or {}).get("online_softmax"), cpu, rows)
+    lines += [
+        (
+            "Folded boxes like the next one show the lines that took a section's "
+            "measurements. They are excerpts: the whole measuring code, which you can run to repeat these "
+            "measurements on your own machine, is the script `bench/run.py` in the course's repository, and the "
+            "excerpts run as part of it, not on their own."
+        ),
+        "",
+    ]
+    fence = "```"
     lines += _fold(
         "The code that measured attention's time and memory",
-        _excerpt(bench_scaling, "times: dict", "times[name].append")
-        + "\n\n\n"
-        + _code(time_in_turn)
-        + "\n\n\n"
-        + _excerpt(_PEAK_SCRIPT, "def status", "print(status"),
-        after=(
-            "The first loop timed the table's two versions: in every round each is called once, and the rounds "
-            "after the two of warm-up are kept; the table shows the median. `time_in_turn` does the same for any "
-            "number of functions, rotating who goes first; it timed the blocked version against the other two and "
-            "QKᵀ into a fresh result against QKᵀ into a buffer. The last lines ran in a fresh process for each "
-            "memory measurement: they reset the process's high-water mark of resident memory, run one attention "
-            "call and print how much the mark rose."
+        "\n".join(
+            [
+                (
+                    "The timing loop of the table's two versions (`impls` maps each name to its attention "
+                    "function): in every round each is called once, and the rounds after the two of warm-up are "
+                    "kept; the table shows the median."
+                ),
+                "",
+                f"{fence}python",
+                _excerpt(bench_scaling, "times: dict", "times[name].append"),
+                fence,
+                "",
+                (
+                    "The same for any number of functions, rotating who goes first; it timed the blocked version "
+                    "against the other two and QKᵀ into a fresh result against QKᵀ into a buffer:"
+                ),
+                "",
+                f"{fence}python",
+                _code(time_in_turn),
+                fence,
+                "",
+                (
+                    "The memory measurement, run in a fresh process for each version and length: it resets the "
+                    "process's high-water mark of resident memory, runs one attention call and prints how much "
+                    "the mark rose."
+                ),
+                "",
+                f"{fence}python",
+                _excerpt(_PEAK_SCRIPT, "def status", "print(status"),
+                fence,
+            ]
         ),
+        lang="text",
     )
     return lines
 
@@ -1892,7 +2002,7 @@ def _fresh_vs_buffer(rows: list[dict] | None, cpu: str) -> list[str]:
     return lines
 
 
-def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
+def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict] | None = None) -> list[str]:
     """The fused kernel's idea, a dozen lines of blocked attention, checked against the explicit one."""
     lines = [
         f"### The fused kernel's idea in {_words(len(_code(blocked_attention).splitlines()))} lines",
@@ -1907,8 +2017,33 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
             "normalizer calculation for softmax*, [arXiv:1805.02867](https://arxiv.org/abs/1805.02867)); "
             "FlashAttention (Dao et al., 2022, *FlashAttention: Fast and Memory-Efficient Exact Attention with "
             "IO-Awareness*, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135)) builds attention on it, and "
-            "keeps each block in the GPU's fast on-chip memory while it works on it:"
+            "keeps each block in the GPU's fast on-chip memory while it works on it."
         ),
+        "",
+        *(
+            [
+                "```{figure} figures/bench_online_softmax.png",
+                (
+                    ":alt: Left, the n by n score matrix as four column blocks of keys: two grey blocks marked done, "
+                    "an orange block j holding its n by 128 scores, a dashed block marked next. An arrow leads from "
+                    "block j to three column bars on the right, m, s and out (n by d), the running state. Below, "
+                    "the loop's update rules line by line."
+                ),
+                f":width: {_shown_width(FIGURE_ONLINE)}px",
+                "",
+                (
+                    "The online softmax over blocks of keys: only block j's n × 128 scores exist; they update each "
+                    "query's running maximum m, running sum s and running output out, rescaling what was summed "
+                    "under the old maximum by fix. The earlier blocks are already folded into m, s and out; the "
+                    "result is out / s after the last block."
+                ),
+                "```",
+                "",
+            ]
+            if FIGURE_ONLINE.exists()
+            else []
+        ),
+        "The same loop in PyTorch, with the same names:",
         "",
         "```python",
         _code(blocked_attention),
@@ -1918,6 +2053,18 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
     if not rows:
         return lines
     big = rows[-1]
+    first = {r["n"]: r.get("explicit_peak_mib") for r in scaling or []}
+    differ = [
+        (r["n"], first[r["n"]], r["explicit_peak_mib"])
+        for r in rows
+        if first.get(r["n"]) is not None and f"{first[r['n']]:.1f}" != f"{r['explicit_peak_mib']:.1f}"
+    ]
+    again = (
+        "; the explicit version's peak was measured again here, "
+        + ", ".join(f"{b:.1f} MiB at n = {n} against {a:.1f} MiB in the first memory table" for n, a, b in differ)
+        if differ
+        else ""
+    )
     lines += [
         "| n | largest difference | explicit peak (MiB) | blocked peak (MiB) |",
         "|---:|---:|---:|---:|",
@@ -1930,8 +2077,8 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
         "",
         (
             f"How measured: the same inputs as above (one head, d_k = 64, no mask), blocks of {big['block']} keys, "
-            f"on the {cpu}; the largest absolute difference between the two outputs; peak extra memory as above, "
-            "in a fresh process."
+            f"on the {cpu}; the largest absolute difference between the two outputs; peak extra memory measured as "
+            f"above, in a fresh process for each version and length{again}."
         ),
         "",
         (
@@ -1939,8 +2086,11 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str) -> list[str]:
             "running maximum and sum give the softmax exactly, only added up in another order. At n = "
             f"{big['n']} the blocked version's peak was {big['blocked_peak_mib']:.1f} MiB against the explicit "
             f"one's {big['explicit_peak_mib']:.0f} MiB ({_x(big['explicit_peak_mib'] / big['blocked_peak_mib'])} "
-            "less). What remains is the n × block scores, their exponentials and the temporaries of each update, "
-            f"which grow with n, not n²: {_x(big['n'] / rows[0]['n'])} the length took "
+            f"less). Which tensors make up its {big['blocked_peak_mib']:.1f} MiB was not measured: one block's "
+            "scores and their exponentials are n × block float32 numbers each "
+            f"({big['n'] * big['block'] * 4 / 2**20:.0f} MiB at n = {big['n']}), and what the memory allocator "
+            "keeps adds to them. What was measured is that the peak grows with n, not n²: "
+            f"{_x(big['n'] / rows[0]['n'])} the length took "
             f"{_x(big['blocked_peak_mib'] / rows[0]['blocked_peak_mib'])} the memory."
         ),
         "",
@@ -1999,7 +2149,7 @@ def _online_timing(rows: list[dict], cpu: str) -> list[str]:
             )
     text = (
         f"How measured: the same inputs as above, {rounds} rounds after 2 of warm-up, in one process. "
-        "Calls on this shared machine vary a great deal (see the brackets), so only what held in every round is "
+        "Calls vary a great deal from round to round (see the brackets), so only what held in every round is "
         "read here. "
     )
     if fused_first:
@@ -2549,6 +2699,31 @@ def _sweep_reading(sweep: dict, rec: dict) -> list[str]:
     s0, s1 = _pct(small["share_of_peak_loop"]), _pct(big["share_of_peak_loop"])
     pairs = [(_sweep_row(sweep, b, w0, h), _sweep_row(sweep, b, w1, h)) for b in batches for h in (False, True)]
     fell = sum(n["tokens_per_s_loop"] < o["tokens_per_s_loop"] for o, n in pairs)
+    fell_synced = sum(n["tokens_per_s_synced"] < o["tokens_per_s_synced"] for o, n in pairs)
+    rose = [(o, n) for o, n in pairs if n["tokens_per_s_loop"] >= o["tokens_per_s_loop"]]
+    noise = _sweep_noise(sweep)
+
+    def fmt_pair(o: dict, n: dict) -> str:
+        return (
+            f"{'bfloat16' if o['bf16'] else 'float32'} at batch {o['batch']}: {_n(o['tokens_per_s_loop'] / 1e3)} "
+            f"thousand tokens/s at d_model {o['d_model']}, {_n(n['tokens_per_s_loop'] / 1e3)} thousand at d_model "
+            f"{n['d_model']}"
+        )
+
+    if fell == len(pairs) and fell_synced == len(pairs):
+        widths_said = f"in all {len(pairs)} pairs"
+    elif fell_synced == len(pairs) and all(
+        n["tokens_per_s_loop"] / o["tokens_per_s_loop"] - 1 < noise for o, n in rose
+    ):
+        widths_said = (
+            f"in all {len(pairs)} pairs synchronised, and in {fell} of the {len(pairs)} back to back, where the "
+            + ("exception" if len(rose) == 1 else "exceptions")
+            + f" ({'; '.join(fmt_pair(o, n) for o, n in rose)}) "
+            + ("lies" if len(rose) == 1 else "lie")
+            + f" within the timings' spread of ±{_pct(noise)}"
+        )
+    else:
+        widths_said = f"in {fell} of the {len(pairs)} pairs back to back and {fell_synced} synchronised"
     cost = wide["flops_per_token"] / small["flops_per_token"]
     turn, alone, _, _ = _fp32_spread(rec)
     synced = small["tokens_per_s_synced"]
@@ -2558,8 +2733,8 @@ def _sweep_reading(sweep: dict, rec: dict) -> list[str]:
             f"step at d_model {w0}, float32 training ran {_x(gain)} as many tokens per second ({s0} to {s1} of the "
             f"peak), and at d_model {w1} with batch {b1} it reached {_pct(wide['share_of_peak_loop'])} of the "
             f"float32 peak, bfloat16 {_pct(wide16['share_of_peak_loop'])} of the bfloat16 one. Tokens per second "
-            f"grew with the batch but fell with the width in {fell} of the {len(pairs)} pairs: a token of the "
-            f"d_model-{w1} model costs {_x(cost)} the FLOPs of one at d_model {w0}."
+            f"grew with the batch and fell with the width (a token of the d_model-{w1} model costs {_x(cost)} the "
+            f"FLOPs of one at d_model {w0}): {widths_said}."
         ),
         (
             f"The first float32 row is the configuration of the tables above, on random tokens: "
@@ -2640,9 +2815,38 @@ def _bf16_gpu_revisited(rec: dict, sweep: dict) -> list[str]:
             + " and ".join(_x(ratio(b, d, "tokens_per_s_loop")) for b, d in near)
             + " cannot be told apart from 1."
         )
+    pays = []
+    for d in widths:
+        b = next(
+            (
+                b
+                for b in batches
+                if min(ratio(b, d, "tokens_per_s_loop"), ratio(b, d, "tokens_per_s_synced")) > 1 + noise_sweep
+            ),
+            None,
+        )
+        if b is not None:
+            pays.append(f"from batch {b} at d_model {d}")
+    lost = [
+        (b, d)
+        for d in widths
+        for b in batches
+        if max(ratio(b, d, "tokens_per_s_loop"), ratio(b, d, "tokens_per_s_synced")) < 1 - noise_sweep
+    ]
+    if pays:
+        text += (
+            " The practical rule these numbers suggest: bfloat16 autocast pays once the matrix products are large "
+            "enough for their arithmetic to set the pace of the step (here " + " and ".join(pays) + "); below "
+            "that, on this GPU, it gained nothing measurable"
+            + (
+                ", and at " + " and ".join(f"batch {b}, d_model {d}" for b, d in lost) + " it cost time."
+                if lost
+                else "."
+            )
+        )
     text += (
         " Chapter 10's `train` turns bfloat16 autocast on for any CUDA device; chapter 10's own configuration "
-        "(batch 16, block 64) was not timed on a GPU here."
+        "(batch 16, block 64), smaller than any of these, was not timed on a GPU here."
     )
     paras.append(text)
     return paras
@@ -2673,6 +2877,7 @@ def _sweep_table(sweep: dict) -> list[str]:
     gaps16 = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows if r["bf16"]]
     gap32 = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if not r["bf16"])
     lo16, hi16 = min(gaps16), max(gaps16)
+    worst = _sweep_worst(sweep)
     n = sweep.get("steps", 20)
     lines += [
         (
@@ -2685,8 +2890,17 @@ def _sweep_table(sweep: dict) -> list[str]:
             "per token by the formula above for each width; the peaks "
             f"measured again for this sweep: float32 {_flops(sweep['peak_flops']['fp32'])}, bfloat16 "
             f"{_flops(sweep['peak_flops']['bf16'])}. The two timings differed by at most {_pct(gap32)} in float32 and "
-            f"by {_signed_pct(lo16)} to {_signed_pct(hi16)} in bfloat16: that is the spread of a {n}-step figure "
-            "here, not an effect of synchronising less, and no figure of the sweep can be read more precisely."
+            f"by {_signed_pct(lo16)} to {_signed_pct(hi16)} in bfloat16 (back to back against synchronised). "
+            + (
+                f"The largest gap has the sign that synchronising less cannot give: at batch {worst['batch']}, "
+                f"d_model {worst['d_model']}, the back-to-back bfloat16 loop was the slower "
+                f"({_n(worst['tokens_per_s_loop'] / 1e3)} against {_n(worst['tokens_per_s_synced'] / 1e3)} thousand "
+                "tokens/s). "
+                if worst["tokens_per_s_loop"] < worst["tokens_per_s_synced"]
+                else ""
+            )
+            + f"Neither timing was repeated, so the spread of one {n}-step figure is not known; these gaps are "
+            "the best estimate of it here, and no figure of the sweep is read more precisely than they allow."
         ),
         "",
     ]
@@ -3013,8 +3227,11 @@ def _render_limit(
                 (
                     "Top: share of the fastest measured matmul in the run's format against the batch size (timed back "
                     "to back, log scale), one line per width and format. Bottom: bfloat16's tokens per second over "
-                    "float32's, one line per width; inside the grey band a ratio cannot be told apart from 1 (the "
-                    "largest difference between the sweep's two timings). Dashed: d_model "
+                    "float32's, one line per width; inside the grey band a ratio cannot be told apart from 1: "
+                    f"±{_pct(_sweep_noise(sweep))}, the largest difference between the sweep's two timings of one "
+                    "configuration, back to back and synchronised (bfloat16, "
+                    f"batch {_sweep_worst(sweep)['batch']}, d_model {_sweep_worst(sweep)['d_model']}, in the tables "
+                    "below). Dashed: d_model "
                     f"{min(r['d_model'] for r in sweep['rows'])}; solid: d_model "
                     f"{max(r['d_model'] for r in sweep['rows'])}."
                 ),
@@ -3059,19 +3276,24 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"{r['ratio_ours_sdpa_vs_torch']:.2f}×). Each the median of 7 calls after 2 of warm-up; the two modules "
             "are initialised separately (the weights do not matter for the time), and PyTorch's is called with "
             "`need_weights=False`, which lets it take its fused path, while ours, by default, takes the explicit "
-            "one and returns the weights."
+            "one and returns the weights. One measurement of each: the spread between runs was not measured."
         )
     for dev, r in (results.get("gpt_vs_minimal") or {}).items():
         side.append(
             "The course's `GPT` vs the minimal GPT of the compilation section, training "
             f"({r['config']}, {r['steps']} steps of {r['batch']}; {on(dev)}): "
-            f"{_n(r['ours_tokens_per_s'])} vs {_n(r['minimal_tokens_per_s'])} tokens/s, "
-            f"**{r['throughput_ratio']:.3f}×** the throughput; validation loss "
-            f"{r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f}. The same initial weights and batches; the two "
-            "train in turn, step by step, and the ratio is the median over pairs of steps, taken in each of "
-            f"{len(r['runs'])} fresh processes ({', '.join(f'{x:.3f}×' for x in r['runs'])}), the middle one "
-            "being the bold figure: a median of per-step ratios, not the ratio of the two throughputs "
-            f"({r['ours_tokens_per_s'] / r['minimal_tokens_per_s']:.4f})." + _other_machine_note(results, dev)
+            f"{_n(r['ours_tokens_per_s'])} vs {_n(r['minimal_tokens_per_s'])} tokens/s at the median step; "
+            f"validation loss {r['ours_val_loss']:.4f} vs {r['minimal_val_loss']:.4f}. The same initial weights and "
+            "batches; the two train in turn, step by step. For each pair of steps, the minimal GPT's time over "
+            f"ours: median **{r['throughput_ratio']:.3f}×**"
+            + (
+                f", and half the pairs between {r['throughput_ratio_iqr'][0]:.3f}× and "
+                f"{r['throughput_ratio_iqr'][1]:.3f}×"
+                if r.get("throughput_ratio_iqr")
+                else ""
+            )
+            + f"; the median came out {', '.join(f'{x:.3f}×' for x in r['runs'])} in {len(r['runs'])} fresh "
+            "processes, the bold figure being their middle value." + _other_machine_note(results, dev)
         )
     for dev, r in (results.get("gpt_vs_hf") or {}).items():
         side.append(
@@ -3124,9 +3346,15 @@ def _render_side_by_side(results: dict) -> list[str]:
             "matrix and fused attention told `is_causal=True` instead of a mask tensor, and the two reach the same "
             "validation loss"
             + (" to the last digit" if gm["ours_val_loss"] == gm["minimal_val_loss"] else "")
-            + f". Their throughput differs by {abs(1 - gm['throughput_ratio']) * 100:.1f} % "
-            f"(from run to run: {min(gm['runs']):.3f}× to {max(gm['runs']):.3f}×), although the course's model "
-            "also runs the token-id check on every call."
+            + ". Step for step the two cannot be told apart"
+            + (
+                f": the median ratio, {gm['throughput_ratio']:.3f}×, lies well inside the spread of the single "
+                f"steps ({gm['throughput_ratio_iqr'][0]:.3f}× to {gm['throughput_ratio_iqr'][1]:.3f}× for the middle "
+                "half)"
+                if gm.get("throughput_ratio_iqr")
+                else ""
+            )
+            + ", although the course's model also runs the token-id check on every call."
         )
     if text:
         lines += [" ".join(text), ""]
@@ -3218,6 +3446,7 @@ def _render_ddp(results: dict) -> list[str]:
         return []
     one, two = ddp["1 process"], ddp["2 processes"]
     single = ddp.get("1 process, 1 thread")
+    acc = ddp.get("1 process, accumulate 2")
     m = results["machine"]
     if ddp.get("device"):
         m = {**m, "cpu": ddp["device"]["cpu"], "cores": ddp["device"]["cores"], "torch_threads": one.get("threads", 2)}
@@ -3244,7 +3473,8 @@ def _render_ddp(results: dict) -> list[str]:
         (
             "On CPUs the processes talk through the gloo backend, on NVIDIA GPUs through nccl (one process "
             "per GPU). Gradient accumulation (`--accumulate 2`) is the same idea inside one process: two "
-            "half-batches, gradients added, one step."
+            "half-batches, one after the other, gradients added, one step"
+            + ("; the last row of the table below runs it." if acc else ".")
         ),
         "",
         (
@@ -3272,8 +3502,18 @@ def _render_ddp(results: dict) -> list[str]:
             f"| 2 processes, {max(1, m['torch_threads'] // 2)} thread each | {two['seconds_per_step']:.3f} | "
             f"{two['final_loss']:.4f} | {two['val_loss']:.4f} |"
         ),
+        *(
+            [
+                (
+                    f"| 1 process, {m['torch_threads']} threads, 2 half-batches | {acc['seconds_per_step']:.3f} | "
+                    f"{acc['final_loss']:.4f} | {acc['val_loss']:.4f} |"
+                )
+            ]
+            if acc
+            else []
+        ),
         "",
-        _ddp_reading(one, two, single, m),
+        _ddp_reading(one, two, single, m, acc),
         "",
         (
             "Across machines the same script runs under `torchrun --nnodes=2 --nproc_per_node=8 "
@@ -3295,12 +3535,18 @@ def _render_ddp(results: dict) -> list[str]:
     ]
 
 
-def _ddp_reading(one: dict, two: dict, single: dict | None, m: dict) -> str:
-    runs = [one, two] + ([single] if single else [])
-    same = len({r["val_loss"] for r in runs}) == 1 and len({r["final_loss"] for r in runs}) == 1
-    text = (
-        "The losses are the same" if same else "The losses agree"
-    ) + f" to the digits shown: the {'three' if single else 'two'} runs take the same steps (one run of each). "
+def _ddp_reading(one: dict, two: dict, single: dict | None, m: dict, acc: dict | None = None) -> str:
+    runs = [one, two] + ([single] if single else []) + ([acc] if acc else [])
+    shown = {(f"{r['val_loss']:.4f}", f"{r['final_loss']:.4f}") for r in runs}
+    text = ("The losses are the same" if len(shown) == 1 else "The losses agree") + (
+        f" to the digits shown: {'all ' if len(runs) > 2 else 'the '}{_number_word(len(runs))} runs take the same "
+        "steps (one run of each)"
+        + (
+            ", including the one with `--accumulate 2`, which adds the gradients of two half-batches before each step. "
+            if acc
+            else ". "
+        )
+    )
     if single:
         gain = single["seconds_per_step"] / two["seconds_per_step"]
         text += (
@@ -3313,11 +3559,22 @@ def _ddp_reading(one: dict, two: dict, single: dict | None, m: dict) -> str:
     text += (
         f"Against one process that already used both of the {m['cores']} cores with {m['torch_threads']} threads, "
         f"two processes took {two['seconds_per_step'] / one['seconds_per_step']:.2f}× the time: with no hardware "
-        "left over, splitting the batch between processes gained nothing. So here data parallelism shortened a "
+        "left over, splitting the batch between processes gained nothing measurable in one run of each. So here "
+        "data parallelism shortened a "
         "step when the second process brought hardware the first did not use (a core), and not otherwise; on "
         "GPUs that hardware is a GPU for each process."
     )
+    if acc:
+        text += (
+            f" Accumulating took {acc['seconds_per_step'] / one['seconds_per_step']:.2f}× the time of the same "
+            "process's undivided step; what accumulation is for is memory: only half a batch's activations are held "
+            "at a time."
+        )
     return text
+
+
+def _number_word(k: int) -> str:
+    return {2: "two", 3: "three", 4: "four", 5: "five"}.get(k, str(k))
 
 
 def _render_summary(results: dict) -> list[str]:
@@ -3373,9 +3630,15 @@ def _render_summary(results: dict) -> list[str]:
                     ratios.append(
                         _sweep_row(sweep, gpu["batch"], d0, True)[key] / _sweep_row(sweep, gpu["batch"], d0, False)[key]
                     )
+            comp = [
+                g["ours_bf16_compiled"]["tokens_per_s"] / g["ours_fp32_compiled"]["tokens_per_s"],
+                g["ours_fp32_compiled"]["run_step_s"] / g["ours_bf16_compiled"]["run_step_s"],
+            ]
+            comp_said = _x(comp[0]) if _x(comp[0]) == _x(comp[1]) else _span(min(comp), max(comp), _x)
             text += (
-                "; on the GPU it gave no gain at this size "
-                f"({_span(min(ratios), max(ratios), _x)}, by how the steps were timed)"
+                "; on the GPU it gave no gain at this size (eager against eager "
+                f"{_span(min(ratios), max(ratios), _x)}, depending on how the steps were timed; compiled against "
+                f"compiled {comp_said})"
             )
             if sweep:
                 b = max(r["batch"] for r in sweep["rows"])
@@ -3431,18 +3694,23 @@ def _render_summary(results: dict) -> list[str]:
         text = "Against the libraries: "
         if mha:
             text += (
-                f"the course's `MultiHeadAttention` takes {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with its "
-                f"explicit attention and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with the fused one"
+                f"the course's `MultiHeadAttention` took {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with its "
+                f"explicit attention and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with the fused one (one measurement "
+                "of each)"
             )
         if gm:
             runs = gm.get("runs") or [gm["throughput_ratio"]]
+            gm_cpu = next(iter((results.get("gpt_vs_minimal") or {}).keys()))
+            where = results["machine"]["cpu"] if gm_cpu == "cpu" else _DEV.get(gm_cpu, gm_cpu)
             text += ("; " if mha else "") + (
-                f"on the CPU its GPT trains at {gm['throughput_ratio']:.3f}× the speed of a minimal nanoGPT-style GPT"
+                f"on the {where} its GPT trained step for step as fast as a minimal nanoGPT-style GPT (median "
+                f"per-step ratio {gm['throughput_ratio']:.3f}×"
                 + (
-                    f" (median of {len(runs)} runs, which ranged from {min(runs):.3f}× to {max(runs):.3f}×)"
+                    f", in the middle of {len(runs)} runs, which ranged from {min(runs):.3f}× to {max(runs):.3f}×"
                     if len(runs) > 1
                     else ""
                 )
+                + ")"
             )
         items.append(text + ".")
     nbs = results.get("notebooks") if _show_chapter_times(results) else None
@@ -3464,7 +3732,7 @@ def _render_summary(results: dict) -> list[str]:
                 "two single-thread processes trained "
                 f"{_x(single['seconds_per_step'] / ddp['2 processes']['seconds_per_step'])} as fast as one "
                 "single-thread process; against one process already using both cores they gained nothing "
-                f"({ratio:.2f}× the time)."
+                f"measurable ({ratio:.2f}× the time)."
                 if single
                 else f"two on the same cores as one took {ratio:.2f}× its time."
             )
@@ -3473,6 +3741,40 @@ def _render_summary(results: dict) -> list[str]:
     if not items:
         return []
     return ["In short:", "", *[f"* {i}" for i in items], ""]
+
+
+def _exercise1_outcome(gpu: dict | None, sweep: dict | None) -> str:
+    """What the unsynchronised timer reads: the launch of the step, which at the page's size may be most of it."""
+    text = (
+        "The token-id check runs before the embedding lookup, so it waits only for work queued before the "
+        "step, and the first `synchronize()` has already emptied the queue. Without the second one, the timer "
+        "stops once the forward pass, the backward pass and the optimiser step have been queued: it measures "
+        "how long the CPU takes to launch the step, and the synchronised number is the time of the work. How "
+        "far apart the two are depends on whether the GPU keeps up with the launches."
+    )
+    v = (gpu or {}).get("variants", {}).get("ours_fp32_eager", {})
+    if gpu and "achieved_flops" in v:
+        per_step = v["achieved_flops"] / v["tokens_per_s"] * gpu["tokens_per_step"]
+        text += (
+            f" For the model of the precision table, expect them to be close: its step holds "
+            f"{per_step / gpu['peak_flops']['fp32'] * 1e3:.2f} ms of arithmetic at the float32 peak in a "
+            f"{v['run_step_s'] * 1e3:.1f} ms step, so if, as the section on the limit supposes, the CPU's launching "
+            "of the many small operations sets the pace, the GPU is done soon after the last launch, and the "
+            "unsynchronised timer reads nearly the whole step. If you find that, it supports the hypothesis."
+        )
+    if sweep:
+        b = max(r["batch"] for r in sweep["rows"])
+        d = max(r["d_model"] for r in sweep["rows"])
+        big = _sweep_row(sweep, b, d, False)
+        text += (
+            f" At the sweep's batch {b}, d_model {d}, a float32 step took "
+            f"{b * 128 / big['tokens_per_s_loop'] * 1e3:.0f} ms at {_pct(big['share_of_peak_loop'])} of the float32 "
+            "peak: there the arithmetic fills the step, so expect the unsynchronised timer to read well short of it."
+        )
+    return text + (
+        " (In a loop without `time_it`, the next step's token-id check waits for this step's work, so the total "
+        "time of many steps is right to within the last step's, even without any `synchronize()`.)"
+    )
 
 
 def _render_exercises(results: dict | None = None) -> list[str]:
@@ -3496,18 +3798,7 @@ def _render_exercises(results: dict | None = None) -> list[str]:
             "still include?"
         ),
         "",
-        *_fold(
-            "Expected outcome",
-            "The token-id check runs before the embedding lookup, so it waits only for work queued before the "
-            "step, and the first `synchronize()` has already emptied the queue. Without the second one, the timer "
-            "stops once the forward pass, the backward pass and the optimiser step have been queued: it measures "
-            "how long the CPU takes to launch the step: expect it to be shorter than the step. The synchronised "
-            "number is "
-            "the time of the work. (In a loop without `time_it`, the next step's token-id check waits for this "
-            "step's work, so the total time of many steps is right to within the last step's, even without any "
-            "`synchronize()`.)",
-            "text",
-        ),
+        *_fold("Expected outcome", _exercise1_outcome(gpu, sweep), "text"),
         (
             "**2.** Train the same model for a few steps at batch sizes 16, 64 and 256, and compute the share of "
             "the fastest matmul as the section on the limit does. How does the share change with the batch?"
@@ -3564,8 +3855,9 @@ def _render_exercises(results: dict | None = None) -> list[str]:
         *_fold(
             "Expected outcome",
             "Not measured here; a prediction to test. The compiler fuses the small operations between the matrix "
-            "multiplications and leaves the products to the same libraries. At four times the width each product "
-            "does 16 times the arithmetic while each small operation touches only 4 times the memory, so the "
+            "multiplications and leaves the products to the same libraries. At four times the width each "
+            "weight-matrix product does 16 times the arithmetic (attention's two n×n products and the output "
+            "layer only 4 times) while each small operation touches only 4 times the memory, so the "
             "share of the step that fusion can shorten falls: expect a saving that is small against the step, if "
             "it is measurable at all, and count the steps from the smaller of the two savings.",
             "text",
