@@ -51,6 +51,8 @@ FIGURE_LIMIT = ROOT / "book" / "figures" / "bench_limit.png"
 FIGURE_SWEEP = ROOT / "book" / "figures" / "bench_sweep.png"
 FIGURE_ROOF = ROOT / "book" / "figures" / "bench_roofline.png"
 FIGURE_ONLINE = ROOT / "book" / "figures" / "bench_online_softmax.png"
+FIGURE_KV = ROOT / "book" / "figures" / "bench_kv_cache.png"
+FIGURE_PROFILE = ROOT / "book" / "figures" / "bench_profile.png"
 # NVIDIA's data sheet: the H200's memory bandwidth
 H200_BYTES_PER_S = 4.8e12
 THREADS = 2
@@ -1080,6 +1082,94 @@ def plot(results: dict) -> None:
         sweep = (results.get("batch_sweep") or {}).get("cuda")
         if sweep:
             plot_sweep(sweep)
+        if results.get("kv_cache"):
+            plot_kv(results["kv_cache"])
+        if (results.get("cpu_checks") or {}).get("profile"):
+            plot_profile(results["cpu_checks"])
+
+
+_PROFILE_SHORT = {
+    "matmul": "matmuls",
+    "attention": "attention",
+    "casts": "casts",
+    "optimiser": "optimiser",
+    "rest": "the rest",
+}
+
+
+def plot_profile(chk: dict) -> None:
+    """One stacked bar per format: the milliseconds of one training step, part by part, as the profile
+    table gives them."""
+    import matplotlib.pyplot as plt
+
+    prof = chk["profile"]
+    fig, ax = plt.subplots(figsize=(6.4, 2.9))
+    colors = {"matmul": "C0", "attention": "C3", "casts": "C7", "optimiser": "C2", "rest": "C1"}
+    for y, fmt in enumerate(("bf16", "fp32")):
+        left = 0.0
+        for key, _ in _PROFILE_PARTS:
+            ms = prof[fmt]["seconds_per_step"][key] * 1e3
+            ax.barh(
+                y,
+                ms,
+                left=left,
+                color=colors[key],
+                edgecolor="white",
+                height=0.6,
+                label=_PROFILE_SHORT[key] if y == 0 else None,
+            )
+            if ms >= 12:  # a label inside every part wide enough to hold it
+                ax.text(left + ms / 2, y, f"{ms:.0f}", ha="center", va="center", color="white", fontsize=11)
+            left += ms
+        ax.text(left + 2, y, f"{left:.0f} ms", va="center", fontsize=11)
+    ax.set_yticks([0, 1], ["bfloat16", "float32"])
+    ax.set_xlim(0, max(sum(prof[f]["seconds_per_step"].values()) for f in ("fp32", "bf16")) * 1e3 * 1.2)
+    ax.set_ylim(-0.5, 1.5)
+    ax.set_xlabel("milliseconds per training step")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3, fontsize=11, frameon=False)
+    ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, FIGURE_PROFILE, "profile")
+    plt.close(fig)
+
+
+def plot_kv(kv: dict) -> None:
+    """Generation time against the number of new tokens, with and without the KV cache, log-log, with
+    guides of slope 1 (time in proportion to the tokens) and 2 (in proportion to their square)."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    rows = kv["rows"]
+    new = [r["new_tokens"] for r in rows]
+    fig, ax = plt.subplots(figsize=(4.6, 3.8))
+    for key, color, name in (("no_cache_s", "C3", "without cache"), ("cache_s", "C0", "with cache")):
+        ys = [r[key] for r in rows]
+        ax.plot(new, ys, "o-", color=color)
+        ax.annotate(name, (new[-1], ys[-1]), xytext=(8, 0), textcoords="offset points", va="center", color=color)
+    for slope, y0 in ((2, rows[0]["no_cache_s"]), (1, rows[0]["cache_s"])):
+        ax.plot(new, [y0 * (n / new[0]) ** slope for n in new], "--", color="gray", lw=1)
+        ax.annotate(
+            f"slope {slope}",
+            (new[-1], y0 * (new[-1] / new[0]) ** slope),
+            xytext=(8, -12 if slope == 1 else 0),
+            textcoords="offset points",
+            va="center",
+            color="dimgray",
+            fontsize=11,
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(new, [str(n) for n in new])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlim(new[0] / 1.3, new[-1] * 4.4)
+    ax.set_ylim(rows[0]["cache_s"] / 1.6, rows[0]["no_cache_s"] * (new[-1] / new[0]) ** 2 * 1.8)
+    ax.set_xlabel("new tokens (log scale)")
+    ax.set_ylabel("seconds (log scale)")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    _save(fig, FIGURE_KV, "KV cache")
+    plt.close(fig)
 
 
 def plot_online_softmax(block: int = 128) -> None:
@@ -1207,15 +1297,30 @@ def plot_limit(prec: dict) -> None:
         for y, (_, r) in enumerate(rows):
             color = "C1" if r["bf16"] else "C0"
             ax.plot(r["achieved_flops"] / scale, y, "o", color=color, markersize=8)
-            ax.text(
-                r["achieved_flops"] / scale / 1.3, y, _pct(r["share_of_peak"]), va="center", ha="right", color=color
+            ax.annotate(  # a fixed gap in points, whatever the axis' span
+                _pct(r["share_of_peak"]),
+                (r["achieved_flops"] / scale, y),
+                xytext=(-9, 0),
+                textcoords="offset points",
+                va="center",
+                ha="right",
+                color=color,
             )
         ax.set_yticks(range(len(rows)), [_SHORT_RUN[k] for k, _ in rows])
-        for key, color, name in (("fp32", "C0", "fp32 peak"), ("bf16", "C1", "bf16 peak")):
+        for key, color, name in (("fp32", "C0", "fp32\npeak"), ("bf16", "C1", "bf16\npeak")):
             x = rec["peak_flops"][key] / scale
-            ax.axvline(x, color=color, ls="--", lw=1.5, label=name)
-        # the peaks' names in a legend above the dots, clear of both dashed lines
-        ax.legend(loc="upper left", ncol=2, fontsize=9, framealpha=1.0, handlelength=1.6)
+            ax.axvline(x, color=color, ls="--", lw=1.5)
+            # each peak named beside its own line, in the empty band above the dots
+            ax.annotate(
+                name,
+                (x, len(rows) + 0.55),
+                xytext=(-5, 0),
+                textcoords="offset points",
+                ha="right",
+                va="center",
+                color=color,
+                fontsize=9,
+            )
         lo = min(r["achieved_flops"] for _, r in rows) / scale
         ax.set_xscale("log")
         ax.set_xlim(lo / 16, rec["peak_flops"]["bf16"] / scale * 1.6)  # room for the labels left of the dots
@@ -1229,14 +1334,30 @@ def plot_limit(prec: dict) -> None:
     plt.close(fig)
 
 
+def _sweep_printed(sweep: dict) -> dict:
+    """The sweep with its tokens per second as the tables print them (whole thousands), so that every quoted
+    ratio and percentage is the one a reader computes from the tables."""
+    keys = ("tokens_per_s_loop", "tokens_per_s_synced")
+    return {**sweep, "rows": [{**r, **{k: round(r[k] / 1e3) * 1e3 for k in keys}} for r in sweep["rows"]]}
+
+
 def _sweep_worst(sweep: dict) -> dict:
     """The sweep's row whose two timings differ the most."""
-    return max(sweep["rows"], key=lambda r: abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1))
+    rows = _sweep_printed(sweep)["rows"]
+    return max(rows, key=lambda r: abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1))
 
 
-def _sweep_noise(sweep: dict) -> float:
-    """The largest relative difference between the sweep's two timings of the same configuration."""
-    return max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in sweep["rows"])
+def _sweep_noise(sweep: dict, bf16: bool | None = None) -> float:
+    """The largest relative difference between the sweep's two timings of the same configuration (of one
+    format, with ``bf16``)."""
+    rows = [r for r in _sweep_printed(sweep)["rows"] if bf16 is None or r["bf16"] == bf16]
+    return max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows)
+
+
+def _ratio_noise(sweep: dict) -> float:
+    """How far bfloat16's tokens per second over float32's can move when each of the two is off by its format's
+    largest difference between the two timings: (1 + bfloat16's) (1 + float32's) - 1."""
+    return (1 + _sweep_noise(sweep, True)) * (1 + _sweep_noise(sweep, False)) - 1
 
 
 def plot_sweep(sweep: dict) -> None:
@@ -1269,7 +1390,8 @@ def plot_sweep(sweep: dict) -> None:
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylabel("share of peak (%, log scale)")
     ax.set_title("share of the peak")
-    noise = _sweep_noise(sweep)
+    noise = _ratio_noise(sweep)
+    sweep = _sweep_printed(sweep)
     ax = axes[1]
     ax.axhspan(1 - noise, 1 + noise, color="gray", alpha=0.25, lw=0)
     ax.axhline(1, color="gray", lw=1)
@@ -1376,6 +1498,7 @@ def _shown_width(png: Path) -> int:
 
 # The chapter 10 GPT trained for a few steps with one process and with two (torchrun, DistributedDataParallel,
 # gloo), the same global batch of windows each step; each process gets half the machine's threads.
+EVAL_WINDOWS = 32  # windows of each text that train_gpt's evaluation scores (its eval_windows default)
 DDP_ARGS = (
     "--steps 40 --batch-size 16 --block-size 128 --n-layer 4 --n-head 6 --d-model 192 --warmup 10 "
     "--eval-every 40 --no-final-eval --seed 0"
@@ -1446,6 +1569,33 @@ def _chapter_title(notebook: str) -> str:
 def _n(x: float, digits: int = 0) -> str:
     """A number as the page prints it: thousands separated, ``digits`` decimals."""
     return f"{x:,.{digits}f}"
+
+
+def _sig(v: float, sig: int = 3) -> str:
+    """A number to ``sig`` significant figures, without an exponent: 0.0625, 0.336, 2.47, 131."""
+    if v == 0:
+        return "0"
+    digits = max(0, sig - 1 - math.floor(math.log10(abs(v))))
+    return f"{v:,.{digits}f}"
+
+
+def _sv(v: float, sig: int = 3) -> float:
+    """The value a reader sees: ``v`` as ``_sig`` prints it, so that a quoted ratio is the printed numbers'."""
+    return float(_sig(v, sig).replace(",", ""))
+
+
+def _ms(seconds: float, dev: str) -> float:
+    """A step time in ms as the page prints it: to 0.01 ms on a GPU (steps of about 10 ms), 0.1 ms on a CPU."""
+    return round(seconds * 1e3, 2 if dev == "cuda" else 1)
+
+
+def _msf(seconds: float, dev: str) -> str:
+    return f"{_ms(seconds, dev):.{2 if dev == 'cuda' else 1}f}"
+
+
+def _k(v: float) -> float:
+    """Tokens per second in thousands, as the tables print them."""
+    return float(round(v / 1e3))
 
 
 def _x(ratio: float) -> str:
@@ -1551,6 +1701,191 @@ def _one_figure(x: float) -> str:
         return "—"
     digits = 10 ** math.floor(math.log10(x))
     return f"about {_n(round(x / digits) * digits)}"
+
+
+# The code the folded boxes show: the lines that measure, written out whole with the names the page defines
+# (``time_it`` from "Timing correctly"); each mirrors the measuring function named beside it.
+_SHOWN_SCALING = """import statistics, time
+import torch
+import torch.nn.functional as F
+from transformer_course.attention import scaled_dot_product_attention
+
+impls = {"explicit": scaled_dot_product_attention, "fused": F.scaled_dot_product_attention}
+n = 4096
+q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
+times = {name: [] for name in impls}
+for i in range(15 + 2):
+    for name, attend in impls.items():  # the two take turns call by call
+        t0 = time.perf_counter()
+        attend(q, k, v)
+        if i >= 2:  # two calls of warm-up
+            times[name].append(time.perf_counter() - t0)
+print({name: statistics.median(t) for name, t in times.items()})"""  # mirrors bench_scaling
+
+_SHOWN_TIME_IN_TURN = '''def time_in_turn(fns, repeats, warmup=2):
+    """Seconds of each call of each function (a dict of them), the functions taking turns
+    call by call, who goes first rotating; the first warmup rounds are thrown away."""
+    names = list(fns)
+    times = {name: [] for name in names}
+    for i in range(repeats + warmup):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            t0 = time.perf_counter()
+            fns[name]()
+            if i >= warmup:
+                times[name].append(time.perf_counter() - t0)
+    return times'''  # mirrors time_in_turn
+
+_SHOWN_PEAK = """import re
+from pathlib import Path
+
+def status(key):  # one line of /proc/self/status (Linux), in bytes
+    text = Path("/proc/self/status").read_text()
+    return int(re.search(key + r":\\s+(\\d+) kB", text).group(1)) * 1024
+
+q, k, v = (torch.randn(1, 1, n, 64) for _ in range(3))
+attend(q[..., :8, :], k[..., :8, :], v[..., :8, :])  # a small call first, to load the code
+Path("/proc/self/clear_refs").write_text("5")  # reset the high-water mark to the current size
+base = status("VmRSS")
+attend(q, k, v)
+print(status("VmHWM") - base)  # bytes the call added at its peak"""  # mirrors _PEAK_SCRIPT
+
+_SHOWN_KV = """from transformer_course import generation
+from transformer_course import gpt as G
+
+torch.manual_seed(0)
+cfg = G.GPTConfig(vocab_size=96, block_size=1024, n_layer=4, n_head=4, d_model=128)
+model = G.GPT(cfg).eval()
+prompt = torch.zeros(1, 1, dtype=torch.long)
+with torch.no_grad():
+    for new in (64, 128, 256, 512):
+        t_no = time_it(lambda: generation.generate(model, prompt, new, use_cache=False),
+                       repeats=3, warmup=1)
+        t_kv = time_it(lambda: generation.generate(model, prompt, new, use_cache=True),
+                       repeats=3, warmup=1)
+        print(new, t_no, t_kv, t_no / t_kv)"""  # mirrors bench_kv_cache
+
+_SHOWN_PROFILE = """from torch.profiler import ProfilerActivity, profile
+
+matmul_ops = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
+attention_ops = ("flash_attention", "scaled_dot_product")
+cast_ops = {"aten::copy_", "aten::_to_copy", "aten::to"}
+groups = dict.fromkeys(("matmul", "attention", "casts", "optimiser", "rest"), 0.0)
+with profile(activities=[ProfilerActivity.CPU]) as prof:
+    step(x, y)  # one training step, in float32 or under bfloat16 autocast
+for e in prof.key_averages():
+    us = e.self_cpu_time_total  # microseconds inside the operation itself
+    if e.key in matmul_ops:
+        groups["matmul"] += us
+    elif any(a in e.key for a in attention_ops):
+        groups["attention"] += us
+    elif e.key in cast_ops:
+        groups["casts"] += us
+    elif "_foreach_" in e.key or "Optimizer" in e.key or "adamw" in e.key.lower():
+        groups["optimiser"] += us
+    else:
+        groups["rest"] += us
+print(groups)"""  # mirrors bench_cpu_checks
+
+_SHOWN_PRECISION = """def make_step(model, opt, bf16):
+    def step(x, y):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = lm_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step
+
+def timed(step, x, y):  # one step; on a GPU, synchronised before and after
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    step(x, y)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+names = list(steps)
+times = {name: [] for name in names}
+for i in range(rounds):  # in turn: every run steps once per round, who goes first rotating
+    x, y = batches[i % len(batches)]
+    x, y = x.to(device), y.to(device)
+    for name in names[i % len(names):] + names[:i % len(names)]:
+        times[name].append(timed(steps[name], x, y))
+print({name: statistics.median(t[3:]) for name, t in times.items()})  # after 3 of warm-up"""
+
+_SHOWN_PEAK_MATMUL = '''def matmul_flops(m, k, p, dtype, device, repeats=10):
+    """FLOP/s of (m x k) @ (k x p): 2 m k p FLOPs, the best of a few calls."""
+    a = torch.randn(m, k, device=device).to(dtype)
+    b = torch.randn(k, p, device=device).to(dtype)
+    a @ b  # warm-up
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    return 2 * m * k * p / min(times)  # the best call: a peak, not a typical speed'''
+
+_SHOWN_GRAPH_BREAKS = """from transformer_course import gpt as G
+
+torch.manual_seed(0)
+model = G.GPT(G.GPTConfig(vocab_size=96, block_size=128, n_layer=4, n_head=4, d_model=128))
+torch._dynamo.reset()
+torch._dynamo.utils.counters.clear()
+x = torch.randint(0, 96, (2, 64))
+torch.compile(model, backend="eager")(x)  # traces as the default backend does, makes no kernels
+for reason, count in torch._dynamo.utils.counters["graph_break"].items():
+    print(count, reason)"""  # mirrors bench_graph_breaks
+
+_SHOWN_SWEEP = """synced = time_it(step, repeats=20, warmup=5)  # each step synchronised before and after
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+for _ in range(20):  # back to back, as a training loop runs
+    step()
+torch.cuda.synchronize()
+loop = (time.perf_counter() - t0) / 20
+print(batch * 128 / loop, batch * 128 / synced)  # tokens per second"""  # mirrors bench_batch_sweep
+
+_SHOWN_COPY = """a = torch.randn(64 * 2**20)  # 256 MiB of float32
+b = torch.empty_like(a)
+times = []
+for _ in range(7):
+    t0 = time.perf_counter()
+    b.copy_(a)  # reads a, writes b
+    times.append(time.perf_counter() - t0)
+print(2 * a.nbytes / min(times), "bytes per second")"""  # mirrors bench_copy_bandwidth
+
+_SHOWN_SIDE = """seconds = {name: [] for name in models}
+for i, (x, y) in enumerate(batches):
+    for name in ("ours", "minimal") if i % 2 == 0 else ("minimal", "ours"):
+        t0 = time.perf_counter()
+        loss = lm_loss(models[name](x), y)
+        opts[name].zero_grad(set_to_none=True)
+        loss.backward()
+        opts[name].step()
+        if i >= 10:  # ten steps of warm-up
+            seconds[name].append(time.perf_counter() - t0)
+paired = [m / o for m, o in zip(seconds["minimal"], seconds["ours"])]
+print(statistics.median(paired))  # the minimal GPT's time over ours, step by step"""  # mirrors bench_gpt_vs_minimal
+
+_SHOWN_DDP = """import os, subprocess, sys
+
+args = ("--steps 40 --batch-size 16 --block-size 128 --n-layer 4 --n-head 6 --d-model 192 "
+        "--warmup 10 --eval-every 40 --no-final-eval --seed 0").split()
+train = ["-m", "transformer_course.train_gpt"]
+runs = {  # command, PyTorch threads per process
+    "1 process, 2 threads": ([sys.executable, *train, "--threads", "2"], 2),
+    "1 process, 1 thread": ([sys.executable, *train, "--threads", "1"], 1),
+    "2 processes, 1 thread each": (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *train], 1),
+    "1 process, 2 half-batches": ([sys.executable, *train, "--threads", "2", "--accumulate", "2"], 2),
+}
+for name, (cmd, threads) in runs.items():
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    subprocess.run([*cmd, *args], check=True, env=env)  # prints its training time"""
 
 
 def _fold(title: str, code: str, lang: str = "python", after: str = "") -> list[str]:
@@ -1722,9 +2057,34 @@ def _render_timing() -> list[str]:
             "under larger batches and wider models."
         ),
         "",
+        "The measurements below use four ways of timing, each a variant of `time_it`:",
+        "",
+        "| way | what one timing covers | reported | where |",
+        "|---|---|---|---|",
         (
-            "Training steps are timed in two ways below. Alone: each run's own steps, one run after the other. "
-            "In turn: all runs taking turns step by step, so that all see the machine in the same state."
+            "| calls in turn | one call of each function per round, who goes first rotating | median over the "
+            "rounds | attention's cost, the blocked loop, QKᵀ |"
+        ),
+        (
+            "| steps in turn | one training step of each run per round, who goes first rotating; on a GPU "
+            "synchronised before and after | median over the rounds | precision, the limit, the course's GPT "
+            "against the minimal GPT |"
+        ),
+        (
+            "| steps alone | one training step of one run, its runs one after the other; on a GPU synchronised "
+            "before and after | median over the steps | compilation, the limit, the sweep (synced) |"
+        ),
+        (
+            "| back to back | many steps with no synchronisation between them, as a training loop runs | mean "
+            "over the steps | the sweep (loop) |"
+        ),
+        "",
+        (
+            "In turn, every run sees the machine in the same state, so a slow patch hits all of them alike; alone "
+            "is closer to how one run trains. Two ways of timing the same step can disagree; "
+            "where a section compares two runs, it counts only a difference larger than the gap between two ways "
+            "of timing the same step. Each measurement is one run, with one seed, on the machine named; the "
+            "sections say how far apart two timings of the same thing came out wherever that was measured."
         ),
         "",
     ]
@@ -1735,6 +2095,16 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
     rows = sc["rows"]
     if "explicit_ms" not in rows[0]:
         return []
+    # every quoted ratio is computed from the values the tables print
+    rows = [
+        {
+            **r,
+            "explicit_ms": round(r["explicit_ms"] * 1e3) / 1e3,
+            "fused_ms": round(r["fused_ms"] * 1e3) / 1e3,
+            **{k: _sv(r[k]) for k in ("explicit_peak_mib", "fused_peak_mib", "score_matrix_mib") if r.get(k)},
+        }
+        for r in rows
+    ]
     first, last = rows[0], rows[-1]
     lines = [
         "## What attention costs as the sequence grows",
@@ -1772,7 +2142,7 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
     ]
 
     def mib(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.1f}"
+        return "n/a" if v is None else _sig(v)
 
     for r in rows:
         lines.append(
@@ -1815,13 +2185,19 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
     growth = [(a["n"], b["n"], b["explicit_ms"] / a["explicit_ms"]) for a, b in zip(rows, rows[1:], strict=False)]
     lo, hi = min(growth, key=lambda t: t[2]), max(growth, key=lambda t: t[2])
     odd = [(a, b, g) for a, b, g in growth if g > 4.5 and a < rows[-2]["n"]]
-    text = [f"So the time does not follow one clean power: the doublings range from {_x(lo[2])} to {_x(hi[2])}."]
+    text = [
+        (
+            f"So the time does not follow one clean power: the doublings range from {_x(lo[2])} to {_x(hi[2])}, "
+            "and where the jumps fall moves from machine to machine and from run to run (chapter 04's run has "
+            "them elsewhere)."
+        )
+    ]
     r0, r1 = rows[0], rows[1]
     if r1["explicit_ms"] / r0["explicit_ms"] < 3:
         text.append(
-            f"From {r0['n']} to {r1['n']} the time grew only {_x(r1['explicit_ms'] / r0['explicit_ms'])}, not 4×; "
-            f"a likely reason, not measured here, is that at {r0['explicit_ms'] * 1000:.0f} µs a call the work "
-            "that does not grow as n² (reading the queries, keys and values, the call itself) still weighs."
+            f"From {r0['n']} to {r1['n']} the time grew only {_x(r1['explicit_ms'] / r0['explicit_ms'])}, not 4×: "
+            f"at {r0['explicit_ms'] * 1000:.0f} µs a call, the work that does not grow as n² (reading the queries, "
+            "keys and values, the call itself) still weighs."
         )
     if odd:
         a, b, g = odd[0]
@@ -1829,15 +2205,8 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         fb = next(r for r in rows if r["n"] == b)
         text.append(
             f"n = {b} was slow relative to its neighbours ({_x(g)} from {a}), for the fused kernel too "
-            f"({_x(fb['fused_ms'] / fa['fused_ms'])}); why was not measured."
+            f"({_x(fb['fused_ms'] / fa['fused_ms'])})."
         )
-        after = next((r for r in rows if r["n"] == 2 * b), None)
-        if after and after["explicit_ms"] / next(r for r in rows if r["n"] == b)["explicit_ms"] < 3:
-            text.append(
-                f"The next doubling, to {after['n']}, grew only "
-                f"{_x(after['explicit_ms'] / next(r for r in rows if r['n'] == b)['explicit_ms'])}: it starts "
-                f"from that slow n = {b}, so it says nothing about a fixed cost."
-            )
     if hi[1] == last["n"] and hi[2] > 4.5:
         prev = rows[-2]
         text.append(
@@ -1862,8 +2231,8 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         text.append(
             ("In memory the difference is starker" if starker else "In memory")
             + f": at n = {last['n']} the explicit version's peak was "
-            f"{last['explicit_peak_mib']:.0f} MiB, {per:.1f} times one n×n matrix, while the fused kernel's was "
-            f"{fused:.1f} MiB"
+            f"{_sig(last['explicit_peak_mib'])} MiB, {per:.2f} times one n×n matrix, while the fused kernel's was "
+            f"{_sig(fused)} MiB"
             + (
                 f", {_x(last['explicit_peak_mib'] / fused)} less: it never holds the matrix."
                 if fused > 0.05
@@ -1876,12 +2245,11 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
             if r.get("explicit_peak_mib") and r["explicit_peak_mib"] / r["score_matrix_mib"] > per + 0.25
         ]
         text.append(
-            f"The {per:.1f} times is consistent with two n×n matrices alive at once (chapter 04 counts which "
-            "tensors are alive; which were alive here was not measured)"
+            f"The {per:.2f} times fits two n×n matrices alive at once, as chapter 04 counts them"
             + (
                 "; at shorter lengths the ratio was larger ("
-                + ", ".join(f"{r['explicit_peak_mib'] / r['score_matrix_mib']:.1f} at n = {r['n']}" for r in larger)
-                + "), perhaps because what the allocator and the libraries add weighs more against a small matrix."
+                + ", ".join(f"{r['explicit_peak_mib'] / r['score_matrix_mib']:.2f} at n = {r['n']}" for r in larger)
+                + "), where what the allocator and the libraries add weighs more against a small matrix."
                 if larger
                 else "."
             )
@@ -1896,10 +2264,8 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
     lines += _render_online_softmax((extra or {}).get("online_softmax"), cpu, rows)
     lines += [
         (
-            "Folded boxes like the next one show the lines that took a section's "
-            "measurements. They are excerpts: the whole measuring code, which you can run to repeat these "
-            "measurements on your own machine, is the script `bench/run.py` in the course's repository, and the "
-            "excerpts run as part of it, not on their own."
+            "Folded boxes like the next one show the code that took a section's measurements; the script "
+            "`bench/run.py` in the course's repository repeats them all on your own machine."
         ),
         "",
     ]
@@ -1909,13 +2275,12 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         "\n".join(
             [
                 (
-                    "The timing loop of the table's two versions (`impls` maps each name to its attention "
-                    "function): in every round each is called once, and the rounds after the two of warm-up are "
-                    "kept; the table shows the median."
+                    "The timing of the first table, here at n = 4096: in every round each version is called "
+                    "once, and the rounds after the two of warm-up are kept; the table shows the median."
                 ),
                 "",
                 f"{fence}python",
-                _excerpt(bench_scaling, "times: dict", "times[name].append"),
+                _SHOWN_SCALING,
                 fence,
                 "",
                 (
@@ -1924,17 +2289,17 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
                 ),
                 "",
                 f"{fence}python",
-                _code(time_in_turn),
+                _SHOWN_TIME_IN_TURN,
                 fence,
                 "",
                 (
-                    "The memory measurement, run in a fresh process for each version and length: it resets the "
-                    "process's high-water mark of resident memory, runs one attention call and prints how much "
-                    "the mark rose."
+                    "The memory measurement, run in a fresh process for each version and length (`attend` is "
+                    "one of the versions): it resets the process's high-water mark of resident memory, runs one "
+                    "attention call and prints how much the mark rose."
                 ),
                 "",
                 f"{fence}python",
-                _excerpt(_PEAK_SCRIPT, "def status", "print(status"),
+                _SHOWN_PEAK,
                 fence,
             ]
         ),
@@ -1971,7 +2336,8 @@ def _fresh_vs_buffer(rows: list[dict] | None, cpu: str) -> list[str]:
     if not rows or len(rows) < 2:
         return []
     a, b = rows[0], rows[-1]
-    med = {(r["n"], k): statistics.median(r[f"{k}_ms"]) for r in rows for k in ("fresh", "buffer")}
+    # the medians as the table prints them (2 decimals), so that the quoted ratios are the printed ones
+    med = {(r["n"], k): round(statistics.median(r[f"{k}_ms"]), 2) for r in rows for k in ("fresh", "buffer")}
     g_fresh = med[b["n"], "fresh"] / med[a["n"], "fresh"]
     g_buf = med[b["n"], "buffer"] / med[a["n"], "buffer"]
     gap = med[b["n"], "fresh"] - med[b["n"], "buffer"]
@@ -1994,8 +2360,7 @@ def _fresh_vs_buffer(rows: list[dict] | None, cpu: str) -> list[str]:
             + (", about the 4× of its arithmetic" if 3.0 <= g_buf <= 5.0 else "")
             + f"; into a fresh result it grew {_x(g_fresh)}, and at n = {b['n']} obtaining the fresh memory took "
             f"{gap:.0f} of its {med[b['n'], 'fresh']:.0f} ms. So part of the explicit attention's last jump is the "
-            "price of fresh memory for its n×n matrices, as in chapter 04; how much of the rest is due to other "
-            "causes was not separated."
+            "price of fresh memory for its n×n matrices, as in chapter 04."
         ),
         "",
     ]
@@ -2052,16 +2417,18 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict
     ]
     if not rows:
         return lines
+    # the peaks as the table prints them
+    rows = [{**r, **{k: _sv(r[k]) for k in ("explicit_peak_mib", "blocked_peak_mib")}} for r in rows]
     big = rows[-1]
     first = {r["n"]: r.get("explicit_peak_mib") for r in scaling or []}
     differ = [
         (r["n"], first[r["n"]], r["explicit_peak_mib"])
         for r in rows
-        if first.get(r["n"]) is not None and f"{first[r['n']]:.1f}" != f"{r['explicit_peak_mib']:.1f}"
+        if first.get(r["n"]) is not None and _sig(first[r["n"]]) != _sig(r["explicit_peak_mib"])
     ]
     again = (
         "; the explicit version's peak was measured again here, "
-        + ", ".join(f"{b:.1f} MiB at n = {n} against {a:.1f} MiB in the first memory table" for n, a, b in differ)
+        + ", ".join(f"{_sig(b)} MiB at n = {n} against {_sig(a)} MiB in the first memory table" for n, a, b in differ)
         if differ
         else ""
     )
@@ -2071,7 +2438,7 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict
     ]
     for r in rows:
         lines.append(
-            f"| {r['n']} | {r['max_abs_diff']:.0e} | {r['explicit_peak_mib']:.1f} | {r['blocked_peak_mib']:.1f} |"
+            f"| {r['n']} | {r['max_abs_diff']:.0e} | {_sig(r['explicit_peak_mib'])} | {_sig(r['blocked_peak_mib'])} |"
         )
     lines += [
         "",
@@ -2084,12 +2451,11 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict
         (
             f"The two outputs agree to {max(r['max_abs_diff'] for r in rows):.0e}, the rounding of float32: the "
             "running maximum and sum give the softmax exactly, only added up in another order. At n = "
-            f"{big['n']} the blocked version's peak was {big['blocked_peak_mib']:.1f} MiB against the explicit "
-            f"one's {big['explicit_peak_mib']:.0f} MiB ({_x(big['explicit_peak_mib'] / big['blocked_peak_mib'])} "
-            f"less). Which tensors make up its {big['blocked_peak_mib']:.1f} MiB was not measured: one block's "
-            "scores and their exponentials are n × block float32 numbers each "
-            f"({big['n'] * big['block'] * 4 / 2**20:.0f} MiB at n = {big['n']}), and what the memory allocator "
-            "keeps adds to them. What was measured is that the peak grows with n, not n²: "
+            f"{big['n']} the blocked version's peak was {_sig(big['blocked_peak_mib'])} MiB against the explicit "
+            f"one's {_sig(big['explicit_peak_mib'])} MiB ({_x(big['explicit_peak_mib'] / big['blocked_peak_mib'])} "
+            "less): one block's scores and their exponentials are n × block float32 numbers each "
+            f"({big['n'] * big['block'] * 4 / 2**20:.0f} MiB at n = {big['n']}), and the memory allocator "
+            "keeps more. The peak grows with n, not n²: "
             f"{_x(big['n'] / rows[0]['n'])} the length took "
             f"{_x(big['blocked_peak_mib'] / rows[0]['blocked_peak_mib'])} the memory."
         ),
@@ -2108,7 +2474,7 @@ def _online_timing(rows: list[dict], cpu: str) -> list[str]:
             f"And the time? All three versions, the explicit, the blocked and the fused, were timed on the {cpu} "
             "taking turns call by call, with 2 PyTorch threads and again with 1 (median, and in brackets the "
             "fastest and slowest call; the last column is the blocked version's time over the explicit one's in "
-            "the same round, its median and range):"
+            "the same round, its median and range: the median of the ratios, not the ratio of the medians):"
         ),
         "",
         "| n | threads | explicit (ms) | blocked (ms) | fused (ms) | blocked ÷ explicit |",
@@ -2157,17 +2523,18 @@ def _online_timing(rows: list[dict], cpu: str) -> list[str]:
     text += _cap("; ".join(facts)) + "."
     lines += ["", text, ""]
     lines.append(
-        "This fits the measurements above without proving a cause: the blocked loop obtains no n×n matrix, whose "
-        f"fresh memory cost QKᵀ alone more than half of its time at n = {rows[-1]['n']}, but it runs its blocks one "
-        "by one from Python, as many small operations. The fused kernel runs the same kind of loop inside one compiled "
-        "kernel."
+        "The takeaway: the blocked loop obtains no n×n matrix, whose fresh memory cost QKᵀ alone more than half "
+        f"of its time at n = {rows[-1]['n']}, but it runs its blocks one by one from Python, as many small "
+        "operations; the fused kernel runs the same kind of loop inside one compiled kernel, and is the fastest."
     )
     lines.append("")
     return lines
 
 
 def _render_kv(kv: dict, cpu: str) -> list[str]:
-    rows = kv["rows"]
+    # the times as the table prints them (3 significant figures), so that every quoted ratio is the printed one
+    rows = [{**r, "no_cache_s": _sv(r["no_cache_s"]), "cache_s": _sv(r["cache_s"])} for r in kv["rows"]]
+    rows = [{**r, "speedup": r["no_cache_s"] / r["cache_s"]} for r in rows]
     first, last = rows[0], rows[-1]
     lines = [
         "## Generation: the KV cache",
@@ -2185,10 +2552,11 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
     ]
     for r in rows:
         lines.append(
-            f"| {r['new_tokens']} ({r['new_tokens'] + 1}) | {r['no_cache_s']:.3f} | {r['cache_s']:.3f} | "
+            f"| {r['new_tokens']} ({r['new_tokens'] + 1}) | {_sig(r['no_cache_s'])} | {_sig(r['cache_s'])} | "
             f"{_x(r['speedup'])} |"
         )
     more = last["new_tokens"] / first["new_tokens"]
+    steps_up = [b["no_cache_s"] / a["no_cache_s"] for a, b in zip(rows, rows[1:], strict=False)]
     no_growth = last["no_cache_s"] / first["no_cache_s"]
     per_token = last["cache_s"] / first["cache_s"] / more
     more_text = _WORDS.get(int(more), f"{more:g} times") if more == int(more) else f"{more:.1f} times"
@@ -2196,21 +2564,50 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
         "",
         f"How measured: median of three generations after one of warm-up, on the {cpu}.",
         "",
+        *(
+            [
+                "```{figure} figures/bench_kv_cache.png",
+                (
+                    ":alt: Log-log plot of generation time in seconds against new tokens, 64 to 512: the line "
+                    "without the cache rises steeply, bending up towards a dashed slope-2 guide; the line with the "
+                    "cache follows a dashed slope-1 guide; the gap between them widens to the right."
+                ),
+                f":width: {_shown_width(FIGURE_KV)}px",
+                "",
+                (
+                    "Generation time against new tokens, log-log. Dashed: slope 2 (time in proportion to the square "
+                    "of the tokens) through the first point without the cache, slope 1 (in proportion to the "
+                    "tokens) through the first point with it."
+                ),
+                "```",
+                "",
+            ]
+            if FIGURE_KV.exists()
+            else []
+        ),
         (
             f"Generating {more_text} as many tokens ({first['new_tokens']} to {last['new_tokens']}) took "
             f"{_x(last['no_cache_s'] / first['no_cache_s'])} as long without the cache and "
             f"{_x(last['cache_s'] / first['cache_s'])} as long with it. Without the cache the k-th token costs a "
             "pass over all k positions, and the time grew faster than the number of tokens: "
             f"{_x(no_growth)} for {_x(more)} the tokens, where a time in proportion to the number of tokens "
-            f"would have grown {_x(more)}. "
-            f"With the cache the cost per token stayed nearly flat: on average {_x(per_token)} as much per token "
+            f"would have grown {_x(more)}"
+            + (
+                "; each doubling of the tokens cost more than the one before ("
+                + ", ".join(_x(g) for g in steps_up)
+                + "), so the line steepens towards the slope-2 guide of the figure, the 4× per doubling of a time "
+                "in proportion to the square of the tokens. "
+                if all(a < b for a, b in zip(steps_up, steps_up[1:], strict=False))
+                else ". "
+            )
+            + f"With the cache the cost per token stayed nearly flat: on average {_x(per_token)} as much per token "
             f"over {last['new_tokens']} tokens as over {first['new_tokens']}. "
             "The speed-up grows with the context: "
             f"{_x(first['speedup'])} at {first['new_tokens'] + 1} tokens, {_x(last['speedup'])} at "
             f"{last['new_tokens'] + 1}."
         ),
         "",
-        *_fold("The code that measured generation", _excerpt(bench_kv_cache, "for new in", "rows.append")),
+        *_fold("The code that measured generation", _SHOWN_KV),
     ]
     return lines
 
@@ -2267,7 +2664,7 @@ def _render_autocast(chk: dict | None) -> str:
             f" {_cap(listing(follows))} returned bfloat16 when given bfloat16: on the CPU they follow the "
             "format of their input. In the course's GPT, layer norm reads the residual stream, which stays float32 "
             "(a bfloat16 output added to a float32 tensor gives float32), while GELU reads a linear layer's "
-            "bfloat16 output" + (", so it computes in bfloat16." if "gelu" in follows else ".")
+            "bfloat16 output" + (", so its output is bfloat16 too (7 bits of mantissa)." if "gelu" in follows else ".")
         )
     if dt.get("cross_entropy of bfloat16"):
         text += (
@@ -2408,6 +2805,27 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             lines += [
                 "Where the time goes, from the profiler's time per operation, in milliseconds per step:",
                 "",
+                *(
+                    [
+                        "```{figure} figures/bench_profile.png",
+                        (
+                            ":alt: Two horizontal stacked bars, float32 on top and bfloat16 below, of the "
+                            "milliseconds of one training step split into matmuls, attention, casts, optimiser "
+                            "and the rest: in bfloat16 the matmul segment is much shorter and the attention "
+                            "segment much longer than in float32."
+                        ),
+                        f":width: {_shown_width(FIGURE_PROFILE)}px",
+                        "",
+                        (
+                            "One training step on the CPU, part by part (the table below): bfloat16 shortens the "
+                            "matrix multiplications and lengthens the fused attention."
+                        ),
+                        "```",
+                        "",
+                    ]
+                    if FIGURE_PROFILE.exists()
+                    else []
+                ),
                 *_render_profile(chk),
                 "",
                 (
@@ -2418,26 +2836,24 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                     f"was timed. Unprofiled, a step took {pf['step_s'] * 1e3:.0f} ms in float32 and "
                     f"{pb['step_s'] * 1e3:.0f} ms in bfloat16: {_x(pf['step_s'] / pb['step_s'])} as fast in "
                     f"bfloat16, against the table's {_x(bf['tokens_per_s'] / base['tokens_per_s'])}, measured on "
-                    "other steps and in another arrangement; which of these differences causes the gap was not "
-                    "measured."
+                    "other steps and in another arrangement."
                 ),
                 "",
                 *_fold(
                     "The code that measured the profile",
-                    _excerpt(bench_cpu_checks, "t0 = time.perf_counter()", 'groups[name]["rest"]'),
+                    _SHOWN_PROFILE,
                 ),
             ]
 
             def change(key: str, f_prof: dict = f_prof, b_prof: dict = b_prof) -> str:
-                a, b = f_prof[key] * 1e3, b_prof[key] * 1e3
+                a, b = round(f_prof[key] * 1e3, 1), round(b_prof[key] * 1e3, 1)  # as the table prints them
                 if b > 0 and a / b >= 1.1:
                     how = f"{_x(a / b)} as fast"
                 elif a > 0 and b / a >= 1.1:
                     how = f"{_x(b / a)} as long"
                 else:
                     how = "about the same"
-                digits = 0 if min(a, b) >= 10 else 1
-                return f"{a:.{digits}f} → {b:.{digits}f} ms ({how})"
+                return f"{a:.1f} → {b:.1f} ms ({how})"
 
             labels = {
                 "matmul": "the matrix multiplications",
@@ -2497,20 +2913,14 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 )
             )
         keys = ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled")
-        if dev == "cuda" and all(k in v and "error" not in v[k] for k in keys):
-            alone = v[keys[0]]["run_step_s"] / v[keys[1]]["run_step_s"]
+        if dev == "cuda" and sweep and all(k in v and "error" not in v[k] for k in keys):
             lines += [" ".join(text), ""]
-            text = []
-            text.append(
-                f"These ratios come from the steps timed in turn; timed alone, eager bfloat16 ran at {_x(alone)} "
-                "the speed of eager float32 (why it was slower was not measured). "
-                + (
-                    "Whether these differences stand out from the timing's own spread, and how bfloat16 fares at "
-                    "larger batches and widths, is taken up at the end of the section on the limit."
-                    if sweep
-                    else ""
+            text = [
+                (
+                    "Whether bfloat16 ever pays on this GPU, and at what size, is the subject of "
+                    '"bfloat16 on the GPU, revisited", after the larger batches of the section on the limit.'
                 )
-            )
+            ]
         if ok_bf:
             if text:  # the loss in a paragraph of its own
                 lines += [" ".join(text), ""]
@@ -2529,18 +2939,15 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
         if text:
             lines += [" ".join(text), ""]
     lines += _fold(
-        "The code that measured precision, compilation and the share of the peak",
-        _excerpt(bench_precision_compile, "def step(x", "return loss")
-        + "\n\n"
-        + _excerpt(bench_precision_compile, "def timed(", "return time.perf_counter() - t0")
-        + "\n\n"
-        + _excerpt(bench_precision_compile, "for i in range(rounds)", "per[k].append")
-        + "\n\n\n"
-        + _code(measure_matmul_peak),
+        "The code that measured precision, compilation and the fastest matmul",
+        _SHOWN_PRECISION + "\n\n\n" + _SHOWN_PEAK_MATMUL,
         after=(
-            "`step` is one training step, in bfloat16 autocast or not; `timed` times one step; in the loop every "
-            "variant steps in turn, the order rotating, so all of them see the same machine. `measure_matmul_peak` "
-            "gives the fastest matmul a format reached, the peak the shares are measured against."
+            "`make_step` builds one training step, under bfloat16 autocast or not; `timed` times one step; "
+            "`steps` maps each run (float32 or bfloat16, eager or `torch.compile(model)`, each with its own copy of "
+            "the same model and its own AdamW) to its step function, and in the loop every run steps in turn, "
+            "the order rotating, so all of them see the same machine. Timed alone, "
+            "each run's own steps are timed the same way, one run after the other. `matmul_flops` gives the speed "
+            "of one matrix product; the fastest over a few shapes is the peak the shares are measured against."
         ),
     )
     return lines
@@ -2569,8 +2976,7 @@ def _render_compile(prec: dict, extra: dict | None = None) -> list[str]:
             'Every step time below was measured both ways (section "Timing correctly"), eager → compiled: in '
             "turn, as in the table of the precision section, and alone. A saving counts only when both methods "
             "agree on its sign and both exceed the largest difference between the two methods for the row's two "
-            "runs (second table); no repeat of one method was taken, so the spread of either method alone is not "
-            "known."
+            "runs (second table)."
         ),
         "",
         "| run | compile (s) | in turn (ms) | alone (ms) |",
@@ -2604,11 +3010,18 @@ def _render_compile(prec: dict, extra: dict | None = None) -> list[str]:
                 )
             lines.append(
                 f"| {_DEV.get(dev, dev)}, {label} | {compile_s:.1f} | "
-                f"{e['step_s'] * 1e3:.1f}\u00a0→ {c['step_s'] * 1e3:.1f} | "
-                f"{e['run_step_s'] * 1e3:.1f}\u00a0→ {c['run_step_s'] * 1e3:.1f} |"
+                f"{_msf(e['step_s'], dev)}\u00a0→ {_msf(c['step_s'], dev)} | "
+                f"{_msf(e['run_step_s'], dev)}\u00a0→ {_msf(c['run_step_s'], dev)} |"
             )
+            # the savings and the methods' difference from the times as printed
+            pe, pc = (
+                (_ms(e["step_s"], dev), _ms(e["run_step_s"], dev)),
+                (_ms(c["step_s"], dev), _ms(c["run_step_s"], dev)),
+            )
+            d = 2 if dev == "cuda" else 1
             savings.append(
-                f"| {_DEV.get(dev, dev)}, {label} | {turns * 1e3:.1f} / {alone * 1e3:.1f} | {noise * 1e3:.1f} |"
+                f"| {_DEV.get(dev, dev)}, {label} | {pe[0] - pc[0]:.{d}f} / {pe[1] - pc[1]:.{d}f} | "
+                f"{max(abs(pe[0] - pe[1]), abs(pc[0] - pc[1])):.{d}f} |"
             )
         ours_c, mini_c = v.get("ours_fp32_compiled") or {}, v.get("minimal_fp32_compiled") or {}
         if ours_c.get("graph_breaks") and mini_c.get("graph_breaks") == 0 and not breaks_noted:
@@ -2659,10 +3072,9 @@ def _render_compile(prec: dict, extra: dict | None = None) -> list[str]:
             if slower:
                 summary += (
                     f" On the GPU the in-turn step was the slower of the two in {slower} of the {len(steps)} runs "
-                    "and never the faster by more than 1 % (cause not measured)."
+                    "and never the faster by more than 1 %."
                     if not any(r["run_step_s"] > r["step_s"] * 1.01 for r in steps)
-                    else f" On the GPU the in-turn step was the slower of the two in {slower} of the {len(steps)} "
-                    "runs; why was not measured."
+                    else f" On the GPU the in-turn step was the slower of the two in {slower} of the {len(steps)} runs."
                 )
         notes.insert(0, summary)
     lines += [
@@ -2677,7 +3089,7 @@ def _render_compile(prec: dict, extra: dict | None = None) -> list[str]:
         "",
         *([notes[0], ""] if notes else []),
         *([" ".join(notes[1:]), ""] if len(notes) > 1 else []),
-        *(_fold("The code that asked the compiler why", _code(bench_graph_breaks)) if extra else []),
+        *(_fold("The code that asked the compiler why", _SHOWN_GRAPH_BREAKS) if extra else []),
     ]
     return lines
 
@@ -2755,19 +3167,28 @@ def _bf16_gpu_revisited(rec: dict, sweep: dict) -> list[str]:
     configuration of the sweep, back to back and synchronised."""
     v = rec["variants"]
     keys = ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled")
-    noise = _step_noise(rec, keys)
+    # step times in ms as the compilation table prints them, so that every difference is the printed one
+    ms = {k: (_ms(v[k]["step_s"], "cuda"), _ms(v[k]["run_step_s"], "cuda")) for k in keys}
+    noise = max(abs(a - b) for a, b in ms.values())
     said = []
     for label, kb, kf in (("eager", keys[1], keys[0]), ("compiled", keys[3], keys[2])):
-        t = v[kb]["step_s"] - v[kf]["step_s"]
-        a = v[kb]["run_step_s"] - v[kf]["run_step_s"]
+        t = ms[kb][0] - ms[kf][0]
+        a = ms[kb][1] - ms[kf][1]
         beyond = (t > 0) == (a > 0) and min(abs(t), abs(a)) > noise
         said.append(
-            f"{label}, bfloat16's step took {abs(t) * 1e3:.1f} ms {'more' if t > 0 else 'less'} in turn and "
-            f"{abs(a) * 1e3:.1f} ms {'more' if a > 0 else 'less'} alone than float32's, "
-            + ("just beyond that difference" if beyond and min(abs(t), abs(a)) < 1.5 * noise else "")
+            f"{label}, bfloat16's step took {abs(t):.2f} ms {'more' if t > 0 else 'less'} in turn and "
+            f"{abs(a):.2f} ms {'more' if a > 0 else 'less'} alone than float32's"
+            + (
+                f" ({_x(ms[kf][0] / ms[kb][0])} and {_x(ms[kf][1] / ms[kb][1])} the speed), "
+                if label == "eager"
+                else ", "
+            )
+            + ("about equal to that difference" if beyond and min(abs(t), abs(a)) < 1.5 * noise else "")
             + ("beyond that difference" if beyond and min(abs(t), abs(a)) >= 1.5 * noise else "")
             + ("within it: the two cannot be told apart" if not beyond else "")
         )
+    noise_sweep = _ratio_noise(sweep)
+    sweep = _sweep_printed(sweep)
     rows = sweep["rows"]
     batches = sorted({r["batch"] for r in rows})
     widths = sorted({r["d_model"] for r in rows})
@@ -2775,8 +3196,6 @@ def _bf16_gpu_revisited(rec: dict, sweep: dict) -> list[str]:
     def ratio(b: int, d: int, key: str) -> float:
         return _sweep_row(sweep, b, d, True)[key] / _sweep_row(sweep, b, d, False)[key]
 
-    gaps = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows]
-    noise_sweep = max(abs(g) for g in gaps)
     parts = [
         f"at d_model {d}: "
         + ", ".join(
@@ -2786,8 +3205,8 @@ def _bf16_gpu_revisited(rec: dict, sweep: dict) -> list[str]:
     ]
     paras = [
         (
-            "In the precision table, measured against the largest difference between the two timing methods for "
-            f"those four runs ({noise * 1e3:.1f} ms, compilation table): " + "; ".join(said) + "."
+            "In the precision table, against the largest difference between the two timing methods for "
+            f"those four runs ({noise:.2f} ms, compilation table): " + "; ".join(said) + "."
         ),
     ]
     text = (
@@ -2811,7 +3230,8 @@ def _bf16_gpu_revisited(rec: dict, sweep: dict) -> list[str]:
     near = [(b, d) for d in widths for b in batches if abs(ratio(b, d, "tokens_per_s_loop") - 1) < noise_sweep]
     if near:
         text += (
-            f" Within the sweep's largest difference between its two timings ({_pct(noise_sweep)}), "
+            f" Within ±{_pct(noise_sweep)} (the grey band of the figure: each of a ratio's two timings may be off "
+            "by as much as its format's largest difference between the sweep's two timings), "
             + " and ".join(_x(ratio(b, d, "tokens_per_s_loop")) for b, d in near)
             + " cannot be told apart from 1."
         )
@@ -2845,8 +3265,8 @@ def _bf16_gpu_revisited(rec: dict, sweep: dict) -> list[str]:
             )
         )
     text += (
-        " Chapter 10's `train` turns bfloat16 autocast on for any CUDA device; chapter 10's own configuration "
-        "(batch 16, block 64), smaller than any of these, was not timed on a GPU here."
+        " Chapter 10's `train` turns bfloat16 autocast on for any CUDA device; at chapter 10's own size (batch 16, "
+        "block 64), smaller than any configuration here, these numbers suggest it gains nothing."
     )
     paras.append(text)
     return paras
@@ -2873,7 +3293,7 @@ def _sweep_table(sweep: dict) -> list[str]:
                     f"{_n(f['tokens_per_s_synced'] / 1e3)} | {_pct(f['share_of_peak_loop'])} |"
                 )
         lines.append("")
-    rows = sweep["rows"]
+    rows = _sweep_printed(sweep)["rows"]
     gaps16 = [r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1 for r in rows if r["bf16"]]
     gap32 = max(abs(r["tokens_per_s_loop"] / r["tokens_per_s_synced"] - 1) for r in rows if not r["bf16"])
     lo16, hi16 = min(gaps16), max(gaps16)
@@ -2899,8 +3319,8 @@ def _sweep_table(sweep: dict) -> list[str]:
                 if worst["tokens_per_s_loop"] < worst["tokens_per_s_synced"]
                 else ""
             )
-            + f"Neither timing was repeated, so the spread of one {n}-step figure is not known; these gaps are "
-            "the best estimate of it here, and no figure of the sweep is read more precisely than they allow."
+            + "Each timing was taken once; these gaps are the best estimate of their spread, and no figure of the "
+            "sweep is read more precisely than they allow."
         ),
         "",
     ]
@@ -2941,11 +3361,10 @@ def _roofline(prec: dict, chk: dict | None, extra: dict | None) -> list[str]:
     dense = cpu["flops_per_token"] - cpu["flops_attention_per_token"]
     para = (
         f"On the {cpu['device']['cpu']} the best of 7 copies of 256 MiB moved {bw / 1e9:.1f} GB/s (read and "
-        "write counted); a single copy loop may not reach the memory's full bandwidth, so the true bandwidth "
-        "may be higher and "
-        f"the balance lower than {_flops(cpu['peak_flops']['fp32'])} ÷ {bw / 1e9:.1f} GB/s = {cpu_balance:.0f} "
-        f"FLOPs per byte. Either way the products, at {big:.0f}, lie above it and can run near the peak, and the "
-        "small operations lie far below it."
+        f"write counted), so the balance is {_flops(cpu['peak_flops']['fp32'])} ÷ {bw / 1e9:.1f} GB/s = "
+        f"{cpu_balance:.0f} FLOPs per byte (or lower, if one copy loop does not reach the memory's full "
+        f"bandwidth). The products, at {big:.0f}, lie above it and can run near the peak; the small operations "
+        "lie far below it."
     )
     prof = ((chk or {}).get("profile") or {}).get("fp32", {}).get("seconds_per_step")
     if prof:
@@ -2955,7 +3374,7 @@ def _roofline(prec: dict, chk: dict | None, extra: dict | None) -> list[str]:
             f"step (the 6N part of the formula) in {prof['matmul'] * 1e3:.0f} ms, about {_flops(mm_rate)}, "
             f"{_pct(mm_rate / cpu['peak_flops']['fp32'])} of the fastest float32 matmul."
         )
-    text += [para, ""]
+    text += [para, "", *_fold("The code that measured the copy's bandwidth", _SHOWN_COPY)]
     if gpu and "H200" in gpu["device"]["name"]:
         rated = 4.8e12
         g_bal = gpu["peak_flops"]["fp32"] / rated
@@ -2973,10 +3392,10 @@ def _roofline(prec: dict, chk: dict | None, extra: dict | None) -> list[str]:
                 f"{step_alone * 1e3:.1f} ms moving memory at the rated bandwidth, it would have to read and write "
                 f"{step_alone * rated / 1e9:.0f} GB, about {round(step_alone * rated / act, -3):,.0f} times one "
                 f"{m}×{d} float32 "
-                f"activation ({act / 1e6:.1f} MB). At this size most of the step's time is spent at neither limit; a "
-                "hypothesis, not measured here, is the fixed cost of each "
-                "of the step's many small operations (the CPU launches them one by one). The sweep below tests the "
-                "prediction that follows: larger operations should reach a larger share."
+                f"activation ({act / 1e6:.1f} MB). At this size most of the step's time is spent at neither limit. "
+                "The likely cause is the fixed cost of each of the step's many small operations (the CPU launches "
+                "them one by one); the sweep below tests the prediction that follows: larger operations should "
+                "reach a larger share."
             ),
             "",
         ]
@@ -3151,19 +3570,20 @@ def _render_limit(
         mini = v.get("minimal_fp32_eager")
         if mini and "error" not in mini:
             diff = mini["tokens_per_s"] / base["tokens_per_s"] - 1
-            alone = base["run_step_s"] / mini["run_step_s"] - 1  # > 0: the minimal GPT faster alone
+            dev_ms = {k: _ms(r["run_step_s"], dev) for k, r in (("base", base), ("mini", mini))}
+            alone = dev_ms["base"] / dev_ms["mini"] - 1  # > 0: the minimal GPT faster alone
             reading += (
                 f" The minimal GPT, which has no token-id check, reached {_pct(mini['share_of_peak'])} "
                 f"({_n(mini['tokens_per_s'])} tokens/s against the course GPT's {_n(base['tokens_per_s'])}, "
                 f"{abs(diff) * 100:.0f} % {'more' if diff > 0 else 'less'}, steps timed in turn); timed alone, "
-                f"a step took {mini['run_step_s'] * 1e3:.1f} ms against the course GPT's "
-                f"{base['run_step_s'] * 1e3:.1f} ms"
+                f"a step took {_msf(mini['run_step_s'], dev)} ms against the course GPT's "
+                f"{_msf(base['run_step_s'], dev)} ms"
             )
             if (alone > 0) == (diff > 0):
                 reading += f", {abs(alone) * 100:.0f} % {'faster' if alone > 0 else 'slower'} too."
             else:
                 reading += (
-                    f": the minimal GPT's step took {(mini['run_step_s'] / base['run_step_s'] - 1) * 100:.0f} % longer "
+                    f": the minimal GPT's step took {(dev_ms['mini'] / dev_ms['base'] - 1) * 100:.0f} % longer "
                     "this way. The two timing methods disagree by more than the difference they measure, so on "
                     "this device the two models cannot be told apart."
                     if alone < 0
@@ -3227,24 +3647,25 @@ def _render_limit(
                 (
                     "Top: share of the fastest measured matmul in the run's format against the batch size (timed back "
                     "to back, log scale), one line per width and format. Bottom: bfloat16's tokens per second over "
-                    "float32's, one line per width; inside the grey band a ratio cannot be told apart from 1: "
-                    f"±{_pct(_sweep_noise(sweep))}, the largest difference between the sweep's two timings of one "
-                    "configuration, back to back and synchronised (bfloat16, "
-                    f"batch {_sweep_worst(sweep)['batch']}, d_model {_sweep_worst(sweep)['d_model']}, in the tables "
-                    "below). Dashed: d_model "
+                    "float32's, one line per width; inside the grey band (±"
+                    f"{_pct(_ratio_noise(sweep))}) a ratio cannot be told apart from 1: each of its two timings may be "
+                    "off by as much as the largest difference between the sweep's two timings of one configuration "
+                    f"in its format ({_pct(_sweep_noise(sweep, True))} in bfloat16, "
+                    f"{_pct(_sweep_noise(sweep, False))} in float32, in the tables below). Dashed: d_model "
                     f"{min(r['d_model'] for r in sweep['rows'])}; solid: d_model "
                     f"{max(r['d_model'] for r in sweep['rows'])}."
                 ),
                 "```",
                 "",
             ]
-        lines += [paras[0], "", *_sweep_table(sweep), paras[1], ""]
-        lines += ["### bfloat16 on the GPU, revisited", "", *(p + "\n" for p in _bf16_gpu_revisited(gpu, sweep))]
+        lines += [paras[0], "", *_sweep_table(sweep)]
         lines += _fold(
             "The code that measured the sweep",
-            _excerpt(bench_batch_sweep, "synced = median_seconds", "loop = (time.perf_counter()"),
+            _SHOWN_SWEEP,
+            after="`step` is one training step of the model at this batch and width, in float32 or bfloat16.",
         )
-    lines += _fold("The code that measured the copy's bandwidth", _code(bench_copy_bandwidth)) if extra else []
+        lines += [paras[1], ""]
+        lines += ["### bfloat16 on the GPU, revisited", "", *(p + "\n" for p in _bf16_gpu_revisited(gpu, sweep))]
     return lines
 
 
@@ -3276,7 +3697,7 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"{r['ratio_ours_sdpa_vs_torch']:.2f}×). Each the median of 7 calls after 2 of warm-up; the two modules "
             "are initialised separately (the weights do not matter for the time), and PyTorch's is called with "
             "`need_weights=False`, which lets it take its fused path, while ours, by default, takes the explicit "
-            "one and returns the weights. One measurement of each: the spread between runs was not measured."
+            "one and returns the weights."
         )
     for dev, r in (results.get("gpt_vs_minimal") or {}).items():
         side.append(
@@ -3303,21 +3724,19 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"**{r['throughput_ratio']:.2f}×** the throughput; validation loss "
             f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} (**{r['val_loss_ratio']:.3f}×**). The same initial "
             f"weights and batches, but timed differently: the total time of one {r['steps']}-step run of each, one "
-            "after the other, first step included. One unpaired run of each: the spread between runs was not "
-            "measured."
+            "after the other, first step included, one run of each."
         )
     for dev, r in (results.get("encoder_vs_bert") or {}).items():
         side.append(
             f"The course's encoder with MiniLM's weights vs `BertModel`, inference ({r['shape']}; "
             f"{on(dev)}): {r['ours_ms']:.1f} vs {r['bert_ms']:.1f} ms, "
             f"**{r['ratio_ours_vs_bert']:.2f}×** the time. The same weights and inputs; each the median of 7 calls "
-            "after 2 of warm-up, one model after the other. One measurement of each: the spread between runs, and "
-            "where ours spends the extra time, were not measured."
+            "after 2 of warm-up, one model after the other."
         )
     if not side:
         return []
     lines = [
-        "## The course's models side by side with the libraries'",
+        "## The course's models side by side with library implementations",
         "",
         (
             "Each of the course's modules against the library class it mirrors, and the course's GPT against the "
@@ -3335,8 +3754,9 @@ def _render_side_by_side(results: dict) -> list[str]:
     if mha:
         text.append(
             f"The course's `MultiHeadAttention` took {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with the "
-            "explicit attention the chapters teach (it builds the n×n scores, takes their softmax into a second n×n "
-            "matrix and multiplies that with the values) against PyTorch's fused path, and "
+            "explicit attention the chapters teach (it builds three n×n matrices, QKᵀ, its scaled copy and the "
+            "weights, two of them alive at once, and multiplies the weights with the values) against PyTorch's "
+            "fused path, and "
             f"{mha['ratio_ours_sdpa_vs_torch']:.2f}× with "
             "`use_sdpa=True`, when both take a fused kernel, the one of the attention section above."
         )
@@ -3360,12 +3780,11 @@ def _render_side_by_side(results: dict) -> list[str]:
         lines += [" ".join(text), ""]
     lines += _fold(
         "The code that measured these comparisons",
-        _excerpt(bench_gpt_vs_minimal, "for i, (x, y) in enumerate(batches)", "seconds[name].append")
-        + "\n"
-        + _excerpt(bench_gpt_vs_minimal, "paired = sorted", 'out["throughput_ratio"] ='),
+        _SHOWN_SIDE,
         after=(
-            "The two models train step by step in turn, who goes first alternating; the ratio is the median over "
-            "steps of the minimal model's time over ours for the same batch."
+            '`models` holds the course\'s GPT (`"ours"`) and the minimal GPT with the same weights, `opts` an '
+            "AdamW for each. The two models train step by step in turn, who goes first alternating; the ratio is "
+            "the median over steps of the minimal model's time over ours for the same batch."
         ),
     )
     return lines
@@ -3453,6 +3872,10 @@ def _render_ddp(results: dict) -> list[str]:
     args = ddp["args"].split()
     opt = {a.removeprefix("--"): b for a, b in zip(args, args[1:], strict=False) if a.startswith("--")}
     config = f"{opt['n-layer']} layers, {opt['n-head']} heads, d_model {opt['d-model']}, block {opt['block-size']}"
+
+    def total(r: dict) -> float:  # the run's recorded time, to the 0.1 s it was recorded to
+        return round(r["seconds_per_step"] * int(opt["steps"]), 1)
+
     return [
         "## Scaling out: several processes",
         "",
@@ -3463,6 +3886,37 @@ def _render_ddp(results: dict) -> list[str]:
             "processes' gradients and takes the same optimiser step. The course's training loop runs "
             "unchanged: each step's global batch is drawn the same way in every process, and each takes its "
             "own share of it."
+        ),
+        "",
+        (
+            "Written out by hand, one data-parallel step is a few lines. Each of the `world` processes runs it "
+            "with its own `rank` (after `torch.distributed.init_process_group`), on the same global batch:"
+        ),
+        "",
+        "```python",
+        "import torch.distributed as dist",
+        "",
+        "def data_parallel_step(model, opt, x, y, rank, world):",
+        "    share = x.shape[0] // world  # this process's part of the batch",
+        "    mine = slice(rank * share, (rank + 1) * share)",
+        "    loss = lm_loss(model(x[mine]), y[mine])",
+        "    opt.zero_grad(set_to_none=True)",
+        "    loss.backward()",
+        "    for p in model.parameters():  # sum over the processes, then the mean",
+        "        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)",
+        "        p.grad /= world",
+        "    opt.step()  # the same gradient everywhere: the replicas stay equal",
+        "```",
+        "",
+        (
+            "With equal shares, the mean of the processes' mean gradients is the gradient of the whole batch, so "
+            "the step is the one a single process would take. An all-reduce arranged as a ring sends and receives "
+            "about 2(p − 1)/p times the gradients' bytes per process, for p processes: never more than twice "
+            "the gradients, however many processes there are. `DistributedDataParallel` does the same exchange "
+            "more cleverly: it groups "
+            "the gradients into buckets and starts a bucket's all-reduce as soon as the backward pass has "
+            "produced it, so the exchange overlaps the rest of the backward pass (PyTorch's DistributedDataParallel "
+            "design notes)."
         ),
         "",
         "```bash",
@@ -3479,41 +3933,26 @@ def _render_ddp(results: dict) -> list[str]:
         "",
         (
             f"Measured on the {m['cpu']} ({m['cores']} cores): {_config_phrase(config)}, batch {opt['batch-size']}, "
-            f"{opt['steps']} steps (`{ddp['args']}`):"
+            f"{opt['steps']} steps (`{ddp['args']}`). The time is the run's whole training loop: the "
+            f"{opt['steps']} steps, the first one included, and the two evaluations on "
+            f"{EVAL_WINDOWS} training and {EVAL_WINDOWS} validation windows, before the first step and after "
+            "the last:"
         ),
         "",
-        "| run | s per step | last training loss | validation loss |",
+        "| run | time of the run (s) | last training loss | validation loss |",
         "|---|---:|---:|---:|",
-        (
-            f"| 1 process, {m['torch_threads']} threads | {one['seconds_per_step']:.3f} | {one['final_loss']:.4f} | "
-            f"{one['val_loss']:.4f} |"
-        ),
-        *(
-            [
-                (
-                    f"| 1 process, 1 thread | {single['seconds_per_step']:.3f} | {single['final_loss']:.4f} | "
-                    f"{single['val_loss']:.4f} |"
-                )
-            ]
-            if single
-            else []
-        ),
-        (
-            f"| 2 processes, {max(1, m['torch_threads'] // 2)} thread each | {two['seconds_per_step']:.3f} | "
-            f"{two['final_loss']:.4f} | {two['val_loss']:.4f} |"
-        ),
-        *(
-            [
-                (
-                    f"| 1 process, {m['torch_threads']} threads, 2 half-batches | {acc['seconds_per_step']:.3f} | "
-                    f"{acc['final_loss']:.4f} | {acc['val_loss']:.4f} |"
-                )
-            ]
-            if acc
-            else []
-        ),
+        *[
+            f"| {label} | {total(r):.1f} | {r['final_loss']:.4f} | {r['val_loss']:.4f} |"
+            for label, r in (
+                (f"1 process, {m['torch_threads']} threads", one),
+                ("1 process, 1 thread", single),
+                (f"2 processes, {max(1, m['torch_threads'] // 2)} thread each", two),
+                (f"1 process, {m['torch_threads']} threads, 2 half-batches", acc),
+            )
+            if r
+        ],
         "",
-        _ddp_reading(one, two, single, m, acc),
+        _ddp_reading(one, two, single, m, acc, int(opt["steps"])),
         "",
         (
             "Across machines the same script runs under `torchrun --nnodes=2 --nproc_per_node=8 "
@@ -3526,21 +3965,25 @@ def _render_ddp(results: dict) -> list[str]:
         "",
         *_fold(
             "The code that measured one process against two",
-            _excerpt(bench_ddp, "runs = {", "}"),
+            _SHOWN_DDP,
             after=(
-                "Each command runs with its own number of PyTorch threads per process, trains the same model for "
-                "the same steps and records its seconds per step."
+                "Each command runs with its own number of PyTorch threads per process and trains the same model "
+                "for the same steps; `train_gpt` times its own training loop and prints the time."
             ),
         ),
     ]
 
 
-def _ddp_reading(one: dict, two: dict, single: dict | None, m: dict, acc: dict | None = None) -> str:
+def _ddp_reading(one: dict, two: dict, single: dict | None, m: dict, acc: dict | None = None, steps: int = 40) -> str:
     runs = [one, two] + ([single] if single else []) + ([acc] if acc else [])
     shown = {(f"{r['val_loss']:.4f}", f"{r['final_loss']:.4f}") for r in runs}
+
+    def total(r: dict) -> float:  # as the table prints it
+        return round(r["seconds_per_step"] * steps, 1)
+
     text = ("The losses are the same" if len(shown) == 1 else "The losses agree") + (
         f" to the digits shown: {'all ' if len(runs) > 2 else 'the '}{_number_word(len(runs))} runs take the same "
-        "steps (one run of each)"
+        "steps"
         + (
             ", including the one with `--accumulate 2`, which adds the gradients of two half-batches before each step. "
             if acc
@@ -3548,27 +3991,23 @@ def _ddp_reading(one: dict, two: dict, single: dict | None, m: dict, acc: dict |
         )
     )
     if single:
-        gain = single["seconds_per_step"] / two["seconds_per_step"]
+        gain = total(single) / total(two)
         text += (
             f"Two processes with one thread each, which the {m['cores']} cores can run at the same time, took "
-            f"{two['seconds_per_step']:.3f} s a step against one process with one thread's "
-            f"{single['seconds_per_step']:.3f} s: {_x(gain)} as fast, "
-            "less than 2× (the processes also exchange their gradients every step; what the rest costs was not "
-            "measured). "
+            f"{total(two):.1f} s against one process with one thread's {total(single):.1f} s: {_x(gain)} as fast, "
+            "less than 2×. Each process computes only half of every step's batch, but it still runs both "
+            "evaluations in full, and the processes exchange their gradients every step. "
         )
     text += (
         f"Against one process that already used both of the {m['cores']} cores with {m['torch_threads']} threads, "
-        f"two processes took {two['seconds_per_step'] / one['seconds_per_step']:.2f}× the time: with no hardware "
-        "left over, splitting the batch between processes gained nothing measurable in one run of each. So here "
-        "data parallelism shortened a "
-        "step when the second process brought hardware the first did not use (a core), and not otherwise; on "
-        "GPUs that hardware is a GPU for each process."
+        f"two processes took {total(two) / total(one):.2f}× the time: with no core left over, splitting the batch "
+        "between processes gained nothing. Data parallelism pays when each process brings hardware the others do "
+        "not use: here a core, on GPUs a GPU for each process."
     )
     if acc:
         text += (
-            f" Accumulating took {acc['seconds_per_step'] / one['seconds_per_step']:.2f}× the time of the same "
-            "process's undivided step; what accumulation is for is memory: only half a batch's activations are held "
-            "at a time."
+            f" Accumulating took {total(acc) / total(one):.2f}× the time of the same process's undivided batch; "
+            "what accumulation is for is memory: only half a batch's activations are held at a time."
         )
     return text
 
@@ -3585,7 +4024,8 @@ def _render_summary(results: dict) -> list[str]:
         last = sc["rows"][-1]
         speed = [r["explicit_ms"] / r["fused_ms"] for r in sc["rows"]]
         text = "Attention's n×n matrix: " + (
-            f"at n = {last['n']} the fused kernel needs {_x(last['explicit_peak_mib'] / last['fused_peak_mib'])} "
+            f"at n = {last['n']} the fused kernel needs "
+            f"{_x(_sv(last['explicit_peak_mib']) / _sv(last['fused_peak_mib']))} "
             "less memory than the explicit attention; it is "
             if last["explicit_peak_mib"] and last["fused_peak_mib"] and last["fused_peak_mib"] > 0.05
             else "the fused kernel is "
@@ -3599,14 +4039,17 @@ def _render_summary(results: dict) -> list[str]:
             text += (
                 f" {_cap(_words(len(_code(blocked_attention).splitlines())))} lines of blocked attention with an "
                 "online softmax give the same output, to float32 rounding, in "
-                f"{online['blocked_peak_mib']:.1f} MiB instead of {online['explicit_peak_mib']:.0f} MiB "
+                f"{_sig(online['blocked_peak_mib'])} MiB instead of {_sig(online['explicit_peak_mib'])} MiB "
                 f"(n = {online['n']})."
             )
         items.append(text)
     kv = results.get("kv_cache")
     if kv:
         r = kv["rows"][-1]
-        items.append(f"Generation: the KV cache makes {r['new_tokens']} new tokens {_x(r['speedup'])} faster.")
+        items.append(
+            f"Generation: the KV cache makes {r['new_tokens']} new tokens "
+            f"{_x(_sv(r['no_cache_s']) / _sv(r['cache_s']))} faster."
+        )
     prec = results.get("precision") or {}
     cpu, gpu = prec.get("cpu"), prec.get("cuda")
     sweep = (results.get("batch_sweep") or {}).get("cuda")
@@ -3637,7 +4080,7 @@ def _render_summary(results: dict) -> list[str]:
             comp_said = _x(comp[0]) if _x(comp[0]) == _x(comp[1]) else _span(min(comp), max(comp), _x)
             text += (
                 "; on the GPU it gave no gain at this size (eager against eager "
-                f"{_span(min(ratios), max(ratios), _x)}, depending on how the steps were timed; compiled against "
+                f"{_span(min(ratios), max(ratios), _x)}, depending on the run and how it was timed; compiled against "
                 f"compiled {comp_said})"
             )
             if sweep:
@@ -3695,8 +4138,7 @@ def _render_summary(results: dict) -> list[str]:
         if mha:
             text += (
                 f"the course's `MultiHeadAttention` took {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with its "
-                f"explicit attention and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with the fused one (one measurement "
-                "of each)"
+                f"explicit attention and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with the fused one"
             )
         if gm:
             runs = gm.get("runs") or [gm["throughput_ratio"]]
@@ -3724,15 +4166,20 @@ def _render_summary(results: dict) -> list[str]:
         )
     ddp = results.get("ddp")
     if ddp:
-        ratio = ddp["2 processes"]["seconds_per_step"] / ddp["1 process"]["seconds_per_step"]
+        n_steps = int(ddp["args"].split("--steps")[1].split()[0])
+
+        def run_s(r: dict) -> float:  # the run's time as the table prints it
+            return round(r["seconds_per_step"] * n_steps, 1)
+
+        ratio = run_s(ddp["2 processes"]) / run_s(ddp["1 process"])
         single = ddp.get("1 process, 1 thread")
         items.append(
             "Several processes: "
             + (
-                "two single-thread processes trained "
-                f"{_x(single['seconds_per_step'] / ddp['2 processes']['seconds_per_step'])} as fast as one "
+                "two single-thread processes ran the same training "
+                f"{_x(run_s(single) / run_s(ddp['2 processes']))} as fast as one "
                 "single-thread process; against one process already using both cores they gained nothing "
-                f"measurable ({ratio:.2f}× the time)."
+                f"({ratio:.2f}× the time)."
                 if single
                 else f"two on the same cores as one took {ratio:.2f}× its time."
             )
@@ -3825,7 +4272,7 @@ def _render_exercises(results: dict | None = None) -> list[str]:
         expect.append(
             "On a CPU, float32 training already reached "
             f"{_pct(cpu['variants']['ours_fp32_eager']['share_of_peak'])} of the fastest float32 matmul at batch "
-            f"{cpu['batch']}, so expect a smaller change there (not measured here)."
+            f"{cpu['batch']}, so expect a smaller change there."
         )
     lines += _fold("Solution and expected outcome", sol2, after=" ".join(expect))
     lines += [
@@ -3843,7 +4290,7 @@ def _render_exercises(results: dict | None = None) -> list[str]:
             f"TF32 one at {_flops(p['tf32'])}, {_x(p['tf32'] / p['fp32'])} as fast. The training step of the "
             "model above spends most of its time outside arithmetic (it reached "
             f"{_span(_fp32_spread(gpu)[2], _fp32_spread(gpu)[3], _pct)} of the float32 peak), so expect it to gain "
-            "far less than the matmul; how much was not measured here.",
+            "far less than the matmul.",
             "text",
         )
     lines += [
@@ -3854,7 +4301,7 @@ def _render_exercises(results: dict | None = None) -> list[str]:
         "",
         *_fold(
             "Expected outcome",
-            "Not measured here; a prediction to test. The compiler fuses the small operations between the matrix "
+            "A prediction to test. The compiler fuses the small operations between the matrix "
             "multiplications and leaves the products to the same libraries. At four times the width each "
             "weight-matrix product does 16 times the arithmetic (attention's two n×n products and the output "
             "layer only 4 times) while each small operation touches only 4 times the memory, so the "
