@@ -12,6 +12,7 @@ from transformer_course.train_mlm import (
     checkpoint_dir,
     heldout_accuracy,
     load_mlm_checkpoint,
+    masked_heldout,
     mlm_data,
     save_mlm_checkpoint,
     vocab_fingerprint,
@@ -127,3 +128,14 @@ def test_shipped_checkpoint_fills_masks():
     assert top1 > 0.30 and top5 > top1
     assert round(top1, 4) == record["mask_top1"]
     assert record["history"]["step"][-1] == record["steps"] == len(record["loss"])
+
+
+def test_masked_heldout_is_the_same_every_time(tiny):
+    tok, ids = tiny
+    windows, inputs, labels = masked_heldout(tok, ids)
+    assert windows.shape[1] == 64 and windows.shape == inputs.shape
+    again = masked_heldout(tok, ids)
+    assert torch.equal(inputs, again[1]) and torch.equal(labels, again[2])
+    scored = labels != -100
+    assert scored.any()
+    assert torch.equal(labels[scored], windows[scored])

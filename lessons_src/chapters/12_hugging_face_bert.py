@@ -5,22 +5,22 @@
 # no causal mask, every token looks at every other token in both directions. This chapter
 # takes a real pretrained BERT apart and puts it back to work:
 #
-# 1. **WordPiece tokenisation**: `[CLS]`, `[SEP]`, `[PAD]`, `##` pieces, token type ids for
-#    sentence pairs, attention masks for a padded batch;
-# 2. **attention you can explore**, with bertviz, and one claim about it checked with numbers;
-# 3. **our encoder is BERT**: the pretrained weights loaded into the course's own encoder give
-#    the same numbers as Hugging Face's `BertModel`; and BERT's pre-training objective,
-#    **masked language modelling**, run on a small encoder of our own, converted to
-#    `BertForMaskedLM` and queried with `pipeline("fill-mask")`;
-# 4. **sentence embeddings**: mean pooling, cosine similarity, a tiny semantic search;
-# 5. **classification, honestly**: why a freshly loaded classifier is a coin toss; then an
-#    evaluation that would pass review (every setting we tune chosen on a dev split, three seeds
-#    for every test number but the `Trainer`'s, which is a one-seed cross-check, the test set
-#    used once) of baselines from a bag of words to a linear probe, and of fine-tuning with our
-#    own loop and with Hugging Face's `Trainer`;
-# 6. **attention across layers** (rollout), and what attention does not explain, tested against
-#    deleting tokens one at a time;
-# 7. what changes with a bigger BERT and a GPU.
+# * **WordPiece tokenisation**: `[CLS]`, `[SEP]`, `[PAD]`, `##` pieces, token type ids for
+#   sentence pairs, attention masks for a padded batch;
+# * **attention you can explore**, with bertviz, and one claim about it checked with numbers;
+# * **our encoder is BERT**: the pretrained weights loaded into the course's own encoder give
+#   the same numbers as Hugging Face's `BertModel`; and BERT's pre-training objective,
+#   **masked language modelling**, run on a small encoder of our own, converted to
+#   `BertForMaskedLM` and queried with `pipeline("fill-mask")`;
+# * **sentence embeddings**: mean pooling, cosine similarity, a tiny semantic search;
+# * **classification, honestly**: why a freshly loaded classifier is a coin toss; then an
+#   evaluation that would pass review (every setting we tune chosen on a dev split, three seeds
+#   for every test number but the `Trainer`'s, which is a one-seed cross-check, the test set
+#   used once) of baselines from a bag of words to a linear probe, and of fine-tuning with our
+#   own loop and with Hugging Face's `Trainer`;
+# * **attention across layers** (rollout), and what attention does not explain, tested against
+#   deleting tokens one at a time;
+# * **a bigger BERT, on a GPU**: what changes with `bert-base-uncased`.
 #
 # **The model.** Everything runs on an ordinary CPU with **all-MiniLM-L6-v2**, the model of
 # chapters 02 and 05. It is a BERT in every architectural respect (the same layer, the same
@@ -33,8 +33,9 @@
 # every second layer of the 12-layer one (`nreimers/MiniLM-L6-H384-uncased`). The
 # sentence-transformers project then fine-tuned it on over a billion pairs of related sentences
 # so that *mean-pooled* token vectors of related sentences point the same way. That makes it a
-# good sentence encoder and, as we shall see, leaves its `[CLS]` pooler untouched. Section 7
-# says what to change to run section 5 with `bert-base-uncased`.
+# good sentence encoder and, as we shall see, leaves its `[CLS]` pooler untouched. The last
+# section, *A bigger BERT, on a GPU*, says what to change to run the classification with
+# `bert-base-uncased`.
 
 # %% tags=["remove-cell"]
 import functools
@@ -68,7 +69,6 @@ from IPython.display import display
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
-    PrinterCallback,
     Trainer,
     TrainingArguments,
     pipeline,
@@ -88,7 +88,6 @@ from transformer_course.bert import (
 from transformer_course.hf_bert import (
     bert_from_hf,
     to_hf_masked_lm,
-    wordpiece_subset,
 )
 from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import (
@@ -99,7 +98,12 @@ from transformer_course.pretrained import (
 )
 from transformer_course.tasks import reviews
 from transformer_course.tasks.python_docs import python_docs_prose
-from transformer_course.train_mlm import load_mlm_checkpoint
+from transformer_course.train_mlm import (
+    heldout_accuracy,
+    load_mlm_checkpoint,
+    masked_heldout,
+    mlm_data,
+)
 from transformer_course.training import accuracy
 from transformer_course.utils import (
     count_parameters,
@@ -145,7 +149,7 @@ assert cfg.model_type == "bert" and cfg.vocab_size == 30522
 assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 
 # %% [markdown]
-# ## 1. WordPiece tokenisation
+# ## WordPiece tokenisation
 #
 # BERT's tokenizer first lower-cases the text and strips accents (this is the *uncased* model),
 # splits it at spaces and punctuation, and then cuts every word into the longest pieces found
@@ -200,7 +204,7 @@ assert special == {
 # tasks still take two texts: a question and a passage, two sentences to compare. A pair is
 # packed as `[CLS] A [SEP] B [SEP]`, and a second row of ids, the **token type ids** (also
 # called segment ids), says which sentence each token belongs to: 0 for A, 1 for B. The model
-# adds one of two learned vectors accordingly (section 3).
+# adds one of two learned vectors accordingly (see *Our encoder is BERT*).
 
 
 # %% tags=["hide-input"]
@@ -275,7 +279,7 @@ assert torch.equal(
 )
 
 # %% [markdown]
-# ## 2. Attention you can explore
+# ## Attention you can explore
 #
 # Chapter 05 measured MiniLM's most regular heads (a previous-token head, a next-token head, a
 # same-word head, heads that park on `[CLS]`) and opened bertviz's head view on the
@@ -307,6 +311,11 @@ view = head_view(
     html_action="return",
 )
 display(view)
+# in the head shown first, "it" looks most at "umbrella"
+it_row = pair_att[3][0, 1, pair_tokens.index("it")]
+assert pair_tokens[int(it_row.argmax())] == "umbrella"
+
+# %% tags=["remove-cell"]
 # each query's attention weights add up to 1, in every head of the layer
 assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 
@@ -314,16 +323,16 @@ assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 # The same picture as a static figure comes from `plot_attention_flow` (in the course's `interpret` module): every token is written twice, as a
 # query on the left and as a key on the right, and a line joins a query to a key with a width
 # and darkness proportional to the attention weight; `top_k=2` keeps each query's two strongest
-# links. On the left, layer 3, head 1; on the right, the mean of all 12 heads of layer 3. The
+# links. At the top, layer 3, head 1; at the bottom, the mean of all 12 heads of layer 3. The
 # head view with every head switched on overlays one line per head, each drawn with an opacity
 # of a twelfth of its weight, so where many heads agree the bundle looks dark, roughly like
 # this mean. The link from "it" to "umbrella" is drawn in red in both.
 
-# %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links. Left: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Right: the mean of the layer's 12 heads, where the same red link is thin: averaging blurs the one head that makes it." alt="Two flow diagrams side by side, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the left diagram, thin in the right one."
+# %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links. Top: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Bottom: the mean of the layer's 12 heads, where the same red link is thin: averaging blurs the one head that makes it." alt="Two flow diagrams stacked, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the top diagram, thin in the bottom one."
 from transformer_course.interpret import plot_attention_flow
 
 it_pos, umbrella_pos = pair_tokens.index("it"), pair_tokens.index("umbrella")
-fig, axes = plt.subplots(1, 2, figsize=(6.9, 7.6))
+fig, axes = plt.subplots(2, 1, figsize=(6.9, 11))
 for ax, weights, title in [
     (axes[0], pair_att[3][0, 1], "layer 3, head 1"),
     (axes[1], pair_att[3][0], "layer 3, mean of 12 heads"),
@@ -335,7 +344,7 @@ for ax, weights, title in [
         min_weight=0.05,
         ax=ax,
         title=title,
-        fontsize=10,
+        fontsize=13,
         highlight=[(it_pos, umbrella_pos)],
     )
 fig.tight_layout()
@@ -408,6 +417,12 @@ view = model_view(
     html_action="return",
 )
 display(view)
+# in layer 3, head 1 and layer 5, head 11, "it" looks most at "animal"
+for layer, head in [(3, 1), (5, 11)]:
+    it_row = coref_att[layer][0, head, coref_tokens.index("it")]
+    assert coref_tokens[int(it_row.argmax())] == "animal"
+
+# %% tags=["remove-cell"]
 # in every layer and head, each query's weights add up to 1
 assert all(
     torch.allclose(a.sum(-1), torch.ones(()), atol=1e-5) for a in coref_att
@@ -459,8 +474,10 @@ for layer, head in [(3, 1), (5, 11)]:
     )
 
 # %% caption="Where 'it' looks in the two sentences, in layer 3, head 1 (top) and layer 5, head 11 (bottom). When 'tired' becomes 'wide' and 'it' means the street, 'animal' still gets more weight than 'street' in both heads (0.28 against 0.12, and 0.56 against 0.04). In the top panel its bar falls from 0.68 to 0.28 and the weight moves mostly to [CLS], not to 'street'; in the bottom panel it falls from 0.67 to 0.56." alt="Two bar charts stacked, one pair of bars per token of the sentence (the token 'tired' of one sentence is 'wide' in the other), blue for '...too tired', orange for '...too wide'. Top, layer 3, head 1: the blue bar at 'animal' is about 0.7 and the orange one about 0.3, the orange bar at [CLS] about 0.33, every bar at 'street' under 0.15. Bottom, layer 5, head 11: the bars at 'animal' are about 0.67 and 0.56, those at [CLS] about 0.13 and 0.19, every other bar is small."
-# the two sentences differ in one token: label it "tired / wide"
-labels = [t if t != "tired" else "tired / wide" for t in coref_tokens]
+# the two sentences differ in one token: label it "tired / wide"; the
+# apostrophe, rotated, would look like a dash
+relabel = {"tired": "tired / wide", "'": "' (of didn't)"}
+labels = [relabel.get(t, t) for t in coref_tokens]
 fig, axes = plt.subplots(2, 1, figsize=(6.9, 5.6), sharex=True, sharey=True)
 for ax, (layer, head) in zip(axes, [(3, 1), (5, 11)]):
     for k, (name, att) in enumerate(variants):
@@ -489,7 +506,7 @@ plt.show()
 # way, attention maps are a good way to form hypotheses and a poor way to confirm them; measure,
 # as here and as they did.
 #
-# ## 3. Our encoder is BERT
+# ## Our encoder is BERT
 #
 # Compared with the encoder of chapter 07, BERT changes settings and adds one piece:
 #
@@ -594,9 +611,9 @@ assert weight_on_pad == 0.0
 #
 # Where did weights that make this encoder useful come from? BERT was pre-trained on unlabelled
 # text with two objectives. The second, **next-sentence prediction** (NSP), is the sentence-pair
-# question of section 1: given A and B, is B the sentence that followed A in the text, or a
+# question of *WordPiece tokenisation*: given A and B, is B the sentence that followed A in the text, or a
 # random one? It is a yes/no classifier on the final `[CLS]` vector, read through a dense layer
-# with tanh, the **pooler** (section 5 meets it again). The main objective is **masked language
+# with tanh, the **pooler** (*Classification, honestly* meets it again). The main objective is **masked language
 # modelling** (MLM): hide some of the tokens and train the model to recover them from the
 # context on *both* sides (this is what makes BERT bidirectional; a GPT only sees the left). The
 # recipe of the BERT paper:
@@ -613,31 +630,22 @@ assert weight_on_pad == 0.0
 # grammar rules). The last 10 % of the paragraphs are held out. We keep BERT's WordPiece
 # tokenizer but only the pieces that occur in the training paragraphs, so that the output layer
 # scores a few thousand entries instead of 30,522 (a held-out word that the kept pieces cannot
-# spell becomes `[UNK]`).
+# spell becomes `[UNK]`). `mlm_data` builds that vocabulary with `wordpiece_subset` and turns
+# each part into one stream of token ids, every paragraph closed by `[SEP]`:
 
 # %%
-prose = python_docs_prose()
+show_source(mlm_data)
+
+# %%
+mlm_tok, mlm_train_ids, mlm_heldout_ids = mlm_data(tokenizer)
+prose = python_docs_prose()  # the paragraphs, for the examples below
 cut = int(0.9 * len(prose))
-mlm_tok = wordpiece_subset(tokenizer, prose[:cut])
 print(
     f"{len(prose)} paragraphs ({cut} for training); "
     f"vocabulary {len(mlm_tok)} pieces"
 )
 print("the first five:", mlm_tok.convert_ids_to_tokens(list(range(5))))
 print(mlm_tok.tokenize("Generators are defined with the yield statement."))
-
-
-def to_ids(paragraphs: list[str]) -> torch.Tensor:
-    """All paragraphs as one sequence of token ids, each paragraph closed
-    by [SEP].
-    """
-    encoded = mlm_tok(paragraphs, add_special_tokens=False)["input_ids"]
-    return torch.tensor(
-        [t for ids in encoded for t in ids + [mlm_tok.sep_token_id]]
-    )
-
-
-mlm_train_ids, mlm_heldout_ids = to_ids(prose[:cut]), to_ids(prose[cut:])
 print(
     f"{len(mlm_train_ids):,} training tokens, "
     f"{len(mlm_heldout_ids):,} held-out tokens"
@@ -765,6 +773,9 @@ print(
 assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% [markdown]
+# The bar shows the loss of the last step alone (5.450); the line under it averages the first
+# and the last 20 steps, which varies less from step to step.
+#
 # Is that loss good? The test is held-out text: mask it the same way, and count how often the
 # model's top prediction at a chosen position is the original token. The three kinds of chosen
 # position are very different questions: at a *kept* position the input already is the answer,
@@ -774,19 +785,8 @@ assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 # the top-5 column, the five most frequent tokens).
 
 # %%
-heldout = mlm_windows(
-    mlm_heldout_ids,
-    torch.arange(0, len(mlm_heldout_ids) - 63, 63),
-    64,
-    mlm_tok.cls_token_id,
-)
-held_in, held_lab = mask_tokens(
-    heldout,
-    mlm_tok.mask_token_id,
-    len(mlm_tok),
-    torch.isin(heldout, torch.tensor(mlm_tok.all_special_ids)),
-    generator=torch.Generator().manual_seed(1),
-)
+# 64-token windows every 63 tokens, masked once with a fixed generator
+heldout, held_in, held_lab = masked_heldout(mlm_tok, mlm_heldout_ids)
 scored = held_lab != -100
 with torch.inference_mode():
     held_logits = mlm(held_in)[scored]
@@ -828,6 +828,17 @@ print(f"{'kind':8s}{'number':>7s}" + "".join(f"{b:>10s}" for _, b in headers))
 for kind, m in kinds.items():
     accs = "".join(f"{acc_at[name][kind]:10.1%}" for name in guesses)
     print(f"{kind:8s}{int(m.sum()):7d}{accs}")
+print("at [MASK], the model minus the baseline, position by position:")
+for col, baseline in (
+    ("model, top 1", f"always {most_frequent_token!r}"),
+    ("model, top 5", "the 5 most frequent tokens"),
+):
+    gap = (guesses[col].float() - guesses[baseline].float())[kinds["[MASK]"]]
+    gap_se = gap.std().item() / math.sqrt(len(gap))
+    print(
+        f"  {col}: {100 * gap.mean():+.1f} points, "
+        f"standard error of that gap {100 * gap_se:.1f} points"
+    )
 # several hundred positions: one standard error is about 1 point
 assert (
     acc_at["model, top 1"]["all"]
@@ -837,8 +848,8 @@ assert (
 # %% [markdown]
 # ### Our masked LM as a Hugging Face `BertForMaskedLM`
 #
-# The course's names map one to one onto Hugging Face's (section 3 renamed them in the other
-# direction), so `to_hf_masked_lm` builds a `BertForMaskedLM` with the same configuration and
+# The course's names map one to one onto Hugging Face's (*Our encoder is BERT* renamed them in the
+# other direction), so `to_hf_masked_lm` builds a `BertForMaskedLM` with the same configuration and
 # copies every tensor across; it refuses a model whose tensors do not all find a place. The two
 # must give the same scores:
 
@@ -851,9 +862,9 @@ print(f"{type(hf_mlm).__name__}: max |logits difference| {mlm_diff:.1e}")
 assert mlm_diff <= 1e-4
 
 # %% [markdown]
-# Now everything Hugging Face offers for masked LMs works with our model, such as the
-# `fill-mask` pipeline: it tokenises the text, runs the model and turns the scores at `[MASK]`
-# into the top-5 tokens with their probabilities. Four sentences from held-out paragraphs:
+# Now everything Hugging Face offers for masked LMs works with our model, such as chapter 11's
+# `pipeline`, here for the `fill-mask` task: the five most probable tokens at `[MASK]`, with
+# their probabilities. Four sentences from held-out paragraphs:
 
 # %%
 fill = pipeline("fill-mask", model=hf_mlm, tokenizer=mlm_tok, top_k=5)
@@ -889,10 +900,11 @@ for sentence, answer in fill_examples:
 # most of the model's lead comes from the kept positions (51.9 %), where the answer is in the
 # input. At the 651 `[MASK]` positions, the real test, the model is right 8.0 % of the time
 # against 7.5 % for always `'"'`, and its top 5 holds the answer 25.2 % of the time against
-# 22.4 % for the five most frequent tokens: gaps of 0.5 and 2.8 points on 651 positions, where
-# one standard error is one to two points. At `[MASK]` the model is barely better than guessing
-# frequent tokens. In the four sentences its guesses are
-# frequent words and punctuation, never the held-out word. It has learned to copy what it sees
+# 22.4 % for the five most frequent tokens: gaps of 0.5 and 2.8 points. Counted position by
+# position, the standard error of the first gap is 1.0 point, so its top guess shows no lead
+# over always `'"'`; the second gap is four times its standard error (0.7 points), a real lead
+# but a small one. At `[MASK]` the model is barely better than guessing frequent tokens. In the
+# four sentences its guesses are frequent words and punctuation, never the held-out word. It has learned to copy what it sees
 # and roughly which frequent tokens fit where, not yet the vocabulary of the documentation.
 #
 # ### Pre-training for longer
@@ -955,39 +967,32 @@ ax_acc.axhline(
 ax_acc.set_ylim(0, 60)
 ax_acc.set_ylabel("[MASK] accuracy (%)")
 ax_acc.set_xlabel("training step")
-ax_acc.legend(loc="lower right")
+# below the top-1 line, above the dashed one
+ax_acc.legend(loc="lower right", bbox_to_anchor=(1.0, 0.15))
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Measured here on the same held-out windows, next to the 500-step model and the two baselines:
+# `heldout_accuracy` scores a model at the `[MASK]` positions of those held-out windows; the
+# longer run called it every 1,000 steps for its table. Here it scores both models, next to
+# the frequency baselines:
 
 # %%
-with torch.inference_mode():
-    long_top5 = long_mlm(held_in)[scored].topk(5, dim=-1).indices
 at_mask = kinds["[MASK]"]
-mlm_rows = {
-    "model after 500 steps": (
-        top5[:, 0] == target,
-        (top5 == target[:, None]).any(dim=1),
-    ),
-    "model after 12,000 steps": (
-        long_top5[:, 0] == target,
-        (long_top5 == target[:, None]).any(dim=1),
+# (top 1, top 5) at the [MASK] positions of masked_heldout
+long_acc = {
+    "model after 500 steps": heldout_accuracy(mlm, mlm_tok, mlm_heldout_ids),
+    "model after 12,000 steps": heldout_accuracy(
+        long_mlm, mlm_tok, mlm_heldout_ids
     ),
     "most frequent token(s)": (
-        target == most_frequent,
-        torch.isin(target, top5_frequent),
+        (target == most_frequent)[at_mask].float().mean().item(),
+        torch.isin(target, top5_frequent)[at_mask].float().mean().item(),
     ),
 }
 print(f"at the {int(at_mask.sum())} [MASK] positions   top 1   top 5")
-long_acc = {}
-for name, (hit1, hit5) in mlm_rows.items():
-    long_acc[name] = (
-        hit1[at_mask].float().mean().item(),
-        hit5[at_mask].float().mean().item(),
-    )
-    print(f"{name:30s}{long_acc[name][0]:7.1%}{long_acc[name][1]:8.1%}")
+for name, (acc1, acc5) in long_acc.items():
+    print(f"{name:30s}{acc1:7.1%}{acc5:8.1%}")
 assert (
     long_acc["model after 12,000 steps"][0]
     > 3 * long_acc["most frequent token(s)"][0]
@@ -1066,7 +1071,7 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # steps of 256 sequences, with next-sentence prediction as well). The masking, the code and the
 # conversion are the same at that scale.
 #
-# ## 4. Sentence embeddings
+# ## Sentence embeddings
 #
 # Chapter 02 built sentence vectors from MiniLM: **mean pooling**, the average of the last
 # layer's token vectors over the real tokens only (the attention mask keeps padding out), and
@@ -1121,6 +1126,10 @@ examples = [
     "My cat sleeps on the sofa all afternoon.",
     "The kitten naps on the couch.",
 ]
+# the names the figure gives them
+short_names = ["guitar 1", "guitar 2", "stocks 1", "stocks 2", "cat", "kitten"]
+for name, text in zip(short_names, examples):
+    print(f"{name:9s} {text}")
 emb = embed_sentences(examples, tokenizer, ours)
 sim = cosine_similarity(emb, emb)
 
@@ -1129,12 +1138,11 @@ assert torch.allclose(emb.norm(dim=1), torch.ones(6), atol=1e-5)
 for i in (0, 2, 4):
     assert sim[i].topk(2).indices[1] == i + 1
 
-# %% caption="Cosine similarity between the MiniLM embeddings of six sentences, three pairs of paraphrases. The three bright 2 by 2 blocks on the diagonal are the pairs (0.58, 0.53 and 0.62); sentences on different topics score between -0.07 and 0.10 (the colours are clipped at 0, so negative cosines look like 0)." alt="A 6 by 6 heatmap with the value written in each cell. The diagonal is 1.00. The paraphrase pairs (guitar, stock market, cat) form three bright 2 by 2 blocks along the diagonal with 0.58, 0.53 and 0.62 off the diagonal; every other cell is dark, between -0.07 and 0.10."
+# %% caption="Cosine similarity between the MiniLM embeddings of the six sentences printed above, three pairs of paraphrases (guitar, stocks, cat and kitten). The three bright 2 by 2 blocks on the diagonal are the pairs (0.58, 0.53 and 0.62); sentences on different topics score between -0.07 and 0.10 (the colours are clipped at 0, so negative cosines look like 0)." alt="A 6 by 6 heatmap, rows and columns labelled guitar 1, guitar 2, stocks 1, stocks 2, cat and kitten, with the value written in each cell. The diagonal is 1.00. The paraphrase pairs (guitar, stock market, cat) form three bright 2 by 2 blocks along the diagonal with 0.58, 0.53 and 0.62 off the diagonal; every other cell is dark, between -0.07 and 0.10."
 fig, ax = plt.subplots(figsize=(6.5, 5))
 im = ax.imshow(sim, cmap="viridis", vmin=0, vmax=1)
-tick_labels = [s[:22] + "..." for s in examples]
-ax.set_xticks(range(6), tick_labels, rotation=45, ha="right")
-ax.set_yticks(range(6), tick_labels)
+ax.set_xticks(range(6), short_names, rotation=45, ha="right")
+ax.set_yticks(range(6), short_names)
 for i in range(6):
     for j in range(6):
         value = f"{sim[i, j]:.2f}"
@@ -1216,7 +1224,7 @@ for q, row in zip(queries, hits):
 # word "dog" is the walking tip, which the embedding ranks second. (For millions of entries one replaces the exhaustive `topk` by an
 # approximate nearest-neighbour index, but the idea is this one.)
 #
-# ## 5. Classification, honestly
+# ## Classification, honestly
 #
 # A common pitfall: classify sentiment with
 # `BertForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)` straight
@@ -1227,7 +1235,7 @@ for q, row in zip(queries, hits):
 # that, with the same kind of model built on MiniLM.
 #
 # `MODEL` below names the MiniLM checkpoint; every classifier in this section loads from it
-# (section 7 lists what else to change for another BERT).
+# (*A bigger BERT, on a GPU* lists what else to change for another BERT).
 
 # %%
 MODEL = minilm_path()
@@ -1480,7 +1488,7 @@ assert (
 # ### Baselines 2 and 3: frozen sentence embeddings
 #
 # The cheapest way to use the encoder is not to train it at all: embed every review once
-# (section 4's mean-pooled MiniLM vectors, here from our own `BertEncoder`) and put a simple
+# (the mean-pooled MiniLM vectors of *Sentence embeddings*, here from our own `BertEncoder`) and put a simple
 # classifier on the frozen vectors. Two such classifiers answer different questions:
 #
 # * **k nearest neighbours** with cosine similarity: label a review by a vote of the most similar
@@ -1630,7 +1638,7 @@ def fine_tuned(
 
 selection, ft_seconds = {}, {}
 for name, (frozen_layers, lr) in CANDIDATES.items():
-    t0 = time.process_time()  # CPU time, whatever else runs
+    t0 = time.process_time()  # CPU time of this process
     selection[name] = fine_tuned(0, frozen_layers, lr, EPOCHS, splits[0])
     ft_seconds[name] = time.process_time() - t0
 n_steps = len(selection[name][1].loss)
@@ -1667,11 +1675,27 @@ print(
 print("CPU time per candidate:")
 for name in CANDIDATES:
     print(f"  {name:40s} {ft_seconds[name]:3.0f} s")
-# no backward pass through frozen layers: each step is cheaper
-unfrozen = ft_seconds["embeddings frozen, lr 1e-4"]
-assert all(
-    ft_seconds[n] < unfrozen for n in CANDIDATES if CANDIDATES[n][0] == 3
-)
+# frozen means untouched: after training, layers 0-2 of a frozen candidate
+# are still exactly the checkpoint's (as in `untrained`); layer 3 has moved
+frozen_run = selection["embeddings + layers 0-2 frozen, lr 1e-4"][0].bert
+for k in range(4):
+    unchanged = all(
+        torch.equal(p.cpu(), q)
+        for p, q in zip(
+            frozen_run.encoder.layer[k].parameters(),
+            untrained.bert.encoder.layer[k].parameters(),
+        )
+    )
+    assert unchanged == (k < 3)
+
+# %% tags=["remove-cell"]
+# no backward pass through frozen layers: each step is cheaper (on a CPU,
+# where process_time measures the work itself)
+if get_device().type == "cpu":
+    unfrozen = ft_seconds["embeddings frozen, lr 1e-4"]
+    assert all(
+        ft_seconds[n] < unfrozen for n in CANDIDATES if CANDIDATES[n][0] == 3
+    )
 
 # %% [markdown]
 # After two epochs the candidates are within one of the 150 dev reviews of each other (87.3 %
@@ -1750,6 +1774,75 @@ print("   ", "  ".join(f"{a:.1%}" for a in dev_curve))
 # again after epoch 2. The second epoch lowers the training loss and leaves dev accuracy where
 # it was: on dev, no sign in this run that it helped, nor that it hurt.
 #
+# ### The loop, written out
+#
+# `reviews.fine_tune` hands its loop to the course's `fit` (chapter 09), which adds the
+# progress bar and the dev evaluation. Written out, the loop is short: each epoch shuffles the
+# reviews and cuts them into batches; each batch is tokenised and padded to its longest review;
+# given `labels`, the model returns the cross-entropy; a step is backward, gradient clipping,
+# AdamW and the schedule (warm-up, then a linear decay). Started from the same seed as the chosen
+# candidate, its first five steps must give that candidate's first five losses:
+
+
+# %%
+from transformer_course.training import param_groups, warmup_decay
+
+
+def fine_tune_by_hand(model, texts, labels, epochs, lr, generator, steps):
+    """The loop of ``reviews.fine_tune``, stopped after ``steps`` steps;
+    returns their losses.
+    """
+    per_epoch = math.ceil(len(texts) / BATCH_SIZE)
+    total = epochs * per_epoch
+    warmup = max(1, int(0.1 * total))  # warm-up over 10 % of the steps
+    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_decay(s, warmup, total, 0.0, decay="linear")
+    )
+    losses = []
+    model.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(texts), generator=generator).tolist()
+        for i in range(0, len(texts), BATCH_SIZE):
+            idx = order[i : i + BATCH_SIZE]
+            batch = tokenizer(
+                [texts[j] for j in idx],
+                padding=True,
+                truncation=True,
+                max_length=64,
+                return_tensors="pt",
+            ).to(get_device())
+            y = torch.tensor([labels[j] for j in idx], device=get_device())
+            loss = model(**batch, labels=y).loss
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                return losses
+    return losses
+
+
+hand_generator = set_seed(0)  # as fine_tuned(0, ...) does
+by_hand = reviews.freeze_lower(fresh_classifier(0).to(get_device()), FROZEN)
+hand_losses = fine_tune_by_hand(
+    by_hand, train.texts, train.labels, EPOCHS, LR, hand_generator, steps=5
+)
+chosen_losses = selection[best_name][1].loss[:5]
+print(
+    "first 5 losses, written out:", "  ".join(f"{x:.4f}" for x in hand_losses)
+)
+print(
+    "the chosen candidate's run: ",
+    "  ".join(f"{x:.4f}" for x in chosen_losses),
+)
+# the same computation, step for step
+assert all(abs(a - b) < 1e-4 for a, b in zip(hand_losses, chosen_losses))
+del by_hand
+
+# %% [markdown]
 # ### The same fine-tuning, the Hugging Face way
 #
 # The loop above is short because the task is small; in practice most people use Hugging Face's
@@ -1781,11 +1874,19 @@ hf_train, hf_dev = as_dataset(train), as_dataset(dev)
 print(hf_train)
 
 # %% [markdown]
-# The `Trainer` logs, after each epoch, the training loss, the dev loss and the metric. Without
-# a progress display (`disable_tqdm=True`) it would print each log as a dictionary; we keep the
-# logs for the next cell instead (`remove_callback(PrinterCallback)`):
+# The `Trainer` logs, after each epoch, the training loss, the dev loss and the metric:
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["remove-cell"]
+# the Trainer's progress display and its printed logs (with timings) stay
+# off the page: a callback that does nothing takes their place, and the cell
+# below prints the logs from trainer.state.log_history
+import transformers.trainer
+from transformers import TrainerCallback
+
+transformers.trainer.DEFAULT_PROGRESS_CALLBACK = TrainerCallback
+transformers.trainer.PrinterCallback = TrainerCallback
+
+# %%
 steps_total = EPOCHS * math.ceil(len(hf_train) / BATCH_SIZE)
 with tempfile.TemporaryDirectory() as out_dir:
     args = TrainingArguments(
@@ -1803,7 +1904,6 @@ with tempfile.TemporaryDirectory() as out_dir:
         save_strategy="no",
         logging_strategy="epoch",  # the mean training loss of each epoch
         report_to="none",
-        disable_tqdm=True,  # print the logs instead of a progress display
         # pinned memory speeds up copies to a GPU; there is none on a CPU
         dataloader_pin_memory=torch.cuda.is_available(),
     )
@@ -1817,15 +1917,9 @@ with tempfile.TemporaryDirectory() as out_dir:
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics,
     )
-    trainer.remove_callback(PrinterCallback)
     trainer.train()
 hf_clf.eval()
-assert trainer.state.global_step == steps_total
-
-# %% [markdown]
-# Everything it logged stays in `trainer.state.log_history`, a list of dictionaries:
-
-# %%
+# everything it logged stays in trainer.state.log_history, a list of dicts
 print("trainer.state.log_history, one line per epoch:")
 for h in trainer.state.log_history:
     if "loss" in h:
@@ -1855,9 +1949,10 @@ for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
 # They are not the same run: the `Trainer` draws its own batch order and dropout from the seed.
 # The test set below puts its model next to our loop's three seeds.
 #
-# A trained model is saved with **`save_pretrained`** (weights, configuration with the label
-# names) next to its tokenizer, and loaded back by anything in the Hugging Face ecosystem, for
-# example a **`pipeline`**, which tokenises, runs the model and returns labelled predictions:
+# As in chapter 11, `save_pretrained` writes the model and its tokenizer into one folder, and
+# a `pipeline` loads it back. What is new is the task, `text-classification`, and that the
+# configuration now holds the label names we gave `from_pretrained` (`id2label`), so the
+# pipeline answers with `negative` or `positive` rather than a label id:
 
 # %%
 new_reviews = [
@@ -2021,7 +2116,7 @@ plt.show()
 # What the numbers say:
 #
 # * The **untrained head** is at chance, on every seed.
-# * The **bag of words** is 8 to 16 points behind every trained method that uses the encoder
+# * The **bag of words** is 8 to 16 points behind every method that uses the encoder
 #   (71.8 % against 80.0 % to 87.8 %).
 # * **k-NN on the embeddings** needs many neighbours to work: on the dev split, the single nearest
 #   training review gave 54.7 %, barely above chance; a vote of 45 reached 73.3 %, 135 did no
@@ -2129,10 +2224,10 @@ for text in [example_text] + new_reviews:
 # wrong here: seed 0's model calls it negative (0.60), while the `Trainer`'s model, in the
 # pipeline above, called it positive (0.67). Two runs of the same recipe disagree on it; this is
 # where 700 examples are thin. More (and more varied) labelled reviews and a larger model
-# (section 7) are the ways to push further.
+# (*A bigger BERT, on a GPU*) are the ways to push further.
 
 # %% [markdown]
-# ## 6. Attention across layers, and what attention does not explain
+# ## Attention across layers, and what attention does not explain
 #
 # ### Attention rollout
 #
@@ -2175,7 +2270,7 @@ for n_layers in (1, 2, 6):
 show_source(attention_rollout)
 
 # %% [markdown]
-# Now MiniLM, on the sentence of section 2. First, the last layer's attention averaged over
+# Now MiniLM, on the coreference sentence of *Attention you can explore*. First, the last layer's attention averaged over
 # its heads; below it, the rollout through all six layers, as a heatmap and as flow (each
 # token's three largest sources).
 
@@ -2259,7 +2354,7 @@ plt.show()
 # give the same predictions. Wiegreffe & Pinter (2019, *Attention is not not Explanation*)
 # answered that whether attention explains a prediction depends on what one means by
 # "explanation", and that those alternative weights, searched for one example at a time, were
-# given too much freedom. We run a test of our own on the classifier of section 5, on the
+# given too much freedom. We run a test of our own on the classifier fine-tuned above, on the
 # first 50 test reviews (occlusion runs the model once more for every token of a review). The
 # model has already been chosen and evaluated; this looks inside it and chooses nothing, so it is
 # analysis after the evaluation, not a second comparison of models on the test set.
@@ -2425,11 +2520,11 @@ for tok in (top_by["attention"], top_by["occlusion"]):
 # seen in the logits, or by deleting several tokens at once.
 
 # %% [markdown]
-# ## 7. A bigger BERT, on a GPU
+# ## A bigger BERT, on a GPU
 #
-# In Colab, with internet access, replace the line `MODEL = minilm_path()` in section 5's first
-# code cell by these lines, and run section 5 again from that cell (the numbers will then differ
-# from those discussed above):
+# In Colab, with internet access, replace the line `MODEL = minilm_path()` in the first code
+# cell of *Classification, honestly* by these lines, and run that section again from that cell
+# (the numbers will then differ from those discussed above):
 #
 # ```python
 # from transformers import AutoModel, AutoTokenizer
@@ -2448,18 +2543,22 @@ for tok in (top_by["attention"], top_by["occlusion"]):
 #   about 110 million parameters, five times MiniLM's, and about eight times the arithmetic per
 #   token. The numbers below come from the course's own `BertEncoder` with `bert-base-uncased`'s
 #   sizes (the defaults of `BertConfig`), with random weights: only the sizes matter here.
-# * **Time.** A step's time grows about as its arithmetic does, so on the same CPU expect each
-#   step to take about eight times as long (an estimate from the arithmetic, not a measurement):
-#   eight times the time section 5 printed for each candidate. A GPU is
-#   the way out (Colab: *Runtime → Change runtime type → T4 GPU*): `get_device()` then returns
-#   `cuda`, and `.to(get_device())` in section 5 moves the model there.
+# * **Time.** A step's time grows about as its arithmetic does, so on the same CPU expect a step
+#   of the candidate that trains every layer to take about eight times as long as MiniLM's (an
+#   estimate from the arithmetic, not a measurement). For the candidates with frozen layers the
+#   ratio depends on how many layers are frozen (next point). A GPU is the way out (Colab:
+#   *Runtime → Change runtime type → T4 GPU*): `get_device()` then returns `cuda`, and
+#   `.to(get_device())` in the fine-tuning code moves the model there.
+# * **What to freeze.** "Layers 0-2" are half of MiniLM's six layers but a quarter of
+#   bert-base's twelve. To freeze the same share, rescale the candidates: 0 or 6 of the 12 layers
+#   (the `3` in `CANDIDATES` becomes `6`).
 # * **The pooler.** `bert-base-uncased`'s pooler *was* trained (on next-sentence prediction, the
-#   second objective of section 3), so its `[CLS]` route to the classifier starts in better shape
+#   second pre-training objective), so its `[CLS]` route to the classifier starts in better shape
 #   than MiniLM's.
 # * **Hyperparameters.** The recipe of the BERT paper for fine-tuning BERT-base is a learning
 #   rate of 2e-5 to 5e-5, 2 to 4 epochs and a batch size of 16 or 32. Its rates are 2 to 15
-#   times smaller than the two rates tried in section 5 (1e-4 and 3e-4), so change the
-#   candidates to rates from that range and let the dev split choose again.
+#   times smaller than the two rates tried above (1e-4 and 3e-4), so change the candidates to
+#   rates from that range and let the dev split choose again.
 # * **Results.** Compare on the same split, over several seeds, before you conclude that one
 #   model is better.
 
@@ -2506,11 +2605,12 @@ del base, minilm
 #   `[MASK]` / random / kept, the loss at the chosen positions. A 2-layer encoder of our own,
 #   pre-trained that way for 500 steps on Python's documentation, beats the most-frequent-token
 #   baseline on held-out text mostly where the input already held the answer; at `[MASK]` it is
-#   barely better. Trained for 12,000 steps it leaves that plateau: 34.9 % of held-out `[MASK]`
-#   positions right against 7.5 %, with wrong guesses of the right kind. Converted to
+#   barely better. A longer run (12,000 steps, 40 % masking, a higher learning rate, no dropout)
+#   gets 34.9 % of held-out `[MASK]` positions right against 7.5 %, with wrong guesses of the
+#   right kind. Converted to
 #   `BertForMaskedLM`, our model answers `pipeline("fill-mask")`.
-# * Mean pooling over the attention mask gives sentence embeddings that padding does not
-#   change; cosine similarity between them finds paraphrases that share few or no words, and a
+# * Mean pooling over the attention mask gives sentence embeddings that right padding does not
+#   change (left padding moves the positions, exercise 3); cosine similarity between them finds paraphrases that share few or no words, and a
 #   semantic search found answers that share no word with the question.
 # * A freshly loaded classification head is random, and transformers' load report says so: its
 #   "confidence" is noise and its accuracy is chance. The head itself is a dozen lines on our
@@ -2529,7 +2629,7 @@ del base, minilm
 #   times as often as chance, and misses it in the rest: a clue to check, not an explanation.
 #   Rollout puts the full stop first in every review; with punctuation left out, its top token
 #   is occlusion's in 40 % of the reviews, against 10 % for a random pick.
-# * Section 7 lists what to change to run section 5 with a bigger BERT, `bert-base-uncased`:
+# * *A bigger BERT, on a GPU* lists what to change to fine-tune `bert-base-uncased` instead:
 #   4.8 times the parameters and 8 times the arithmetic per token, and a smaller learning rate.
 
 # %% [markdown]
@@ -2539,7 +2639,8 @@ del base, minilm
 # `"The trophy didn't fit in the suitcase." / "It was too big."` For every layer and head,
 # compute the weight from "it" to "trophy" and to "suitcase". Which head gives "trophy" the most
 # weight, and does it also prefer "trophy" when sentence B is "It was too small." (where "it" is
-# the suitcase)? Predict first, from what section 2 found with "tired" and "wide".
+# the suitcase)? Predict first, from what *Attention you can explore* found with "tired" and
+# "wide".
 
 
 # %% tags=["solution"]
@@ -2575,16 +2676,17 @@ assert small_trophy[layer, head] > small_suitcase[layer, head]
 
 # %% [markdown] tags=["solution"]
 # The head that gives "trophy" the most weight is layer 3, head 1, the head that linked "it" to
-# "umbrella" and to "animal" in section 2: 0.62 to "trophy" against 0.15 to "suitcase". With "too
+# "umbrella" and to "animal" in *Attention you can explore*: 0.62 to "trophy" against 0.15 to "suitcase". With "too
 # small", where "it" is the suitcase, it still prefers the trophy (0.65 against 0.12). As with
 # "tired" and "wide", the head follows a pattern (look at "trophy", whatever "it" means), not
 # the meaning that decides what "it" refers to.
 
 # %% [markdown]
-# **2. Which vector to probe?** The linear probe of section 5 read mean-pooled embeddings.
+# **2. Which vector to probe?** The linear probe of *Classification, honestly* read mean-pooled
+# embeddings.
 # Probe two other vectors of the same frozen MiniLM on seed 0's split (dev accuracy, the chosen
 # weight decay): the final vector of `[CLS]`, and the pooler's output (what the classification
-# head reads). Which carries sentiment best? Predict the order first, using what section 5 found
+# head reads). Which carries sentiment best? Predict the order first, using what *Classification, honestly* found
 # out about this checkpoint's pooler.
 
 
@@ -2626,7 +2728,7 @@ assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 # %% [markdown]
 # **3. Left padding.** Hugging Face tokenizers can pad on the left (`tokenizer.padding_side =
 # "left"`, as decoder models need). Embed "Padding must not change me." in a batch with a
-# longer sentence, padded on the left, and compare with the sentence alone, as section 4 did for
+# longer sentence, padded on the left, and compare with the sentence alone, as *Sentence embeddings* did for
 # right padding. Predict first: does the masked mean still agree? Then measure, and explain what
 # you find.
 
@@ -2651,20 +2753,20 @@ assert (e_left - e_alone).abs().max() > 0.05
 
 # %% [markdown] tags=["solution"]
 # It does not: the two embeddings differ by up to 0.49 in a coordinate. The mask removes the
-# padding *keys*, but the real tokens now sit behind the 7 padding tokens (section 4 counted
+# padding *keys*, but the real tokens now sit behind the 7 padding tokens (*Sentence embeddings* counted
 # them), at positions 7, 8, ... instead of 0, 1, ..., and BERT adds a learned vector per
 # position: "[CLS] at position 7" is a different input. With right padding the real tokens keep
 # their positions. (Models with relative positions, or code that numbers the positions from the
 # first real token, avoid this.)
 
 # %% [markdown]
-# **4. Which vector to fine-tune?** Section 5 fine-tuned a head that reads `[CLS]` through the
+# **4. Which vector to fine-tune?** *Classification, honestly* fine-tuned a head that reads `[CLS]` through the
 # pooler, and its lead over the linear probe could come from training the encoder or from reading
 # another vector. Build a classifier on a fresh copy of our encoder (`bert_from_hf(bert)`) whose
-# head reads the mean of the final token vectors over the attention mask (section 4's
-# `mean_pool`), with no pooler: dropout and one linear layer. Fine-tune it with
+# head reads the mean of the final token vectors over the attention mask (`mean_pool`, from
+# *Sentence embeddings*), with no pooler: dropout and one linear layer. Fine-tune it with
 # `reviews.fine_tune` on seed 0's split, with the embeddings and layers 0-2 frozen and a
-# learning rate of 1e-4, the second candidate of section 5 (which reached 86.7 % on dev), so
+# learning rate of 1e-4, the second candidate of *Classification, honestly* (which reached 86.7 % on dev), so
 # that only the head differs (it reads the mean, has no pooler, and its new linear layer starts
 # from PyTorch's default initialisation rather than BERT's). Predict first: is the dev accuracy higher, lower, or about the
 # same? (`fine_tune` and `predict_proba` expect a model that returns an object with `.logits`
@@ -2734,12 +2836,12 @@ print(f"[CLS] and pooler instead: {100 * (cls_final - mp_final):+.1f} more")
 # lower, by 6 of the 150 dev reviews. It still ends above the linear probe, which reads the same
 # mean from the frozen encoder (78.0 %). In this run both contribute: training the top layers
 # adds 4.7 dev points with the same vector, and the `[CLS]` head with its pooler, trained along
-# with them, adds 4.0 more. One seed on 150 dev reviews cannot rank them firmly: section 5's
-# protocol (three seeds, then the test set) would be the next step.
+# with them, adds 4.0 more. One seed on 150 dev reviews cannot rank them firmly: the
+# protocol of *Classification, honestly* (three seeds, then the test set) would be the next step.
 
 # %% [markdown]
-# **5. Does the token type matter?** Section 1 showed that sentence B of a pair gets token type
-# 1, but every review in section 5 was a single sentence A, of token type 0, and the type
+# **5. Does the token type matter?** *WordPiece tokenisation* showed that sentence B of a pair gets
+# token type 1, but every review in *Classification, honestly* was a single sentence A, of token type 0, and the type
 # vectors were frozen with the embeddings. Classify the 150 dev reviews of seed 0's split (the
 # test set has had its one use) with seed 0's fine-tuned model twice, once as usual and once with every token type set to 1 (as if each
 # review were sentence B), and count the predictions that change. Predict first: none, a few,
@@ -2771,8 +2873,8 @@ print(
 # %% [markdown] tags=["solution"]
 # The type-1 vector is a different vector added to every token, so the model's input does
 # change, and P(positive) moves (its mean and largest change are printed above); a prediction
-# changes only where that move carries P(positive) across 0.5, which the first line counts:
-# it answers the question: a few, 5 of the 150 here. The type-1 vector was never
+# changes only where that move carries P(positive) across 0.5. The first line counts those:
+# a few, 5 of the 150. The type-1 vector was never
 # trained on this task (the embeddings were frozen, and no training review had type 1): this
 # model was fine-tuned on type 0 only. A task with pairs (a question and a passage, two
 # reviews to compare) is fine-tuned on inputs that carry both types.

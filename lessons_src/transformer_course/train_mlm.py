@@ -1,10 +1,10 @@
 """Pre-train chapter 12's small BERT on the prose of Python's documentation
 and save a checkpoint (masked-language modelling).
 
-The data (``mlm_data``) and the held-out score (``heldout_accuracy``) are
-built exactly as chapter 12 builds them; the loop is
-:func:`~transformer_course.bert.pretrain_mlm`.  Run as a script it trains the
-checkpoint shipped in ``checkpoints/``::
+The data (``mlm_data``), the masked held-out text (``masked_heldout``) and
+the held-out score (``heldout_accuracy``) are the ones chapter 12 uses; the
+loop is :func:`~transformer_course.bert.pretrain_mlm`.  Run as a script it
+trains the checkpoint shipped in ``checkpoints/``::
 
     python -m transformer_course.train_mlm --help
     python -m transformer_course.train_mlm --out /tmp/bert_mlm
@@ -68,13 +68,12 @@ def mlm_data(tokenizer: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
     return mlm_tok, to_ids(prose[:cut]), to_ids(prose[cut:])
 
 
-@torch.no_grad()
-def heldout_accuracy(
-    model: BertForMLM, mlm_tok: Any, heldout_ids: torch.Tensor
-) -> tuple[float, float]:
-    """Top-1 and top-5 accuracy at the ``[MASK]`` positions of the held-out
-    text, as chapter 12 scores it: 64-token windows every 63 tokens, masked
-    once (15 %, generator seed 1).  The model is left in eval mode.
+def masked_heldout(
+    mlm_tok: Any, heldout_ids: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(windows, inputs, labels)``: the held-out text as chapter 12 masks
+    it, 64-token windows every 63 tokens, masked once (15 %, generator seed
+    1), so that every model is scored at the same positions.
     """
     windows = mlm_windows(
         heldout_ids,
@@ -89,6 +88,17 @@ def heldout_accuracy(
         torch.isin(windows, torch.tensor(mlm_tok.all_special_ids)),
         generator=torch.Generator().manual_seed(1),
     )
+    return windows, inputs, labels
+
+
+@torch.no_grad()
+def heldout_accuracy(
+    model: BertForMLM, mlm_tok: Any, heldout_ids: torch.Tensor
+) -> tuple[float, float]:
+    """Top-1 and top-5 accuracy at the ``[MASK]`` positions of the held-out
+    text, masked by :func:`masked_heldout`.  The model is left in eval mode.
+    """
+    _, inputs, labels = masked_heldout(mlm_tok, heldout_ids)
     at_mask = inputs == mlm_tok.mask_token_id
     model.eval()
     device = next(model.parameters()).device
