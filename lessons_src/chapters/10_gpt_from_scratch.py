@@ -39,7 +39,6 @@ from transformer_course.gpt import (
     Block,
     CausalSelfAttention,
     GPTConfig,
-    lm_loss,
 )
 from transformer_course.masking import causal_mask
 from transformer_course.tasks.python_docs import (
@@ -55,7 +54,7 @@ from transformer_course.train_gpt import (
     load_checkpoint,
     train,
 )
-from transformer_course.training import warmup_decay
+from transformer_course.training import param_groups, warmup_decay
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters, set_seed, show_source
 
@@ -79,6 +78,8 @@ text = load_python_docs()
 tok = CharTokenizer(CHARS)
 print(f"{len(text):,} characters, vocabulary of {tok.vocab_size}")
 print(text[:400])
+
+# %% tags=["remove-cell"]
 assert set(text) <= set(CHARS) and tok.vocab_size == 96
 
 # %%
@@ -195,15 +196,79 @@ with torch.no_grad():
     for name, part in same.items():
         gpt_block.get_submodule(name).load_state_dict(part.state_dict())
     gap = (gpt_block(h) - block(h, mask)).abs().max().item()
-print(
-    "Block vs EncoderLayer + causal mask, largest difference below 1e-6:",
-    gap < 1e-6,
-)
+print(f"Block vs EncoderLayer + causal mask, largest difference {gap:.0e}")
 assert gap < 1e-6
 
 # %% [markdown]
-# The package's `GPT` puts the pieces together. Its `forward` also takes a `cache`, which we
-# use at the end of the chapter.
+# With the block in hand, a whole GPT is a few lines: embeddings, the stack of causal blocks,
+# a final LayerNorm, and the tied head, which is a product with the token embedding matrix.
+
+
+# %%
+class MiniGPT(torch.nn.Module):
+    def __init__(self, c: GPTConfig) -> None:
+        super().__init__()
+        self.tok_emb = torch.nn.Embedding(c.vocab_size, c.d_model)
+        self.pos_emb = torch.nn.Embedding(c.block_size, c.d_model)
+        self.layers = torch.nn.ModuleList(
+            EncoderLayer(
+                c.d_model,
+                c.n_head,
+                4 * c.d_model,
+                dropout=0.0,
+                activation="gelu",
+                norm_first=True,
+            )
+            for _ in range(c.n_layer)
+        )
+        self.norm = torch.nn.LayerNorm(c.d_model)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.size(1)
+        x = self.tok_emb(tokens) + self.pos_emb(torch.arange(n))
+        mask = causal_mask(n)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.norm(x) @ self.tok_emb.weight.T  # tied head
+
+
+# %% [markdown]
+# The package's `GPT` is the same model. Copy the weights of a `GPT` into a `MiniGPT`,
+# splitting the fused `qkv` back into $W_Q, W_K, W_V$, and the two give the same logits:
+
+# %%
+small = GPTConfig(
+    vocab_size=96, block_size=16, n_layer=2, n_head=2, d_model=32
+)
+gpt, mini = GPT(small).eval(), MiniGPT(small).eval()
+with torch.no_grad():
+    for name in ("tok_emb", "pos_emb", "norm"):
+        mini.get_submodule(name).load_state_dict(
+            gpt.get_submodule(name).state_dict()
+        )
+    for src, dst in zip(gpt.blocks, mini.layers):
+        sa, ff = dst.self_attn, dst.ff
+        rows = zip(src.attn.qkv.weight.chunk(3), src.attn.qkv.bias.chunk(3))
+        for lin, (w, b) in zip((sa.W_q, sa.W_k, sa.W_v), rows):
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+        pairs = {
+            sa.W_o: src.attn.proj,
+            ff.linear1: src.mlp.fc,
+            ff.linear2: src.mlp.proj,
+            dst.norm1: src.norm1,
+            dst.norm2: src.norm2,
+        }
+        for mine, theirs in pairs.items():
+            mine.load_state_dict(theirs.state_dict())
+    tokens = torch.randint(0, 96, (2, 16), generator=g)
+    gap = (mini(tokens) - gpt(tokens)).abs().max().item()
+print(f"MiniGPT vs GPT, largest difference of the logits {gap:.0e}")
+assert gap < 1e-5
+
+# %% [markdown]
+# The package's `GPT` also checks its inputs, and its `forward` takes a `cache`, which we use
+# at the end of the chapter.
 
 # %%
 show_source(GPTConfig)
@@ -244,25 +309,48 @@ per_block = 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d
 assert parts["4 blocks"] == 4 * per_block
 
 # %% [markdown]
-# Before training, the model should have no preference among the 96 characters, so its loss
-# (cross-entropy in nats per character) should be close to $\ln 96 \approx 4.56$. Small
-# initial weights make sure it is: every matrix and embedding is drawn from a normal
+# Before training, a model that knows nothing should spread its bets evenly over the 96
+# characters, for a loss (cross-entropy in nats per character) of $\ln 96 \approx 4.56$.
+# Small initial weights bring it close: every matrix and embedding is drawn from a normal
 # distribution with standard deviation 0.02 (GPT-1's choice, kept by GPT-2), so the logits
 # start near zero and the softmax near uniform.
 #
-# One exception comes from GPT-2 (Radford et al., 2019, section 2.3). The residual stream is a
-# sum: each block adds two outputs to it, the attention's `proj` and the MLP's `proj`. If these
-# $2 \cdot n_\text{layer}$ contributions are independent, the variance of the stream grows with
-# their number, so a deeper model would start with a larger stream. GPT-2 scales the initial
-# weights of exactly these layers by $1/\sqrt{N}$, $N$ the number of residual layers; nanoGPT,
-# and `GPT.__init__` above, draw them with standard deviation $0.02/\sqrt{2 \cdot n_\text{layer}}$.
-# The stream's size at initialisation then no longer depends on the depth.
+# Close, but a little below, because of the tied head. The residual stream of an untrained
+# model still carries the input character's own embedding, and the head scores each character
+# by the dot product of the stream with that character's embedding, taken from the same
+# matrix. The input character meets itself and scores higher than the others, so an
+# untrained GPT with tied weights favours repeating the last character:
 
 # %%
+loss0 = evaluate(model, train_ids, max_windows=256)
+print(
+    f"loss at initialisation on 256 windows of the training text {loss0:.2f}, "
+    f"ln 96 = {math.log(96):.2f}"
+)
 with torch.no_grad():
     xb, yb = get_batch(train_ids, 16, config.block_size, generator=g)
-    loss0 = lm_loss(model(xb), yb).item()
-print(f"loss at initialisation {loss0:.2f}, ln(96) = {math.log(96):.2f}")
+    logits0 = model(xb)
+    own = logits0.gather(-1, xb[..., None]).mean().item()
+mean0 = logits0.mean().item()
+print(f"logits: mean {mean0:.2f}, standard deviation {logits0.std():.2f}")
+print(f"the input character's own logit: {own:.2f} on average, so it is")
+print(
+    f"{math.exp(own - mean0):.1f} times as likely as a character "
+    "with the mean logit"
+)
+
+# %% [markdown]
+# One exception to the 0.02 comes from GPT-2 (Radford et al., 2019, section 2.3). The
+# residual stream is a sum: each block adds two outputs to it, the attention's `proj` and the
+# MLP's `proj`. If these $2 \cdot n_\text{layer}$ contributions are independent, the variance
+# of the stream grows with their number, so a deeper model would start with a larger
+# stream. GPT-2 scales "the weights of residual layers at initialization by a factor of
+# $1/\sqrt{N}$ where $N$ is the number of residual layers"; nanoGPT reads these as the two
+# projections that write into the stream, $N = 2 \cdot n_\text{layer}$, and so does
+# `GPT.__init__` above: it draws them with standard deviation
+# $0.02/\sqrt{2 \cdot n_\text{layer}}$.
+
+# %%
 proj_std = model.blocks[0].attn.proj.weight.std().item()
 qkv_std = model.blocks[0].attn.qkv.weight.std().item()
 print(
@@ -271,8 +359,47 @@ print(
 )
 
 # %% tags=["remove-cell"]
-assert abs(loss0 - math.log(96)) < 0.1
+assert abs(loss0 - math.log(96)) < 0.2
 assert abs(proj_std - 0.02 / math.sqrt(2 * config.n_layer)) < 2e-4
+
+# %% [markdown]
+# Does the scaling matter? Build models of 1 to 48 blocks, run a batch of random characters
+# through the blocks, and measure the residual stream's standard deviation after the last
+# block, once with the scaled projections and once with every projection drawn with 0.02:
+
+
+# %%
+def stream_std(m: GPT, x: torch.Tensor) -> float:
+    """Standard deviation of the residual stream after the last block."""
+    with torch.no_grad():
+        h = m.tok_emb(x) + m.pos_emb.weight[: x.size(1)]
+        for b in m.blocks:
+            h = b(h)
+    return h.std().item()
+
+
+x_rand = torch.randint(0, 96, (8, 64), generator=g)
+print(f"{'blocks':>6} {'scaled':>8} {'plain 0.02':>11}")
+stds = []
+for n_layer in (1, 4, 16, 48):
+    set_seed(0)
+    deep = GPT(GPTConfig(vocab_size=96, n_layer=n_layer, n_head=4))
+    scaled = stream_std(deep, x_rand)
+    with torch.no_grad():
+        for b in deep.blocks:
+            b.attn.proj.weight.normal_(0.0, 0.02)
+            b.mlp.proj.weight.normal_(0.0, 0.02)
+    stds.append((scaled, stream_std(deep, x_rand)))
+    print(f"{n_layer:>6} {stds[-1][0]:>8.3f} {stds[-1][1]:>11.3f}")
+print(
+    f"48 blocks vs 1: {stds[-1][0] / stds[0][0]:.1f} times (scaled), "
+    f"{stds[-1][1] / stds[0][1]:.1f} times (plain)"
+)
+
+# %% [markdown]
+# With the scaling, the stream after 48 blocks is as large as after 1. Without it, the stream
+# grows with the depth, roughly as the square root of the number of blocks (each fourfold
+# increase of the depth about doubles it), as the variance argument predicts.
 
 # %% [markdown]
 # And the whole model is causal: changing the characters after position 40 leaves the logits
@@ -295,8 +422,10 @@ assert diff_past < 1e-6 < diff_future
 # %% [markdown]
 # ## Training
 #
-# Text from an untrained model is noise (`show` prints a text with its long lines broken,
-# keeping their indentation):
+# Text from an untrained model is noise. `generate` continues the prompt one character at a
+# time, each drawn at random from the model's next-character distribution (the section
+# *Generation* below explains this and the other ways to choose); `show` prints a text with
+# its long lines broken, keeping their indentation:
 
 
 # %%
@@ -313,8 +442,8 @@ show(tok.decode(untrained[0]))
 
 # %% [markdown]
 # `train` draws random windows of the training text and hands them to the course's one
-# training loop, `fit` from chapter 09. Its settings are the usual ones for small GPTs, and
-# each has a reason:
+# training loop, `fit` from chapter 09. Its settings are the usual ones for small GPTs; the
+# warm-up, the cosine decay and gradient clipping work as in chapter 09:
 #
 # * **AdamW** with $\beta_1 = 0.9$ and $\beta_2 = 0.99$. $\beta_1$ averages the gradient over
 #   roughly the last $1/(1-\beta_1) = 10$ steps; $\beta_2$ averages its square, which sets each
@@ -323,21 +452,19 @@ show(tok.decode(untrained[0]))
 #   0.999 remembers about 1,000 steps, this whole run; GPT-3, with its huge batches, used 0.95;
 #   nanoGPT's character-level configuration takes 0.99, "a bit bigger because [the] number of
 #   tokens per iter is small", and so do we.
-# * **Weight decay 0.1 on the matrices and embeddings only** (`param_groups`). Decoupled weight
-#   decay shrinks every weight a little at each step, so weights stay small unless the data keeps
-#   asking for them. Biases and LayerNorm gains are left out: they are few, and a gain's natural
-#   value is 1, not 0, so pulling it towards 0 would fight the normalisation. GPT-1 decayed "all
-#   non bias or gain weights" the same way.
-# * **The learning rate** rises linearly to $3 \cdot 10^{-3}$ over 50 steps, then decays along a
-#   cosine to a tenth of that (GPT-1 used a warm-up and a cosine decay, to 0; nanoGPT ends at a
-#   tenth). At the start Adam's averages rest on a few gradients of a random network, and
-#   full-size steps could throw it far off; the warm-up waits until they settle. The decay makes
-#   the last steps small, so they average out the noise of the batches instead of jumping around
-#   a minimum. The peak is high because the model is small: smaller models tolerate larger rates
-#   (GPT-3's table goes from $6 \cdot 10^{-4}$ at 125 million parameters down to
-#   $0.6 \cdot 10^{-4}$ at 175 billion), and ours has under a million.
-# * **Gradient clipping** at norm 1 (GPT-3's and nanoGPT's value): one unusual batch cannot throw
-#   the weights far.
+# * **Weight decay 0.1 on the matrices and embeddings only** (`param_groups`, below).
+#   Decoupled weight decay shrinks every weight a little at each step, so weights stay small
+#   unless the data keeps asking for them. Biases and LayerNorm gains are left out: they are
+#   few, and a gain's natural value is 1, not 0, so pulling it towards 0 would fight the
+#   normalisation. GPT-1 decayed "all non bias or gain weights" the same way.
+# * **The learning rate** rises linearly to $3 \cdot 10^{-3}$ over 50 steps (the warm-up of
+#   chapter 09), then decays along a cosine (also chapter 09's) to a tenth of the peak, not
+#   to 0: GPT-1 decayed to 0, nanoGPT stops at "~= learning_rate/10 per Chinchilla". The
+#   peak is high because the model is small: smaller models tolerate larger rates (GPT-3's
+#   table goes from $6 \cdot 10^{-4}$ at 125 million parameters down to $0.6 \cdot 10^{-4}$ at
+#   175 billion), and ours has under a million.
+# * **Gradient clipping** at norm 1 (GPT-3's and nanoGPT's value): one unusual batch cannot
+#   flood Adam's running averages and so distort the steps after it (chapter 09).
 # * **bfloat16 on a GPU.** On CUDA, `train` runs the forward pass under `torch.autocast` with
 #   `dtype=torch.bfloat16`: the matrix products read and write 16-bit numbers, half the memory
 #   traffic, on the GPU's tensor cores, while the weights, their gradients and AdamW's averages
@@ -348,10 +475,16 @@ show(tok.decode(untrained[0]))
 #   step's batch into micro-batches, or between processes started by `torchrun`, whose
 #   gradients add up to those of the whole batch. Here one process takes the whole batch.
 #
-# Every `eval_every` steps `train` measures the loss on `eval_windows` windows spread evenly over
-# the training text and over the validation text (all of them if a text has fewer), the same
-# way for both, so the two curves can be compared. A sample taken only from the *beginning* of
+# Every `eval_every` steps `train` measures the loss (with `evaluate`, listed below) on
+# `eval_windows` windows spread evenly over the training text and over the validation text
+# (all of them if a text has fewer), the same way for both, so the two curves can be compared. A sample taken only from the *beginning* of
 # a text would measure the first topics of the documentation, not the whole of it.
+
+# %%
+show_source(param_groups)
+
+# %%
+show_source(evaluate)
 
 # %%
 show_source(train)
@@ -362,6 +495,8 @@ steps = [0, 25, 50, 500, 999, 1000]
 lrs = [3e-3 * warmup_decay(s, 50, 1000, min_ratio=0.1) for s in steps]
 print("step          " + "".join(f"{s:>9}" for s in steps))
 print("learning rate " + "".join(f"{v:9.1e}" for v in lrs))
+
+# %% tags=["remove-cell"]
 assert lrs[2] == max(lrs) and abs(lrs[-1] - 3e-4) < 1e-12
 
 # %% [markdown]
@@ -433,15 +568,16 @@ print(f"previous character only:    {bigram_loss:.2f} nats/char")
 
 # %% [markdown]
 # The curves (Fig. 10.2): a fast first drop, which within 100 steps passes the frequency-only
-# level and reaches about the level of the previous-character model; after that, slower and
-# steady progress, as the model learns to use more of its 64 characters of context. Both curves
-# keep falling, and the validation curve does not end above the training curve. It lies below
-# it all along, so part of the gap is the texts themselves: the validation text is the last
-# topics only, `typesmethods` to `yield`, not a sample of all of them. The model has seen each
-# training character only about two and a half times, too few to memorise the text; overfitting
-# would show as a validation curve that turns up while the training curve keeps falling.
+# level and brings the validation loss to about the level of the previous-character model;
+# after that, slower and steady progress, below that level, so the model uses more than the
+# previous character. Both curves keep falling, and the validation curve does not end above
+# the training curve. It lies below it all along, so part of the gap is the texts themselves:
+# the validation text is the last topics only, `typesmethods` to `yield`, not a sample of all
+# of them. The model has seen each training character only about two and a half times, too
+# few to memorise the text; overfitting would show as a validation curve that turns up while
+# the training curve keeps falling.
 
-# %% tags=["hide-input"] caption="The small GPT's loss on the training and validation texts, measured every 100 steps, with three yardsticks (dotted): uniform over 96 characters, character frequencies only, and the previous character only. Within 100 steps the loss falls to about the previous-character level, then keeps falling slowly; the validation curve never turns up." alt="Line chart of the loss in nats per character against the training step, 0 to 1000. Two falling curves, training with circles and validation with squares, start near the top dotted line (uniform) and drop steeply to near the bottom dotted line (previous character only) by step 100, then decline slowly below it to the end. The legend sits between the top two dotted lines."
+# %% tags=["hide-input"] caption="The small GPT's loss on the training and validation texts, measured every 100 steps, with three yardsticks (dotted): uniform over 96 characters, character frequencies only, and the previous character only. Within 100 steps the validation loss falls to about the previous-character level, then both keep falling slowly; the validation curve never turns up." alt="Line chart of the loss in nats per character against the training step, 0 to 1000. Two falling curves, training with circles and validation with squares, start a little below the top dotted line (uniform) and drop steeply to near the bottom dotted line (previous character only) by step 100, then decline slowly below it to the end. The legend sits between the top two dotted lines."
 v, t = history.evals["val_loss"], history.evals["train_loss"]
 fig, ax = plt.subplots(figsize=(6.5, 3.8))
 ax.plot(history.eval_steps, t, "o-", label="training text")
@@ -459,8 +595,8 @@ for name, level in yardsticks.items():
         name,
         ha="right",
         va="bottom",
-        fontsize=8,
-        color="gray",
+        fontsize=10,
+        color="dimgray",
     )
 ax.set_xlabel("step")
 ax.set_ylabel("loss (nats per character)")
@@ -479,6 +615,23 @@ assert v[0] - v[1] > 4 * (v[1] - v[2])
 assert all(a > b for a, b in zip(v, v[1:]))
 assert all(a > b for a, b in zip(t, t[1:]))
 assert v[-1] < t[-1] + 0.05  # no sign of overfitting
+
+# %% [markdown]
+# The texts differ visibly at step 0. Both curves start below $\ln 96$, the untrained model's
+# taste for repeating the last character, and validation lower than training: in its text
+# the share of characters that repeat the one before is more than twice as large, and more
+# than half of those repeats are two spaces.
+
+# %%
+space = tok.encode(" ")[0]
+print(f"{'':10} {'loss at step 0':>15} {'repeats':>8} {'two spaces':>11}")
+for name, ids_, loss in (
+    ("training", train_ids, history.evals["train_loss"][0]),
+    ("validation", val_ids, history.evals["val_loss"][0]),
+):
+    repeat = (ids_[1:] == ids_[:-1]).float().mean().item()
+    spaces2 = ((ids_[1:] == space) & (ids_[:-1] == space)).float().mean()
+    print(f"{name:10} {loss:>15.2f} {repeat:>8.1%} {spaces2.item():>11.1%}")
 
 # %% [markdown]
 # The curves were measured on 256 windows of 64 characters spread over each text. On the whole
@@ -505,6 +658,33 @@ assert abs(val_loss - history.evals["val_loss"][-1]) < 0.05
 assert val_loss <= 1.7
 
 # %% [markdown]
+# How much of its 64 characters of context does the model use? In a window, position 0
+# predicts from one character and position 63 from 64. The loss on the whole validation text,
+# by the number of characters of context (averaged over the positions of each band):
+
+# %% tags=["nbval-ignore-output"]
+n_win = (len(val_ids) - 1) // config.block_size
+w = val_ids[: n_win * config.block_size + 1]
+xs, ys = w[:-1].view(n_win, -1), w[1:].view(n_win, -1)
+with torch.no_grad():
+    logits_v = model.eval()(xs)
+    nll = -logits_v.log_softmax(-1).gather(-1, ys[..., None])[..., 0]
+by_position = nll.mean(0)  # average over the windows
+bands = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64))
+band_loss = [by_position[lo - 1 : hi].mean().item() for lo, hi in bands]
+names = [f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in bands]
+print(f"{'characters of context':22}" + "".join(f"{n:>6}" for n in names))
+print(f"{'validation loss':22}" + "".join(f"{x:6.2f}" for x in band_loss))
+print(f"previous character only (yardstick): {bigram_loss:.2f}")
+assert band_loss[3] < band_loss[0] - 0.5  # 5-8 characters: far better
+assert abs(band_loss[-1] - band_loss[3]) < 0.1  # and then flat
+
+# %% [markdown]
+# With one character of context the model's loss is above the previous-character
+# yardstick; with two it is already well below it, and the loss keeps falling up to 5 to 8
+# characters. Beyond that it stays nearly flat: after 1,000 steps the model uses about the
+# last 8 characters, and gains little from the rest of its 64.
+#
 # A sample from the trained model, with the prompt from before:
 
 # %% tags=["nbval-ignore-output"]
@@ -514,23 +694,20 @@ trained = generate(
 )
 sample = tok.decode(trained[0])
 show(sample)
-assert set(sample) <= set(tok.chars)  # only characters of the vocabulary
-
-# %% tags=["remove-cell"]
 assert sample.startswith(prompt) and len(sample) == len(prompt) + 200
 
 # %% [markdown]
 # After these 1,000 steps the model has learned the *look* of the documentation: words
 # (`function`, `string`, `object`), a name in double quotes, indented lines. The sense is
-# missing, and with 64 characters of context it cannot stay on one topic.
+# missing.
 #
-# ## A longer-trained model
+# ## A larger model
 #
 # For generation we load a larger model, trained for longer with the same `train`: 4 blocks
 # of width 192 with 6 heads, and a context of 128 characters. The command
 # `python -m transformer_course.train_gpt` trains it (`--help` lists its options; it uses a GPU
-# when there is one, and `torchrun` runs it on several processes). Its weights and a record of
-# its run come with the course's code, so nothing is downloaded.
+# when there is one, and `torchrun` runs it on several processes). `load_checkpoint()` loads
+# its trained weights and the record of its run.
 
 # %%
 big, big_tok, record = load_checkpoint()
@@ -551,12 +728,13 @@ assert record["val_loss"] <= 1.25 and big_tok.chars == tok.chars
 
 # %% [markdown]
 # Measured the same way on the whole validation text, each model with windows as long as its
-# context, the longer-trained model's loss is lower than the small model's, and so is its
-# perplexity:
+# context, the larger model's loss is lower than the small model's, and so is its
+# perplexity. It differs in more parameters, a longer context, and more characters seen in
+# training, and this comparison measures all three together:
 
 # %% tags=["nbval-ignore-output"]
 big_val = evaluate(big, val_ids)
-for name, loss in (("small model", val_loss), ("longer-trained", big_val)):
+for name, loss in (("small model", val_loss), ("larger model", big_val)):
     print(
         f"{name:14}: validation loss {loss:.3f} nats/char, "
         f"perplexity {math.exp(loss):.2f}"
@@ -611,7 +789,7 @@ show_source(next_token_probs)
 
 # %% [markdown]
 # How temperature reshapes the next-character distribution after `The "for" statement is used
-# to iterate over ` (Fig. 10.3), and how many characters top-k and top-p keep:
+# to iterate over ` (Fig. 10.3):
 
 # %% tags=["hide-input"] caption="The 12 most likely next characters after 'The \"for\" statement is used to iterate over ', at temperature 0.5 (top), 1 (middle) and 2 (bottom). A low temperature piles the probability onto 't', a high one spreads it over many characters: the entropy in each title grows with T." alt="Three stacked bar charts over the same 12 characters, most likely first: 't', 'a', 'i', 'f' and others. In the top chart the bar for 't' dominates; in the middle one it is lower and the others higher; in the bottom one the bars are much more even."
 fig, axes = plt.subplots(3, 1, figsize=(6.4, 7.4), sharex=True, sharey=True)
@@ -639,17 +817,45 @@ for t in (0.5, 1.0, 2.0):
     entropies.append(-(pt * pt.clamp_min(1e-12).log()).sum().item())
 assert entropies[0] < entropies[1] < entropies[2]
 
+# %% [markdown]
+# Top-k keeps $k$ characters wherever it is. Top-p keeps as many as it takes to reach $p$; at
+# this position:
+
 # %%
-for k in (1, 5, 20):
-    n_kept = int(torch.isfinite(top_k_filter(logits, k)).sum())
-    print(f"top-k, k = {k:2}: keeps {n_kept:2} characters")
 for p in (0.5, 0.9, 0.99):
     kept = torch.isfinite(top_p_filter(logits, p))
     print(
-        f"top-p, p = {p}: keeps {int(kept.sum()):2} characters, "
+        f"top-p, p = {p}: keeps {int(kept.sum()):2} of the 96 characters, "
         f"holding {probs[kept].sum().item():.3f} of the probability"
     )
     assert probs[kept].sum() >= p
+
+# %% [markdown]
+# That is one position. Over 200 positions of the validation text, each read with a full
+# context of 128 characters, the size of the set that top-p with $p = 0.9$ keeps varies
+# widely: often a single character, where the text leaves no choice, a few times more than
+# 16, where many continuations fit. Below the table, the contexts with the smallest and the
+# largest set:
+
+# %%
+n_pos, T = 200, big.config.block_size
+starts = torch.linspace(0, len(val_ids) - T - 1, n_pos).round().long()
+contexts = val_ids[starts[:, None] + torch.arange(T)]
+with torch.no_grad():
+    last = big(contexts)[:, -1]  # the next-character logits after each
+keep = torch.isfinite(top_p_filter(last, 0.9))
+sizes = keep.sum(-1)
+print("characters kept by top-p 0.9 | positions")
+for lo, hi in ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 96)):
+    n = int(((sizes >= lo) & (sizes <= hi)).sum())
+    span = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    print(f"{span:>28} | {n:3} {'#' * (n // 2)}")
+for i in (int(sizes.argmin()), int(sizes.argmax())):
+    end = big_tok.decode(contexts[i, -36:])
+    print(f"keeps {int(sizes[i]):2} after ...{end!r}")
+
+# %% tags=["remove-cell"]
+assert sizes.min() == 1 and sizes.max() >= 10
 
 # %% [markdown]
 # The four strategies side by side, on the same prompt, each sampler with the same seed:
@@ -707,8 +913,22 @@ assert pick == " "
 # %% [markdown]
 # The samplers keep going, with the misspellings and non-sequiturs of a small model; the top-k
 # text even starts a new topic with a heading underlined with `*`, as the documentation does.
-# Top-k and top-p cut off the unlikely tail of the distribution, where many of the odd choices
-# come from: on the prompt above, top-p with $p = 0.9$ kept 12 of the 96 characters.
+# Top-k and top-p cut off the unlikely tail of the distribution. How often does sampling
+# without them draw from that tail? At each of the 200 validation positions above, the
+# probability that a sampled character falls outside the set top-p 0.9 keeps, on average:
+
+# %%
+for temp in (1.0, 0.8):
+    p_tail = (next_token_probs(last, temperature=temp) * ~keep).sum(-1)
+    share = p_tail.mean().item()
+    print(
+        f"temperature {temp}: {share:.1%} of sampled characters, "
+        f"about {160 * share:.0f} in a text of 160"
+    )
+
+# %% [markdown]
+# Each of those is a chance for the text to go off course. A temperature below 1 shrinks
+# the tail, and top-p removes it.
 #
 # `generate` itself is short:
 
@@ -721,7 +941,7 @@ show_source(generate)
 # Without a cache, every new token runs the model over the *whole* text so far, although only
 # the last position's output is used, and the keys and values of all earlier positions are
 # recomputed each time although they never change (the causal mask guarantees that a
-# position's keys and values depend only on what came before it). A **KV cache** keeps each
+# position's keys and values depend only on that position and the ones before it). A **KV cache** keeps each
 # layer's keys and values; each step then feeds only the newest token, computes its query,
 # key and value, appends the key and value to the cache and attends over all of them.
 #
@@ -760,9 +980,10 @@ for kwargs in (greedy, sampled):
 
 # %% [markdown]
 # And it is faster, increasingly so for longer texts: without the cache step $t$ costs work
-# proportional to $t$ (the whole prefix goes through every layer), with it a constant amount
-# plus attention over $t$ cached keys. Timings depend on the machine (and on what else it is
-# running); the tokens must be identical in every row.
+# roughly proportional to $t$ (the whole prefix goes through every layer; the linear layers
+# dominate at this size, and attention adds a $t^2$ term), with it a constant amount plus
+# attention over $t$ cached keys. Timings depend on the machine (and on what else it is
+# running), and the cache gives the same tokens in every row.
 
 
 # %% tags=["nbval-ignore-output"]
@@ -784,6 +1005,8 @@ for n in (32, 64, 127):
     assert torch.equal(a, b)
     speedup = t_plain / t_cache
     print(f"{n:>10} {t_plain:>9.2f}s {t_cache:>9.2f}s {speedup:>8.1f}x")
+
+# %% tags=["remove-cell"]
 assert speedup > 1.5  # 127 new tokens: the cache is clearly faster
 
 # %% [markdown]
@@ -802,21 +1025,27 @@ assert speedup > 1.5  # 127 new tokens: the cache is clearly faster
 #   next token. Its block is chapter 07's encoder layer run with chapter 08's causal mask; the
 #   model adds token and learned position embeddings, a final LayerNorm and an output head tied
 #   to the token embedding.
-# * At initialisation the loss is $\ln 96$, no preference among the characters; the projections
-#   that write into the residual stream start $\sqrt{2 \cdot n_\text{layer}}$ times smaller, so
-#   the stream's size does not depend on the depth.
+# * At initialisation the loss is close to $\ln 96$, slightly below it: with a tied head, the
+#   untrained model favours repeating the last character. The projections that write into the
+#   residual stream start $\sqrt{2 \cdot n_\text{layer}}$ times smaller, so the stream's size
+#   does not grow with the depth.
 # * Training takes random windows of the text; every window is as many prediction problems as it
 #   has characters. AdamW with $\beta_2 = 0.99$, weight decay on the matrices only, a warm-up and
 #   a cosine decay of the learning rate, and gradient clipping train the small model on a CPU;
 #   on a GPU, the forward pass runs in bfloat16.
-# * Within 100 steps the loss reaches what a model that sees only the previous character
-#   achieves; the rest of training uses more context. Validation and training curves measured
-#   the same way show no overfitting after two and a half passes over the text.
+# * Within 100 steps the validation loss reaches what a model that sees only the previous
+#   character achieves; the rest of training goes below it, and in the end the model uses
+#   about the last 8 characters of its context. Validation and training curves measured the
+#   same way show no overfitting after two and a half passes over the text.
+# * The perplexity, $e^{\text{loss}}$, is the number of equally likely characters that would
+#   leave a model as unsure as this one. The larger model (more parameters, a context of 128, longer
+#   training) reaches a lower validation loss and perplexity than the small one.
 # * Generation is a rule for choosing from the next-token distribution: greedy decoding falls
 #   into loops (here, spaces forever), temperature sharpens or flattens, top-k and top-p cut the
-#   unlikely tail.
+#   unlikely tail; top-p's set is small where the model is sure and large where it is not.
 # * A KV cache keeps each layer's keys and values, so every new token costs one position's
-#   work plus attention over the cache; it gives the same tokens, faster as the text grows.
+#   work plus attention over the cache; it gives the same tokens, faster as the text grows, up
+#   to the context length.
 #
 # ## Exercises
 #
@@ -874,7 +1103,7 @@ assert extra == config.vocab_size * config.d_model
 # is 38.6 million parameters, almost a third of GPT-2 small's 124 million.
 
 # %% [markdown]
-# **3. The two ends of temperature.** Predict what sampling from the big model at a very low
+# **3. The two ends of temperature.** Predict what sampling from the larger model at a very low
 # temperature (`temperature=0.01`) produces, and what the next-character distribution after the
 # `for` prompt looks like at a very high one (`temperature=1000`). Check both: compare the
 # first with another decoding rule, and measure the entropy of the second.
@@ -897,3 +1126,53 @@ assert abs(hot_entropy - math.log(96)) < 0.01
 # token for token. Dividing by $T = 1000$ shrinks every gap towards 0, and the softmax of
 # nearly equal logits is nearly uniform: the entropy reaches $\ln 96$, its largest possible
 # value.
+
+# %% [markdown]
+# **4. A GPT without positions.** Train the small model for 300 steps with the chapter's
+# settings but a batch of 8 windows, twice: once as it is, and once with its position
+# embedding set to zero and frozen (`model.pos_emb.weight.requires_grad_(False)`; `train`'s
+# optimiser then leaves it out). Without positions, attention cannot tell where in the
+# context an earlier character stands. Before you run it, predict: does the model without
+# positions still get below the previous-character yardstick? How far behind the model with
+# positions does it end, on the whole validation text?
+
+
+# %% tags=["solution", "nbval-ignore-output"]
+def train_300(positions: bool) -> float:
+    set_seed(0)
+    m = GPT(config)
+    if not positions:
+        with torch.no_grad():
+            m.pos_emb.weight.zero_()
+        m.pos_emb.weight.requires_grad_(False)
+    train(
+        m,
+        train_ids,
+        val_ids,
+        steps=300,
+        batch_size=8,
+        lr=3e-3,
+        warmup=50,
+        eval_every=300,
+        eval_windows=8,
+        generator=torch.Generator().manual_seed(0),
+        show_progress=False,
+    )
+    return evaluate(m, val_ids)
+
+
+with_pos, without_pos = train_300(True), train_300(False)
+print(f"with positions:          {with_pos:.3f} nats/char")
+print(f"without positions:       {without_pos:.3f} nats/char")
+print(f"previous character only: {bigram_loss:.3f} nats/char")
+assert without_pos < bigram_loss
+
+# %% [markdown] tags=["solution"]
+# Hardly any worse: after 300 steps the two losses differ by a hundredth of a nat, and both
+# are below the previous-character yardstick. That yardstick needs no positions at all: the
+# character to continue from sits at the position being predicted, in the residual stream. And
+# a causal model is not quite blind to order even without position embeddings: each position
+# attends over a different number of predecessors, and the model can learn to read its
+# position from that. Haviv et al. (2022, "Transformer Language Models without Positional
+# Encodings Still Learn Positional Information") found language models trained this way
+# competitive with those that have position embeddings.
