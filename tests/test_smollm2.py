@@ -87,6 +87,8 @@ def test_load_smollm2_answers_and_pads_left():
     assert source == "gguf" and type(model).__name__ == "LlamaForCausalLM" and not model.training
     assert tok.padding_side == "left" and tok.pad_token is not None
     assert all(p.dtype == torch.float32 for p in model.parameters())
+    # no stale quantisation mark from the GGUF file: Trainer accepts the model
+    assert getattr(model, "hf_quantizer", None) is None and not getattr(model, "is_quantized", False)
     messages = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
     enc = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     out = model.generate(**enc, max_new_tokens=12, do_sample=False)

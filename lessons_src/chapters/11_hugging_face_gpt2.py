@@ -8,8 +8,9 @@
 #
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
-#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size, and it
-#    loads GPT-2's own trained weights into the code of chapter 10;
+#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size: the same
+#    conversion puts GPT-2's own trained weights, from the Hugging Face Hub, into the code of
+#    chapter 10;
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, stored mostly in **4 bits** (we measure what that costs on our own GPT); we
 #    **train a BPE tokenizer of our own** and compare it with SmolLM2's; and we use its chat
@@ -382,29 +383,25 @@ assert d < 1e-4 < 1e-2 < d_bug
 # Loading the pretrained GPT-2 is this same conversion applied to trained numbers. GPT-2's
 # trained weights (124 million parameters, about half a gigabyte) come from the Hugging Face
 # Hub: `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf` and
-# returns it with GPT-2's byte-level BPE tokenizer. With the Hub reachable, the next cell
-# writes GPT-2's greedy continuation of a prompt with chapter 10's `generate`, and compares its
-# tokens with those of `GPT2LMHeadModel`'s own `generate`; without a network it says so.
-# Predict first: will the two agree token for token?
-
-# %% tags=["nbval-ignore-output"]
-from transformer_course.hf_gpt2 import load_gpt2
-from transformer_course.pretrained import ModelNotAvailableError
-
-try:
-    gpt2, gpt2_tok = load_gpt2()  # downloads GPT-2 from the Hugging Face Hub
-except ModelNotAvailableError:
-    print("No network: GPT-2's weights cannot be downloaded.")
-else:
-    start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")
-    gpt2_ids = generate(gpt2, start["input_ids"], 30)
-    print(gpt2_tok.decode(gpt2_ids[0]))
-    gpt2_hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2").eval()
-    hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
-    same = torch.equal(gpt2_ids, hf_ids)
-    print("same tokens as GPT2LMHeadModel's generate:", same)
-    assert same
-    del gpt2, gpt2_hf
+# returns it with GPT-2's byte-level BPE tokenizer. With a network, these lines write GPT-2's
+# greedy continuation of a prompt with chapter 10's `generate` and compare its tokens with
+# those of `GPT2LMHeadModel`'s own `generate` (predict first: will they agree token for
+# token?):
+#
+# ```python
+# from transformer_course.hf_gpt2 import load_gpt2
+#
+# gpt2, gpt2_tok = load_gpt2()  # downloads GPT-2 from the Hugging Face Hub
+# start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")
+# gpt2_ids = generate(gpt2, start["input_ids"], 30)
+# print(gpt2_tok.decode(gpt2_ids[0]))
+# gpt2_hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2").eval()
+# hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
+# print("same tokens:", torch.equal(gpt2_ids, hf_ids))
+# ```
+#
+# The rest of this chapter runs a larger and more recent pretrained model, whose weights we
+# have at hand.
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct
@@ -1562,7 +1559,7 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too; `load_gpt2()`
-#   loads GPT-2's trained weights from the Hub through it.
+#   applies it to GPT-2's trained weights, downloaded from the Hub.
 # * A wrong activation (exact GELU for GPT-2's tanh GELU) or one forgotten transpose of a
 #   square matrix passes every shape check, and the wrong activation left the greedy text
 #   unchanged here; only a comparison with the original model's logits shows them.

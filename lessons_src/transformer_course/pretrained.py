@@ -518,7 +518,8 @@ def load_smollm2(
     the ``gguf`` package) or ``"hub"`` (the original weights, downloaded; their
     outputs differ slightly from the quantised ones).  See ``smollm2_source``
     for the order.  The tokenizer pads on the left, as batched generation
-    needs.
+    needs.  The model is an ordinary float32 model, trainable like any other
+    (no quantisation config left from the GGUF file).
     """
     import importlib.util
     import warnings
@@ -563,6 +564,11 @@ def load_smollm2(
             hf_logging.enable_progress_bar()
         if gguf_bar is not None:
             gguf_utils.tqdm = gguf_bar
+    if getattr(model, "hf_quantizer", None) is not None:
+        # The GGUF weights are float32 once read, but the model keeps the
+        # file's quantisation mark, and Trainer refuses to train a model so
+        # marked: the mark is stale, so it goes.
+        model.hf_quantizer.remove_quantization_config(model)
     tokenizer.padding_side = "left"
     if device is not None:
         model = model.to(device)
