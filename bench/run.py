@@ -1183,7 +1183,7 @@ def plot_online_softmax(block: int = 128) -> None:
     ax.set_ylim(-1.5, 5.0)
     ax.set_aspect("equal")
     ax.axis("off")
-    w = 1.6
+    w = 1.75
     done, cur = "#d9d9d9", "#f5a25d"
     for j, (face, ls) in enumerate(((done, "-"), (done, "-"), (cur, "-"), ("white", "--"))):
         edge = "0.65" if ls == "--" else "black"  # the next block, faded: nothing comes from it yet
@@ -1197,7 +1197,7 @@ def plot_online_softmax(block: int = 128) -> None:
         fontsize=12,
         bbox={"facecolor": done, "edgecolor": "none", "pad": 1},
     )
-    ax.text(2.5 * w, 2.7, f"block j:\nscores\nn × {block}", ha="center", va="center", fontsize=12)
+    ax.text(2.5 * w, 2.7, f"block j:\nscores\nn × {block}", ha="center", va="center", fontsize=11)
     ax.text(3.5 * w, 2.7, "next", ha="center", va="center", fontsize=13, color="0.55")
     ax.text(2 * w, 4.3, f"keys, in blocks of {block}", ha="center", va="bottom", fontsize=15)
     ax.add_patch(FancyArrowPatch((0.1, 4.18), (4 * w - 0.1, 4.18), arrowstyle="->", mutation_scale=14, lw=1.2))
@@ -1227,7 +1227,7 @@ def _plot_scaling(results: dict) -> None:
 
     rows = results["scaling"]["rows"]
     n = [r["n"] for r in rows]
-    labels = {"explicit": "explicit (ch. 04)", "fused": "fused"}
+    labels = {"explicit": "explicit (course's sdpa)", "fused": "fused"}
     # One panel above the other; the lengths (powers of 2) label the axis.
     fig, axes = plt.subplots(2, 1, figsize=(4.6, 7.0), sharex=True)
     # time in µs, as in the table beside the figure
@@ -1279,7 +1279,7 @@ def plot_limit(prec: dict) -> None:
     import matplotlib.pyplot as plt
 
     devs = [d for d in ("cpu", "cuda") if d in prec]
-    fig, axes = plt.subplots(len(devs), 1, figsize=(4.1, 3.4 * len(devs)), squeeze=False)
+    fig, axes = plt.subplots(len(devs), 1, figsize=(6.4, 3.0 * len(devs)), squeeze=False)
     for ax, dev in zip(axes[:, 0], devs, strict=True):
         rec = prec[dev]
         unit, scale = ("TFLOP/s", 1e12) if dev == "cuda" else ("GFLOP/s", 1e9)
@@ -1309,13 +1309,13 @@ def plot_limit(prec: dict) -> None:
                 ha="right",
                 va="center",
                 color=color,
-                fontsize=9,
+                fontsize=11,
             )
         lo = min(r["achieved_flops"] for _, r in rows) / scale
         ax.set_xscale("log")
-        ax.set_xlim(lo / 16, rec["peak_flops"]["bf16"] / scale * 1.6)  # room for the labels left of the dots
+        ax.set_xlim(lo / 8, rec["peak_flops"]["bf16"] / scale * 1.6)  # room for the labels left of the dots
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_ylim(-0.6, len(rows) + 1.2)
+        ax.set_ylim(-0.6, len(rows) + 1.5)
         ax.set_xlabel(f"{unit} achieved (log scale)")
         ax.set_title(f"{_DEV[dev]}: {rec['device']['name'].split(',')[0]}")
         ax.grid(True, axis="x", which="major", alpha=0.3)
@@ -2007,7 +2007,9 @@ def _render_machine(results: dict) -> list[str]:
             lines.append(
                 f"| GPU: {info['name']} (CUDA {info.get('cuda')}, PyTorch {info['torch']}, Python {info['python']}; "
                 f"host CPU: {info['cpu']}, {info['cores']} cores, which launches its kernels) "
-                f"| precision, compilation and the limit | {r['date']} |"
+                f"| precision, compilation and the limit"
+                + (", the batch sweep" if (results.get("batch_sweep") or {}).get(dev) else "")
+                + f" | {r['date']} |"
             )
     if "cuda" not in prec:
         lines.append("| GPU: none | | |")
@@ -2380,8 +2382,9 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict
             "overflows) and the sum of the exponentials, which seems to need the whole row at once. The online "
             "softmax keeps both as running values instead. For each block of keys it computes that block's "
             "scores, raises the running maximum if the block holds a larger one, rescales everything summed so "
-            "far by exp(old maximum − new maximum), and adds the block's terms. Only one n × block matrix of "
-            "scores exists at a time. The running normaliser is Milakov and Gimelshein's (2018, *Online "
+            "far by exp(old maximum − new maximum), and adds the block's terms. The scores are computed one n × "
+            "block matrix at a time, never as the whole n × n matrix. The running normaliser is Milakov and "
+            "Gimelshein's (2018, *Online "
             "normalizer calculation for softmax*, [arXiv:1805.02867](https://arxiv.org/abs/1805.02867)); "
             "FlashAttention (Dao et al., 2022, *FlashAttention: Fast and Memory-Efficient Exact Attention with "
             "IO-Awareness*, [arXiv:2205.14135](https://arxiv.org/abs/2205.14135)) builds attention on it, and "
@@ -2400,7 +2403,8 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict
                 f":width: {_shown_width(FIGURE_ONLINE)}px",
                 "",
                 (
-                    "The online softmax over blocks of keys: only block j's n × 128 scores exist; they update each "
+                    "The online softmax over blocks of keys: block j's n × 128 scores, computed one block at a time, "
+                    "update each "
                     "query's running maximum m, running sum s and running output out, rescaling what was summed "
                     "under the old maximum by fix. The earlier blocks are already folded into m, s and out; the "
                     "result is out / s after the last block."
@@ -2456,9 +2460,10 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict
             "running maximum and sum give the softmax exactly, only added up in another order. At n = "
             f"{big['n']} the blocked version's peak was {_sig(big['blocked_peak_mib'])} MiB against the explicit "
             f"one's {_sig(big['explicit_peak_mib'])} MiB ({_x(big['explicit_peak_mib'] / big['blocked_peak_mib'])} "
-            "less): one block's scores and their exponentials are n × block float32 numbers each "
-            f"({big['n'] * big['block'] * 4 / 2**20:.0f} MiB at n = {big['n']}), and the memory allocator "
-            "keeps more. The peak grows with n, not n²: "
+            "less), about "
+            f"{big['blocked_peak_mib'] / (big['n'] * big['block'] * 4 / 2**20):.0f} times one n × block float32 "
+            f"matrix ({big['n'] * big['block'] * 4 / 2**20:.0f} MiB at n = {big['n']}). "
+            "The peak grows with n, not n²: "
             f"{_x(big['n'] / rows[0]['n'])} the length took "
             f"{_x(big['blocked_peak_mib'] / rows[0]['blocked_peak_mib'])} the memory."
         ),
@@ -2566,7 +2571,9 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
             "randomly initialised) generates greedily from a one-token "
             "prompt, so after k new tokens its context is k + 1 tokens long. Without a cache, every new token runs "
             "the model over the whole context again; with the cache of chapter 10, the keys and values of earlier "
-            "positions are kept and only the new token goes through the model."
+            "positions are kept and only the new token goes through the model. Chapter 10 timed this for up to 127 "
+            f"new tokens; here the context grows to {last['new_tokens'] + 1} tokens, and the cache's memory is "
+            "counted."
         ),
         "",
         "| new tokens (context at the end) | without cache (s) | with cache (s) | speed-up |",
@@ -2804,7 +2811,7 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             text.append(
                 f"Here bfloat16 autocast ran at {_x(ratio)} the speed of float32, although the fastest bfloat16 "
                 "matmul measured on this device"
-                + (' (the best of the products that the section "How close to the limit" lists)' if first_dev else "")
+                + (" (the best of a few shapes)" if first_dev else "")
                 + f" ran {mm} as fast as the fastest float32 one."
             )
         if dev == "cpu" and ok_bf and chk and "step_s" in chk.get("profile", {}).get("fp32", {}):
@@ -2928,11 +2935,7 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             text.append(
                 f"Compiled, bfloat16 ran at {_x(bfc['tokens_per_s'] / base['tokens_per_s'])} the speed of eager "
                 f"float32 ({_x(bfc['tokens_per_s'] / fc['tokens_per_s'])} compiled float32)"
-                + (
-                    "; compiling added no measurable saving to bfloat16 here (next section)."
-                    if ok_bf and not _saving(rec, "ours_bf16_eager", "ours_bf16_compiled")[3]
-                    else "."
-                )
+                "."
             )
         keys = ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled")
         if dev == "cuda" and sweep and all(k in v and "error" not in v[k] for k in keys):
@@ -2968,8 +2971,9 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             "Each run first trains alone on the batches of text, one run after the other: its steps give the "
             "first step's extra time (compilation) and the step time alone, and the validation loss is taken "
             "after them. Then every run "
-            "steps in turn, the order rotating, so all of them see the same machine. The minimal GPT of the "
-            "compilation section is run the same way. `matmul_flops` gives the speed "
+            "steps in turn, the order rotating, so all of them see the same machine. A minimal nanoGPT-style GPT "
+            "with the same configuration, compared in the compilation section, is run the same way. `matmul_flops` "
+            "gives the speed "
             "of one matrix product; the fastest over a few shapes is the peak the shares are measured against."
         ),
     )
@@ -3734,24 +3738,6 @@ def _other_machine_note(results: dict, dev: str) -> str:
     )
 
 
-def _hf_gap_note(results: dict, r: dict) -> str:
-    """The GPT2LMHeadModel ratio against the gap between two timing methods of one CPU float32 step."""
-    v = ((results.get("precision") or {}).get("cpu") or {}).get("variants", {}).get("ours_fp32_eager")
-    if not v or "step_s" not in v:
-        return ""
-    t, a = _ms(v["step_s"], "cpu"), _ms(v["run_step_s"], "cpu")
-    gap = abs(t - a) / min(t, a)
-    diff = abs(r["throughput_ratio"] - 1)
-    if diff > 1.5 * gap:
-        return ""
-    return (
-        f". The {diff * 100:.1f} % difference is about the size of the gap between the two ways of timing the "
-        f"same float32 CPU step in the compilation section, on the {results['precision']['cpu']['device']['cpu']} "
-        f"({abs(t - a):.1f} ms in {min(t, a):.1f} to "
-        f"{max(t, a):.1f} ms, {gap * 100:.1f} %), so the two cannot be told apart"
-    )
-
-
 def _render_side_by_side(results: dict) -> list[str]:
     m = results["machine"]
     where = f"on the {m['cpu']}, {m['torch_threads']} threads" if m.get("cpu") else ""
@@ -3796,14 +3782,15 @@ def _render_side_by_side(results: dict) -> list[str]:
             f"**{r['throughput_ratio']:.2f}×** the throughput; validation loss "
             f"{r['ours_val_loss']:.3f} vs {r['hf_val_loss']:.3f} (**{r['val_loss_ratio']:.3f}×**). The same initial "
             f"weights and batches, but timed differently: the total time of one {r['steps']}-step run of each, one "
-            "after the other, first step included, one run of each" + _hf_gap_note(results, r) + "."
+            "after the other, first step included, one run of each, not repeated, so its spread is unknown."
         )
     for dev, r in (results.get("encoder_vs_bert") or {}).items():
         side.append(
             f"The course's encoder with MiniLM's weights vs `BertModel`, inference ({r['shape']}; "
             f"{on(dev)}): {r['ours_ms']:.1f} vs {r['bert_ms']:.1f} ms, "
             f"**{r['ratio_ours_vs_bert']:.2f}×** the time. The same weights and inputs; each the median of 7 calls "
-            "after 2 of warm-up, one model after the other, in one run, not repeated."
+            "after 2 of warm-up, one model after the other, in one run, not repeated. Ours, like "
+            "`MultiHeadAttention` by default, takes the explicit attention path."
         )
     if not side:
         return []
@@ -3830,9 +3817,8 @@ def _render_side_by_side(results: dict) -> list[str]:
             "weights, two of them alive at once, and multiplies the weights with the values) against PyTorch's "
             "fused path, and "
             f"{mha['ratio_ours_sdpa_vs_torch']:.2f}× with "
-            "`use_sdpa=True`, when both take a fused kernel, the one of the attention section above. That last "
-            "figure comes from one sequence of 7 calls and was not repeated, so it is not read as our module "
-            "being faster than PyTorch's."
+            "`use_sdpa=True`, when both take a fused kernel, the one of the attention section above. Each figure, "
+            "like the encoder's, comes from one sequence of 7 calls, not repeated, so its spread is unknown."
         )
     if gm:
         text.append(
@@ -3840,15 +3826,12 @@ def _render_side_by_side(results: dict) -> list[str]:
             "matrix and fused attention told `is_causal=True` instead of a mask tensor, and the two reach the same "
             "validation loss"
             + (" to the last digit" if gm["ours_val_loss"] == gm["minimal_val_loss"] else "")
-            + ". Step for step the two cannot be told apart, although the course's model also runs the token-id "
-            "check on every call"
             + (
-                f": in {len(gm['runs'])} fresh processes the median came out "
-                f"{min(gm['runs']):.3f}× to {max(gm['runs']):.3f}×, ours at most "
-                f"{(1 - min(gm['runs'])) * 100:.1f} % slower, less than the gap between the two ways of timing a "
-                "CPU step in the compilation section."
+                f". Step for step ours was slower in each of {len(gm['runs'])} fresh processes, by at most "
+                f"{(1 - min(gm['runs'])) * 100:.1f} % (medians {min(gm['runs']):.3f}× to "
+                f"{max(gm['runs']):.3f}×); it also runs the token-id check on every call."
                 if gm.get("runs") and max(gm["runs"]) < 1
-                else "."
+                else ". It also runs the token-id check on every call."
             )
         )
     if text:
@@ -4070,20 +4053,20 @@ def _ddp_reading(one: dict, two: dict, single: dict | None, m: dict, acc: dict |
         gain = total(single) / total(two)
         text += (
             f"Two processes with one thread each, which the {m['cores']} cores can run at the same time, took "
-            f"{total(two):.1f} s against one process with one thread's {total(single):.1f} s: {_x(gain)} as fast, "
-            "less than 2×. Each process computes only half of every step's batch; the rest is what the two "
-            "evaluations, run in full by each process, and the exchange of gradients every step cost, not "
-            "measured separately here. "
+            f"{total(two):.1f} s against one process with one thread's {total(single):.1f} s: about {gain:.1f}× as "
+            "fast, less than 2×, in one run of each, not repeated. Where the rest went was not measured; each "
+            "process works on half-size batches, runs the two evaluations in full and exchanges gradients every "
+            "step, and the two share the memory bandwidth. "
         )
     text += (
         f"Against one process that already used both of the {m['cores']} cores with {m['torch_threads']} threads, "
-        f"two processes took {total(two) / total(one):.2f}× the time: with no core left over, splitting the batch "
-        "between processes gained nothing. Data parallelism pays when each process brings hardware the others do "
+        f"two processes took {total(two):.1f} s against its {total(one):.1f} s: with no core left over, splitting the "
+        "batch between processes gained nothing. Data parallelism pays when each process brings hardware the others do "
         "not use: here a core, on GPUs a GPU for each process."
     )
     if acc:
         text += (
-            f" Accumulating took {total(acc) / total(one):.2f}× the time of the same process's undivided batch; "
+            f" Accumulating took {total(acc):.1f} s against {total(one):.1f} s for the same process's undivided batch; "
             "what accumulation is for is memory: only half a batch's activations are held at a time."
         )
     return text
@@ -4156,7 +4139,9 @@ def _render_summary(results: dict) -> list[str]:
             ]
             comp_said = _x(comp[0]) if _x(comp[0]) == _x(comp[1]) else _span(min(comp), max(comp), _x)
             text += (
-                "; on the GPU it gave no gain at this size (eager against eager "
+                "; on the GPU it was "
+                + ("slower" if max(ratios + comp) < 1 else "no faster")
+                + " at this size (eager against eager "
                 f"{_span(min(ratios), max(ratios), _x)}, depending on the run and how it was timed; compiled against "
                 f"compiled {comp_said})"
             )
@@ -4217,13 +4202,21 @@ def _render_summary(results: dict) -> list[str]:
                 f"the course's `MultiHeadAttention` took {mha['ratio_ours_vs_torch']:.2f}× PyTorch's time with its "
                 f"explicit attention and {mha['ratio_ours_sdpa_vs_torch']:.2f}× with the fused one, in one run each"
             )
+            enc = next(iter((results.get("encoder_vs_bert") or {}).values()), None)
+            if enc:
+                text += f"; its encoder took {enc['ratio_ours_vs_bert']:.2f}× `BertModel`'s time, in one run"
         if gm:
             runs = gm.get("runs") or [gm["throughput_ratio"]]
             gm_cpu = next(iter((results.get("gpt_vs_minimal") or {}).keys()))
             where = results["machine"]["cpu"] if gm_cpu == "cpu" else _DEV.get(gm_cpu, gm_cpu)
             text += ("; " if mha else "") + (
-                f"on the {where} its GPT trained step for step as fast as a minimal nanoGPT-style GPT (median "
-                f"per-step ratio {gm['throughput_ratio']:.3f}×"
+                (
+                    f"on the {where} its GPT trained step for step within {(1 - min(runs)) * 100:.1f} % of a minimal "
+                    "nanoGPT-style GPT, slower in every run (median "
+                    if max(runs) < 1
+                    else f"on the {where} its GPT trained step for step as fast as a minimal nanoGPT-style GPT (median "
+                )
+                + f"per-step ratio {gm['throughput_ratio']:.3f}×"
                 + (
                     f", in the middle of {len(runs)} runs, which ranged from {min(runs):.3f}× to {max(runs):.3f}×"
                     if len(runs) > 1
@@ -4254,9 +4247,9 @@ def _render_summary(results: dict) -> list[str]:
             "Several processes: "
             + (
                 "two single-thread processes ran the same training "
-                f"{_x(run_s(single) / run_s(ddp['2 processes']))} as fast as one "
+                f"about {run_s(single) / run_s(ddp['2 processes']):.1f}× as fast as one "
                 "single-thread process; against one process already using both cores they gained nothing "
-                f"({ratio:.2f}× the time)."
+                f"({run_s(ddp['2 processes']):.1f} against {run_s(ddp['1 process']):.1f} s), one run each."
                 if single
                 else f"two on the same cores as one took {ratio:.2f}× its time."
             )
