@@ -12,14 +12,15 @@
 #
 # ```{note}
 # GPT is often called "the decoder part of the Transformer". It is a decoder *without
-# cross-attention*, since there is no encoder to attend to. Such a block is exactly an encoder
-# layer (chapter 07) run with a causal mask (chapter 08), as we check below.
+# cross-attention*, since there is no encoder to attend to. Such a block is exactly a pre-norm
+# encoder layer (chapter 07) run with a causal mask (chapter 08), as we check below.
 # It also differs from the 2017 paper's decoder layer in where it normalises: the paper's layer
 # is post-norm, while GPT-2 normalises *before* each sub-layer.
 # ```
 
 # %%
 import math
+import re
 import textwrap
 import time
 
@@ -109,7 +110,9 @@ assert yield_heading in val_text and yield_heading not in train_text
 # %% [markdown]
 # A training example is a window of the text; the target at each position is the *next*
 # character. A window of $n$ characters therefore holds $n$ prediction problems, each with a
-# different amount of context. The first four of a window of 24 characters:
+# different amount of context. `get_batch` cuts `batch_size` windows at random places of the
+# text, and the targets are the same windows shifted by one character. The first four
+# problems of a window of 24 characters:
 
 # %%
 x, y = get_batch(train_ids, batch_size=2, block_size=24, generator=g)
@@ -141,7 +144,8 @@ plt.show()
 
 # %% [markdown]
 # The block is one we already have. Chapter 07's `EncoderLayer` with `norm_first=True` and
-# `activation="gelu"` is a GPT-2 block as soon as it gets a causal mask. On a small example,
+# `activation="gelu"` is a GPT-2-style block as soon as it gets a causal mask (GPT-2 itself
+# uses the tanh approximation of the GELU). On a small example,
 # changing the *last* input position must leave every earlier output unchanged:
 
 # %%
@@ -319,7 +323,9 @@ assert parts["4 blocks"] == 4 * per_block
 # model still carries the input character's own embedding, and the head scores each character
 # by the dot product of the stream with that character's embedding, taken from the same
 # matrix. The input character meets itself and scores higher than the others, so an
-# untrained GPT with tied weights favours repeating the last character:
+# untrained GPT with tied weights favours repeating the last character (exercise 2 compares
+# an untied head). `evaluate`, described in *Training*, scores windows spread evenly over
+# the text, here 256 of them:
 
 # %%
 loss0 = evaluate(model, train_ids, max_windows=256)
@@ -425,13 +431,17 @@ assert diff_past < 1e-6 < diff_future
 # Text from an untrained model is noise. `generate` continues the prompt one character at a
 # time, each drawn at random from the model's next-character distribution (the section
 # *Generation* below explains this and the other ways to choose); `show` prints a text with
-# its long lines broken, keeping their indentation:
+# its long lines broken, continuing each at its indentation:
 
 
 # %%
 def show(text: str, width: int = 78) -> None:
     for line in text.split("\n"):
-        print("\n".join(textwrap.wrap(line, width, break_on_hyphens=False)))
+        indent = line[: len(line) - len(line.lstrip())]
+        parts = textwrap.wrap(
+            line, width, subsequent_indent=indent, break_on_hyphens=False
+        )
+        print("\n".join(parts))
 
 
 prompt = "The return statement"
@@ -449,14 +459,16 @@ show(tok.decode(untrained[0]))
 #   roughly the last $1/(1-\beta_1) = 10$ steps; $\beta_2$ averages its square, which sets each
 #   weight's step size, over about 100. A longer memory smooths the noise of small batches, a
 #   shorter one follows the gradients as their size changes during training. PyTorch's default
-#   0.999 remembers about 1,000 steps, this whole run; GPT-3, with its huge batches, used 0.95;
+#   0.999 remembers about 1,000 steps, this whole run; GPT-3 used 0.95;
 #   nanoGPT's character-level configuration takes 0.99, "a bit bigger because [the] number of
 #   tokens per iter is small", and so do we.
 # * **Weight decay 0.1 on the matrices and embeddings only** (`param_groups`, below).
 #   Decoupled weight decay shrinks every weight a little at each step, so weights stay small
 #   unless the data keeps asking for them. Biases and LayerNorm gains are left out: they are
 #   few, and a gain's natural value is 1, not 0, so pulling it towards 0 would fight the
-#   normalisation. GPT-1 decayed "all non bias or gain weights" the same way.
+#   normalisation. GPT-1 decayed "all non bias or gain weights" the same way. (Chapter
+#   09 used the original Transformer's $\beta_2 = 0.98$ and AdamW's default decay of 0.01
+#   on all parameters, gains included; this chapter follows the GPT recipe.)
 # * **The learning rate** rises linearly to $3 \cdot 10^{-3}$ over 50 steps (the warm-up of
 #   chapter 09), then decays along a cosine (also chapter 09's) to a tenth of the peak, not
 #   to 0: GPT-1 decayed to 0, nanoGPT stops at "~= learning_rate/10 per Chinchilla". The
@@ -466,14 +478,13 @@ show(tok.decode(untrained[0]))
 # * **Gradient clipping** at norm 1 (GPT-3's and nanoGPT's value): one unusual batch cannot
 #   flood Adam's running averages and so distort the steps after it (chapter 09).
 # * **bfloat16 on a GPU.** On CUDA, `train` runs the forward pass under `torch.autocast` with
-#   `dtype=torch.bfloat16`: the matrix products read and write 16-bit numbers, half the memory
-#   traffic, on the GPU's tensor cores, while the weights, their gradients and AdamW's averages
-#   stay 32-bit. bfloat16 keeps float32's 8-bit exponent (its range) and gives up mantissa bits
+#   `dtype=torch.bfloat16`: the matrix products compute in 16-bit numbers on the GPU's tensor
+#   cores, while the weights, their gradients and AdamW's averages stay 32-bit. bfloat16 keeps float32's 8-bit exponent (its range) and gives up mantissa bits
 #   (precision), so, unlike float16, it needs no loss scaling. On a CPU everything
-#   stays float32.
-# * `accumulate` and the `DistributedDataParallel` lines serve larger runs: they split each
-#   step's batch into micro-batches, or between processes started by `torchrun`, whose
-#   gradients add up to those of the whole batch. Here one process takes the whole batch.
+#   stays float32. The [Performance appendix](performance.md) measured no gain from bfloat16
+#   on a GPU at this model's size, and 5.5 times the speed at `d_model` 512 with batches of
+#   512.
+# * Gradient accumulation and several processes serve larger runs, as in chapter 09.
 #
 # Every `eval_every` steps `train` measures the loss (with `evaluate`, listed below) on
 # `eval_windows` windows spread evenly over the training text and over the validation text
@@ -539,7 +550,8 @@ print(
     f"trained in {history.wall_seconds:.0f} s "
     f"({history.cpu_seconds:.0f} s of CPU time)"
 )
-assert history.evals["val_loss"][-1] < history.evals["val_loss"][0]  # it fell
+# the validation loss ends at less than half its starting value
+assert history.evals["val_loss"][-1] < history.evals["val_loss"][0] / 2
 
 # %% tags=["remove-cell"]
 # the model learned
@@ -571,9 +583,9 @@ print(f"previous character only:    {bigram_loss:.2f} nats/char")
 # level and brings the validation loss to about the level of the previous-character model;
 # after that, slower and steady progress, below that level, so the model uses more than the
 # previous character. Both curves keep falling, and the validation curve does not end above
-# the training curve. It lies below it all along, so part of the gap is the texts themselves:
-# the validation text is the last topics only, `typesmethods` to `yield`, not a sample of all
-# of them. The model has seen each training character only about two and a half times, too
+# the training curve. It lies below it all along, so the gap comes from the texts themselves:
+# the validation text is the last topics only (the end of `typesmapping`, then `typesmethods`
+# to `yield`), not a sample of all of them. The model has seen each training character only about two and a half times, too
 # few to memorise the text; overfitting would show as a validation curve that turns up while
 # the training curve keeps falling.
 
@@ -595,14 +607,15 @@ for name, level in yardsticks.items():
         name,
         ha="right",
         va="bottom",
-        fontsize=10,
+        fontsize=12,
         color="dimgray",
     )
-ax.set_xlabel("step")
-ax.set_ylabel("loss (nats per character)")
+ax.set_xlabel("step", fontsize=12)
+ax.set_ylabel("loss (nats per character)", fontsize=12)
+ax.tick_params(labelsize=11)
 ax.set_ylim(1.0, 4.9)
-ax.set_title("Training the small GPT on Python's documentation")
-ax.legend(loc="center", bbox_to_anchor=(0.5, 0.72))
+ax.set_title("Training the small GPT on Python's documentation", fontsize=13)
+ax.legend(loc="center", bbox_to_anchor=(0.36, 0.72), fontsize=12)
 fig.tight_layout()
 plt.show()
 
@@ -651,11 +664,13 @@ print(
     "last point of the validation curve (256 windows): "
     f"{history.evals['val_loss'][-1]:.3f} nats/char"
 )
-# the 256 windows estimate the whole text's loss to within 0.05 nats/char
-assert abs(val_loss - history.evals["val_loss"][-1]) < 0.05
+# on average the model hesitates between far fewer than 96 characters
+assert math.exp(val_loss) < 96 / 10
 
 # %% tags=["remove-cell"]
 assert val_loss <= 1.7
+# the 256 windows estimate the whole text's loss to within 0.05 nats/char
+assert abs(val_loss - history.evals["val_loss"][-1]) < 0.05
 
 # %% [markdown]
 # How much of its 64 characters of context does the model use? In a window, position 0
@@ -676,6 +691,10 @@ names = [f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in bands]
 print(f"{'characters of context':22}" + "".join(f"{n:>6}" for n in names))
 print(f"{'validation loss':22}" + "".join(f"{x:6.2f}" for x in band_loss))
 print(f"previous character only (yardstick): {bigram_loss:.2f}")
+# one character: above the yardstick; two: below it
+assert band_loss[1] < bigram_loss < band_loss[0]
+
+# %% tags=["remove-cell"]
 assert band_loss[3] < band_loss[0] - 0.5  # 5-8 characters: far better
 assert abs(band_loss[-1] - band_loss[3]) < 0.1  # and then flat
 
@@ -694,7 +713,14 @@ trained = generate(
 )
 sample = tok.decode(trained[0])
 show(sample)
-assert sample.startswith(prompt) and len(sample) == len(prompt) + 200
+train_words = set(re.findall(r"[A-Za-z]+", train_text))
+words = re.findall(r"[A-Za-z]{3,}", sample[len(prompt) :])
+known = sum(w in train_words for w in words) / len(words)
+print(
+    f"{known:.0%} of its words of 3 letters or more occur in the training text"
+)
+# random letters would hardly ever form a word of the documentation
+assert known > 0.2
 
 # %% [markdown]
 # After these 1,000 steps the model has learned the *look* of the documentation: words
@@ -704,10 +730,9 @@ assert sample.startswith(prompt) and len(sample) == len(prompt) + 200
 # ## A larger model
 #
 # For generation we load a larger model, trained for longer with the same `train`: 4 blocks
-# of width 192 with 6 heads, and a context of 128 characters. The command
-# `python -m transformer_course.train_gpt` trains it (`--help` lists its options; it uses a GPU
-# when there is one, and `torchrun` runs it on several processes). `load_checkpoint()` loads
-# its trained weights and the record of its run.
+# of width 192 with 6 heads, and a context of 128 characters
+# (`python -m transformer_course.train_gpt` trains it again). `load_checkpoint()` loads its
+# trained weights and the record of its run, with its own batch size and peak learning rate.
 
 # %%
 big, big_tok, record = load_checkpoint()
@@ -722,6 +747,11 @@ print(
     f"of {c.block_size} characters, "
     f"{record['train_seconds'] / 60:.0f} min on {record['device']}"
 )
+passes = record["steps"] * record["batch_size"] * c.block_size / len(train_ids)
+print(
+    f"peak learning rate {record['lr']:g}, "
+    f"{passes:.1f} passes over the training text"
+)
 
 # %% tags=["remove-cell"]
 assert record["val_loss"] <= 1.25 and big_tok.chars == tok.chars
@@ -730,15 +760,23 @@ assert record["val_loss"] <= 1.25 and big_tok.chars == tok.chars
 # Measured the same way on the whole validation text, each model with windows as long as its
 # context, the larger model's loss is lower than the small model's, and so is its
 # perplexity. It differs in more parameters, a longer context, and more characters seen in
-# training, and this comparison measures all three together:
+# training, and this comparison measures all three together. Next to each, its loss on 256
+# windows of the training text, measured the same way:
 
 # %% tags=["nbval-ignore-output"]
 big_val = evaluate(big, val_ids)
-for name, loss in (("small model", val_loss), ("larger model", big_val)):
-    print(
-        f"{name:14}: validation loss {loss:.3f} nats/char, "
-        f"perplexity {math.exp(loss):.2f}"
-    )
+big_train = evaluate(big, train_ids, max_windows=256)
+small_train = evaluate(model, train_ids, max_windows=256)
+print(f"{'':13} {'training':>9} {'validation':>11} {'perplexity':>11}")
+for name, tr, va in (
+    ("small model", small_train, val_loss),
+    ("larger model", big_train, big_val),
+):
+    print(f"{name:13} {tr:9.3f} {va:11.3f} {math.exp(va):11.2f}")
+# the larger model's validation loss lies further above its training loss
+assert big_val - big_train > val_loss - small_train
+
+# %% tags=["remove-cell"]
 assert big_val < val_loss
 
 # %% tags=["remove-cell"]
@@ -748,6 +786,26 @@ from transformer_course.tasks.python_docs import corpus_fingerprint
 
 same_text = record["corpus_sha256"] == corpus_fingerprint(text)
 assert abs(big_val - record["val_loss"]) < (2e-3 if same_text else 0.2)
+
+# %% [markdown]
+# The larger model's validation loss lies further above its training loss than the small
+# model's: it has seen each training character about 12 times. The record of its run holds the two losses
+# it measured during training, on samples of the two texts:
+
+# %%
+hist = record["history"]
+print(f"{'step':>5} {'training':>9} {'validation':>11}")
+for st, tr, va in zip(hist["step"], hist["train_loss"], hist["val_loss"]):
+    print(f"{st:>5} {tr:9.2f} {va:11.2f}")
+
+# %% [markdown]
+# The training loss falls to the end, from 1.52 at step 1000 to 0.83 at step 5000. The
+# validation loss reaches 1.34 at step 3500 and then stays between 1.33 and 1.36. This is the
+# overfitting the small model did not show: from step 3500 on, the larger model improves on
+# the text it trains on and no longer on text it has not seen. The weights we generate with
+# are those of step 5000, past that point. The usual remedies are to stop where the
+# validation loss stops falling (early stopping), or to add dropout, which this chapter sets
+# to 0 (nanoGPT's character-level configuration uses 0.2); this run used neither.
 
 # %% [markdown]
 # ## Generation
@@ -765,14 +823,18 @@ top = probs.topk(5)
 for p, i in zip(top.values, top.indices):
     print(f"{big_tok.decode([int(i)])!r:6} {p.item():.3f}")
 print("greedy decoding picks", repr(big_tok.decode([int(logits.argmax())])))
+
+# %% tags=["remove-cell"]
 assert generate(big, ids, 1)[0, -1].item() == int(logits.argmax())
 
 # %% [markdown]
 # Four rules:
 #
 # * **greedy**: always the most likely token. Deterministic, and it tends to fall into loops.
-# * **temperature** $T$: sample from $\operatorname{softmax}(z / T)$. $T<1$ sharpens the
-#   distribution towards greedy, $T>1$ flattens it towards uniform.
+# * **temperature** $T$: sample from $\operatorname{softmax}(z / T)$, where $z$ are the
+#   logits. This is the temperature of chapter 04, now on the output logits instead of the
+#   attention scores: $T<1$ sharpens the distribution towards greedy, $T>1$ flattens it
+#   towards uniform.
 # * **top-k**: sample only among the $k$ most likely tokens (renormalised).
 # * **top-p (nucleus)**: sample only among the smallest set of most likely tokens whose
 #   probabilities add up to at least $p$. The set adapts: small where the model is sure, large
@@ -799,9 +861,10 @@ for ax, t in zip(axes, (0.5, 1.0, 2.0)):
     pt = next_token_probs(logits, temperature=t)
     ax.bar(range(12), pt[order].numpy(), color="tab:blue")
     ax.set_xticks(range(12))
-    ax.set_xticklabels(labels, fontsize=10)
+    ax.set_xticklabels(labels, fontsize=12)
+    ax.tick_params(axis="y", labelsize=11)
     entropy = -(pt * pt.clamp_min(1e-12).log()).sum().item()
-    ax.set_title(f"T = {t}: entropy {entropy:.2f} nats", fontsize=10)
+    ax.set_title(f"T = {t}: entropy {entropy:.2f} nats", fontsize=13)
 axes[0].set_ylabel("probability")
 axes[1].set_ylabel("probability")
 axes[0].set_ylabel("")
@@ -845,7 +908,7 @@ with torch.no_grad():
     last = big(contexts)[:, -1]  # the next-character logits after each
 keep = torch.isfinite(top_p_filter(last, 0.9))
 sizes = keep.sum(-1)
-print("characters kept by top-p 0.9 | positions")
+print("characters kept by top-p 0.9 | positions (# = 2 positions)")
 for lo, hi in ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 96)):
     n = int(((sizes >= lo) & (sizes <= hi)).sum())
     span = f"{lo}" if lo == hi else f"{lo} to {hi}"
@@ -911,7 +974,7 @@ print(
 assert pick == " "
 
 # %% [markdown]
-# The samplers keep going, with the misspellings and non-sequiturs of a small model; the top-k
+# The samplers keep going, with the non-sequiturs of a small model; the top-k
 # text even starts a new topic with a heading underlined with `*`, as the documentation does.
 # Top-k and top-p cut off the unlikely tail of the distribution. How often does sampling
 # without them draw from that tail? At each of the 200 validation positions above, the
@@ -1038,8 +1101,10 @@ assert speedup > 1.5  # 127 new tokens: the cache is clearly faster
 #   about the last 8 characters of its context. Validation and training curves measured the
 #   same way show no overfitting after two and a half passes over the text.
 # * The perplexity, $e^{\text{loss}}$, is the number of equally likely characters that would
-#   leave a model as unsure as this one. The larger model (more parameters, a context of 128, longer
-#   training) reaches a lower validation loss and perplexity than the small one.
+#   leave a model as unsure as this one. The larger model (more parameters, a context of 128,
+#   longer training) reaches a lower validation loss and perplexity than the small one, but
+#   after about 12 passes over the text it overfits: its validation loss stopped falling from
+#   step 3500 on while its training loss kept falling.
 # * Generation is a rule for choosing from the next-token distribution: greedy decoding falls
 #   into loops (here, spaces forever), temperature sharpens or flattens, top-k and top-p cut the
 #   unlikely tail; top-p's set is small where the model is sure and large where it is not.
@@ -1049,7 +1114,8 @@ assert speedup > 1.5  # 127 new tokens: the cache is clearly faster
 #
 # ## Exercises
 #
-# **1. Min-p sampling.** A newer filter keeps the tokens whose probability is at least a
+# **1. Min-p sampling.** A newer filter (Nguyen et al., 2024, "Turning Up the Heat: Min-p
+# Sampling for Creative and Coherent LLM Outputs") keeps the tokens whose probability is at least a
 # fraction `m` of the most likely token's probability. Write `min_p_filter(logits, m)` in the
 # style of `top_k_filter`. Predict: does it always keep the most likely token? Does it keep more
 # tokens when the model is sure of the next token, or when it is unsure? Check both on two small
@@ -1079,28 +1145,39 @@ assert n_sure < n_unsure
 # set to the model's confidence, with one comparison per token instead of a sort.
 
 # %% [markdown]
-# **2. What tying the weights saves.** Build the same `GPTConfig` as the in-notebook model but
-# give the output head its own matrix (`model.lm_head.weight = torch.nn.Parameter(...)`), and
-# count the parameters again. How many more are there, and where do they come from?
+# **2. What the tied head does at the start.** Give the chapter's small model an output head
+# with its own matrix, drawn like the others from a normal distribution with standard
+# deviation 0.02 (`model.lm_head.weight = torch.nn.Parameter(...)`), and measure the loss at
+# initialisation on the same 256 windows of the training text, for seeds 0, 1 and 2, next to
+# the tied model built from the same seed. Predict first: which starts lower, and where does
+# the untied model start relative to $\ln 96$?
+
 
 # %% tags=["solution"]
-untied = GPT(config)
-head_weight = untied.tok_emb.weight.detach().clone()
-untied.lm_head.weight = torch.nn.Parameter(head_weight)
-tied_total = count_parameters(GPT(config))
-extra = count_parameters(untied) - tied_total
-print(
-    f"{extra:,} more parameters = vocab_size x d_model = "
-    f"{config.vocab_size} x {config.d_model}, "
-    f"{extra / tied_total:.1%} of the tied model"
-)
-print(f"GPT-2 small: 50,257 x 768 = {50257 * 768 / 1e6:.1f} million")
-assert extra == config.vocab_size * config.d_model
+def initial_loss(seed: int, tied: bool) -> float:
+    set_seed(seed)
+    m = GPT(config)
+    if not tied:
+        head = torch.empty_like(m.tok_emb.weight).normal_(0.0, 0.02)
+        m.lm_head.weight = torch.nn.Parameter(head)
+    return evaluate(m, train_ids, max_windows=256)
+
+
+print(f"{'seed':>4} {'tied':>6} {'untied':>7}   ln 96 = {math.log(96):.3f}")
+for seed in (0, 1, 2):
+    tied_loss, untied_loss = (
+        initial_loss(seed, True),
+        initial_loss(seed, False),
+    )
+    print(f"{seed:>4} {tied_loss:6.3f} {untied_loss:7.3f}")
+    assert tied_loss < untied_loss
 
 # %% [markdown] tags=["solution"]
-# An untied head is a second `vocab_size` × `d_model` matrix. With a vocabulary of 96
-# characters that is a small share of the model; with GPT-2's 50,257 tokens and width 768 it
-# is 38.6 million parameters, almost a third of GPT-2 small's 124 million.
+# The tied model starts lower for every seed, below $\ln 96$ each time. The untied one starts
+# near $\ln 96$, below it for seed 0 and above it for seeds 1 and 2: its head is a matrix
+# unrelated to the input embeddings, so the input character gets no special score. The
+# advantage of the tied model at the start is the one argued in *The model*: the input character meets its own
+# embedding in the head.
 
 # %% [markdown]
 # **3. The two ends of temperature.** Predict what sampling from the larger model at a very low
@@ -1131,8 +1208,8 @@ assert abs(hot_entropy - math.log(96)) < 0.01
 # **4. A GPT without positions.** Train the small model for 300 steps with the chapter's
 # settings but a batch of 8 windows, twice: once as it is, and once with its position
 # embedding set to zero and frozen (`model.pos_emb.weight.requires_grad_(False)`; `train`'s
-# optimiser then leaves it out). Without positions, attention cannot tell where in the
-# context an earlier character stands. Before you run it, predict: does the model without
+# optimiser then leaves it out). Without positions, the first layer's attention cannot tell
+# where in the context an earlier character stands. Before you run it, predict: does the model without
 # positions still get below the previous-character yardstick? How far behind the model with
 # positions does it end, on the whole validation text?
 
@@ -1168,8 +1245,10 @@ print(f"previous character only: {bigram_loss:.3f} nats/char")
 assert without_pos < bigram_loss
 
 # %% [markdown] tags=["solution"]
-# Hardly any worse: after 300 steps the two losses differ by a hundredth of a nat, and both
-# are below the previous-character yardstick. That yardstick needs no positions at all: the
+# Hardly any worse in this run: after 300 steps the two losses differ by a hundredth of a
+# nat, and both are below the previous-character yardstick. That is one short run from one
+# seed, early in training; it does not show how much positions matter once a model uses a
+# longer context. That yardstick needs no positions at all: the
 # character to continue from sits at the position being predicted, in the residual stream. And
 # a causal model is not quite blind to order even without position embeddings: each position
 # attends over a different number of predecessors, and the model can learn to read its

@@ -383,7 +383,7 @@ assert d < 1e-4 < 1e-2 < d_bug
 # Loading the pretrained GPT-2 is this same conversion applied to trained numbers. GPT-2's
 # trained weights (124 million parameters, about half a gigabyte) come from the Hugging Face
 # Hub: `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf` and
-# returns it with GPT-2's byte-level BPE tokenizer. With a network, these lines write GPT-2's
+# returns it with GPT-2's byte-level BPE tokenizer. These lines download it, write GPT-2's
 # greedy continuation of a prompt with chapter 10's `generate` and compare its tokens with
 # those of `GPT2LMHeadModel`'s own `generate` (predict first: will they agree token for
 # token?):
@@ -400,8 +400,7 @@ assert d < 1e-4 < 1e-2 < d_bug
 # print("same tokens:", torch.equal(gpt2_ids, hf_ids))
 # ```
 #
-# The rest of this chapter runs a larger and more recent pretrained model, whose weights we
-# have at hand.
+# The rest of this chapter runs a larger and more recent pretrained model.
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct

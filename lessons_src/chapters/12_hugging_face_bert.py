@@ -286,10 +286,9 @@ assert torch.equal(
 # previous-token head. Here we look at what BERT does with the structure above: a sentence
 # pair, and a pronoun.
 #
-# [bertviz](https://github.com/jessevig/bertviz)'s **head view** below shows one layer of the
-# sentence pair: choose a layer at the top, click the coloured squares to switch heads on and
-# off, hover over a token to see where it looks; the drop-down menu restricts the lines to
-# sentence A → B and so on. Start with **layer 3, head 1** (the second colour).
+# [bertviz](https://github.com/jessevig/bertviz)'s **head view**, used as in chapter 05, shows
+# one layer of the sentence pair below. New with a pair is the drop-down menu, which restricts
+# the lines to sentence A → B and so on. Start with **layer 3, head 1** (the second colour).
 
 # %%
 with torch.no_grad():
@@ -326,9 +325,10 @@ assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 # links. At the top, layer 3, head 1; at the bottom, the mean of all 12 heads of layer 3. The
 # head view with every head switched on overlays one line per head, each drawn with an opacity
 # of a twelfth of its weight, so where many heads agree the bundle looks dark, roughly like
-# this mean. The link from "it" to "umbrella" is drawn in red in both.
+# this mean. The link from "it" to "umbrella" is drawn in red in both, whether or not it is
+# among the two strongest.
 
-# %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links. Top: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Bottom: the mean of the layer's 12 heads, where the same red link is thin: averaging blurs the one head that makes it." alt="Two flow diagrams stacked, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the top diagram, thin in the bottom one."
+# %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links. Top: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Bottom: the mean of the layer's 12 heads, where the same red link is thin and drawn only because it is marked: in the mean it is the third strongest link of 'it', after [CLS] and 'collect'. Averaging blurs the one head that makes it." alt="Two flow diagrams stacked, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the top diagram, thin in the bottom one."
 from transformer_course.interpret import plot_attention_flow
 
 it_pos, umbrella_pos = pair_tokens.index("it"), pair_tokens.index("umbrella")
@@ -355,10 +355,19 @@ print(
     f"'it' -> 'umbrella': {head_w:.2f} in head 1, "
     f"{mean_w:.2f} in the layer's mean"
 )
+mean_top = pair_att[3][0, :, it_pos].mean(dim=0).topk(3)
+print(
+    "mean of the 12 heads, from 'it': "
+    + ", ".join(
+        f"{pair_tokens[k]} {v:.2f}"
+        for v, k in zip(mean_top.values.tolist(), mean_top.indices.tolist())
+    )
+)
 
 # %% [markdown]
 # In that head, "it" in sentence B sends most of its attention back across `[SEP]` to "umbrella"
-# in sentence A, the noun it stands for, *across the sentence boundary*. Whether that is about
+# in sentence A, the noun it stands for, *across the sentence boundary*. In the mean of the
+# layer, "it" gives more to `[CLS]` and to "collect" than to "umbrella". Whether that is about
 # the pronoun, and how unusual it is over all 72 heads of the model:
 
 # %%
@@ -501,8 +510,10 @@ plt.show()
 # the numbers support is "many tokens look at a salient noun", not "the pronoun finds the noun
 # it stands for", let alone understanding. That is what these heads do in these two sentences
 # of one small distilled model; it is not a rule for every head of every BERT. Clark et al.
-# (2019, *What Does BERT Look At?*) measured BERT-base's heads over a whole annotated corpus and
-# found heads that attend from a mention to its coreferent mention with high accuracy. Either
+# (2019, *What Does BERT Look At?*) measured BERT-base's heads over an annotated corpus
+# (CoNLL-2012) and found one head, 5-4, whose strongest link from a mention goes to an
+# antecedent 65 % of the time: above string-matching baselines (27 % for the nearest mention,
+# 52 % for the nearest one with the same head word) and below a rule-based system (69 %). Either
 # way, attention maps are a good way to form hypotheses and a poor way to confirm them; measure,
 # as here and as they did.
 #
@@ -538,9 +549,9 @@ show_source(BertEncoder)
 # Loading the weights is renaming: Hugging Face calls the query projection of layer 0
 # `encoder.layer.0.attention.self.query`, the course calls it `layers.0.self_attn.W_q`.
 # `bert_from_hf` reads the sizes from the Hugging Face config, renames every tensor and refuses
-# a checkpoint that does not fit exactly (a missing or surplus tensor, a wrong shape). The pooler
-# (a dense layer on `[CLS]` used by classification heads) is not part of the encoder and is left
-# out.
+# a checkpoint that does not fit exactly (a missing or surplus tensor, a wrong shape). The
+# **pooler**, a dense layer with tanh applied to the final `[CLS]` vector and used by
+# classification heads, is not part of the encoder and is left out.
 
 # %%
 ours = bert_from_hf(bert)
@@ -550,7 +561,6 @@ print(
     f"course encoder: {count_parameters(ours):,} parameters; "
     f"BertModel without its pooler: {hf_encoder_params:,}"
 )
-assert count_parameters(ours) == hf_encoder_params
 
 # %% [markdown]
 # Now the test that matters: a batch of two sentence pairs of different lengths, so that it
@@ -612,8 +622,8 @@ assert weight_on_pad == 0.0
 # Where did weights that make this encoder useful come from? BERT was pre-trained on unlabelled
 # text with two objectives. The second, **next-sentence prediction** (NSP), is the sentence-pair
 # question of *WordPiece tokenisation*: given A and B, is B the sentence that followed A in the text, or a
-# random one? It is a yes/no classifier on the final `[CLS]` vector, read through a dense layer
-# with tanh, the **pooler** (*Classification, honestly* meets it again). The main objective is **masked language
+# random one? It is a yes/no classifier on the final `[CLS]` vector, read through the pooler
+# (*Classification, honestly* meets it again). The main objective is **masked language
 # modelling** (MLM): hide some of the tokens and train the model to recover them from the
 # context on *both* sides (this is what makes BERT bidirectional; a GPT only sees the left). The
 # recipe of the BERT paper:
@@ -773,8 +783,7 @@ print(
 assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% [markdown]
-# The bar shows the loss of the last step alone (5.450); the line under it averages the first
-# and the last 20 steps, which varies less from step to step.
+# The loss of a single step is noisy; averaged over 20 steps, it fell from 7.62 to 5.24.
 #
 # Is that loss good? The test is held-out text: mask it the same way, and count how often the
 # model's top prediction at a chosen position is the original token. The three kinds of chosen
@@ -1231,7 +1240,7 @@ for q, row in zip(queries, hits):
 # away and report *"Sentiment: Positive, Confidence: 0.55"*. Such a model has never seen a
 # labelled review: `from_pretrained` adds a classification layer that the checkpoint does not
 # contain and fills it with **random numbers**. transformers says so when it loads the model, in
-# a warning that is easy to scroll past; its content, the *load report*, is printed below. So 0.55 is not a confidence; it is noise. Let us measure
+# a warning that is easy to scroll past. So 0.55 is not a confidence; it is noise. Let us measure
 # that, with the same kind of model built on MiniLM.
 #
 # `MODEL` below names the MiniLM checkpoint; every classifier in this section loads from it
@@ -1258,7 +1267,7 @@ def fresh_classifier(seed: int, **kwargs):
 
 
 # %% [markdown]
-# The message in question is transformers' load report: which tensors the model needed but the
+# That warning is transformers' *load report*: which tensors the model needed but the
 # checkpoint did not have (**missing**), and which the checkpoint had but the model did not use
 # (**unexpected**). transformers logs it as a warning when the model loads;
 # `output_loading_info=True` also returns it as a dictionary:
@@ -1270,19 +1279,25 @@ for kind in ("missing_keys", "unexpected_keys"):
 print(untrained.classifier)
 pooler_bias = untrained.bert.pooler.dense.bias
 print(f"pooler bias: largest |value| {pooler_bias.abs().max().item():g}")
+pooler_w = untrained.bert.pooler.dense.weight.detach().flatten()
+z = (pooler_w - pooler_w.mean()) / pooler_w.std()
+print(
+    f"pooler weights: standard deviation {pooler_w.std().item():.4f}, "
+    f"kurtosis {(z**4).mean().item():.2f} (a Gaussian's: 3)"
+)
 
 # %% [markdown]
 # `classifier.weight` and `classifier.bias` are missing from the checkpoint, so
 # `from_pretrained` initialised them at random; in this checkpoint nothing else is missing or
 # left over. The head
 # reads `[CLS]`
-# through the **pooler** (a dense layer with tanh) and then this new linear layer. In this
-# checkpoint even the pooler was never trained: sentence-transformers used mean pooling, so the
-# pooler still has its initial values (a bias of exactly zero). Two untrained layers stand between
-# BERT and the answer.
+# through the pooler and then this new linear layer. In this checkpoint even the pooler was
+# never trained (sentence-transformers used mean pooling): its bias is still exactly zero, and
+# its weights have the kurtosis of Gaussian noise. Two untrained layers stand between BERT and
+# the answer.
 #
 # That head is a dozen lines on top of the course's own encoder: read the final vector of
-# `[CLS]`, pass it through the pooler (a dense layer and tanh), dropout, and a linear layer to
+# `[CLS]`, pass it through the pooler, dropout, and a linear layer to
 # one score per label. With the pooler's and the classifier's weights copied from the model
 # just loaded, it must give the same scores as Hugging Face's
 # `BertForSequenceClassification`:
@@ -1358,8 +1373,11 @@ for seed in range(5):
 #    the grids themselves) are fixed in advance. If we chose them
 #    by looking at the test accuracy, the test set would become part of training and its
 #    accuracy an optimistic estimate. The dev split is drawn review by review, not by subject,
-#    so two reviews of one subject can land on both sides of it; dev accuracy may then come out
-#    higher than test accuracy. It only has to rank the choices.
+#    so two reviews of one subject can land on both sides of it. That can move dev accuracy
+#    either way: a method may profit from a training review of the same subject and the same
+#    opinion, or a method that copies the label of the most similar review may be misled by
+#    one of the same subject and the opposite opinion. Dev accuracy only has to rank the
+#    choices.
 # 2. **The test set is used once, at the end**, for all models together.
 # 3. **Several seeds.** On 200 test reviews one review is half a point, and a single run of
 #    fine-tuning depends on the random head, the order of the batches and dropout. Here a seed
@@ -1468,6 +1486,9 @@ print(
     f"of the {len(doc_freq):,} words, {share_once:.0%} occur in one "
     f"training review, {share_two:.0%} in at most two"
 )
+
+# %% tags=["remove-cell"]
+# the bag of words fits the training reviews and falls well short on dev
 assert (
     acc_bow_train > 0.95
     and bow_dev[BOW_WD] < 0.85
@@ -1675,29 +1696,30 @@ print(
 print("CPU time per candidate:")
 for name in CANDIDATES:
     print(f"  {name:40s} {ft_seconds[name]:3.0f} s")
-# frozen means untouched: after training, layers 0-2 of a frozen candidate
-# are still exactly the checkpoint's (as in `untrained`); layer 3 has moved
+
+# frozen means untouched: is each layer of a frozen candidate still exactly
+# the checkpoint's (as in `untrained`) after training?
 frozen_run = selection["embeddings + layers 0-2 frozen, lr 1e-4"][0].bert
-for k in range(4):
-    unchanged = all(
+unchanged = [
+    all(
         torch.equal(p.cpu(), q)
         for p, q in zip(
             frozen_run.encoder.layer[k].parameters(),
             untrained.bert.encoder.layer[k].parameters(),
         )
     )
-    assert unchanged == (k < 3)
-
-# %% tags=["remove-cell"]
-# no backward pass through frozen layers: each step is cheaper (on a CPU,
-# where process_time measures the work itself)
-if get_device().type == "cpu":
-    unfrozen = ft_seconds["embeddings frozen, lr 1e-4"]
-    assert all(
-        ft_seconds[n] < unfrozen for n in CANDIDATES if CANDIDATES[n][0] == 3
-    )
+    for k in range(4)
+]
+print(
+    "unchanged by training: layer "
+    + ", ".join(f"{k} {u}" for k, u in enumerate(unchanged))
+)
+assert unchanged == [True, True, True, False]
 
 # %% [markdown]
+# Freezing does what it says: layers 0-2 of that candidate are exactly the checkpoint's after
+# training, and layer 3, which trained, has moved.
+#
 # After two epochs the candidates are within one of the 150 dev reviews of each other (87.3 %
 # against 86.7 %). The second epoch matters for the candidates with frozen lower layers (80.0 %
 # and 82.0 % after one epoch, 86.7 % after two) and not for the first (87.3 % after both); at
@@ -1847,8 +1869,8 @@ del by_hand
 #
 # The loop above is short because the task is small; in practice most people use Hugging Face's
 # **`Trainer`**, which runs the same loop (AdamW, a linear schedule with warm-up, gradient
-# clipping, mixed precision and several GPUs when there are some) from a `TrainingArguments`
-# object. The data goes in as a **`datasets.Dataset`**, tokenised with `map`; a
+# clipping; mixed precision when asked, with `fp16=True` or `bf16=True`; several GPUs when
+# there are some) from a `TrainingArguments` object. The data goes in as a **`datasets.Dataset`**, tokenised with `map`; a
 # **`DataCollatorWithPadding`** pads each batch to its own longest review (as our loop
 # does); a **metric function** turns predictions into accuracy, here on the dev split
 # after every epoch (`eval_strategy="epoch"`), as our loop does. Same split, same choices, same
@@ -1988,6 +2010,7 @@ methods = [
 test_acc = {name: [] for name in methods}
 ft_models = {}
 probe_only = knn_only = 0  # reviews one of the two gets right, not the other
+knn1_test = []  # k = 1, not chosen: only to compare with its dev score
 for s in SEEDS:
     tr, _ = splits[s]
     x_tr, x_test = embeddings(tr), embeddings(test)
@@ -1997,6 +2020,8 @@ for s in SEEDS:
     bow_s = reviews.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD)
     pred_bow = bow_s.predict(test.texts)
     pred_knn = reviews.knn_predict(x_test, x_tr, tr.labels, KNN_K)
+    pred_knn1 = reviews.knn_predict(x_test, x_tr, tr.labels, 1)
+    knn1_test.append(accuracy(pred_knn1, test.labels))
     probe_s = reviews.fit_logistic_regression(x_tr, tr.labels, PROBE_WD)
     pred_probe = probe_s.predict(x_test)
     probe_right = pred_probe == torch.tensor(test.labels)
@@ -2061,6 +2086,10 @@ print(
     f"{probe_only + knn_only}"
 )
 print(f"    the probe right in {probe_only}, k-NN right in {knn_only}")
+print(
+    "k-NN with k = 1 (not chosen), seed by seed: "
+    + ", ".join(f"{a:.1%}" for a in knn1_test)
+)
 
 # %% tags=["remove-cell"]
 # the claims of the list below the figure
@@ -2071,7 +2100,7 @@ ft_mean, ft_sd = summary["fine-tuned MiniLM (our loop)"]
 probe_mean, probe_sd = summary["linear probe on embeddings"]
 assert ft_mean - ft_sd > probe_mean + probe_sd  # the spreads do not overlap
 
-# %% caption="Test accuracy of every method on the 200 test reviews: one dot per seed (the seeds drawn one above another, so that equal scores stay visible), the mean and standard deviation in red, chance (0.5) dashed, and the `Trainer`'s seed-0 model as an orange cross on the fine-tuning row. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.88; the spreads of the last two do not overlap." alt="A dot plot with five rows, from bottom to top: untrained head, bag of words, k-NN on embeddings (k = 45), linear probe on embeddings, fine-tuned MiniLM (our loop); test accuracy from 0.5 to 0.89 on the horizontal axis. Each row has three blue dots at slightly different heights and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.88. An orange cross above the top row marks the Trainer's model at 0.875."
+# %% caption="Test accuracy of every method on the 200 test reviews: one dot per seed (the seeds drawn one above another, so that equal scores stay visible), the mean and standard deviation in red, chance (0.5) dashed, and the `Trainer`'s seed-0 model as an orange cross on the fine-tuning row. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.88; the spreads of the probe and of fine-tuning do not overlap." alt="A dot plot with five rows, from bottom to top: untrained head, bag of words, k-NN on embeddings (k = 45), linear probe on embeddings, fine-tuned MiniLM (our loop); test accuracy from 0.5 to 0.89 on the horizontal axis. Each row has three blue dots at slightly different heights and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.88. An orange cross above the top row marks the Trainer's model at 0.875."
 fig, ax = plt.subplots(figsize=(6.9, 3.2))
 names = list(test_acc)
 for i, name in enumerate(names):
@@ -2116,14 +2145,15 @@ plt.show()
 # What the numbers say:
 #
 # * The **untrained head** is at chance, on every seed.
-# * The **bag of words** is 8 to 16 points behind every method that uses the encoder
-#   (71.8 % against 80.0 % to 87.8 %).
+# * The **bag of words** is 8 to 16 points behind every method that learns from the encoder's
+#   output, k-NN, the probe and fine-tuning (71.8 % against 80.0 % to 87.8 %).
 # * **k-NN on the embeddings** needs many neighbours to work: on the dev split, the single nearest
 #   training review gave 54.7 %, barely above chance; a vote of 45 reached 73.3 %, 135 did no
-#   better and 405 did worse (68.7 %), so the grid brackets its best value. The
-#   nearest neighbours of a review are reviews *about the same thing* (the embeddings were trained
-#   for that), and a delighted and a furious review of a hotel are about the same thing. k-NN
-#   measures topical closeness; its weak 1-NN result does not mean that sentiment is missing.
+#   better and 405 did worse (68.7 %), so the grid brackets its best value. In the five dev
+#   examples shown with their neighbours, both mistakes came from a review of the same thing
+#   with the opposite opinion. On the test set the single nearest review scores 60.0 %,
+#   57.5 % and 57.5 % on the three seeds (54.7 % on seed 0's dev split), still far behind
+#   k = 45. A weak 1-NN score does not mean that sentiment is missing from the embeddings.
 # * The **linear probe** asks that directly, on the same frozen embeddings, and finds sentiment
 #   linearly decodable (81.7 %). It beats k-NN on every seed, by 1.0 to 2.5 points: each seed
 #   trains both on the same reviews, so these paired differences are the fair comparison. But
@@ -2177,10 +2207,21 @@ for name, m in (("bag of words", cm_bow), ("fine-tuned MiniLM", cm)):
         f"{name}: {int(m[0, 1])} negative reviews called positive,\n"
         f"    {int(m[1, 0])} positive reviews called negative"
     )
+# read off the matrix, with "positive" as the label to find
+tp, fp, fn = cm[1, 1].item(), cm[0, 1].item(), cm[1, 0].item()
+precision, recall = tp / (tp + fp), tp / (tp + fn)
+f1 = 2 * precision * recall / (precision + recall)
+print(
+    f"fine-tuned MiniLM, label positive: precision {precision:.3f}, "
+    f"recall {recall:.3f}, F1 {f1:.3f}"
+)
 
 # %% [markdown]
 # The bag of words errs as often on one side as on the other, 29 and 29 times; fine-tuning errs
-# less on both, and more on negative reviews (15) than on positive ones (11). The reviews the
+# less on both, and more on negative reviews (15) than on positive ones (11). The same matrix
+# gives the metrics many benchmarks report instead of accuracy, for one label taken as the one
+# to find: **precision**, the share of reviews called positive that are positive; **recall**,
+# the share of positive reviews called positive; and **F1**, their harmonic mean. The reviews the
 # fine-tuned model of seed 0 still gets wrong, with the probability it gave to the *true*
 # label:
 
@@ -2339,7 +2380,7 @@ ax = plot_attention_flow(
     coref_tokens,
     top_k=3,
     min_weight=0.05,
-    title="rollout: each token's 3 largest sources",
+    title="rollout: each token's 3 largest sources above 0.05",
     fontsize=14,
 )
 plt.show()
@@ -2365,7 +2406,8 @@ plt.show()
 # reviews we rank its tokens (not `[CLS]` and `[SEP]`) three ways, by the last layer's attention
 # from `[CLS]` (heads averaged), by the rollout row of `[CLS]`, and by occlusion, and count how
 # often the top token agrees, and how many of the top three are shared. A random ranking of $n$
-# tokens agrees with probability $k/n$; that is the line to beat.
+# tokens matches the top token with probability $1/n$ and shares, on average, a fraction $k/n$
+# of the top $k$; that is the line to beat.
 
 # %% tags=["hide-input"]
 show_source(leave_one_out)
@@ -2412,9 +2454,6 @@ print(
     "attention's top-1 agreement is "
     f"{agreement['attention'][0] / chance[0]:.1f} times chance"
 )
-# "related to what the model uses, but not the reason": well above chance,
-# well below always
-assert 2 * chance[0] < agreement["attention"][0] < 0.75
 for name in ("attention", "rollout", "occlusion"):
     top_tokens = [r["tokens"][int(r[name].argmax())] for r in rankings]
     favourites = Counter(top_tokens).most_common(5)
@@ -2443,6 +2482,11 @@ print(
     f"{'random ranking':22s} {(1 / n_kept).mean():24.0%} "
     f"{(3 / n_kept).mean():14.0%}"
 )
+
+# %% tags=["remove-cell"]
+# "related to what the model uses, but not the reason": well above chance,
+# well below always
+assert 2 * chance[0] < agreement["attention"][0] < 0.75
 
 # %% [markdown]
 # What the numbers show. The token that `[CLS]` attends to most in the last layer is the token
@@ -2617,8 +2661,8 @@ del base, minilm
 #   own encoder (`[CLS]`, pooler, linear layer) and gives Hugging Face's scores.
 # * An evaluation that would pass review chooses every tuned setting on a dev split, reports mean ±
 #   standard deviation over seeds, and uses the test set once. Here: bag of words 72 % < a linear
-#   probe on frozen embeddings 82 % (sentiment is linearly decodable, although 1-nearest-neighbour
-#   is near chance on dev: the nearest review is about the same thing, not of the same opinion)
+#   probe on frozen embeddings 82 % (sentiment is linearly decodable, although the single nearest
+#   review shared a dev review's label only 54.7 % of the time)
 #   < fine-tuning 88 %. Hugging Face's `Trainer`, with a `Dataset`, `DataCollatorWithPadding`
 #   and a metric function, lands within the range of our own loop's seeds (on seed 0, its one
 #   run). `save_pretrained` writes the model and its tokenizer to a folder, and `pipeline`
@@ -2720,8 +2764,9 @@ assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 # %% [markdown] tags=["solution"]
 # The mean of the token vectors wins clearly (78.0 %): it is what all-MiniLM-L6-v2 was trained to
 # make meaningful. The `[CLS]` vector (70.7 %) and the pooler's output (69.3 %) are within two dev
-# reviews of each other: the pooler was never trained (its bias is still zero), so it is a random
-# projection of `[CLS]` followed by tanh, which adds nothing a linear probe could use. For a BERT
+# reviews of each other: the pooler was never trained (its bias is still zero and its weights
+# look like Gaussian noise, as *Classification, honestly* showed), so it is a random projection
+# of `[CLS]` followed by tanh, which adds nothing a linear probe could use. For a BERT
 # whose pooler *was* trained (on next-sentence prediction, like `bert-base-uncased`), the
 # comparison can come out differently: measure it.
 

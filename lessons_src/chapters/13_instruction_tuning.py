@@ -945,7 +945,8 @@ for name, norms in (
 # pairing is one-sided: 12 dev questions are right with the answer-only loss and wrong with the
 # loss on every token, and none the other way round. If the two trained adapters were equally
 # accurate on such dates, a split at least as lopsided as 12 to 0 would have a chance of
-# 4.9e-04. Whether the loss itself is the cause, one run per loss cannot say. The
+# 4.9e-04. The two runs differ only in the loss, so in this pair the loss is the cause; whether
+# the gap holds for other seeds, or with settings tuned for each loss, one pair cannot say. The
 # comparison holds the settings chosen for the answer-only loss fixed (learning rate, $\alpha$,
 # clipping); it does not tune them for each loss. Clipping rarely acted on either run: the
 # gradient's norm was above 1, where clipping at 1 scales it down, at 2 of the 16 steps of the
@@ -1548,10 +1549,10 @@ assert mlp_share > 0.5, "the MLP's matrices hold most of the parameters"
 # %% [markdown] tags=["solution"]
 # All seven matrices train 5.3 times as many parameters: the MLP's matrices are wide
 # (1536 × 576 and back), and its three hold 62 % of the adapters' parameters. The time of a
-# step grows far less than the parameter count (compare the two printed ratios; each time is
-# the fastest of two timed steps after one warm-up step, on the same batch of 8). The line on
-# the frozen model shows why: the forward and backward pass through the frozen model alone, which is the same whichever matrices are adapted, takes most
-# of the time of the q, v step. Whether the extra adapters would raise the exact match
+# step hardly changes with them: compare the two printed ratios (each time is the fastest of
+# two timed steps after one warm-up step, on the same batch of 8). The line on the frozen
+# model shows why: the forward and backward pass through the frozen model alone, which is the
+# same whichever matrices are adapted, takes most of the time of the q, v step. Whether the extra adapters would raise the exact match
 # on dates, these counts do not say: train it to find out.
 
 # %% [markdown]
