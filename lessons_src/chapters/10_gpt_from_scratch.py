@@ -316,7 +316,8 @@ assert parts["4 blocks"] == 4 * per_block
 # Before training, a model that knows nothing should spread its bets evenly over the 96
 # characters, for a loss (cross-entropy in nats per character) of $\ln 96 \approx 4.56$.
 # Small initial weights bring it close: every matrix and embedding is drawn from a normal
-# distribution with standard deviation 0.02 (GPT-1's choice, kept by GPT-2), so the logits
+# distribution with standard deviation 0.02 (GPT-1's choice, kept by GPT-2 for its matrices and
+# token embedding; nanoGPT, and we, use it for the position embedding too), so the logits
 # start near zero and the softmax near uniform.
 #
 # Close, but a little below, because of the tied head. The residual stream of an untrained
@@ -404,8 +405,8 @@ print(
 
 # %% [markdown]
 # With the scaling, the stream after 48 blocks is as large as after 1. Without it, the stream
-# grows with the depth, roughly as the square root of the number of blocks (each fourfold
-# increase of the depth about doubles it), as the variance argument predicts.
+# grows with the depth, a little faster than the square root of the number of blocks (8.0 times
+# from 1 to 48 blocks, where $\sqrt{48} \approx 6.9$).
 
 # %% [markdown]
 # And the whole model is causal: changing the characters after position 40 leaves the logits
@@ -466,7 +467,8 @@ show(tok.decode(untrained[0]))
 #   Decoupled weight decay shrinks every weight a little at each step, so weights stay small
 #   unless the data keeps asking for them. Biases and LayerNorm gains are left out: they are
 #   few, and a gain's natural value is 1, not 0, so pulling it towards 0 would fight the
-#   normalisation. GPT-1 decayed "all non bias or gain weights" the same way. (Chapter
+#   normalisation. GPT-1 decayed "all non bias or gain weights", with 0.01; GPT-3 and nanoGPT
+#   use 0.1, as we do. (Chapter
 #   09 used the original Transformer's $\beta_2 = 0.98$ and AdamW's default decay of 0.01
 #   on all parameters, gains included; this chapter follows the GPT recipe.)
 # * **The learning rate** rises linearly to $3 \cdot 10^{-3}$ over 50 steps (the warm-up of
@@ -481,9 +483,9 @@ show(tok.decode(untrained[0]))
 #   `dtype=torch.bfloat16`: the matrix products compute in 16-bit numbers on the GPU's tensor
 #   cores, while the weights, their gradients and AdamW's averages stay 32-bit. bfloat16 keeps float32's 8-bit exponent (its range) and gives up mantissa bits
 #   (precision), so, unlike float16, it needs no loss scaling. On a CPU everything
-#   stays float32. The [Performance appendix](performance.md) measured no gain from bfloat16
-#   on a GPU at this model's size, and 5.5 times the speed at `d_model` 512 with batches of
-#   512.
+#   stays float32. The [Performance appendix](performance.md) measured bfloat16 slower on a GPU
+#   at this model's size, and at 5.5 times the speed at `d_model` 512 with batches of 512: it
+#   pays for large matrix products.
 # * Gradient accumulation and several processes serve larger runs, as in chapter 09.
 #
 # Every `eval_every` steps `train` measures the loss (with `evaluate`, listed below) on
@@ -789,8 +791,11 @@ assert abs(big_val - record["val_loss"]) < (2e-3 if same_text else 0.2)
 
 # %% [markdown]
 # The larger model's validation loss lies further above its training loss than the small
-# model's: it has seen each training character about 12 times. The record of its run holds the two losses
-# it measured during training, on samples of the two texts:
+# model's; it differs from the small model in size, context and the number of characters seen
+# (12.2 passes over the text against 2.45), and this comparison does not separate them. The
+# record of its run holds the two losses it measured during training, on the first 32 windows
+# of each text (a smaller and less even sample than the whole-text losses above, so its numbers
+# differ from them):
 
 # %%
 hist = record["history"]
@@ -799,13 +804,14 @@ for st, tr, va in zip(hist["step"], hist["train_loss"], hist["val_loss"]):
     print(f"{st:>5} {tr:9.2f} {va:11.2f}")
 
 # %% [markdown]
-# The training loss falls to the end, from 1.52 at step 1000 to 0.83 at step 5000. The
-# validation loss reaches 1.34 at step 3500 and then stays between 1.33 and 1.36. This is the
-# overfitting the small model did not show: from step 3500 on, the larger model improves on
-# the text it trains on and no longer on text it has not seen. The weights we generate with
-# are those of step 5000, past that point. The usual remedies are to stop where the
-# validation loss stops falling (early stopping), or to add dropout, which this chapter sets
-# to 0 (nanoGPT's character-level configuration uses 0.2); this run used neither.
+# On these samples the training loss falls to the end, from 1.52 at step 1000 to 0.83 at step
+# 5000, while the validation loss reaches 1.34 at step 3500 and then stays between 1.33 and
+# 1.36. That is the pattern of overfitting, which the small model did not show: the model
+# keeps improving on the text it trains on and, on this sample, no longer on text it has not
+# seen. The sample is small (4,096 characters of each text), so it shows the trend, not its
+# size. The usual remedies are to stop where the validation loss stops falling (early
+# stopping), or to add dropout, which this chapter sets to 0 (nanoGPT's character-level
+# configuration uses 0.2); this run used neither.
 
 # %% [markdown]
 # ## Generation
@@ -1103,8 +1109,8 @@ assert speedup > 1.5  # 127 new tokens: the cache is clearly faster
 # * The perplexity, $e^{\text{loss}}$, is the number of equally likely characters that would
 #   leave a model as unsure as this one. The larger model (more parameters, a context of 128,
 #   longer training) reaches a lower validation loss and perplexity than the small one, but
-#   after about 12 passes over the text it overfits: its validation loss stopped falling from
-#   step 3500 on while its training loss kept falling.
+#   on a sample of each text its validation loss stopped falling from step 3500 on (about
+#   seven tenths of its 12.2 passes) while its training loss kept falling: overfitting.
 # * Generation is a rule for choosing from the next-token distribution: greedy decoding falls
 #   into loops (here, spaces forever), temperature sharpens or flattens, top-k and top-p cut the
 #   unlikely tail; top-p's set is small where the model is sure and large where it is not.

@@ -1359,8 +1359,9 @@ for seed in range(5):
 # praise first and complain last or the other way round, and verdicts with no opinion word at all
 # ("The box is already back in the post"). Words that *usually* signal one side appear on both
 # ("Great location, terrible room"; "The hours flew by"), so that counting them is not enough.
-# The file's split keeps the reviews of one subject together (the three kettle reviews, say,
-# are all training reviews): the test set asks about things the model has not been trained on.
+# In the file's split many subjects fall on one side only (the three kettle reviews, say, are
+# all training reviews), but not all: movers, museums and coats of paint have reviews on both
+# sides.
 #
 # ### The protocol: a dev split, several seeds, the test set once
 #
@@ -1874,7 +1875,8 @@ del by_hand
 # **`DataCollatorWithPadding`** pads each batch to its own longest review (as our loop
 # does); a **metric function** turns predictions into accuracy, here on the dev split
 # after every epoch (`eval_strategy="epoch"`), as our loop does. Same split, same choices, same
-# two-epoch schedule, same seed:
+# seed, and a two-epoch schedule of the same shape (its warm-up starts from 0, one step behind
+# ours):
 
 
 # %%
@@ -1965,7 +1967,8 @@ for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
 # %% [markdown]
 # The `Trainer`'s log gives the mean training loss of each epoch (0.607, then 0.326) and the
 # dev loss after it (0.322, then 0.282): both fall, so the second epoch has not started to
-# overfit. The two runs share the schedule, the seed and the split, and agree after the first
+# overfit. The two runs share the seed, the split and the shape of the schedule, and agree after
+# the first
 # epoch (87.3 % each); after the second the `Trainer`'s model is 2 points ahead, 3 of 150 dev
 # reviews.
 # They are not the same run: the `Trainer` draws its own batch order and dropout from the seed.
