@@ -2200,29 +2200,28 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         ),
         "",
     ]
-    # the reading: every doubling, for both, and the slope over the whole range
-    text = []
-    for impl in ATTENTION_IMPLS:
-        growth = [b[f"{impl}_ms"] / a[f"{impl}_ms"] for a, b in zip(rows, rows[1:], strict=False)]
-        slope = math.log(last[f"{impl}_ms"] / first[f"{impl}_ms"]) / math.log(last["n"] / first["n"])
-        text.append(
-            (
-                f"Each doubling of n, from {first['n']} to {last['n']}, multiplied the explicit attention's time by "
-                if impl == "explicit"
-                else "The fused kernel's: "
-            )
-            + ", ".join(_x(g) for g in growth)
-            + (" in turn (n² alone would give 4× each time)" if impl == "explicit" else "")
-            + f"; over the whole range it grew as about $n^{{{slope:.1f}}}$."
+    # the reading: the slope over the whole range for both, and the largest single doubling
+    slopes = {
+        impl: math.log(last[f"{impl}_ms"] / first[f"{impl}_ms"]) / math.log(last["n"] / first["n"])
+        for impl in ATTENTION_IMPLS
+    }
+    text = [
+        (
+            f"Over the whole range, from n = {first['n']} to {last['n']}, the explicit attention's time grew as "
+            f"about $n^{{{slopes['explicit']:.1f}}}$ and the fused kernel's as about "
+            f"$n^{{{slopes['fused']:.1f}}}$ (n² alone would give 4× per doubling of n). These are the medians of "
+            "one run, and a single doubling moves more from run to run than the slope over the whole range does (a "
+            "second timing of the explicit attention, in the next subsection, shows by how "
+            "much), so only the slope and the largest step are read here."
         )
-    lines += [" ".join(text), ""]
+    ]
     growth = [(a["n"], b["n"], b["explicit_ms"] / a["explicit_ms"]) for a, b in zip(rows, rows[1:], strict=False)]
-    lo, hi = min(growth, key=lambda t: t[2]), max(growth, key=lambda t: t[2])
-    text = [(f"So the time does not follow one clean power: the doublings range from {_x(lo[2])} to {_x(hi[2])}.")]
+    hi = max(growth, key=lambda t: t[2])
     if hi[1] == last["n"] and hi[2] > 4.5:
         prev = rows[-2]
         text.append(
-            f"The last doubling cost {_x(hi[2])}; the fused kernel, which holds no n×n matrix, grew "
+            f"The largest was the last doubling, from n = {prev['n']} to {last['n']}: it multiplied the explicit "
+            f"attention's time by {_x(hi[2])}, while the fused kernel, which holds no n×n matrix, grew "
             f"{_x(last['fused_ms'] / prev['fused_ms'])} there."
         )
     speed_last = last["explicit_ms"] / last["fused_ms"]
@@ -2261,7 +2260,7 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
             + (
                 "; at shorter lengths the ratio was larger ("
                 + ", ".join(f"{r['explicit_peak_mib'] / r['score_matrix_mib']:.2f} at n = {r['n']}" for r in larger)
-                + "), where what the allocator and the libraries add weighs more against a small matrix."
+                + "), presumably because what the allocator and the libraries add weighs more against a small matrix."
                 if larger
                 else "."
             )
@@ -2463,9 +2462,9 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict
             "less), about "
             f"{big['blocked_peak_mib'] / (big['n'] * big['block'] * 4 / 2**20):.0f} times one n × block float32 "
             f"matrix ({big['n'] * big['block'] * 4 / 2**20:.0f} MiB at n = {big['n']}). "
-            "The peak grows with n, not n²: "
-            f"{_x(big['n'] / rows[0]['n'])} the length took "
-            f"{_x(big['blocked_peak_mib'] / rows[0]['blocked_peak_mib'])} the memory."
+            f"{_cap(_x(big['n'] / rows[0]['n']))} the length took "
+            f"{_x(big['blocked_peak_mib'] / rows[0]['blocked_peak_mib'])} the memory: from these two lengths, "
+            "consistent with a peak that grows in proportion to n, not n²."
         ),
         "",
     ]
@@ -2781,9 +2780,9 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             diff = (
                 "ref."
                 if r is base
-                else f"{r['val_loss'] - base['val_loss']:+.4f}".replace("-0.0000", "0.0000").replace(
-                    "+0.0000", "0.0000"
-                )
+                else f"{round(r['val_loss'], 4) - round(base['val_loss'], 4):+.4f}".replace(
+                    "-0.0000", "0.0000"
+                ).replace("+0.0000", "0.0000")
             )
             lines.append(
                 f"| {_VARIANT_LABEL[key]} | {_n(r['tokens_per_s'])} ({_x(r['tokens_per_s'] / base['tokens_per_s'])}) "
@@ -2809,7 +2808,8 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             mm = _x(peaks["bf16"] / peaks["fp32"])
             first_dev = dev == next(iter(prec))
             text.append(
-                f"Here bfloat16 autocast ran at {_x(ratio)} the speed of float32, although the fastest bfloat16 "
+                "In the table, with the steps timed in turn, bfloat16 autocast ran at "
+                f"{_x(ratio)} the speed of float32, although the fastest bfloat16 "
                 "matmul measured on this device"
                 + (" (the best of a few shapes)" if first_dev else "")
                 + f" ran {mm} as fast as the fastest float32 one."
@@ -2950,7 +2950,12 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             if text:  # the loss in a paragraph of its own
                 lines += [" ".join(text), ""]
                 text = []
-            diffs = [r["val_loss"] - base["val_loss"] for r in (bf, bfc) if r and "error" not in r and r.get("bf16")]
+            # from the losses as the table prints them (4 decimals), so that a reader's subtraction agrees
+            diffs = [
+                round(r["val_loss"], 4) - round(base["val_loss"], 4)
+                for r in (bf, bfc)
+                if r and "error" not in r and r.get("bf16")
+            ]
             worst = max(abs(d) for d in diffs)
             signs = {d > 0 for d in diffs if d != 0}
             text.append(
@@ -3313,8 +3318,10 @@ def _bf16_gpu_revisited(rec: dict, sweep: dict) -> list[str]:
     return paras
 
 
-def _signed_pct(x: float) -> str:
-    return ("−" if x < 0 else "+") + _pct(abs(x)).replace(" %", "") + " %"
+def _signed_whole_pct(x: float) -> str:
+    """A signed percentage in whole percent, so that the figure a reader computes from a table's rounded entries
+    and the one computed from the unrounded measurements agree."""
+    return ("−" if x < 0 else "+") + f"{abs(x) * 100:.0f} %"
 
 
 def _sweep_table(sweep: dict) -> list[str]:
@@ -3350,13 +3357,16 @@ def _sweep_table(sweep: dict) -> list[str]:
             "the previous step's work. FLOPs "
             "per token by the formula above for each width; the peaks "
             f"measured again for this sweep: float32 {_flops(sweep['peak_flops']['fp32'])}, bfloat16 "
-            f"{_flops(sweep['peak_flops']['bf16'])}. The two timings differed by at most {_pct(gap32)} in float32 and "
-            f"by {_signed_pct(lo16)} to {_signed_pct(hi16)} in bfloat16 (back to back against synchronised). "
+            f"{_flops(sweep['peak_flops']['bf16'])}. The two timings differed by at most {gap32 * 100:.0f} % in "
+            f"float32 and by {_signed_whole_pct(lo16)} to {_signed_whole_pct(hi16)} in bfloat16 (back to back against "
+            "synchronised). "
             + (
-                f"The largest gap has the sign that synchronising less cannot give: at batch {worst['batch']}, "
+                "The largest gap has the sign one would not expect from synchronising less: at batch "
+                f"{worst['batch']}, "
                 f"d_model {worst['d_model']}, the back-to-back bfloat16 loop was the slower "
                 f"({_n(worst['tokens_per_s_loop'] / 1e3)} against {_n(worst['tokens_per_s_synced'] / 1e3)} thousand "
-                "tokens/s). "
+                "tokens/s). The loop's figure is a mean and the synchronised one a median: a single slow step "
+                "raises a mean and leaves a median alone, so this gap may be one such step. "
                 if worst["tokens_per_s_loop"] < worst["tokens_per_s_synced"]
                 else ""
             )
@@ -3387,8 +3397,10 @@ def _roofline(prec: dict, chk: dict | None, extra: dict | None) -> list[str]:
         "### Arithmetic intensity: which limit binds",
         "",
         (
-            "An operation is limited either by arithmetic or by memory. Its arithmetic intensity, the FLOPs it "
-            "does per byte it reads and writes, says which: a device can do (peak FLOP/s ÷ memory bandwidth) FLOPs "
+            "An operation that keeps the device busy is limited either by arithmetic or by memory (a third cost, the "
+            "fixed cost of launching each operation, can dominate when operations are small; see below). Its "
+            "arithmetic intensity, the FLOPs it does per byte it reads and writes, says which: a device can do "
+            "(peak FLOP/s ÷ memory bandwidth) FLOPs "
             "in the time it moves one byte, and an operation below that ratio waits for memory. A product "
             f"(m×k)·(k×p) in float32 does 2mkp FLOPs on at least 4(mk + kp + mp) bytes. The model's largest, "
             f"({m}×{d})·({d}×{4 * d}), does {2 * m * d * 4 * d / 1e6:.0f} MFLOP on "
@@ -3827,8 +3839,8 @@ def _render_side_by_side(results: dict) -> list[str]:
             "validation loss"
             + (" to the last digit" if gm["ours_val_loss"] == gm["minimal_val_loss"] else "")
             + (
-                f". Step for step ours was slower in each of {len(gm['runs'])} fresh processes, by at most "
-                f"{(1 - min(gm['runs'])) * 100:.1f} % (medians {min(gm['runs']):.3f}× to "
+                f". Step for step, ours ran within {(1 - min(gm['runs'])) * 100:.1f} % of it in each of "
+                f"{len(gm['runs'])} fresh processes (medians {min(gm['runs']):.3f}× to "
                 f"{max(gm['runs']):.3f}×); it also runs the token-id check on every call."
                 if gm.get("runs") and max(gm["runs"]) < 1
                 else ". It also runs the token-id check on every call."
@@ -4115,10 +4127,15 @@ def _render_summary(results: dict) -> list[str]:
     sweep = (results.get("batch_sweep") or {}).get("cuda")
     if cpu and "error" not in cpu["variants"].get("ours_bf16_eager", {"error": 1}):
         v = cpu["variants"]
-        text = (
-            "bfloat16 autocast: on the CPU it trains at "
-            f"{_x(v['ours_bf16_eager']['tokens_per_s'] / v['ours_fp32_eager']['tokens_per_s'])} "
-            "the speed of float32"
+        cpu_ratios = [v["ours_bf16_eager"]["tokens_per_s"] / v["ours_fp32_eager"]["tokens_per_s"]]
+        if "run_step_s" in v["ours_bf16_eager"] and "run_step_s" in v["ours_fp32_eager"]:
+            cpu_ratios.append(v["ours_fp32_eager"]["run_step_s"] / v["ours_bf16_eager"]["run_step_s"])
+        prof = (results.get("cpu_checks") or {}).get("profile") or {}
+        if "step_s" in prof.get("fp32", {}) and "step_s" in prof.get("bf16", {}):
+            cpu_ratios.append(prof["fp32"]["step_s"] / prof["bf16"]["step_s"])
+        cpu_said = _span(min(cpu_ratios), max(cpu_ratios), _x)
+        text = f"bfloat16 autocast: on the CPU it trained {cpu_said} as fast as float32" + (
+            ", depending on the run and how it was timed" if " to " in cpu_said else ""
         )
         if gpu and "error" not in gpu["variants"].get("ours_bf16_eager", {"error": 1}):
             g = gpu["variants"]
@@ -4212,7 +4229,7 @@ def _render_summary(results: dict) -> list[str]:
             text += ("; " if mha else "") + (
                 (
                     f"on the {where} its GPT trained step for step within {(1 - min(runs)) * 100:.1f} % of a minimal "
-                    "nanoGPT-style GPT, slower in every run (median "
+                    "nanoGPT-style GPT (median "
                     if max(runs) < 1
                     else f"on the {where} its GPT trained step for step as fast as a minimal nanoGPT-style GPT (median "
                 )
