@@ -1920,7 +1920,24 @@ def _fold(title: str, code: str, lang: str = "python", after: str = "") -> list[
     """A block of code (or, with ``lang="text"``, a paragraph) folded behind its title, with a paragraph after
     it; the reader opens it to see how a number was measured, or an exercise's answer."""
     body = [code.rstrip("\n")] if lang == "text" else [f"```{lang}", code.rstrip("\n"), "```"]
-    return ["````{admonition} " + title, ":class: dropdown", "", *body, *(["", after] if after else []), "````", ""]
+    # the same toggle as the chapters' folded cells: "Show the code ..." or "Show the solution"
+    if title.startswith("The code"):
+        show, hide = "Show " + title[0].lower() + title[1:], "Hide the code"
+    else:
+        show, hide = "Show the solution", "Hide the solution"
+    return [
+        '<details class="admonition hide above-input">',
+        '<summary aria-label="Toggle hidden content">',
+        f'<p class="collapsed admonition-title">{show}</p>',
+        f'<p class="expanded admonition-title">{hide}</p>',
+        "</summary>",
+        "",
+        *body,
+        *(["", after] if after else []),
+        "",
+        "</details>",
+        "",
+    ]
 
 
 def _code(*objects: object) -> str:

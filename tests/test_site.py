@@ -107,7 +107,8 @@ def test_intro_samples_are_printed_by_their_chapters():
 
     intro = (ROOT / "book" / "intro.md").read_text()
     section = intro.split("## Two of the course's models at work", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```text\n(.*?)```", section, flags=re.S)
+    # a plain ```text block, or a {code-block} text with options (the sample that wraps on a phone)
+    blocks = re.findall(r"```(?:text|\{code-block\} text(?:\n:[^\n]*)*\n)\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 2, "expected the chapter 09 and chapter 10 samples"
     for block, stem in zip(blocks, ("09_training", "10_gpt_from_scratch"), strict=True):
         nb = json.loads((ROOT / "book" / f"{stem}.ipynb").read_text())

@@ -392,7 +392,7 @@ for name, wl in wavelength.items():
         f"over {n_pos} positions"
     )
 
-# %% caption="The wavelength of the sine of each pair for d_model = 128, with the correct exponent and with the copied loop's doubled one. Pairs above the dashed line barely move over 512 positions: 4 of 64 with the correct exponent, 34 with the doubled one." alt="Line plot, log-scale y axis, of wavelength against pair index 0 to 63. Both curves start at 6.3; the correct one rises steadily to about 54,000, the doubled one twice as steeply to about 470 million. A dashed horizontal line at about 32,000 is crossed by the doubled curve near pair 30 and by the correct curve near pair 60."
+# %% caption="The wavelength of the sine of each pair for $d_\\text{model} = 128$, with the correct exponent and with the copied loop's doubled one. Pairs above the dashed line barely move over 512 positions: 4 of 64 with the correct exponent, 34 with the doubled one." alt="Line plot, log-scale y axis, of wavelength against pair index 0 to 63. Both curves start at 6.3; the correct one rises steadily to about 54,000, the doubled one twice as steeply to about 470 million. A dashed horizontal line at about 32,000 is crossed by the doubled curve near pair 30 and by the correct curve near pair 60."
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 for name, wl in wavelength.items():
     ax.semilogy(pair_index, wl, label=name)
@@ -405,7 +405,9 @@ ax.axhline(
 )
 ax.set_xlabel("pair index j (dimensions 2j, 2j+1)")
 ax.set_ylabel("wavelength (positions)")
-ax.set_title(f"Wavelength of the sine of each pair, d_model = {d_model}")
+ax.set_title(
+    f"Wavelength of the sine of each pair, $d_\\mathrm{{model}} = {d_model}$"
+)
 ax.legend(fontsize=11, loc="upper left")
 fig.tight_layout()
 plt.show()
@@ -498,7 +500,7 @@ for words, w in [(s1, w1), (s2, w2)]:
 # only at whole positions, hence the zig-zag) to tens of thousands of positions for the last
 # pair.
 
-# %% caption="The sinusoidal encoding for d_model = 128 and positions 0 to 99. Top: the table as a heatmap, fast pairs on the left, slow ones on the right. Bottom: four sine dimensions as curves; each wavelength is a fixed multiple of the previous one." alt="Top: a heatmap, 100 positions by 128 dimensions, red-blue stripes that are narrow in the left columns and widen to the right until the columns are uniformly white (sines near 0) and blue (cosines near 1). Bottom: four curves over positions 0 to 99: dimension 0 zig-zags with period 6.3, dimension 20 oscillates with period about 27, dimension 40 with period about 112, and dimension 60 rises slowly from 0."
+# %% caption="The sinusoidal encoding for $d_\\text{model} = 128$ and positions 0 to 99. Top: the table as a heatmap, fast pairs on the left, slow ones on the right. Bottom: four sine dimensions as curves; each wavelength is a fixed multiple of the previous one." alt="Top: a heatmap, 100 positions by 128 dimensions, red-blue stripes that are narrow in the left columns and widen to the right until the columns are uniformly white (sines near 0) and blue (cosines near 1). Bottom: four curves over positions 0 to 99: dimension 0 zig-zags with period 6.3, dimension 20 oscillates with period about 27, dimension 40 with period about 112, and dimension 60 rises slowly from 0."
 table = pe.pe[:100]  # positions 0..99
 fig, (ax1, ax2) = plt.subplots(
     2, 1, figsize=(6.4, 7.8), gridspec_kw={"height_ratios": [1.2, 1]}
@@ -506,7 +508,9 @@ fig, (ax1, ax2) = plt.subplots(
 im = ax1.imshow(table, cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
 ax1.set_xlabel("dimension")
 ax1.set_ylabel("position")
-ax1.set_title(f"Sinusoidal encoding, d_model = {d_model}, positions 0-99")
+ax1.set_title(
+    f"Sinusoidal encoding, $d_\\mathrm{{model}} = {d_model}$, positions 0-99"
+)
 fig.colorbar(im, ax=ax1, fraction=0.046, pad=0.04)
 for dim in [0, 20, 40, 60]:
     wl = 2 * math.pi * 10000 ** (dim / d_model)
@@ -574,14 +578,16 @@ for delta in [0, 1, 10, 50]:
 # As a function of the distance, the dot product falls steeply over the first few
 # positions, then slowly and with ripples:
 
-# %% caption="The dot product of position 100's encoding with every position from 0 to 200 (d_model = 128). It is 64 at distance 0, falls steeply over the first five positions, then slowly and with ripples; the curve is symmetric." alt="A line plot of the dot product against distance from -100 to 100, mirror-symmetric around 0. A sharp peak of 64 at 0 drops to about 47 at distance 5 and about 43 at distance 10, declines to about 35 by distance 40, and beyond that oscillates between about 24 and 35."
+# %% caption="The dot product of position 100's encoding with every position from 0 to 200 ($d_\\text{model} = 128$). It is 64 at distance 0, falls steeply over the first five positions, then slowly and with ripples; the curve is symmetric." alt="A line plot of the dot product against distance from -100 to 100, mirror-symmetric around 0. A sharp peak of 64 at 0 drops to about 47 at distance 5 and about 43 at distance 10, declines to about 35 by distance 40, and beyond that oscillates between about 24 and 35."
 centre = 100
 others = torch.arange(0, 201)
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 ax.plot(others - centre, gram[centre, others], marker=".", ms=3)
 ax.set_xlabel(f"distance from position {centre} (r - {centre})")
-ax.set_ylabel(f"PE_{centre} · PE_r")
-ax.set_title(f"Dot product with position {centre}, d_model = {d_model}")
+ax.set_ylabel(f"$PE_{{{centre}}} \\cdot PE_r$")
+ax.set_title(
+    f"Dot product with position {centre}, $d_\\mathrm{{model}} = {d_model}$"
+)
 fig.tight_layout()
 plt.show()
 
@@ -632,7 +638,7 @@ print(f"check, closest of all pairs of 512 rows: {all_pairs.min():.3f}")
 # cosine on the vertical one, so that position 0 points up, like twelve o'clock.
 
 
-# %% tags=["hide-input"] caption="Three sine/cosine pairs of the encoding (d_model = 128) as clock hands, for positions 0 to 12. Top left: pair 0 turns 1 radian per position; top right: pair 8 turns 0.32; bottom left: pair 16 turns 0.1. The thin lines are the hand at positions 2 and 5 (orange) and at 7 and 10 (green); the arcs mark these shifts by 3 positions, and on each circle both arcs span the same angle." alt="Three unit circles in a two-by-two grid, the fourth cell holding a key. On each circle, blue dots mark the tip of the hand at positions 0 to 12, starting at the top and moving clockwise; 0 and 12 are labelled. On the top left circle the dots go almost twice around; on the top right they cover a little over half of it; on the bottom left they stay within a fifth of it, near the top. Thin orange lines from the centre to the dots of positions 2 and 5, and green ones to 7 and 10, with an orange and a green arc between them at two different radii, have the same angular length on each circle: three radians on the top left, about one on the top right, 0.3 on the bottom left."
+# %% tags=["hide-input"] caption="Three sine/cosine pairs of the encoding ($d_\\text{model} = 128$) as clock hands, for positions 0 to 12. Top left: pair 0 turns 1 radian per position; top right: pair 8 turns 0.32; bottom left: pair 16 turns 0.1. The thin lines are the hand at positions 2 and 5 (orange) and at 7 and 10 (green); the arcs mark these shifts by 3 positions, and on each circle both arcs span the same angle." alt="Three unit circles in a two-by-two grid, the fourth cell holding a key. On each circle, blue dots mark the tip of the hand at positions 0 to 12, starting at the top and moving clockwise; 0 and 12 are labelled. On the top left circle the dots go almost twice around; on the top right they cover a little over half of it; on the bottom left they stay within a fifth of it, near the top. Thin orange lines from the centre to the dots of positions 2 and 5, and green ones to 7 and 10, with an orange and a green arc between them at two different radii, have the same angular length on each circle: three radians on the top left, about one on the top right, 0.3 on the bottom left."
 def arc(ax, start, end, radius, color):
     """Hands at angles start and end (clockwise from the top, as the hands
     turn), and an arrow between them along the circle of `radius`."""
@@ -958,7 +964,7 @@ n = 128
 sin_cos = cosine_matrix(sinusoidal_table(n, 384))
 learned_cos = cosine_matrix(learned[:n])
 
-# %% caption="Cosine similarity between the encodings of positions 0 to 127. Left: the sinusoidal table (d_model = 384). Right: MiniLM's learned table. Both are largest along the diagonal (neighbouring positions); the learned one also has periodic diagonal stripes." alt="Two square heatmaps, 128 by 128 positions, sharing a colour scale from -0.4 to 1. The left one is bright on the diagonal and fades smoothly to a uniform medium shade away from it. The right one is bright on the diagonal, darker away from it, with faint stripes parallel to the diagonal repeating every five or six positions."
+# %% caption="Cosine similarity between the encodings of positions 0 to 127. Left: the sinusoidal table ($d_\\text{model} = 384$). Right: MiniLM's learned table. Both are largest along the diagonal (neighbouring positions); the learned one also has periodic diagonal stripes." alt="Two square heatmaps, 128 by 128 positions, sharing a colour scale from -0.4 to 1. The left one is bright on the diagonal and fades smoothly to a uniform medium shade away from it. The right one is bright on the diagonal, darker away from it, with faint stripes parallel to the diagonal repeating every five or six positions."
 big = 14  # font size
 fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.8), sharey=True)
 titles = ["sinusoidal (fixed)", "MiniLM (learned)"]
@@ -1431,7 +1437,7 @@ except ValueError as err:
 # with base 10000? Then plot the dot product of position 100 with positions 0–200 for both
 # bases, and compare the mean dot product at distances 50–100.
 
-# %% tags=["solution"] caption="Exercise 2: the dot product of position 100's encoding with positions 0 to 200, for base 10000 and base 100 (d_model = 128). With base 100 it falls much faster and stays near zero beyond distance 50." alt="Two curves of dot product against distance from -100 to 100, both peaking at 64 at distance 0. The base-10000 curve falls to about 35 by distance 40 and then oscillates between about 24 and 35; the base-100 curve drops to about 30 within 5 positions, reaches about zero near distance 50 and then oscillates between about -8 and 2."
+# %% tags=["solution"] caption="Exercise 2: the dot product of position 100's encoding with positions 0 to 200, for base 10000 and base 100 ($d_\\text{model} = 128$). With base 100 it falls much faster and stays near zero beyond distance 50." alt="Two curves of dot product against distance from -100 to 100, both peaking at 64 at distance 0. The base-10000 curve falls to about 35 by distance 40 and then oscillates between about 24 and 35; the base-100 curve drops to about 30 within 5 positions, reaches about zero near distance 50 and then oscillates between about -8 and 2."
 far_mean = {}
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 for base in [10000, 100]:
@@ -1448,7 +1454,7 @@ slowest = {
 }
 print("slowest wavelength:", {b: round(w) for b, w in slowest.items()})
 ax.set_xlabel(f"distance from position {centre}")
-ax.set_ylabel(f"PE_{centre} · PE_r")
+ax.set_ylabel(f"$PE_{{{centre}}} \\cdot PE_r$")
 ax.set_title(f"Dot product with position {centre}, two bases")
 ax.legend()
 fig.tight_layout()

@@ -57,7 +57,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # negative ones to zero, and $W_2$ brings the result back to $d_\text{model}$ numbers. The same
 # network, with the same weights, is applied to every position:
 
-# %% caption="The feed-forward network at one position, with d_model = 4 and d_ff = 16: W1 widens the 4 numbers to 16 hidden units, the ReLU sets some of them to zero (white), and W2 narrows the rest back to 4. Units at zero write nothing to the output." alt="Three rows of circles. Bottom: 4 input circles, each connected by thin grey lines to all 16 circles of the middle row. Middle: 16 hidden units, 7 of them filled in teal and 9 white. Top: 4 output circles, connected only to the 7 filled hidden units. Labels: 'W1 widens' between bottom and middle, 'W2 narrows' between middle and top, and right of the middle row: 16 hidden units, ReLU(xW1 + b1), white = 0."
+# %% caption="The feed-forward network at one position, with $d_\\text{model} = 4$ and $d_\\text{ff} = 16$: W1 widens the 4 numbers to 16 hidden units, the ReLU sets some of them to zero (white), and W2 narrows the rest back to 4. Units at zero write nothing to the output." alt="Three rows of circles. Bottom: 4 input circles, each connected by thin grey lines to all 16 circles of the middle row. Middle: 16 hidden units, 7 of them filled in teal and 9 white. Top: 4 output circles, connected only to the 7 filled hidden units. Labels: 'W1 widens' between bottom and middle, 'W2 narrows' between middle and top, and right of the middle row: 16 hidden units, ReLU(xW1 + b1), white = 0."
 feed_forward(d_model=4, d_ff=16)
 plt.show()
 

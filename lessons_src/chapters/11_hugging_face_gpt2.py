@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 11 — Our GPT as a Hugging Face GPT-2, and a pretrained model
+# # 11 — Hugging Face, and a pretrained LLM
 #
 # Chapter 10 built and trained a GPT with our own code. GPT-2, the model that made the design
 # famous, is the same architecture at a larger size, and Hugging Face Transformers ships it as
@@ -1032,7 +1032,7 @@ for i, text in enumerate(texts):
 # transformers prints its warnings again (the set-up cells turned them off)
 transformers.logging.set_verbosity_warning()
 
-# %%
+# %% tags=["wrap-output"]
 smol_tok.padding_side = "right"
 right = smol_tok(texts, return_tensors="pt", padding=True)
 smol_tok.padding_side = "left"

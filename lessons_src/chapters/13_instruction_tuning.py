@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 13 — Teaching a pretrained LLM a new task: instruction tuning with LoRA
+# # 13 — Instruction tuning with LoRA
 #
 # Chapter 11 loaded SmolLM2-135M-Instruct, a model that already follows instructions in a chat
 # format. Chapter 09 trained a small Transformer from scratch to rewrite dates such as
@@ -465,7 +465,7 @@ plt.show()
 # The input goes two ways: through the frozen $W$, and through the narrow path $A$ then $B$,
 # whose output is scaled by $\alpha / r$ and added to $W x$:
 
-# %% tags=["hide-input"] caption="A LoRA layer. The input x goes through the frozen pretrained matrix W (grey) and, in parallel, through A, which maps it down to r numbers, and B, which maps those back up to d_out; the update is scaled by alpha/r and added to Wx. Only A and B (orange) are trained; B starts at zero, so the layer starts as W alone." alt="A diagram read from left to right. A vector x on the left splits into two paths. The upper path is a large grey square labelled W, d_out by d_in, frozen. The lower path is a wide, flat orange box A, r by d_in, followed by a tall, thin orange box B, d_out by r, then a multiplication by alpha over r. The two paths meet at a plus sign, whose output is h; below the diagram, the formula h = Wx + (alpha/r) BAx."
+# %% tags=["hide-input"] caption="A LoRA layer. The input x goes through the frozen pretrained matrix W (grey) and, in parallel, through A, which maps it down to r numbers, and B, which maps those back up to $d_\\text{out}$; the update is scaled by $\\alpha/r$ and added to Wx. Only A and B (orange) are trained; B starts at zero, so the layer starts as W alone." alt="A diagram read from left to right. A vector x on the left splits into two paths. The upper path is a large grey square labelled W, d_out by d_in, frozen. The lower path is a wide, flat orange box A, r by d_in, followed by a tall, thin orange box B, d_out by r, then a multiplication by alpha over r. The two paths meet at a plus sign, whose output is h; below the diagram, the formula h = Wx + (alpha/r) BAx."
 fig, ax = plt.subplots(figsize=(5.2, 3.6))
 boxes = [  # x, y, width, height, colour, label
     (1.6, 2.2, 2.2, 1.9, "0.8", "$W$\n$d_{out} \\times d_{in}$\nfrozen"),
