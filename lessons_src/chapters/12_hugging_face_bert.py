@@ -69,6 +69,7 @@ from IPython.display import display
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
+    PrinterCallback,
     Trainer,
     TrainingArguments,
     pipeline,
@@ -145,6 +146,8 @@ print(
     f"d_ff {cfg.intermediate_size}, vocabulary {cfg.vocab_size}"
 )
 print(f"{count_parameters(bert):,} parameters")
+
+# %% tags=["remove-cell"]
 assert cfg.model_type == "bert" and cfg.vocab_size == 30522
 assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 
@@ -322,13 +325,13 @@ assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 # The same picture as a static figure comes from `plot_attention_flow` (in the course's `interpret` module): every token is written twice, as a
 # query on the left and as a key on the right, and a line joins a query to a key with a width
 # and darkness proportional to the attention weight; `top_k=2` keeps each query's two strongest
-# links. At the top, layer 3, head 1; at the bottom, the mean of all 12 heads of layer 3. The
+# links, of those above 0.05 (`min_weight=0.05`). At the top, layer 3, head 1; at the bottom, the mean of all 12 heads of layer 3. The
 # head view with every head switched on overlays one line per head, each drawn with an opacity
 # of a twelfth of its weight, so where many heads agree the bundle looks dark, roughly like
 # this mean. The link from "it" to "umbrella" is drawn in red in both, whether or not it is
 # among the two strongest.
 
-# %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links. Top: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Bottom: the mean of the layer's 12 heads, where the same red link is thin and drawn only because it is marked: in the mean it is the third strongest link of 'it', after [CLS] and 'collect'. Averaging blurs the one head that makes it." alt="Two flow diagrams stacked, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the top diagram, thin in the bottom one."
+# %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links above 0.05. Top: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Bottom: the mean of the layer's 12 heads, where the same red link is thin and drawn only because it is marked: in the mean it is the third strongest link of 'it', after [CLS] and 'collect'. Averaging blurs the one head that makes it." alt="Two flow diagrams stacked, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the top diagram, thin in the bottom one."
 from transformer_course.interpret import plot_attention_flow
 
 it_pos, umbrella_pos = pair_tokens.index("it"), pair_tokens.index("umbrella")
@@ -623,7 +626,7 @@ assert weight_on_pad == 0.0
 # text with two objectives. The second, **next-sentence prediction** (NSP), is the sentence-pair
 # question of *WordPiece tokenisation*: given A and B, is B the sentence that followed A in the text, or a
 # random one? It is a yes/no classifier on the final `[CLS]` vector, read through the pooler
-# (*Classification, honestly* meets it again). The main objective is **masked language
+# (*Classification, honestly* meets this pooler again). The main objective is **masked language
 # modelling** (MLM): hide some of the tokens and train the model to recover them from the
 # context on *both* sides (this is what makes BERT bidirectional; a GPT only sees the left). The
 # recipe of the BERT paper:
@@ -678,7 +681,7 @@ show_source(mask_tokens)
 show_source(mlm_windows)
 
 # %% [markdown]
-# A window of 24 held-out tokens, masked once; `^` marks the positions that are scored. Below
+# A window of 24 positions (`[CLS]` and 23 held-out tokens), masked once; `^` marks the positions that are scored. Below
 # it, the same rule counted over 32,000 positions of the training text. `[CLS]` and `[SEP]` are
 # never chosen, so the share of 15 % holds for the other positions, not for all of them:
 
@@ -921,8 +924,9 @@ for sentence, answer in fill_examples:
 # What does a longer run reach? `python -m transformer_course.train_mlm` trains the same model,
 # on the same text with the same tokenizer and the same `pretrain_mlm`, for 12,000 steps instead
 # of 500. Its other settings differ too: 40 % of the positions chosen instead of 15 % (each step
-# then scores more positions; Wettig et al., 2023, found that masking 40 % pre-trains
-# BERT-large-sized models better than 15 %, and that larger models gain most from it), no
+# then scores more positions, the reason for the choice here; Wettig et al., 2023, found that
+# masking 40 % pre-trains BERT-large-sized models better than 15 %, with larger models gaining
+# most, so their result predicts little for a model this small), no
 # dropout, a peak learning rate of $3 \cdot 10^{-3}$ reached after 200 steps instead of
 # $10^{-3}$ after 50, and AdamW's $\beta_2 = 0.98$ instead of 0.999 (a shorter memory of the
 # squared gradients, as with chapter 10's 0.99). So the comparison with the 500-step run is not
@@ -949,7 +953,8 @@ for s, loss, a1, a5 in zip(
 # %% [markdown]
 # The loss is the mean of the last 20 steps' losses; top 1 and top 5 are measured as in the
 # table above, at the same 651 held-out `[MASK]` positions. (The loss of this run is not
-# comparable with the 500-step run's, since 40 % of the positions are scored, not 15 %.)
+# comparable with the 500-step run's: with 40 % of the tokens masked, each guess has less
+# context to go on, and the other settings differ too.)
 
 # %% tags=["hide-input"] caption="The longer pre-training of the same small BERT, every 1,000 steps. Top: the training loss (mean of the last 20 steps). Bottom: how often the top guess (circles) and the top five guesses (squares) at the 651 held-out [MASK] positions hold the original token, against always guessing the most frequent token, the quote mark (dashed, 7.5 %). Top-1 accuracy stays within about 3 points of that line for the first 2,000 steps, then climbs to about 35 %." alt="Two stacked line charts against training step, 1,000 to 12,000. Top: the loss falls steeply from about 4.5 to 2.3 by step 5,000, then slowly to about 1.3. Bottom, on a scale from 0 to 60 %: held-out top-1 accuracy at masked positions starts at about 8 %, just above a dashed horizontal line at 7.5 %, rises from step 3,000 to about 25 % at step 4,000 and then slowly to about 35 % at step 12,000; top-5 accuracy runs above it, from about 25 % to about 53 %."
 fig, (ax_loss, ax_acc) = plt.subplots(2, 1, figsize=(6.9, 5.2), sharex=True)
@@ -1147,7 +1152,7 @@ assert torch.allclose(emb.norm(dim=1), torch.ones(6), atol=1e-5)
 for i in (0, 2, 4):
     assert sim[i].topk(2).indices[1] == i + 1
 
-# %% caption="Cosine similarity between the MiniLM embeddings of the six sentences printed above, three pairs of paraphrases (guitar, stocks, cat and kitten). The three bright 2 by 2 blocks on the diagonal are the pairs (0.58, 0.53 and 0.62); sentences on different topics score between -0.07 and 0.10 (the colours are clipped at 0, so negative cosines look like 0)." alt="A 6 by 6 heatmap, rows and columns labelled guitar 1, guitar 2, stocks 1, stocks 2, cat and kitten, with the value written in each cell. The diagonal is 1.00. The paraphrase pairs (guitar, stock market, cat) form three bright 2 by 2 blocks along the diagonal with 0.58, 0.53 and 0.62 off the diagonal; every other cell is dark, between -0.07 and 0.10."
+# %% tags=["hide-input"] caption="Cosine similarity between the MiniLM embeddings of the six sentences printed above, three pairs of paraphrases (guitar, stocks, cat and kitten). The three bright 2 by 2 blocks on the diagonal are the pairs (0.58, 0.53 and 0.62); sentences on different topics score between -0.07 and 0.10 (the colours are clipped at 0, so negative cosines look like 0)." alt="A 6 by 6 heatmap, rows and columns labelled guitar 1, guitar 2, stocks 1, stocks 2, cat and kitten, with the value written in each cell. The diagonal is 1.00. The paraphrase pairs (guitar, stock market, cat) form three bright 2 by 2 blocks along the diagonal with 0.58, 0.53 and 0.62 off the diagonal; every other cell is dark, between -0.07 and 0.10."
 fig, ax = plt.subplots(figsize=(6.5, 5))
 im = ax.imshow(sim, cmap="viridis", vmin=0, vmax=1)
 ax.set_xticks(range(6), short_names, rotation=45, ha="right")
@@ -1237,10 +1242,12 @@ for q, row in zip(queries, hits):
 #
 # A common pitfall: classify sentiment with
 # `BertForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)` straight
-# away and report *"Sentiment: Positive, Confidence: 0.55"*. Such a model has never seen a
+# away and report the probability it gives the predicted class as its confidence. Such a
+# model has never seen a
 # labelled review: `from_pretrained` adds a classification layer that the checkpoint does not
 # contain and fills it with **random numbers**. transformers says so when it loads the model, in
-# a warning that is easy to scroll past. So 0.55 is not a confidence; it is noise. Let us measure
+# a warning that is easy to scroll past. So that probability is not a confidence; it is noise.
+# Let us measure
 # that, with the same kind of model built on MiniLM.
 #
 # `MODEL` below names the MiniLM checkpoint; every classifier in this section loads from it
@@ -1279,12 +1286,6 @@ for kind in ("missing_keys", "unexpected_keys"):
 print(untrained.classifier)
 pooler_bias = untrained.bert.pooler.dense.bias
 print(f"pooler bias: largest |value| {pooler_bias.abs().max().item():g}")
-pooler_w = untrained.bert.pooler.dense.weight.detach().flatten()
-z = (pooler_w - pooler_w.mean()) / pooler_w.std()
-print(
-    f"pooler weights: standard deviation {pooler_w.std().item():.4f}, "
-    f"kurtosis {(z**4).mean().item():.2f} (a Gaussian's: 3)"
-)
 
 # %% [markdown]
 # `classifier.weight` and `classifier.bias` are missing from the checkpoint, so
@@ -1292,9 +1293,9 @@ print(
 # left over. The head
 # reads `[CLS]`
 # through the pooler and then this new linear layer. In this checkpoint even the pooler was
-# never trained (sentence-transformers used mean pooling): its bias is still exactly zero, and
-# its weights have the kurtosis of Gaussian noise. Two untrained layers stand between BERT and
-# the answer.
+# never trained (sentence-transformers used mean pooling): its bias is still exactly zero, as it
+# was initialised, where training through the pooler would have moved it. Two untrained layers
+# stand between BERT and the answer.
 #
 # That head is a dozen lines on top of the course's own encoder: read the final vector of
 # `[CLS]`, pass it through the pooler, dropout, and a linear layer to
@@ -1359,9 +1360,9 @@ for seed in range(5):
 # praise first and complain last or the other way round, and verdicts with no opinion word at all
 # ("The box is already back in the post"). Words that *usually* signal one side appear on both
 # ("Great location, terrible room"; "The hours flew by"), so that counting them is not enough.
-# In the file's split many subjects fall on one side only (the three kettle reviews, say, are
+# In the file's split many subjects fall on one side of it only (the three kettle reviews, say, are
 # all training reviews), but not all: movers, museums and coats of paint have reviews on both
-# sides.
+# sides of the split.
 #
 # ### The protocol: a dev split, several seeds, the test set once
 #
@@ -1399,10 +1400,15 @@ print(f"test file: {len(test)} reviews ({sum(test.labels)} positive)")
 for text, y in list(zip(dev.texts, dev.labels))[:6]:
     line = f"  {LABELS[y]:8s} {text}"
     print(textwrap.fill(line, 78, subsequent_indent=" " * 11))
-assert not set(train_full.texts) & set(test.texts)
-assert not set(train.texts) & set(dev.texts)
+print(
+    "reviews in both training and test: "
+    f"{len(set(train_full.texts) & set(test.texts))}; "
+    f"in both train and dev: {len(set(train.texts) & set(dev.texts))}"
+)
 
 # %% tags=["remove-cell"]
+assert not set(train_full.texts) & set(test.texts)
+assert not set(train.texts) & set(dev.texts)
 assert sum(train_full.labels) * 2 == len(train_full)
 assert sum(test.labels) * 2 == len(test)
 assert len({tuple(splits[s][1].texts) for s in SEEDS}) == 3
@@ -1632,7 +1638,6 @@ print(
     f"of which the word table "
     f"{emb_module.word_embeddings.weight.numel() / 1e6:.1f} M"
 )
-assert len(used) < 0.1 * tokenizer.vocab_size
 
 
 def fine_tuned(
@@ -1700,7 +1705,10 @@ for name in CANDIDATES:
 
 # frozen means untouched: is each layer of a frozen candidate still exactly
 # the checkpoint's (as in `untrained`) after training?
-frozen_run = selection["embeddings + layers 0-2 frozen, lr 1e-4"][0].bert
+frozen_name, (n_frozen, _) = next(
+    (name, c) for name, c in CANDIDATES.items() if c[0] > 0
+)
+frozen_run = selection[frozen_name][0].bert
 unchanged = [
     all(
         torch.equal(p.cpu(), q)
@@ -1709,13 +1717,14 @@ unchanged = [
             untrained.bert.encoder.layer[k].parameters(),
         )
     )
-    for k in range(4)
+    for k in range(n_frozen + 1)
 ]
 print(
-    "unchanged by training: layer "
+    f"{frozen_name}\n  unchanged by training: layer "
     + ", ".join(f"{k} {u}" for k, u in enumerate(unchanged))
 )
-assert unchanged == [True, True, True, False]
+# the frozen layers are exactly the checkpoint's; the first trained one moved
+assert unchanged == [True] * n_frozen + [False]
 
 # %% [markdown]
 # Freezing does what it says: layers 0-2 of that candidate are exactly the checkpoint's after
@@ -1900,16 +1909,6 @@ print(hf_train)
 # %% [markdown]
 # The `Trainer` logs, after each epoch, the training loss, the dev loss and the metric:
 
-# %% tags=["remove-cell"]
-# the Trainer's progress display and its printed logs (with timings) stay
-# off the page: a callback that does nothing takes their place, and the cell
-# below prints the logs from trainer.state.log_history
-import transformers.trainer
-from transformers import TrainerCallback
-
-transformers.trainer.DEFAULT_PROGRESS_CALLBACK = TrainerCallback
-transformers.trainer.PrinterCallback = TrainerCallback
-
 # %%
 steps_total = EPOCHS * math.ceil(len(hf_train) / BATCH_SIZE)
 with tempfile.TemporaryDirectory() as out_dir:
@@ -1928,6 +1927,7 @@ with tempfile.TemporaryDirectory() as out_dir:
         save_strategy="no",
         logging_strategy="epoch",  # the mean training loss of each epoch
         report_to="none",
+        disable_tqdm=True,  # no progress bar
         # pinned memory speeds up copies to a GPU; there is none on a CPU
         dataloader_pin_memory=torch.cuda.is_available(),
     )
@@ -1941,6 +1941,8 @@ with tempfile.TemporaryDirectory() as out_dir:
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=compute_metrics,
     )
+    # keep the logs in trainer.state.log_history instead of printing them
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
 hf_clf.eval()
 # everything it logged stays in trainer.state.log_history, a list of dicts
@@ -1974,8 +1976,9 @@ for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
 # They are not the same run: the `Trainer` draws its own batch order and dropout from the seed.
 # The test set below puts its model next to our loop's three seeds.
 #
-# As in chapter 11, `save_pretrained` writes the model and its tokenizer into one folder, and
-# a `pipeline` loads it back. What is new is the task, `text-classification`, and that the
+# As in chapter 11, `save_pretrained` writes the model and its tokenizer into one folder. New
+# here: a `pipeline` loads the model straight from that folder, for the task
+# `text-classification`, and the
 # configuration now holds the label names we gave `from_pretrained` (`id2label`), so the
 # pipeline answers with `negative` or `positive` rather than a label id:
 
@@ -2013,7 +2016,6 @@ methods = [
 test_acc = {name: [] for name in methods}
 ft_models = {}
 probe_only = knn_only = 0  # reviews one of the two gets right, not the other
-knn1_test = []  # k = 1, not chosen: only to compare with its dev score
 for s in SEEDS:
     tr, _ = splits[s]
     x_tr, x_test = embeddings(tr), embeddings(test)
@@ -2023,8 +2025,6 @@ for s in SEEDS:
     bow_s = reviews.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD)
     pred_bow = bow_s.predict(test.texts)
     pred_knn = reviews.knn_predict(x_test, x_tr, tr.labels, KNN_K)
-    pred_knn1 = reviews.knn_predict(x_test, x_tr, tr.labels, 1)
-    knn1_test.append(accuracy(pred_knn1, test.labels))
     probe_s = reviews.fit_logistic_regression(x_tr, tr.labels, PROBE_WD)
     pred_probe = probe_s.predict(x_test)
     probe_right = pred_probe == torch.tensor(test.labels)
@@ -2089,10 +2089,6 @@ print(
     f"{probe_only + knn_only}"
 )
 print(f"    the probe right in {probe_only}, k-NN right in {knn_only}")
-print(
-    "k-NN with k = 1 (not chosen), seed by seed: "
-    + ", ".join(f"{a:.1%}" for a in knn1_test)
-)
 
 # %% tags=["remove-cell"]
 # the claims of the list below the figure
@@ -2103,7 +2099,7 @@ ft_mean, ft_sd = summary["fine-tuned MiniLM (our loop)"]
 probe_mean, probe_sd = summary["linear probe on embeddings"]
 assert ft_mean - ft_sd > probe_mean + probe_sd  # the spreads do not overlap
 
-# %% caption="Test accuracy of every method on the 200 test reviews: one dot per seed (the seeds drawn one above another, so that equal scores stay visible), the mean and standard deviation in red, chance (0.5) dashed, and the `Trainer`'s seed-0 model as an orange cross on the fine-tuning row. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.88; the spreads of the probe and of fine-tuning do not overlap." alt="A dot plot with five rows, from bottom to top: untrained head, bag of words, k-NN on embeddings (k = 45), linear probe on embeddings, fine-tuned MiniLM (our loop); test accuracy from 0.5 to 0.89 on the horizontal axis. Each row has three blue dots at slightly different heights and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.88. An orange cross above the top row marks the Trainer's model at 0.875."
+# %% tags=["hide-input"] caption="Test accuracy of every method on the 200 test reviews: one dot per seed (the seeds drawn one above another, so that equal scores stay visible), the mean and standard deviation in red, chance (0.5) dashed, and the `Trainer`'s seed-0 model as an orange cross on the fine-tuning row. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.88; the spreads of the probe and of fine-tuning do not overlap." alt="A dot plot with five rows, from bottom to top: untrained head, bag of words, k-NN on embeddings (k = 45), linear probe on embeddings, fine-tuned MiniLM (our loop); test accuracy from 0.5 to 0.89 on the horizontal axis. Each row has three blue dots at slightly different heights and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.88. An orange cross above the top row marks the Trainer's model at 0.875."
 fig, ax = plt.subplots(figsize=(6.9, 3.2))
 names = list(test_acc)
 for i, name in enumerate(names):
@@ -2140,7 +2136,7 @@ ax.axvline(0.5, color="grey", lw=0.8, ls="--")
 ax.set_yticks(range(len(names)), names)
 ax.set_xlabel(f"test accuracy ({len(test)} reviews)")
 ax.set_title("every method, 3 seeds each (the Trainer: seed 0 only)")
-ax.legend(loc="lower right")
+ax.legend(loc="upper left")
 fig.tight_layout()
 plt.show()
 
@@ -2149,14 +2145,15 @@ plt.show()
 #
 # * The **untrained head** is at chance, on every seed.
 # * The **bag of words** is 8 to 16 points behind every method that learns from the encoder's
-#   output, k-NN, the probe and fine-tuning (71.8 % against 80.0 % to 87.8 %).
+#   output, k-NN, the probe and fine-tuning (71.8 % against 80.0 % to 87.8 %). The reviews
+#   were written so that counting words is not enough, so the size of this gap belongs to
+#   this data set.
 # * **k-NN on the embeddings** needs many neighbours to work: on the dev split, the single nearest
 #   training review gave 54.7 %, barely above chance; a vote of 45 reached 73.3 %, 135 did no
 #   better and 405 did worse (68.7 %), so the grid brackets its best value. In the five dev
 #   examples shown with their neighbours, both mistakes came from a review of the same thing
-#   with the opposite opinion. On the test set the single nearest review scores 60.0 %,
-#   57.5 % and 57.5 % on the three seeds (54.7 % on seed 0's dev split), still far behind
-#   k = 45. A weak 1-NN score does not mean that sentiment is missing from the embeddings.
+#   with the opposite opinion. A weak 1-NN score does not mean that sentiment is missing from
+#   the embeddings.
 # * The **linear probe** asks that directly, on the same frozen embeddings, and finds sentiment
 #   linearly decodable (81.7 %). It beats k-NN on every seed, by 1.0 to 2.5 points: each seed
 #   trains both on the same reviews, so these paired differences are the fair comparison. But
@@ -2361,6 +2358,8 @@ for r in range(3):
         f"  {r + 1}: {values.min():.2f} to {values.max():.2f}, from "
         + ", ".join(f"{t} ({c} rows)" for t, c in source.most_common())
     )
+
+# %% tags=["remove-cell"]
 assert torch.allclose(
     rollout.sum(-1), torch.ones(len(coref_tokens)), atol=1e-5
 )
@@ -2393,9 +2392,9 @@ plt.show()
 #
 # A tempting reading of these pictures: the tokens the classifier's `[CLS]` attends to are the
 # tokens its decision rests on. Jain & Wallace (2019, *Attention is not Explanation*) compared
-# attention weights with other measures of importance, gradients and leaving words out, and
-# found them often weakly related; they also found very different attention weights that
-# give the same predictions. Wiegreffe & Pinter (2019, *Attention is not not Explanation*)
+# the attention weights of recurrent and convolutional encoders with other measures of
+# importance, gradients and leaving words out, and found them often weakly related; they also
+# found very different attention weights that give the same predictions. Wiegreffe & Pinter (2019, *Attention is not not Explanation*)
 # answered that whether attention explains a prediction depends on what one means by
 # "explanation", and that those alternative weights, searched for one example at a time, were
 # given too much freedom. We run a test of our own on the classifier fine-tuned above, on the
@@ -2767,8 +2766,8 @@ assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 # %% [markdown] tags=["solution"]
 # The mean of the token vectors wins clearly (78.0 %): it is what all-MiniLM-L6-v2 was trained to
 # make meaningful. The `[CLS]` vector (70.7 %) and the pooler's output (69.3 %) are within two dev
-# reviews of each other: the pooler was never trained (its bias is still zero and its weights
-# look like Gaussian noise, as *Classification, honestly* showed), so it is a random projection
+# reviews of each other: the pooler was never trained (its bias is still zero, as
+# *Classification, honestly* showed), so it is a random projection
 # of `[CLS]` followed by tanh, which adds nothing a linear probe could use. For a BERT
 # whose pooler *was* trained (on next-sentence prediction, like `bert-base-uncased`), the
 # comparison can come out differently: measure it.
@@ -2859,7 +2858,7 @@ mp_history = reviews.fine_tune(
     generator=mp_generator,
     dev=dev,
 )
-same_name = "embeddings + layers 0-2 frozen, lr 1e-4"
+same_name = frozen_name
 print("dev accuracy after epochs 1, 2 (seed 0, one run each):")
 for name, accs in (
     (
