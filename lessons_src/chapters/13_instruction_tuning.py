@@ -1549,7 +1549,7 @@ assert mlp_share > 0.5, "the MLP's matrices hold most of the parameters"
 # %% [markdown] tags=["solution"]
 # All seven matrices train 5.3 times as many parameters: the MLP's matrices are wide
 # (1536 × 576 and back), and its three hold 62 % of the adapters' parameters. The time of a
-# step hardly changes with them: compare the two printed ratios (each time is the fastest of
+# step grows far less than the number of parameters: compare the two printed ratios (each time is the fastest of
 # two timed steps after one warm-up step, on the same batch of 8). The line on the frozen
 # model shows why: the forward and backward pass through the frozen model alone, which is the
 # same whichever matrices are adapted, takes most of the time of the q, v step. Whether the extra adapters would raise the exact match
