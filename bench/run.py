@@ -1653,19 +1653,23 @@ def _config_phrase(config: str) -> str:
     return text
 
 
-def _step_noise(rec: dict, keys: tuple[str, ...]) -> float:
+def _step_noise(rec: dict, keys: tuple[str, ...], dev: str | None = None) -> float:
     """The noise of the measuring method: every variant's step was timed twice (in its own run, and with all
-    variants taking turns); the largest difference between the two, over ``keys``."""
-    return max(abs(rec["variants"][k]["step_s"] - rec["variants"][k]["run_step_s"]) for k in keys)
+    variants taking turns); the largest difference between the two, over ``keys``.  With ``dev``, from the
+    step times as the page prints them."""
+    t = (lambda x: _ms(x, dev) / 1e3) if dev else (lambda x: x)
+    return max(abs(t(rec["variants"][k]["step_s"]) - t(rec["variants"][k]["run_step_s"])) for k in keys)
 
 
-def _saving(rec: dict, eager_key: str, comp_key: str) -> tuple[float, float, float, bool]:
+def _saving(rec: dict, eager_key: str, comp_key: str, dev: str | None = None) -> tuple[float, float, float, bool]:
     """(saving taking turns, saving each alone, noise, measurable): a saving counts only when both timings
-    agree on its sign and both exceed the noise of the method (``_step_noise``)."""
+    agree on its sign and both exceed the noise of the method (``_step_noise``).  With ``dev``, from the step
+    times as the page prints them, so that a reader's subtraction gives the printed figure."""
     e, c = rec["variants"][eager_key], rec["variants"][comp_key]
-    turns = e["step_s"] - c["step_s"]
-    alone = e["run_step_s"] - c["run_step_s"]
-    noise = _step_noise(rec, (eager_key, comp_key))
+    t = (lambda x: _ms(x, dev) / 1e3) if dev else (lambda x: x)
+    turns = t(e["step_s"]) - t(c["step_s"])
+    alone = t(e["run_step_s"]) - t(c["run_step_s"])
+    noise = _step_noise(rec, (eager_key, comp_key), dev)
     measurable = (turns > 0) == (alone > 0) and min(abs(turns), abs(alone)) > noise
     return turns, alone, noise, measurable
 
@@ -1925,7 +1929,9 @@ def _fold(title: str, code: str, lang: str = "python", after: str = "") -> list[
         show, hide = "Show " + title[0].lower() + title[1:], "Hide the code"
     else:
         show, hide = "Show the solution", "Hide the solution"
+    # (inside a div.cell, so that the theme's rules for folded cells apply: one label at a time)
     return [
+        '<div class="cell docutils container">',
         '<details class="admonition hide above-input">',
         '<summary aria-label="Toggle hidden content">',
         f'<p class="collapsed admonition-title">{show}</p>',
@@ -1936,6 +1942,7 @@ def _fold(title: str, code: str, lang: str = "python", after: str = "") -> list[
         *(["", after] if after else []),
         "",
         "</details>",
+        "</div>",
         "",
     ]
 
@@ -2007,6 +2014,15 @@ def _render_machine(results: dict) -> list[str]:
             extra.get("date"),
         )
     add(main, "the side-by-side comparisons")
+    nm = results.get("notebooks_machine")
+    if nm and _show_chapter_times(results):
+        add(
+            main
+            if nm["cpu"] == m["cpu"]
+            else f"{nm['cpu']}, {nm['cores']} cores, {nm['torch_threads']} PyTorch threads",
+            "the chapters' run times",
+            results.get("notebooks_date"),
+        )
     ddp = results.get("ddp") or {}
     if ddp.get("device") and ddp["device"]["cpu"] != m["cpu"]:
         d = ddp["device"]
@@ -2812,7 +2828,8 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 f"How measured: after the {rec['steps']} steps, every run took {rec['timing_rounds']} more, the runs "
                 f"taking turns step by step so that all see the machine in the same state;{sync} tokens/s is at the "
                 f"median of those steps after {rec['warmup_steps']} of warm-up. The validation loss (in float32, on "
-                f"the same held-out windows, one seed) is the one after the {rec['steps']} steps."
+                f"the same held-out windows, one seed) is the one after the {rec['steps']} steps; Δ is the "
+                "difference of the printed losses."
             ),
             "",
         ]
@@ -2950,9 +2967,8 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 )
         if bfc and "error" not in bfc and fc and "error" not in fc:
             text.append(
-                f"Compiled, bfloat16 ran at {_x(bfc['tokens_per_s'] / base['tokens_per_s'])} the speed of eager "
-                f"float32 ({_x(bfc['tokens_per_s'] / fc['tokens_per_s'])} compiled float32)"
-                "."
+                f"Compiled, bfloat16 ran at {_x(bfc['tokens_per_s'] / fc['tokens_per_s'])} the speed of compiled "
+                "float32."
             )
         keys = ("ours_fp32_eager", "ours_bf16_eager", "ours_fp32_compiled", "ours_bf16_compiled")
         if dev == "cuda" and sweep and all(k in v and "error" not in v[k] for k in keys):
@@ -2979,7 +2995,7 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 f"After {rec['steps']} steps from one seed, bfloat16's validation loss differed from float32's by "
                 + " and ".join(f"{d:+.4f}" for d in diffs)
                 + (" (eager and compiled)" if len(diffs) == 2 else "")
-                + f", at most {worst / base['val_loss'] * 100:.2f} % of it"
+                + f", at most {worst / base['val_loss'] * 100:.1f} % of it"
                 + (", with the sign changing between the two" if len(signs) > 1 else "")
                 + ". This shows only that bfloat16 did not visibly hurt this short run."
             )
@@ -3050,7 +3066,7 @@ def _render_compile(prec: dict, extra: dict | None = None) -> list[str]:
                 lines.append(f"| {_DEV.get(dev, dev)}, {label} | not available: {c['error'][:100]} | | | | |")
                 continue
             compile_s = c["first_step_extra_s"] - max(e["first_step_extra_s"], 0.0)
-            turns, alone, noise, measurable = _saving(rec, eager_key, comp_key)
+            turns, alone, noise, measurable = _saving(rec, eager_key, comp_key, dev)
             verdicts.append((dev, label, measurable and turns > 0, compile_s, turns, alone))
             if measurable and turns > 0:
                 notes.append(
@@ -3856,9 +3872,9 @@ def _render_side_by_side(results: dict) -> list[str]:
             "validation loss"
             + (" to the last digit" if gm["ours_val_loss"] == gm["minimal_val_loss"] else "")
             + (
-                f". Step for step, ours ran within {(1 - min(gm['runs'])) * 100:.1f} % of it in each of "
-                f"{len(gm['runs'])} fresh processes (medians {min(gm['runs']):.3f}× to "
-                f"{max(gm['runs']):.3f}×); it also runs the token-id check on every call."
+                f". The median of ours against its per-step speed was within {(1 - min(gm['runs'])) * 100:.1f} % "
+                f"in each of {len(gm['runs'])} fresh processes ({min(gm['runs']):.3f}× to "
+                f"{max(gm['runs']):.3f}×; single steps differ more); it also runs the token-id check on every call."
                 if gm.get("runs") and max(gm["runs"]) < 1
                 else ". It also runs the token-id check on every call."
             )
@@ -3897,7 +3913,7 @@ def _render_notebooks(results: dict) -> list[str]:
         return []
     shown = {r["notebook"]: f"{r['seconds']:.1f}" for r in nbs}  # the table's values; the total adds these
     total = sum(float(x) for x in shown.values())
-    m = results["machine"]
+    m = results.get("notebooks_machine") or results["machine"]
     longest = max(nbs, key=lambda r: r["seconds"])
     when = results.get("notebooks_date", results["date"])
     lines = [
@@ -4174,7 +4190,7 @@ def _render_summary(results: dict) -> list[str]:
             comp_said = _x(comp[0]) if _x(comp[0]) == _x(comp[1]) else _span(min(comp), max(comp), _x)
             text += (
                 "; on the GPU it was "
-                + ("slower" if max(ratios + comp) < 1 else "no faster")
+                + ("slower" if max(ratios + comp) < 0.95 else "no faster")
                 + " at this size (eager against eager "
                 f"{_span(min(ratios), max(ratios), _x)}, depending on the run and how it was timed; compiled against "
                 f"compiled {comp_said})"
@@ -4245,8 +4261,8 @@ def _render_summary(results: dict) -> list[str]:
             where = results["machine"]["cpu"] if gm_cpu == "cpu" else _DEV.get(gm_cpu, gm_cpu)
             text += ("; " if mha else "") + (
                 (
-                    f"on the {where} its GPT trained step for step within {(1 - min(runs)) * 100:.1f} % of a minimal "
-                    "nanoGPT-style GPT (median "
+                    f"on the {where} the median step-for-step speed of its GPT was within "
+                    f"{(1 - min(runs)) * 100:.1f} % of a minimal nanoGPT-style GPT's (median "
                     if max(runs) < 1
                     else f"on the {where} its GPT trained step for step as fast as a minimal nanoGPT-style GPT (median "
                 )
@@ -4656,7 +4672,12 @@ def main() -> None:
         os.environ.update(_course_env())
         print("1-2. notebooks ...", flush=True)
         notebooks = run_notebooks()
-        results = {**previous, "notebooks": notebooks, "notebooks_date": time.strftime("%Y-%m-%d")}
+        results = {
+            **previous,
+            "notebooks": notebooks,
+            "notebooks_date": time.strftime("%Y-%m-%d"),
+            "notebooks_machine": machine(),  # may differ from the main run's
+        }
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     elif args.render_only:
         results = previous

@@ -490,10 +490,10 @@ show(tok.decode(untrained[0]))
 #   `dtype=torch.bfloat16`: the matrix products compute in 16-bit numbers on the GPU's tensor
 #   cores, while the weights, their gradients and AdamW's averages stay 32-bit. bfloat16 keeps float32's 8-bit exponent (its range) and gives up mantissa bits
 #   (precision), so, unlike float16, it needs no loss scaling. On a CPU everything
-#   stays float32. The [Performance appendix](performance.md) measured bfloat16 slower on a GPU
-#   at this model's size, and at 5.5 times the speed at `d_model` 512 with batches of 512: it
-#   pays for large matrix products.
-# * Gradient accumulation and several processes serve larger runs, as in chapter 09.
+#   stays float32. The [Performance appendix](performance.md) measured bfloat16 on a GPU slower
+#   than float32 at this model's width with batches of 32 and 128, faster with batches of 512,
+#   and at 5.5 times the speed at `d_model` 512 with batches of 512: it pays for large matrix
+#   products.
 #
 # Every `eval_every` steps `train` measures the loss (with `evaluate`, listed below) on
 # `eval_windows` windows spread evenly over the training text and over the validation text
@@ -555,10 +555,7 @@ history = train(
     show_progress=False,
     on_eval=report,
 )
-print(
-    f"trained in {history.wall_seconds:.0f} s "
-    f"({history.cpu_seconds:.0f} s of CPU time)"
-)
+print(f"trained in {history.wall_seconds:.0f} s")
 # the validation loss ends at less than half its starting value
 assert history.evals["val_loss"][-1] < history.evals["val_loss"][0] / 2
 
@@ -591,10 +588,10 @@ print(f"previous character only:    {bigram_loss:.2f} nats/char")
 # the training curve. It lies below it all along, so the gap comes from the texts themselves:
 # the validation text is the last topics only (the end of `typesmapping`, then `typesmethods`
 # to `yield`), not a sample of all of them. The model has seen each training character only about two and a half times, too
-# few to memorise the text; overfitting would show as a validation curve that turns up while
-# the training curve keeps falling.
+# few to memorise the text; overfitting would show as a validation curve that stops falling,
+# and then turns up, while the training curve keeps falling.
 
-# %% tags=["hide-input"] caption="The small GPT's loss on the training and validation texts, measured every 100 steps, with three yardsticks (dotted): uniform over 96 characters, character frequencies only, and the previous character only. Within 100 steps the validation loss falls to about the previous-character level, then both keep falling slowly; the validation curve never turns up." alt="Line chart of the loss in nats per character against the training step, 0 to 1000. Two falling curves, training with circles and validation with squares, start a little below the top dotted line (uniform) and drop steeply to near the bottom dotted line (previous character only) by step 100, then decline slowly below it to the end. The legend sits between the top two dotted lines."
+# %% tags=["hide-input"] caption="The small GPT's loss on the training and validation texts, measured every 100 steps, with three yardsticks (dotted): uniform over 96 characters, character frequencies only, and the previous character only. Within 100 steps the validation loss falls to about the previous-character level, then both keep falling slowly; the validation curve never turns up." alt="Line chart of the loss in nats per character against the training step, 0 to 1000. Two falling curves, training with circles and validation with squares, start a little below the top dotted line (uniform) and drop steeply to near the bottom dotted line (previous character only) by step 100, then decline slowly, below it from step 300 to the end. The legend sits between the top two dotted lines."
 v, t = history.evals["val_loss"], history.evals["train_loss"]
 fig, ax = plt.subplots(figsize=(6.5, 3.8))
 ax.plot(history.eval_steps, t, "o-", label="training text")
@@ -734,9 +731,10 @@ assert known > 0.2
 #
 # ## A larger model
 #
-# For generation we load a larger model, trained for longer with the same `train`: 4 blocks
-# of width 192 with 6 heads, and a context of 128 characters
-# (`python -m transformer_course.train_gpt` trains it again). `load_checkpoint()` loads its
+# For generation we load a larger model, trained for longer: 4 blocks of width 192 with 6
+# heads, and a context of 128 characters. `python -m transformer_course.train_gpt` trains it
+# again with the `train` above; the saved run is an earlier one, whose loss curve was measured
+# on the first 32 windows of each text instead of windows spread evenly. `load_checkpoint()` loads its
 # trained weights and the record of its run, with its own batch size and peak learning rate.
 
 # %%
@@ -778,7 +776,7 @@ for name, tr, va in (
     ("larger model", big_train, big_val),
 ):
     print(f"{name:13} {tr:9.3f} {va:11.3f} {math.exp(va):11.2f}")
-# the larger model's validation loss lies further above its training loss
+# the gap between validation and training loss is wider for the larger model
 assert big_val - big_train > val_loss - small_train
 
 # %% tags=["remove-cell"]
@@ -793,8 +791,8 @@ same_text = record["corpus_sha256"] == corpus_fingerprint(text)
 assert abs(big_val - record["val_loss"]) < (2e-3 if same_text else 0.2)
 
 # %% [markdown]
-# The larger model's validation loss lies further above its training loss than the small
-# model's; it differs from the small model in size, context and the number of characters seen
+# The larger model's validation loss lies well above its training loss, while the small
+# model's lies slightly below its own; the larger model differs from the small model in size, context and the number of characters seen
 # (12.2 passes over the text against 2.45), and this comparison does not separate them. The
 # record of its run holds the two losses it measured during training, on the first 32 windows
 # of each text (a smaller and less even sample than the whole-text losses above, so its numbers
@@ -809,10 +807,11 @@ for st, tr, va in zip(hist["step"], hist["train_loss"], hist["val_loss"]):
 # %% [markdown]
 # On these samples the training loss falls to the end, from 1.52 at step 1000 to 0.83 at step
 # 5000, while the validation loss reaches 1.34 at step 3500 and then stays between 1.33 and
-# 1.36. That is the pattern of overfitting, which the small model did not show: the model
-# keeps improving on the text it trains on and, on this sample, no longer on text it has not
-# seen. The sample is small (4,096 characters of each text), so it shows the trend, not its
-# size. The usual remedies are to stop where the validation loss stops falling (early
+# 1.36. The gap between the two widens: the model keeps improving on the text it trains on
+# and, on this sample, no longer on text it has not seen, the start of overfitting (the
+# validation curve has not turned up yet), which the small model did not show. The sample is
+# small and uneven (the first 4,096 characters of each text, the kind of sample `train` now
+# avoids), so it shows the trend, not its size. The usual remedies are to stop where the validation loss stops falling (early
 # stopping), or to add dropout, which this chapter sets to 0 (nanoGPT's character-level
 # configuration uses 0.2); this run used neither.
 
@@ -1054,8 +1053,8 @@ for kwargs in (greedy, sampled):
 # And it is faster, increasingly so for longer texts: without the cache step $t$ costs work
 # roughly proportional to $t$ (the whole prefix goes through every layer; the linear layers
 # dominate at this size, and attention adds a $t^2$ term), with it a constant amount plus
-# attention over $t$ cached keys. Timings depend on the machine (and on what else it is
-# running), and the cache gives the same tokens in every row.
+# attention over $t$ cached keys. Timings depend on the machine; the cache gives the same
+# tokens in every row.
 
 
 # %% tags=["nbval-ignore-output"]
@@ -1112,8 +1111,9 @@ assert speedup > 1.5  # 127 new tokens: the cache is clearly faster
 # * The perplexity, $e^{\text{loss}}$, is the number of equally likely characters that would
 #   leave a model as unsure as this one. The larger model (more parameters, a context of 128,
 #   longer training) reaches a lower validation loss and perplexity than the small one, but
-#   on a sample of each text its validation loss stopped falling from step 3500 on (about
-#   seven tenths of its 12.2 passes) while its training loss kept falling: overfitting.
+#   on the first 32 windows of each text its validation loss stayed between 1.33 and 1.36
+#   from step 3500 on (about seven tenths of its 12.2 passes) while its training loss kept
+#   falling: the start of overfitting.
 # * Generation is a rule for choosing from the next-token distribution: greedy decoding falls
 #   into loops (here, spaces forever), temperature sharpens or flattens, top-k and top-p cut the
 #   unlikely tail; top-p's set is small where the model is sure and large where it is not.

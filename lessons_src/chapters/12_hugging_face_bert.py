@@ -1069,8 +1069,11 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # After 12,000 steps the top guess at a `[MASK]` is the original token 34.9 % of the time,
 # against 7.5 % for always `'"'`. The run's own table shows how it got there: slowly at first
 # (8.3 % at step 1,000, 10.6 % at 2,000, 15.0 % at 3,000), then a jump to 24.7 % at step
-# 4,000, and from step 7,000 on only 2.5 points more in 5,000 steps (32.4 % to 34.9 %). The longer-trained model
-# guesses content words. Its top guess is right for *order* after "insertion", *raised* after
+# 4,000, and from step 7,000 on only 2.5 points more in 5,000 steps (32.4 % to 34.9 %), while
+# the training loss kept falling. That is the pattern of overfitting: 12,000 steps read the
+# same 62,000 training tokens over and over, and the model goes on fitting them long after it
+# stopped gaining on text it has not seen; for a run this long the text is too small. The
+# longer-trained model guesses content words. Its top guess is right for *order* after "insertion", *raised* after
 # `"ValueError" is` and *value* after "return its"; the original is among its top 5 in 6 of
 # the 7 sentences. Most of its wrong guesses are words of the right field: for the items "in
 # the [MASK] *d*" it proposes *sequence*, *item*, *value* and *key* (and *old*, second);
@@ -2500,8 +2503,8 @@ assert 2 * chance[0] < agreement["attention"][0] < 0.75
 # stop is occlusion's top token in only one of the 50 (2 %), so with the punctuation in the
 # ranking its top-1 agreement falls below chance. With the punctuation left out of every
 # ranking, rollout's top token is occlusion's in 40 % of the reviews, against 10 % for a random
-# pick and 48 % for attention, and its top three overlap with occlusion's 40 % of the time,
-# against 29 % by chance. Keep two
+# pick and 48 % for attention, and its top three share on average 40 % of occlusion's top
+# three, against 29 % for a random ranking. Keep two
 # limits in mind: occlusion is itself one measure among several (a text with a word cut out is
 # not a natural text, and of two words that say the same thing, deleting either may change
 # little), and 50 reviews are a small sample, where one review is two percentage points.

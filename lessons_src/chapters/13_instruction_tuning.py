@@ -667,8 +667,10 @@ print(f"  LoRA ({n_train:,} parameters): {n_train * 12 / 1e6:.1f} MB")
 # will need, and autograd keeps only those. For a product $y = x W^\top$, the gradient of $W$
 # needs the input $x$, while the gradient of $x$ needs only $W$. So a frozen matrix without an
 # adapter does not keep its input; an adapted one does, since the gradient of $A$ needs it. The
-# backward pass still runs through every layer, and the attention, the norms and the activation
-# functions keep what they need. `saved_tensors_hooks` sees every tensor that the forward pass
+# same holds for a norm: RMSNorm ends by multiplying by its scale, and keeps the normalised
+# state for that product only when the scale trains. The backward pass still runs through every
+# layer, and the attention, the norms and the activation functions keep what the gradient of
+# their input needs. `saved_tensors_hooks` sees every tensor that the forward pass
 # saves; on a batch of 8 prompts, we add up those that are not weights, each memory block once:
 
 
@@ -712,8 +714,9 @@ del full_ft
 # %% [markdown]
 # For this batch of 8 prompts of 65 tokens, the forward pass of full fine-tuning keeps 853 MB
 # for the backward pass; with LoRA on `q_proj` and `v_proj` it keeps 647 MB, 76 % of that.
-# LoRA does cut the activations, by the inputs that frozen matrices without an adapter no
-# longer keep, but only in part, and what remains is more than a hundred times the 5.5 MB of
+# LoRA does cut the activations, by what frozen weights no longer need (the inputs of the
+# matrices without an adapter, and the normalised states kept for the norms' scales), but only
+# in part, and what remains is more than a hundred times the 5.5 MB of
 # the adapters' gradients and optimiser state.
 #
 # ## Training with the course's loop
