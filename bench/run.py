@@ -2118,7 +2118,11 @@ def _render_timing() -> list[str]:
             "a loop over the course's GPT that adds no synchronisation of its own still waits once per step."
         ),
         "",
-        "The measurements below use four ways of timing, each a variant of `time_it`:",
+        (
+            "Most measurements below use one of four ways of timing, each a variant of `time_it`; the others "
+            "(single calls timed alone, the total of a whole run, and the fastest of several repeats for the "
+            "peaks) say how they were timed where they appear:"
+        ),
         "",
         "| way | what one timing covers | reported | where |",
         "|---|---|---|---|",

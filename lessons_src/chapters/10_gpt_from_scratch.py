@@ -1,7 +1,8 @@
 # %% [markdown]
 # # 10 — GPT from scratch
 #
-# A GPT is the simplest member of the transformer family: **one** stack of blocks, each block a
+# A GPT is one of the two one-stack members of the transformer family (BERT, chapter 12, is
+# the other): **one** stack of blocks, each block a
 # *causal* self-attention (a position may only look at itself and the positions before it)
 # followed by a feed-forward network. It is trained on a single task, *predict the next token*,
 # over and over on raw text, and once trained it writes by feeding its own predictions back in.
@@ -72,7 +73,7 @@ g = set_seed(0)
 #
 # We read it **character by character**. The alphabet is fixed: newline and the 95 printable
 # ASCII characters. The few typographic characters in the text (curly quotes, dashes) are
-# mapped to ASCII first, so the vocabulary does not depend on which Python wrote the text.
+# mapped to ASCII first, and accented letters lose their accents.
 
 # %%
 text = load_python_docs()
@@ -732,10 +733,9 @@ assert known > 0.2
 # ## A larger model
 #
 # For generation we load a larger model, trained for longer: 4 blocks of width 192 with 6
-# heads, and a context of 128 characters. `python -m transformer_course.train_gpt` trains it
-# again with the `train` above; the saved run is an earlier one, whose loss curve was measured
-# on the first 32 windows of each text instead of windows spread evenly. `load_checkpoint()` loads its
-# trained weights and the record of its run, with its own batch size and peak learning rate.
+# heads, and a context of 128 characters (`python -m transformer_course.train_gpt` trains a
+# model of this configuration). `load_checkpoint()` loads its trained weights and the record of
+# its run, with its own batch size and peak learning rate.
 
 # %%
 big, big_tok, record = load_checkpoint()
@@ -762,9 +762,7 @@ assert record["val_loss"] <= 1.25 and big_tok.chars == tok.chars
 # %% [markdown]
 # Measured the same way on the whole validation text, each model with windows as long as its
 # context, the larger model's loss is lower than the small model's, and so is its
-# perplexity. It differs in more parameters, a longer context, and more characters seen in
-# training, and this comparison measures all three together. Next to each, its loss on 256
-# windows of the training text, measured the same way:
+# perplexity. Next to each, its loss on 256 windows of the training text:
 
 # %% tags=["nbval-ignore-output"]
 big_val = evaluate(big, val_ids)
@@ -792,11 +790,11 @@ assert abs(big_val - record["val_loss"]) < (2e-3 if same_text else 0.2)
 
 # %% [markdown]
 # The larger model's validation loss lies well above its training loss, while the small
-# model's lies slightly below its own; the larger model differs from the small model in size, context and the number of characters seen
-# (12.2 passes over the text against 2.45), and this comparison does not separate them. The
-# record of its run holds the two losses it measured during training, on the first 32 windows
-# of each text (a smaller and less even sample than the whole-text losses above, so its numbers
-# differ from them):
+# model's lies slightly below its own. The larger model differs from the small one in size,
+# context, training length (12.2 passes over the text against 2.45), batch size and learning
+# rate, and this comparison cannot separate them. The record of its run holds the two losses
+# it measured during training, on the first 32 windows of each text (a smaller and less even
+# sample than the losses above, so its numbers differ from them):
 
 # %%
 hist = record["history"]
@@ -808,10 +806,10 @@ for st, tr, va in zip(hist["step"], hist["train_loss"], hist["val_loss"]):
 # On these samples the training loss falls to the end, from 1.52 at step 1000 to 0.83 at step
 # 5000, while the validation loss reaches 1.34 at step 3500 and then stays between 1.33 and
 # 1.36. The gap between the two widens: the model keeps improving on the text it trains on
-# and, on this sample, no longer on text it has not seen, the start of overfitting (the
-# validation curve has not turned up yet), which the small model did not show. The sample is
-# small and uneven (the first 4,096 characters of each text, the kind of sample `train` now
-# avoids), so it shows the trend, not its size. The usual remedies are to stop where the validation loss stops falling (early
+# and, on this sample, no longer on text it has not seen: the start of overfitting, which the
+# small model did not show (the last point, 1.36, is 0.03 above the lowest, too small a rise on
+# 32 windows to call a turn). The sample is small and uneven (the first 4,096 characters of each
+# text), so it shows the trend, not its size. The usual remedies are to stop where the validation loss stops falling (early
 # stopping), or to add dropout, which this chapter sets to 0 (nanoGPT's character-level
 # configuration uses 0.2); this run used neither.
 
@@ -1104,8 +1102,8 @@ assert speedup > 1.5  # 127 new tokens: the cache is clearly faster
 #   has characters. AdamW with $\beta_2 = 0.99$, weight decay on the matrices only, a warm-up and
 #   a cosine decay of the learning rate, and gradient clipping train the small model on a CPU;
 #   on a GPU, the forward pass runs in bfloat16.
-# * Within 100 steps the validation loss reaches what a model that sees only the previous
-#   character achieves; the rest of training goes below it, and in the end the model uses
+# * Within 100 steps the validation loss comes within 0.01 of what a model that sees only the
+#   previous character achieves; the rest of training goes below it, and in the end the model uses
 #   about the last 8 characters of its context. Validation and training curves measured the
 #   same way show no overfitting after two and a half passes over the text.
 # * The perplexity, $e^{\text{loss}}$, is the number of equally likely characters that would
