@@ -1070,10 +1070,9 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # against 7.5 % for always `'"'`. The run's own table shows how it got there: slowly at first
 # (8.3 % at step 1,000, 10.6 % at 2,000, 15.0 % at 3,000), then a jump to 24.7 % at step
 # 4,000, and from step 7,000 on only 2.5 points more in 5,000 steps (32.4 % to 34.9 %), while
-# the training loss kept falling. That is the pattern of overfitting: 12,000 steps read the
-# same 62,000 training tokens over and over, and the model goes on fitting them long after it
-# stopped gaining on text it has not seen; for a run this long the text is too small. The
-# longer-trained model guesses content words. Its top guess is right for *order* after "insertion", *raised* after
+# the training loss kept falling: 12,000 steps read the same 62,000 training tokens over and
+# over, and the model goes on fitting them while it gains only slowly on text it has not seen.
+# The longer-trained model guesses content words. Its top guess is right for *order* after "insertion", *raised* after
 # `"ValueError" is` and *value* after "return its"; the original is among its top 5 in 6 of
 # the 7 sentences. Most of its wrong guesses are words of the right field: for the items "in
 # the [MASK] *d*" it proposes *sequence*, *item*, *value* and *key* (and *old*, second);
@@ -1743,7 +1742,7 @@ assert unchanged == [True] * n_frozen + [False]
 # 87.3 % of the dev reviews. It goes to the test set exactly as it ran here, two epochs; its
 # training loss step by step, and its dev accuracy at the start and after each epoch:
 
-# %% caption="Training loss of the chosen candidate over its two epochs: the loss of each batch (light) and its mean over the last 10 batches (dark), with ln 2, the loss of a coin toss, dashed; in green, on the right axis, the dev accuracy before training and after each epoch. The mean starts at ln 2, falls to about 0.56 by the end of the first epoch and to about 0.3 by the end of the second; single batches range from about 0.1 to 0.86. The dev accuracy jumps in epoch 1 and stays flat in epoch 2." alt="A line chart of cross-entropy against step, 1 to 88, with a dotted vertical line at step 44 (end of epoch 1) and a dashed horizontal line at 0.69. A noisy light blue line and a smooth orange line start at 0.69 and fall to about 0.3 by step 88, the light line spiking to 0.86 just before step 44 and to 0.7 near step 80. A dotted green line through three dots, on a right axis from 0.4 to 1.0, goes from about 0.47 at step 0 to about 0.87 at step 44 and stays there at step 88."
+# %% caption="Training loss of the chosen candidate over its two epochs: the loss of each batch (light blue) and its mean over the last 10 batches (orange), with ln 2, the loss of a coin toss, dashed; in green, on the right axis, the dev accuracy before training and after each epoch. The mean starts at ln 2, falls to about 0.56 by the end of the first epoch and to about 0.3 by the end of the second; single batches range from about 0.1 to 0.86. The dev accuracy jumps in epoch 1 and stays flat in epoch 2." alt="A line chart of cross-entropy against step, 1 to 88, with a dotted vertical line at step 44 (end of epoch 1) and a dashed horizontal line at 0.69. A noisy light blue line and a smooth orange line start at 0.69 and fall to about 0.3 by step 88, the light line spiking to 0.86 just before step 44 and to 0.7 near step 80. A dotted green line through three dots, on a right axis from 0.4 to 1.0, goes from about 0.47 at step 0 to about 0.87 at step 44 and stays there at step 88."
 losses = selection[best_name][1].loss
 steps = torch.arange(1, len(losses) + 1)
 window = 10
@@ -2662,11 +2661,11 @@ del base, minilm
 #   pre-trained that way for 500 steps on Python's documentation, beats the most-frequent-token
 #   baseline on held-out text mostly where the input already held the answer; at `[MASK]` it is
 #   barely better. A longer run (12,000 steps, 40 % masking, a higher learning rate, no dropout)
-#   gets 34.9 % of held-out `[MASK]` positions right against 7.5 %, with wrong guesses of the
-#   right kind. Converted to
+#   gets 34.9 % of held-out `[MASK]` positions right against 7.5 %, with most of its wrong
+#   guesses words of the right field. Converted to
 #   `BertForMaskedLM`, our model answers `pipeline("fill-mask")`.
 # * Mean pooling over the attention mask gives sentence embeddings that right padding does not
-#   change (left padding moves the positions, exercise 3); cosine similarity between them finds paraphrases that share few or no words, and a
+#   change (left padding moves the positions, exercise 3); cosine similarity between them finds paraphrases that share few words, and a
 #   semantic search found answers that share no word with the question.
 # * A freshly loaded classification head is random, and transformers' load report says so: its
 #   "confidence" is noise and its accuracy is chance. The head itself is a dozen lines on our
@@ -2891,9 +2890,10 @@ print(f"[CLS] and pooler instead: {100 * (cls_final - mp_final):+.1f} more")
 # In this run (seed 0, one run of each) the head that reads the mean ends at 82.7 % on dev,
 # against 86.7 % for the `[CLS]`-and-pooler head with the same frozen layers and learning rate:
 # lower, by 6 of the 150 dev reviews. It still ends above the linear probe, which reads the same
-# mean from the frozen encoder (78.0 %). In this run both contribute: training the top layers
-# adds 4.7 dev points with the same vector, and the `[CLS]` head with its pooler, trained along
-# with them, adds 4.0 more. One seed on 150 dev reviews cannot rank them firmly: the
+# mean from the frozen encoder (78.0 %), by 4.7 dev points; but the two differ in more than the
+# trained top layers (the probe has its own optimiser, no dropout and another head), so this
+# pair cannot credit those points to the layers alone. The `[CLS]` head with its pooler, trained
+# along with the same layers, adds 4.0 more. One seed on 150 dev reviews cannot rank them firmly: the
 # protocol of *Classification, honestly* (three seeds, then the test set) would be the next step.
 
 # %% [markdown]
