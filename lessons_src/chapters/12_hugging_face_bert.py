@@ -33,7 +33,7 @@
 # every second layer of the 12-layer one (`nreimers/MiniLM-L6-H384-uncased`). The
 # sentence-transformers project then fine-tuned it on over a billion pairs of related sentences
 # so that *mean-pooled* token vectors of related sentences point the same way. That makes it a
-# good sentence encoder and, as we shall see, leaves its `[CLS]` pooler untouched. The last
+# good sentence encoder and, as we shall see, leaves its `[CLS]` pooler untrained. The last
 # section, *A bigger BERT, on a GPU*, says what to change to run the classification with
 # `bert-base-uncased`.
 
@@ -1879,7 +1879,7 @@ del by_hand
 # %% [markdown]
 # ### The same fine-tuning, the Hugging Face way
 #
-# The loop above is short because the task is small; in practice most people use Hugging Face's
+# The loop above fits on a page; in practice most people use Hugging Face's
 # **`Trainer`**, which runs the same loop (AdamW, a linear schedule with warm-up, gradient
 # clipping; mixed precision when asked, with `fp16=True` or `bf16=True`; several GPUs when
 # there are some) from a `TrainingArguments` object. The data goes in as a **`datasets.Dataset`**, tokenised with `map`; a

@@ -557,9 +557,8 @@ def load_smollm2(
     # weights) and builds the same tensor-name table once per tensor: read
     # once and built once, the model loads in about half the time, the same
     # numbers.  Both are put back below.
-    gguf_mod = sys.modules.get("gguf") if source == "gguf" else None
-    if source == "gguf":
-        import gguf as gguf_mod
+    # gguf is the optional dependency checked above (the smollm2 extra)
+    gguf_mod = importlib.import_module("gguf") if source == "gguf" else None
     saved = {}
     if gguf_mod is not None:
         saved = {
