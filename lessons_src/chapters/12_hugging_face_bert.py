@@ -2272,9 +2272,9 @@ for text in [example_text] + new_reviews:
 # %% [markdown]
 # The review that turns around halfway ("I was sure I would hate it, but it won me over.") is
 # wrong here: seed 0's model calls it negative (0.60), while the `Trainer`'s model, in the
-# pipeline above, called it positive (0.67). Two runs of the same recipe disagree on it; this is
-# where 700 examples are thin. More (and more varied) labelled reviews and a larger model
-# (*A bigger BERT, on a GPU*) are the ways to push further.
+# pipeline above, called it positive (0.67). Two runs of the same recipe disagree on it: on a
+# review like this the outcome depends on the run. More (and more varied) labelled reviews or a
+# larger model (*A bigger BERT, on a GPU*) may help; this chapter does not test which.
 
 # %% [markdown]
 # ## Attention across layers, and what attention does not explain
@@ -2502,8 +2502,8 @@ assert 2 * chance[0] < agreement["attention"][0] < 0.75
 # %% [markdown]
 # What the numbers show. The token that `[CLS]` attends to most in the last layer is the token
 # whose deletion matters most in 48 % of the reviews, 5.8 times as often as a random pick. So
-# attention is related to what the model uses, which is Wiegreffe & Pinter's point: it is not
-# noise. But in the other half of the reviews its favourite token is *not* the one the decision
+# attention is related to what the model uses, in line with Wiegreffe & Pinter's caution
+# against dismissing it. But in the other half of the reviews its favourite token is *not* the one the decision
 # rests on most, so a picture of attention cannot be read as the reason for a prediction, which
 # is Jain & Wallace's point. Rollout ranks the full stop first in every review, and the full
 # stop is occlusion's top token in only one of the 50 (2 %), so with the punctuation in the
