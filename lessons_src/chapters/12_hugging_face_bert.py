@@ -1276,10 +1276,10 @@ def fresh_classifier(seed: int, **kwargs):
 
 
 # %% [markdown]
-# That warning is transformers' *load report*: which tensors the model needed but the
+# transformers' warning is its *load report*: which tensors the model needed but the
 # checkpoint did not have (**missing**), and which the checkpoint had but the model did not use
-# (**unexpected**). transformers logs it as a warning when the model loads;
-# `output_loading_info=True` also returns it as a dictionary:
+# (**unexpected**). transformers logs it as a warning when a model loads;
+# `output_loading_info=True` returns the same report as a dictionary, which we print:
 
 # %%
 untrained, load_report = fresh_classifier(0, output_loading_info=True)
@@ -1295,8 +1295,9 @@ print(f"pooler bias: largest |value| {pooler_bias.abs().max().item():g}")
 # left over. The head
 # reads `[CLS]`
 # through the pooler and then this new linear layer. In this checkpoint even the pooler was
-# never trained (sentence-transformers used mean pooling): its bias is still exactly zero, as it
-# was initialised, where training through the pooler would have moved it. Two untrained layers
+# never trained: its bias is still exactly zero, as it was initialised, where training through
+# the pooler would have moved it (sentence-transformers, which trained this checkpoint last,
+# reads the mean of the token vectors instead). Two untrained layers
 # stand between BERT and the answer.
 #
 # That head is a dozen lines on top of the course's own encoder: read the final vector of
@@ -2595,7 +2596,7 @@ for tok in (top_by["attention"], top_by["occlusion"]):
 # checkpoint. What changes:
 #
 # * **Size.** `bert-base-uncased` has 12 layers of width 768 (12 heads of 64, feed-forward 3072):
-#   about 110 million parameters, five times MiniLM's, and about eight times the arithmetic per
+#   about 110 million parameters, 4.8 times MiniLM's, and about eight times the arithmetic per
 #   token. The numbers below come from the course's own `BertEncoder` with `bert-base-uncased`'s
 #   sizes (the defaults of `BertConfig`), with random weights: only the sizes matter here.
 # * **Time.** A step's time grows about as its arithmetic does, so on the same CPU expect a step
