@@ -1491,7 +1491,7 @@ def _shown_width(png: Path) -> int:
 EVAL_WINDOWS = 32  # windows of each text that train_gpt's evaluation scores (its eval_windows default)
 DDP_ARGS = (
     "--steps 40 --batch-size 16 --block-size 128 --n-layer 4 --n-head 6 --d-model 192 --warmup 10 "
-    "--eval-every 40 --no-final-eval --seed 0"
+    "--eval-every 40 --no-final-eval --seed 0 --corpus python-docs"
 ).split()
 
 
@@ -1906,7 +1906,7 @@ print(statistics.median(paired))  # the minimal GPT's time over ours, step by st
 _SHOWN_DDP = """import os, subprocess, sys
 
 args = ("--steps 40 --batch-size 16 --block-size 128 --n-layer 4 --n-head 6 --d-model 192 "
-        "--warmup 10 --eval-every 40 --no-final-eval --seed 0").split()
+        "--warmup 10 --eval-every 40 --no-final-eval --seed 0 --corpus python-docs").split()
 train = ["-m", "transformer_course.train_gpt"]
 runs = {  # command, PyTorch threads per process
     "1 process, 2 threads": ([sys.executable, *train, "--threads", "2"], 2),
@@ -2796,7 +2796,7 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
                 f"{model}, {_n(rec['parameters'])} parameters, trained for "
                 f"{rec['steps']} steps of {rec['batch']} windows"
                 + (
-                    " of 128 characters of chapter 10's text (Python's reference documentation; the last tenth "
+                    " of 128 characters of Python's reference documentation (the last tenth "
                     "held out for the validation loss)"
                     if model != "The same model"
                     else ""

@@ -177,6 +177,38 @@ def test_corpus_and_split():
         train_val_split(text, 1.0)
 
 
+def test_shakespeare_corpus():
+    from transformer_course.tasks import shakespeare
+
+    text = shakespeare.load_shakespeare()
+    assert 4_000_000 < len(text) < 6_000_000 and set(text) <= set(CHARS)
+    assert text.startswith("ALL'S WELL THAT ENDS WELL") and "\n\n\n\n" not in text
+    tr, va = train_val_split(text)
+    line = "If music be the food of love, play on"  # Twelfth Night
+    assert line in va and line not in tr
+    assert shakespeare.clean_play("A  \r\n\n\n\nB\u2019s\n\n") == "A\n\nB's\n"
+
+
+def test_shakespeare_damaged_file_is_named(tmp_path, monkeypatch):
+    import gzip
+
+    from transformer_course.tasks import shakespeare
+
+    bad = tmp_path / "shakespeare.txt.gz"
+    bad.write_bytes(gzip.compress(b"not the plays"))
+    monkeypatch.setattr(shakespeare, "DATA_FILE", bad)
+    shakespeare.load_shakespeare.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="damaged.*make_shakespeare"):
+            shakespeare.load_shakespeare()
+        monkeypatch.setattr(shakespeare, "DATA_FILE", tmp_path / "missing.gz")
+        shakespeare.load_shakespeare.cache_clear()
+        with pytest.raises(FileNotFoundError, match="reinstall"):
+            shakespeare.load_shakespeare()
+    finally:
+        shakespeare.load_shakespeare.cache_clear()
+
+
 def test_corpus_fingerprint():
     assert corpus_fingerprint("abc") == corpus_fingerprint("abc")
     assert corpus_fingerprint("abc") != corpus_fingerprint("abd")
@@ -349,9 +381,12 @@ def test_shipped_checkpoint_is_small_and_good():
     weights = checkpoint_dir() / f"{CHECKPOINT_NAME}.safetensors"
     assert weights.stat().st_size <= 10 * 1024 * 1024
     model, tok, record = load_checkpoint()
-    assert record["val_loss"] <= 1.25
+    assert record["val_loss"] <= 1.6 and record["corpus"] == "shakespeare"
     assert {"train_seconds", "steps", "device", "corpus_sha256"} <= set(record)
     assert tok.chars == CHARS
+    from transformer_course.tasks.shakespeare import load_shakespeare
+
+    assert record["corpus_sha256"] == corpus_fingerprint(load_shakespeare())
     out = generate(model, torch.tensor([tok.encode("The ")]), 5)
     assert out.shape == (1, 9)
 

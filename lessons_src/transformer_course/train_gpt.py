@@ -1,5 +1,5 @@
-"""Train the course GPT on Python's reference documentation and save a
-checkpoint (chapter 10).
+"""Train the course GPT on Shakespeare's plays (or Python's reference
+documentation) and save a checkpoint (chapter 10).
 
 Random windows of the text (``get_batch``), the loss on windows spread over a
 text (``evaluate``), the training run (``train``, on ``training.fit``) and the
@@ -9,7 +9,7 @@ longer checkpoint that the chapter's generation part loads::
 
     python -m transformer_course.train_gpt --help
     python -m transformer_course.train_gpt --steps 5000 \\
-        --out lessons_src/transformer_course/checkpoints/gpt_python_docs
+        --out lessons_src/transformer_course/checkpoints/gpt_shakespeare
 
 On several processes, PyTorch's launcher runs the same script, each process
 with a replica of the model (``DistributedDataParallel``; gloo on CPUs, nccl
@@ -44,6 +44,7 @@ from .tasks.python_docs import (
     load_python_docs,
     train_val_split,
 )
+from .tasks.shakespeare import load_shakespeare
 from .tokenization import CharTokenizer
 from .training import History, fit, param_groups, warmup_decay
 from .utils import count_parameters, get_device, set_seed
@@ -250,7 +251,13 @@ def train(
 
 #: The checkpoint shipped with the package (written by
 #: ``python -m transformer_course.train_gpt``).
-CHECKPOINT_NAME = "gpt_python_docs"
+CHECKPOINT_NAME = "gpt_shakespeare"
+
+#: The texts ``--corpus`` can name.
+CORPORA: dict[str, Callable[[], str]] = {
+    "shakespeare": load_shakespeare,
+    "python-docs": load_python_docs,
+}
 
 
 def checkpoint_dir() -> Path:
@@ -323,9 +330,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m transformer_course.train_gpt",
         description=(
-            "Train the course's character-level GPT on Python's reference "
-            "documentation (pydoc_data.topics) and save <out>.safetensors + "
-            "<out>.json."
+            "Train the course's character-level GPT on Shakespeare's plays "
+            "(or Python's reference documentation) and save "
+            "<out>.safetensors + <out>.json."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -336,6 +343,12 @@ def main(argv: list[str] | None = None) -> None:
             "checkpoint path without suffix; the default is the checkpoint "
             "shipped in the package"
         ),
+    )
+    parser.add_argument(
+        "--corpus",
+        choices=sorted(CORPORA),
+        default="shakespeare",
+        help="the text to train on (the last tenth is the validation text)",
     )
     parser.add_argument(
         "--steps", type=int, default=5000, help="optimiser steps"
@@ -431,7 +444,7 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     main_process = int(os.environ.get("RANK", "0")) == 0
-    text = load_python_docs()
+    text = CORPORA[args.corpus]()
     train_text, val_text = train_val_split(text)
     tok = CharTokenizer(CHARS)
     train_ids = torch.tensor(tok.encode(train_text))
@@ -520,6 +533,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
         "torch": torch.__version__,
         "python": platform.python_version(),
+        "corpus": args.corpus,
         "corpus_sha256": corpus_fingerprint(text),
         "history": {
             "step": history.eval_steps,

@@ -7,7 +7,8 @@ module             the task                                            chapter
 ``why_attention``  remember the first token; one informative token     01
 ``dates``          date normalisation                                  09
                    (``"3rd of March, 2021"`` -> ISO)
-``python_docs``    Python's reference documentation, a text corpus     10-12
+``shakespeare``    Shakespeare's plays, the course GPT's text           10-11
+``python_docs``    Python's reference documentation, a text corpus     11-13
 ``reviews``        sentiment of short reviews, baselines, fine-tuning  12
 =================  ==================================================  =======
 """

@@ -1,5 +1,5 @@
-"""The course's text corpus: Python's own reference documentation
-(chapters 10, 11 and 12).
+"""A text corpus: Python's own reference documentation (chapters 11, 12 and
+13, and the Performance appendix), and the course's character set.
 
 Every Python ships it in ``pydoc_data.topics``, so the course has a real
 English-and-code text of about a million characters without downloading
@@ -78,8 +78,8 @@ def train_val_split(text: str, val_fraction: float = 0.1) -> tuple[str, str]:
 
 
 def python_docs_prose(min_words: int = 8) -> list[str]:
-    """The prose paragraphs of Python's documentation (chapter 10's corpus),
-    one string each.
+    """The prose paragraphs of Python's documentation, one string each (the
+    masked-language-model corpus of chapter 12).
 
     Keeps paragraphs that start like a sentence and have at least ``min_words``
     words; drops grammar rules, code examples and the ``****`` lines under
