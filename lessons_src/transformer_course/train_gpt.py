@@ -44,7 +44,7 @@ from .tasks.python_docs import (
     load_python_docs,
     train_val_split,
 )
-from .tasks.shakespeare import load_shakespeare
+from .tasks.shakespeare import load_shakespeare, split_plays
 from .tokenization import CharTokenizer
 from .training import History, fit, param_groups, warmup_decay
 from .utils import count_parameters, get_device, set_seed
@@ -253,10 +253,14 @@ def train(
 #: ``python -m transformer_course.train_gpt``).
 CHECKPOINT_NAME = "gpt_shakespeare"
 
-#: The texts ``--corpus`` can name.
-CORPORA: dict[str, Callable[[], str]] = {
-    "shakespeare": load_shakespeare,
-    "python-docs": load_python_docs,
+#: The texts ``--corpus`` can name, each with the way it is split into
+#: training and validation text: whole plays held out; the last tenth of the
+#: documentation.
+CORPORA: dict[
+    str, tuple[Callable[[], str], Callable[[str], tuple[str, str]]]
+] = {
+    "shakespeare": (load_shakespeare, split_plays),
+    "python-docs": (load_python_docs, train_val_split),
 }
 
 
@@ -348,7 +352,8 @@ def main(argv: list[str] | None = None) -> None:
         "--corpus",
         choices=sorted(CORPORA),
         default="shakespeare",
-        help="the text to train on (the last tenth is the validation text)",
+        help="the text to train on (its last tenth or so is the validation "
+        "text: whole plays for shakespeare)",
     )
     parser.add_argument(
         "--steps", type=int, default=5000, help="optimiser steps"
@@ -444,8 +449,9 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     main_process = int(os.environ.get("RANK", "0")) == 0
-    text = CORPORA[args.corpus]()
-    train_text, val_text = train_val_split(text)
+    load, split = CORPORA[args.corpus]
+    text = load()
+    train_text, val_text = split(text)
     tok = CharTokenizer(CHARS)
     train_ids = torch.tensor(tok.encode(train_text))
     val_ids = torch.tensor(tok.encode(val_text))

