@@ -1,8 +1,8 @@
 # %% [markdown]
 # # 10 — GPT from scratch
 #
-# A GPT is one of the two one-stack members of the transformer family (BERT, chapter 12, is
-# the other): **one** stack of blocks, each block a
+# A GPT is a decoder-only transformer (BERT, chapter 12, is the other one-stack kind,
+# encoder-only): **one** stack of blocks, each block a
 # *causal* self-attention (a position may only look at itself and the positions before it)
 # followed by a feed-forward network. It is trained on a single task, *predict the next token*,
 # over and over on raw text, and once trained it writes by feeding its own predictions back in.
@@ -69,8 +69,9 @@ g = set_seed(0)
 # they are the classic text for this exercise (Karpathy's char-rnn and nanoGPT both start
 # from them). We use all 37 plays, about 4.8 million characters. The plays are in the public
 # domain; this copy is Project Gutenberg's e-text as the Open Knowledge Foundation published it
-# (licensed Creative Commons Attribution 2.5). Each speech starts with its speaker's name in
-# capitals on a line of its own:
+# (licensed Creative Commons Attribution 2.5). Each speech starts with its speaker's name on a
+# line of its own, in capitals in most plays (a few, *Hamlet* among them, abbreviate it:
+# `Ham.`):
 
 # %%
 text = load_shakespeare()
@@ -280,8 +281,8 @@ print(f"MiniGPT vs GPT, largest difference of the logits {gap:.0e}")
 assert gap < 1e-5
 
 # %% [markdown]
-# The package's `GPT` is this model, with one more argument to `forward`: a `cache`, which we
-# use at the end of the chapter.
+# The package's `GPT` computes the same function, with one more argument to `forward`: a
+# `cache`, which we use at the end of the chapter.
 
 # %%
 show_source(GPTConfig)
@@ -633,7 +634,7 @@ print(f"previous character only:    {bigram_loss:.2f} nats/char")
 # The curves (Fig. 10.2): a fast first drop, which within 100 steps passes the frequency-only
 # level and brings the validation loss to about the level of the previous-character model
 # (2.64 against 2.55); after that, slower and steady progress, below that level from step 200
-# on, so the model uses more than the previous character. The validation curve lies a little
+# on (by 0.01 at step 200, by 0.22 at step 300), so the model uses more than the previous character. The validation curve lies a little
 # above the training curve early on (by up to 0.09, at step 200), and from step 500 on the two
 # are within 0.02 of each other, ending at 1.85 and 1.87. In 1,000 steps the model read under a
 # quarter of its training text, so nearly every window it trained on was new to it, and what
@@ -737,8 +738,7 @@ assert max(band_loss[3:]) - min(band_loss[3:]) < 0.06  # and then nearly flat
 # With one character of context the model's loss is above the previous-character
 # yardstick (2.62 against 2.55); with two it is already well below it (2.20), and with 5 to 8
 # characters it is at 1.84. Beyond that it changes by a few hundredths only (1.83 with 33 to
-# 64): after 1,000 steps most of what the model gains from its context comes from the last 5
-# to 8 characters.
+# 64): after 1,000 steps the model gains little from characters more than 8 back.
 #
 # A longer sample from the trained model, with the prompt and seed from before, drawn the same
 # way (each character at random from the model's distribution), so that it begins with the
@@ -843,7 +843,7 @@ for st, tr, va in zip(hist["step"], hist["train_loss"], hist["val_loss"]):
 # two widens on this sample, from 0.10 at step 1000 to about 0.2 from step 3000 on; at step
 # 3000 the model has read 0.7 of its training text once. The larger model does better on the
 # plays it trains on than on plays it has never seen, with their own characters, names and
-# words, and this gap opens early in training. As long as the validation loss falls, more
+# words. As long as the validation loss falls, more
 # training still helps; once it stops falling, the usual remedies are to stop there (early
 # stopping), or to add dropout, which this chapter sets to 0 (nanoGPT's character-level
 # configuration uses 0.2).
@@ -899,10 +899,10 @@ show_source(top_p_filter)
 show_source(next_token_probs)
 
 # %% [markdown]
-# How temperature reshapes the next-character distribution after Hamlet's half line
-# (Fig. 10.3). The model has not memorised the rest of it: at $T = 1$ the most likely next
-# character is `s`, with 0.08 of the probability, and the `q` of "question" is not among
-# the five most likely.
+# How temperature reshapes the next-character distribution after this version of Hamlet's half
+# line (Fig. 10.3; in the training text it reads `Ham.` / `To be, or not to be,--that is the
+# question`). At $T = 1$ the most likely next character is `s`, with 0.08 of the probability,
+# and the `q` of "question" is not among the five most likely.
 
 # %% tags=["hide-input"] caption="The 12 most likely next characters after 'HAMLET. To be, or not to be, that is the ', at temperature 0.5 (top), 1 (middle) and 2 (bottom). A low temperature makes the most likely character, 's', likelier still, a high one spreads the probability over many characters: the entropy in each title grows with T." alt="Three stacked bar charts over the same 12 characters, most likely first: 's', 'm', 'b', 'w' and others. In the top chart the bar for 's' dominates; in the middle one it is lower and the others higher; in the bottom one the bars are much more even."
 fig, axes = plt.subplots(3, 1, figsize=(6.4, 7.4), sharex=True, sharey=True)
@@ -1057,8 +1057,8 @@ print(
 show(loop)
 
 # %% [markdown]
-# Greedy decoding needs only the most likely character to stay the same, however likely it
-# is. Once the model's window of 128 characters lies inside the loop, the same window comes
+# Greedy decoding takes the most likely character however small its probability, so nothing
+# pushes it out of a repetition. Once the model's window of 128 characters lies inside the loop, the same window comes
 # back after one more cycle, so the same choices follow, forever. That is
 # easy to check: from the last 128 characters, greedy decoding writes one more cycle and
 # returns to the same window:
@@ -1076,8 +1076,9 @@ assert again == window
 # the temperature-0.8 text), a stage direction in brackets (`[Aside.]`), lines of verse; and
 # the non-sequiturs of a small model.
 # Top-k and top-p cut off the unlikely tail of the distribution. How often does sampling
-# without them draw from that tail? At each of the 200 validation positions above, the
-# probability that a sampled character falls outside the set top-p 0.9 keeps, on average:
+# without them draw from that tail? At each of the 200 validation positions above (contexts of
+# real text, not of the model's own), the probability that a sampled character falls outside
+# the set top-p 0.9 keeps, on average:
 
 # %%
 for temp in (1.0, 0.8):
@@ -1144,10 +1145,9 @@ for kwargs in (greedy, sampled):
 # And it is faster, increasingly so for longer texts: without the cache step $t$ costs work
 # roughly proportional to $t$ (the whole prefix goes through every layer; the linear layers
 # dominate at this size, and attention adds a $t^2$ term), with it a constant amount plus
-# attention over $t$ cached keys. At this size the fixed cost of each step (Python, and
-# launching each of the model's many small operations) is a large part of the time, so the
-# speed-up stays far below the ratio of the arithmetic. Timings depend on the machine; the
-# cache gives the same tokens in every row.
+# attention over $t$ cached keys. The measured speed-up stays far below the ratio of the
+# arithmetic: at this size a step's time is not set by its arithmetic alone. Timings depend on
+# the machine; the cache gives the same tokens in every row.
 
 
 # %% tags=["nbval-ignore-output"]
@@ -1198,7 +1198,7 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   on a GPU, the forward pass runs in bfloat16.
 # * Within 100 steps the validation loss reaches about the level of a model that sees only the
 #   previous character (2.64 against 2.55); the rest of training goes below it, and in the end
-#   most of what the model gains from its context comes from the last 5 to 8 characters.
+#   the model gains little from characters more than 8 back.
 #   Samples taken along the way go from letters and spaces to speeches headed by a name.
 #   Validation and training curves measured the same way stay close: in under a quarter of a
 #   pass over the text, nearly every training window is new.
@@ -1206,7 +1206,7 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   leave a model as unsure as this one. The larger model (more parameters, a context of 128,
 #   longer training) reaches a lower validation loss and perplexity than the small one; its
 #   validation loss kept falling to the end, while its training loss fell faster: a gap of
-#   0.14 at the end, which opened before it had read its training text once.
+#   0.14 at the end, after 1.2 passes over its training text.
 # * Generation is a rule for choosing from the next-token distribution: greedy decoding repeats
 #   itself and ends in a loop, temperature sharpens or flattens, top-k and top-p
 #   cut the unlikely tail; top-p's set is small where the model is sure and large where it is
@@ -1286,7 +1286,8 @@ assert same >= 10 and abs(hot_entropy - math.log(96)) < 0.01
 
 # %% [markdown]
 # **3. A GPT without positions.** Without its position embedding, the first layer's attention
-# cannot tell where in the context an earlier character stands. Two experiments. (a) Train the
+# cannot tell where in the context an earlier character stands (chapter 03 showed this on
+# attention alone). Two experiments. (a) Train the
 # small model for 300 steps with the chapter's settings, twice: once as it is, and once with
 # its position embedding set to zero and frozen (`model.pos_emb.weight.requires_grad_(False)`;
 # `train`'s optimiser then leaves it out).
