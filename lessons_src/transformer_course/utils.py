@@ -9,6 +9,7 @@ import logging.handlers
 import os
 import platform
 import random
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,53 @@ class ModelConfig:
         fields."""
         names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def check_hf_model(
+    hf_model, model_type: str, reader: str, wanted: str, hint: str
+) -> None:
+    """Check that ``hf_model`` is a Hugging Face model of ``model_type`` with
+    a language-model head, before ``reader`` converts it: ``wanted`` names
+    such a model, ``hint`` says where another kind goes."""
+    config = getattr(hf_model, "config", None)
+    got = getattr(config, "model_type", None)
+    if got != model_type or not hasattr(hf_model, "lm_head"):
+        raise TypeError(
+            f"{reader} reads {wanted}, got a {type(hf_model).__name__} of "
+            f"model_type {got!r}; {hint}"
+        )
+
+
+def check_all_used(leftover: Iterable[str], target: str) -> None:
+    """Raise if a converter left weights unplaced: ``leftover`` are their
+    names, ``target`` the model that had no place for them."""
+    names = sorted(leftover)
+    if names:
+        raise KeyError(f"weights with no place in {target}: {names[:5]}")
+
+
+class _Weights(dict):
+    """A model's weights by name, whose ``pop`` of a missing name says what
+    is missing and what to pass instead."""
+
+    def __init__(self, weights: dict, source: str) -> None:
+        super().__init__(weights)
+        self.source = source
+
+    def pop(self, name, *default):
+        if name not in self and not default:
+            raise KeyError(
+                f"{name} is missing from the {self.source}'s weights: pass "
+                f"the whole {self.source}, loaded with all its weights"
+            )
+        return super().pop(name, *default)
+
+
+def hf_weights(hf_model) -> dict[str, torch.Tensor]:
+    """``hf_model``'s weights by name, detached, for a converter to ``pop``
+    one by one (popping a missing one names it)."""
+    weights = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    return _Weights(weights, type(hf_model).__name__)
 
 
 def check_token_ids(
