@@ -96,7 +96,7 @@ def to_hf_config(
 
 #: GPT-2's name of each part of a block -> the course's.  The Conv1D matrices
 #: are transposed.
-_HF_BLOCK_NAMES = (
+HF_BLOCK_NAMES = (
     ("ln_1", "norm1"),
     ("attn.c_attn", "attn.qkv"),
     ("attn.c_proj", "attn.proj"),
@@ -104,7 +104,7 @@ _HF_BLOCK_NAMES = (
     ("mlp.c_fc", "mlp.fc"),
     ("mlp.c_proj", "mlp.proj"),
 )
-_TRANSPOSED = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"}
+TRANSPOSED = {"attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"}
 
 
 def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
@@ -124,10 +124,10 @@ def hf_state_dict(model: GPT) -> dict[str, torch.Tensor]:
         "lm_head.weight": model.lm_head.weight,
     }
     for i, block in enumerate(model.blocks):
-        for theirs, mine in _HF_BLOCK_NAMES:
+        for theirs, mine in HF_BLOCK_NAMES:
             weight = block.get_parameter(f"{mine}.weight")
             sd[f"transformer.h.{i}.{theirs}.weight"] = (
-                weight.T if mine in _TRANSPOSED else weight
+                weight.T if mine in TRANSPOSED else weight
             )
             sd[f"transformer.h.{i}.{theirs}.bias"] = block.get_parameter(
                 f"{mine}.bias"
@@ -346,10 +346,10 @@ def from_hf(hf_model) -> GPT:
         "norm.bias": sd.pop("transformer.ln_f.bias"),
     }
     for i in range(config.n_layer):
-        for theirs, mine in _HF_BLOCK_NAMES:
+        for theirs, mine in HF_BLOCK_NAMES:
             weight = sd.pop(f"transformer.h.{i}.{theirs}.weight")
             ours[f"blocks.{i}.{mine}.weight"] = (
-                weight.T if mine in _TRANSPOSED else weight
+                weight.T if mine in TRANSPOSED else weight
             )
             ours[f"blocks.{i}.{mine}.bias"] = sd.pop(
                 f"transformer.h.{i}.{theirs}.bias"

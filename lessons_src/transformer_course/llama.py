@@ -236,7 +236,7 @@ class Llama(nn.Module):
 # -----------------------------------------------------------------------------
 
 #: Hugging Face's name of each part of a block -> ours.
-_HF_BLOCK_NAMES = (
+HF_BLOCK_NAMES = (
     ("input_layernorm", "norm1"),
     ("self_attn.q_proj", "attn.q"),
     ("self_attn.k_proj", "attn.k"),
@@ -317,7 +317,7 @@ def from_hf_llama(hf_model) -> Llama:
             "config says they are tied; the course's Llama has one matrix"
         )
     for i in range(config.n_layer):
-        for theirs, mine in _HF_BLOCK_NAMES:
+        for theirs, mine in HF_BLOCK_NAMES:
             ours[f"blocks.{i}.{mine}.weight"] = sd.pop(
                 f"model.layers.{i}.{theirs}.weight"
             )
