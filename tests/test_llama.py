@@ -168,7 +168,7 @@ def test_loader_errors():
             self.scale = torch.nn.Parameter(torch.ones(1))
 
     hf.model.extra = Extra()
-    with pytest.raises(KeyError, match=r"no place in the course's Llama: \['model.extra.scale'\]"):
+    with pytest.raises(KeyError, match=r"no place in the course's model: \['model.extra.scale'\]"):
         from_hf_llama(hf)
     del hf.model.extra
     del hf.model.layers[1].mlp.up_proj

@@ -847,15 +847,14 @@ for st, tr, va in zip(hist["step"], hist["train_loss"], hist["val_loss"]):
 
 # %% [markdown]
 # Both losses fall to the end: the validation loss from 2.01 at step 1000 to 1.67 at step
-# 5000, and still in the last 500 steps (where the decaying learning rate helps too). The gap
-# between the two widens on this sample, from 0.10 at step 1000 to about 0.2 from step 3000
-# on, when the model has drawn 0.7 of a pass over its training text; this sample reads the
-# final validation loss 0.07 high, and the larger samples above put the final gap at 0.14.
-# The larger model does better on the
-# plays it trains on than on plays it has never seen, with their own characters, names and
-# words. As long as the validation loss falls, more
-# training still helps; once it stops falling, the usual remedies are to stop there (early
-# stopping), or to add dropout, which this chapter sets to 0 (nanoGPT's character-level
+# 5000, and still in the last 500 steps, while the learning rate decays. The gap between the
+# two widens on this sample, from 0.10 at step 1000 to about 0.2 from step 3000 on, when the
+# model has drawn 0.7 of a pass over its training text; this sample reads the final
+# validation loss 0.07 high, and the larger samples above put the final gap at 0.14. The
+# larger model does better on the plays it trains on than on plays it has never seen. As long
+# as the validation loss falls, more training still helps; once it stops falling, the usual
+# remedies are to stop there (early stopping), or to add dropout, which this chapter sets to
+# 0 (nanoGPT's character-level
 # configuration uses 0.2).
 
 # %% tags=["remove-cell"]
@@ -1101,7 +1100,37 @@ for temp in (1.0, 0.8):
 # %% [markdown]
 # A temperature below 1 shrinks that tail, and top-p removes it.
 #
-# `generate` itself is short:
+# Sampling itself is a short loop: crop the text to the context, run the model, take the last
+# position's logits, divide them by the temperature, turn them into probabilities and draw one
+# character. Written out, it draws the same characters as the package's `generate` with the
+# same seed:
+
+
+# %%
+def sample(model, ids, n, temperature=1.0, generator=None):
+    for _ in range(n):
+        with torch.no_grad():
+            logits = model(ids[:, -model.config.block_size :])[:, -1]
+        probs = (logits / temperature).softmax(-1)
+        nxt = torch.multinomial(probs, 1, generator=generator)
+        ids = torch.cat([ids, nxt], dim=1)
+    return ids
+
+
+mine = sample(big, ids, 60, generator=torch.Generator().manual_seed(0))
+theirs = generate(
+    big,
+    ids,
+    60,
+    do_sample=True,
+    use_cache=False,
+    generator=torch.Generator().manual_seed(0),
+)
+print("the same 60 characters as generate:", torch.equal(mine, theirs))
+assert torch.equal(mine, theirs)
+
+# %% [markdown]
+# `generate` adds greedy decoding, top-k and top-p, and the KV cache of the next section:
 
 # %%
 show_source(generate)
@@ -1152,12 +1181,15 @@ for kwargs in (greedy, sampled):
     assert torch.equal(a, b)
 
 # %% [markdown]
-# And it is faster, increasingly so for longer texts: without the cache step $t$ costs work
-# roughly proportional to $t$ (the whole prefix goes through every layer; the linear layers
-# dominate at this size, and attention adds a $t^2$ term), with it a constant amount plus
-# attention over $t$ cached keys. The measured speed-up stays far below the ratio of the
-# arithmetic: at this size a step's time is not set by its arithmetic alone. Timings depend on
-# the machine; the cache gives the same tokens in every row.
+# And it saves time, more the longer the text: without the cache step $t$ costs work roughly
+# proportional to $t$ (the whole prefix goes through every layer; the linear layers dominate
+# at this size, and attention adds a $t^2$ term), with it a constant amount plus attention
+# over $t$ cached keys. For 127 new characters after a one-character prompt, that is
+# $1 + 2 + \dots + 127 = 8{,}128$ positions through the model without the cache against 127
+# with it, 64 times the work. The measured speed-up stays far below that: at this size a
+# step's time is not set by its arithmetic alone, and both paths also pay a fixed cost per
+# step for running every layer's operations. Timings depend on the machine; the cache gives
+# the same tokens in every row.
 
 
 # %% tags=["nbval-ignore-output"]
@@ -1210,8 +1242,8 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   previous character (2.64 against 2.55); the rest of training goes below it, and in the end
 #   the model gains little from characters more than 8 back.
 #   Samples taken along the way go from letters and spaces to speeches headed by a name.
-#   Validation and training curves measured the same way stay close: in under a quarter of a
-#   pass over the text, most training windows are new.
+#   Validation and training curves measured the same way stay close over the small model's
+#   run, under a quarter of a pass over the text.
 # * The perplexity, $e^{\text{loss}}$, is the number of equally likely characters that would
 #   leave a model as unsure as this one. The larger model (more parameters, a context of 128,
 #   longer training) reaches a lower validation loss and perplexity than the small one; its
@@ -1222,8 +1254,10 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   cut the unlikely tail; top-p's set is small where the model is sure and large where it is
 #   not. Sampled, the larger model writes text with the form of a play and little of its sense.
 # * A KV cache keeps each layer's keys and values, so every new token costs one position's
-#   work plus attention over the cache; it gives the same tokens, faster as the text grows, up
-#   to the context length.
+#   work plus attention over the cache; it gives the same tokens, saving more time the longer
+#   the text, up to the context length.
+# * Chapter 11 exports this GPT as Hugging Face's `GPT2LMHeadModel`, and builds a modern
+#   decoder, Llama's design, from it one difference at a time.
 #
 # ## Exercises
 #
@@ -1398,7 +1432,9 @@ assert long_nll[:, 16:].mean() >= long_nll[:, :16].mean()  # no better
 # (2.39 against 2.36): it has not yet learned to use distant characters, so its longer context
 # buys it nothing so far. The shorter model, for the same 1,024 characters per step, draws 64
 # separate pieces of text per step instead of 16, and has 16 position vectors to learn instead
-# of 64. A long context pays only once a model has learned to read it, and only if the text
+# of 64; and early in training, attention spread over 64 positions, most of them of little
+# use, may learn more slowly. One run does not separate these. A long context pays only once
+# a model has learned to read it, and only if the text
 # holds something there to read: even after 1,000 steps, the chapter's model shows no clear
 # gain from characters more than 8 back (the table of loss by context length).
 
@@ -1431,10 +1467,10 @@ assert count_parameters(wide) - count_parameters(base) == 20_480 - 3_072
 
 # %% [markdown] tags=["solution"]
 # The shallow, wide model is well ahead after 300 steps: 2.08 nats per character against
-# 2.38. Their blocks hold the same number of weights. The totals differ because the
-# embeddings grow with the width, which adds 20,480 parameters to the wide model; its single
-# block also has fewer biases and normalisation weights than four narrow ones, which takes
-# 3,072 back.
+# 2.38. Their blocks hold the same number of weight-matrix entries. The totals differ
+# because the embeddings grow with the width, which adds 20,480 parameters to the wide model;
+# its single block has 3,328 fewer biases and normalisation weights than four narrow ones,
+# and its final LayerNorm 256 more: 3,072 back in all.
 #
 # Depth gives what width cannot: a block works only on what the blocks before it wrote, so a
 # computation in two steps needs two layers. The best-known case is the *induction head*

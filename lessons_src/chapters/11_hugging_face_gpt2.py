@@ -1956,7 +1956,7 @@ for name, w in ours.state_dict().items():
         gains[name] = all_q4 - ppl_q
         print(f"{name:26}{w.numel():9,}{ppl_q:11.4f}{gains[name]:8.4f}")
 ranked = sorted(gains, key=gains.get, reverse=True)
-assert ranked[0] == "tok_emb.weight"
+print("largest gains:", *(name.removesuffix(".weight") for name in ranked[:3]))
 
 # %% [markdown] tags=["solution"]
 # The token embedding recovers the most: 0.0154 of the 0.0412 that Q4_1 cost (5.6787 against

@@ -328,13 +328,7 @@ def from_hf(hf_model) -> GPT:
     back to ``nn.Linear``'s ``(out, in)``.  Loading is strict: a weight without
     a place, or a place without a weight, is an error.
     """
-    check_hf_model(
-        hf_model,
-        "gpt2",
-        "from_hf",
-        "a GPT-2 (GPT2LMHeadModel)",
-        "a BERT goes into the course's encoder with hf_bert.bert_from_hf",
-    )
+    check_hf_model(hf_model, "gpt2")  # a GPT2LMHeadModel
     config = from_hf_config(hf_model.config)
     model = GPT(config)
     sd = hf_weights(hf_model)  # name -> tensor
@@ -356,9 +350,7 @@ def from_hf(hf_model) -> GPT:
             )
     # older files also hold each block's causal mask: not a weight
     masks = (".attn.bias", ".attn.masked_bias")
-    check_all_used(
-        [k for k in sd if not k.endswith(masks)], "the course's GPT"
-    )
+    check_all_used(k for k in sd if not k.endswith(masks))
     ours["lm_head.weight"] = ours["tok_emb.weight"]
     model.load_state_dict(
         {k: v.contiguous() for k, v in ours.items()}, strict=True

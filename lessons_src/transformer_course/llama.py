@@ -35,7 +35,13 @@ from torch import nn
 from .attention import KVCache
 from .gpt import GPT, check_context
 from .masking import causal_mask
-from .utils import ModelConfig, check_all_used, check_hf_model, hf_weights
+from .utils import (
+    ModelConfig,
+    check_all_used,
+    check_hf_model,
+    check_tied,
+    hf_weights,
+)
 
 # -----------------------------------------------------------------------------
 # The model
@@ -297,31 +303,20 @@ def from_hf_llama(hf_model) -> Llama:
     is strict: a weight without a place, or a place without a weight, is an
     error.
     """
-    check_hf_model(
-        hf_model,
-        "llama",
-        "from_hf_llama",
-        "a LlamaForCausalLM",
-        "a GPT-2 goes into the course's GPT with hf_gpt2.from_hf",
-    )
+    check_hf_model(hf_model, "llama")  # a LlamaForCausalLM
     config = from_hf_llama_config(hf_model.config)
     sd = hf_weights(hf_model)  # name -> tensor
     ours = {
         "tok_emb.weight": sd.pop("model.embed_tokens.weight"),
         "norm.weight": sd.pop("model.norm.weight"),
     }
-    head = sd.pop("lm_head.weight", ours["tok_emb.weight"])
-    if not torch.equal(head, ours["tok_emb.weight"]):
-        raise ValueError(
-            "lm_head.weight differs from the token embedding, but the "
-            "config says they are tied; the course's Llama has one matrix"
-        )
+    check_tied(sd.pop("lm_head.weight", None), ours["tok_emb.weight"])
     for i in range(config.n_layer):
         for theirs, mine in HF_BLOCK_NAMES:
             ours[f"blocks.{i}.{mine}.weight"] = sd.pop(
                 f"model.layers.{i}.{theirs}.weight"
             )
-    check_all_used(sd, "the course's Llama")
+    check_all_used(sd)
     ours["lm_head.weight"] = ours["tok_emb.weight"]
     model = Llama(config)
     model.load_state_dict(ours, strict=True)

@@ -90,12 +90,26 @@ class ModelConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-def check_hf_model(
-    hf_model, model_type: str, reader: str, wanted: str, hint: str
-) -> None:
-    """Check that ``hf_model`` is a Hugging Face model of ``model_type`` with
-    a language-model head, before ``reader`` converts it: ``wanted`` names
-    such a model, ``hint`` says where another kind goes."""
+#: model_type -> (the converter, what it reads, where another kind goes)
+_HF_CONVERTERS = {
+    "gpt2": (
+        "hf_gpt2.from_hf",
+        "a GPT-2 (GPT2LMHeadModel)",
+        "a BERT goes into the course's encoder with hf_bert.bert_from_hf",
+    ),
+    "llama": (
+        "llama.from_hf_llama",
+        "a LlamaForCausalLM",
+        "a GPT-2 goes into the course's GPT with hf_gpt2.from_hf",
+    ),
+}
+
+
+def check_hf_model(hf_model, model_type: str) -> None:
+    """Check that ``hf_model`` is a Hugging Face language model (with its
+    output head) of ``model_type``, ``"gpt2"`` or ``"llama"``, before the
+    course's converter for that type reads it."""
+    reader, wanted, hint = _HF_CONVERTERS[model_type]
     config = getattr(hf_model, "config", None)
     got = getattr(config, "model_type", None)
     if got != model_type or not hasattr(hf_model, "lm_head"):
@@ -105,12 +119,25 @@ def check_hf_model(
         )
 
 
-def check_all_used(leftover: Iterable[str], target: str) -> None:
+def check_all_used(leftover: Iterable[str]) -> None:
     """Raise if a converter left weights unplaced: ``leftover`` are their
-    names, ``target`` the model that had no place for them."""
+    names."""
     names = sorted(leftover)
     if names:
-        raise KeyError(f"weights with no place in {target}: {names[:5]}")
+        raise KeyError(
+            f"weights with no place in the course's model: {names[:5]}; "
+            "the checkpoint has parts this model does not compute"
+        )
+
+
+def check_tied(head: torch.Tensor | None, embedding: torch.Tensor) -> None:
+    """Raise if a checkpoint's output head differs from its token embedding
+    (``head`` is ``None`` when the checkpoint stores it once)."""
+    if head is not None and not torch.equal(head, embedding):
+        raise ValueError(
+            "lm_head.weight differs from the token embedding, but the "
+            "config says they are tied; the course's model has one matrix"
+        )
 
 
 class _Weights(dict):
