@@ -95,3 +95,15 @@ def test_cpu_name_reads_cpuinfo_and_falls_back(monkeypatch, tmp_path) -> None:
     monkeypatch.setattr(utils.platform, "processor", lambda: "")
     monkeypatch.setattr(utils.platform, "machine", lambda: "x86_64")
     assert utils.cpu_name() == "x86_64"
+
+
+def test_print_wrapped_breaks_long_lines_at_their_indent(capsys):
+    from transformer_course.utils import print_wrapped
+
+    print_wrapped("short\n    " + "word " * 30, width=40)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "short"
+    assert all(len(line) <= 40 for line in lines)
+    assert all(line.startswith("    word") for line in lines[1:])
+    with pytest.raises(TypeError, match="decode token ids first"):
+        print_wrapped([1, 2, 3])

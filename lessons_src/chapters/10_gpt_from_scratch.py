@@ -59,7 +59,12 @@ from transformer_course.train_gpt import (
 )
 from transformer_course.training import param_groups, warmup_decay
 from transformer_course.transformer import EncoderLayer
-from transformer_course.utils import count_parameters, set_seed, show_source
+from transformer_course.utils import (
+    count_parameters,
+    print_wrapped,
+    set_seed,
+    show_source,
+)
 
 g = set_seed(0)
 
@@ -445,23 +450,12 @@ assert diff_past < 1e-6 < diff_future
 # *Generation* below explains this and the other ways to choose):
 
 
-# %% tags=["hide-input"]
-def show(text: str, width: int = 78) -> None:
-    """Print text with long lines broken, each continued at its indent."""
-    for line in text.split("\n"):
-        indent = line[: len(line) - len(line.lstrip())]
-        parts = textwrap.wrap(
-            line, width, subsequent_indent=indent, break_on_hyphens=False
-        )
-        print("\n".join(parts))
-
-
 # %%
 prompt = "ROMEO.\n"
 start = torch.tensor([tok.encode(prompt)])
 rng = torch.Generator().manual_seed(1)
 untrained = generate(model, start, 50, do_sample=True, generator=rng)
-show(tok.decode(untrained[0]))
+print_wrapped(tok.decode(untrained[0]))
 
 # %% [markdown]
 # Training repeats one step: draw a batch of windows, compute the logits, score every
@@ -756,7 +750,7 @@ assert max(band_loss[3:]) - min(band_loss[3:]) < 0.06  # and then nearly flat
 rng = torch.Generator().manual_seed(1)
 trained = generate(model, start, 200, do_sample=True, generator=rng)
 sample = tok.decode(trained[0])
-show(sample)
+print_wrapped(sample)
 train_words = set(re.findall(r"[A-Za-z]+", train_text))
 words = re.findall(r"[A-Za-z]{3,}", sample[len(prompt) :])
 known = sum(w in train_words for w in words) / len(words)
@@ -1026,7 +1020,7 @@ for name, kwargs in strategies.items():
     out = generate(big, ids, 160, generator=rng, **kwargs)
     outputs[name] = big_tok.decode(out[0])
     print(f"--- {name} ---")
-    show(outputs[name])
+    print_wrapped(outputs[name])
     print()
 
 # %% tags=["remove-cell"]
@@ -1062,7 +1056,7 @@ print(
     f"from character {k:,} of {len(long_greedy):,} on, "
     f"{period} characters repeat:"
 )
-show(loop)
+print_wrapped(loop)
 
 # %% [markdown]
 # Greedy decoding takes the most likely character however small its probability, so nothing
@@ -1181,14 +1175,15 @@ for kwargs in (greedy, sampled):
     assert torch.equal(a, b)
 
 # %% [markdown]
-# And it saves time, more the longer the text: without the cache step $t$ costs work roughly
-# proportional to $t$ (the whole prefix goes through every layer; the linear layers dominate
-# at this size, and attention adds a $t^2$ term), with it a constant amount plus attention
-# over $t$ cached keys. For 127 new characters after a one-character prompt, that is
-# $1 + 2 + \dots + 127 = 8{,}128$ positions through the model without the cache against 127
-# with it, 64 times the work. The measured speed-up stays far below that: at this size a
-# step's time is not set by its arithmetic alone, and both paths also pay a fixed cost per
-# step for running every layer's operations. Timings depend on the machine; the cache gives
+# And it saves time, more seconds the longer the text: without the cache step $t$ costs work
+# roughly proportional to $t$ (the whole prefix goes through every layer; the linear layers
+# dominate at this size, and attention adds a $t^2$ term), with it a constant amount plus
+# attention over $t$ cached keys. For 127 new characters after a one-character prompt, that
+# is $1 + 2 + \dots + 127 = 8{,}128$ positions through the model without the cache against
+# 127 with it, 64 times the work. The measured speed-up (the last column) stays far below
+# that, and at this size it need not grow from row to row: a step's time is not set by its
+# arithmetic alone, and both paths also pay a fixed cost per step for running every layer's
+# operations. Timings depend on the machine; the cache gives
 # the same tokens in every row.
 
 
@@ -1254,8 +1249,8 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   cut the unlikely tail; top-p's set is small where the model is sure and large where it is
 #   not. Sampled, the larger model writes text with the form of a play and little of its sense.
 # * A KV cache keeps each layer's keys and values, so every new token costs one position's
-#   work plus attention over the cache; it gives the same tokens, saving more time the longer
-#   the text, up to the context length.
+#   work plus attention over the cache; it gives the same tokens, saving more seconds the
+#   longer the text, up to the context length.
 # * Chapter 11 exports this GPT as Hugging Face's `GPT2LMHeadModel`, and builds a modern
 #   decoder, Llama's design, from it one difference at a time.
 #

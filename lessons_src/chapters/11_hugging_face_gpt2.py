@@ -119,15 +119,16 @@ with torch.no_grad():
     assert same
 
 # %%
-print(f"{'GPT2LMHeadModel':27} ours")
+print("in block i, GPT-2's name -> ours")
 for theirs, mine in HF_BLOCK_NAMES:
     note = "  transposed" if mine in TRANSPOSED else ""
-    print(f"transformer.h.i.{theirs:11} blocks.i.{mine:9}{note}".rstrip())
+    print(f"  {theirs:12} -> {mine}{note}")
 
 # %% [markdown]
-# Those are the names inside block `i`; outside the blocks, `wte`, `wpe` and `ln_f` become
-# `tok_emb`, `pos_emb` and `norm`, and `lm_head` is the token embedding itself. The export
-# applies the table, with the transposes, to every block:
+# Those are the names inside block `i`, which GPT-2 calls `transformer.h.i` and we call
+# `blocks.i`; outside the blocks, `wte`, `wpe` and `ln_f` become `tok_emb`, `pos_emb` and
+# `norm`, and `lm_head` is the token embedding itself. The export applies the table, with the
+# transposes, to every block:
 
 # %%
 show_source(hf_state_dict)
@@ -1555,7 +1556,9 @@ assert diff < 1e-4
 # models with a tied head, such as SmolLM2: `from_hf_llama` refuses a config with
 # `tie_word_embeddings=False`. A Llama with a separate output matrix would need our output
 # head (`lm_head`) untied, one more weight matrix, and `from_hf_llama` to copy
-# `lm_head.weight` into it.
+# `lm_head.weight` into it. It also refuses a scaled RoPE (a config whose `rope_type` is not
+# the default), which Llama 3.1 and 3.2 use to stretch their context; loading those would
+# need `rope` to rescale its frequencies the same way.
 
 # %%
 from transformer_course.llama import Block as LlamaBlock
@@ -1568,15 +1571,16 @@ show_source(LlamaBlock)
 show_source(Llama)
 
 # %% [markdown]
-# The names inside block `i` (no transposes: both sides use `nn.Linear`); outside the blocks,
-# `model.embed_tokens` and `model.norm` become `tok_emb` and `norm`:
+# The names inside block `i`, which Llama calls `model.layers.i` and we call `blocks.i` (no
+# transposes: both sides use `nn.Linear`); outside the blocks, `model.embed_tokens` and
+# `model.norm` become `tok_emb` and `norm`:
 
 # %%
 from transformer_course.llama import HF_BLOCK_NAMES as LLAMA_NAMES
 
-print(f"{'LlamaForCausalLM':39} ours")
+print("in block i, Llama's name -> ours")
 for theirs, mine in LLAMA_NAMES:
-    print(f"model.layers.i.{theirs:24} blocks.i.{mine}")
+    print(f"  {theirs:24} -> {mine}")
 
 # %%
 show_source(from_hf_llama)
@@ -1659,8 +1663,8 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too, where one
-#   forgotten transpose shows in the logits; `load_gpt2()` applies it to GPT-2's trained
-#   weights, downloaded from the Hub.
+#   forgotten transpose shows in the logits; `load_gpt2()` is the same conversion for GPT-2's
+#   trained weights, which it downloads from the Hub.
 # * A wrong activation (exact GELU for GPT-2's tanh GELU) or one forgotten transpose of a
 #   square matrix passes every shape check; the wrong activation even left the greedy text
 #   unchanged here, and only a comparison with the original model's logits showed it.
@@ -1967,5 +1971,6 @@ print("largest gains:", *(name.removesuffix(".weight") for name in ranked[:3]))
 # what the rounding of one matrix does by chance. So here the embedding is the most sensitive
 # matrix per weight, as its double role suggests, but the first block's attention matters
 # almost as much, and one small model measured on 12,800 characters cannot say why. Keeping
-# the output tensor in more bits is llama.cpp's rule, and a cheap one: the embedding is 1% of
-# our model's weights.
+# the output tensor in more bits is llama.cpp's rule. In our model it is cheap, since the
+# embedding is 1% of the weights; in SmolLM2, with its 49,152 tokens, the embedding is 21% of
+# the weights, and its 8 bits are why the file's tensors take 96.6 MB instead of 84.

@@ -9,6 +9,7 @@ import logging.handlers
 import os
 import platform
 import random
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -258,6 +259,25 @@ def count_parameters(
         seen.add(id(p))
         total += p.numel()
     return total
+
+
+def print_wrapped(text: str, width: int = 78) -> None:
+    """Print ``text`` with every line longer than ``width`` broken at spaces,
+    each continuation indented like the line it continues (for generated
+    text, whose lines can be of any length)."""
+    if not isinstance(text, str):
+        raise TypeError(
+            f"print_wrapped prints a str, got {type(text).__name__}; decode "
+            "token ids first (tokenizer.decode(ids))"
+        )
+    if width < 1:
+        raise ValueError(f"width must be at least 1, got {width}")
+    for line in text.split("\n"):
+        indent = line[: len(line) - len(line.lstrip())]
+        parts = textwrap.wrap(
+            line, width, subsequent_indent=indent, break_on_hyphens=False
+        )
+        print("\n".join(parts))
 
 
 def show_source(obj: object):  # -> IPython.display.Code
