@@ -632,7 +632,7 @@ print(f"  Q4_1, embedding in Q8_0  {perplexity_ours(mixed, windows):.4f}")
 # %% [markdown]
 # The perplexity is 5.6633, against 5.6787 with the embedding in Q4_1 too and 5.6362 with every
 # matrix in Q8_0: 8 bits for the one matrix that both reads and writes every token recover
-# about a third of what 4 bits cost. (Whether this matrix is special, or any matrix of its
+# more than a third of what 4 bits cost. (Whether this matrix is special, or any matrix of its
 # size in 8 bits would recover as much, would take a control: exercise 6 below.)
 
 # %% [markdown]
@@ -1055,9 +1055,11 @@ print("same answer as generate:", reply["content"] == answer)
 # Prompts of different lengths in one batch must be padded to the same length. For generation
 # the padding goes on the **left**: every row then ends with its last real token, and the new
 # token of every row is appended right after it. The attention mask (chapter 08) marks the
-# padding with 0, so no real token attends to it; and, as chapter 08's section on left padding
-# showed, the position ids must then be counted from the first real token, which `generate`
-# does from the attention mask. SmolLM2's tokenizer uses `<|im_end|>` as its pad token;
+# padding with 0, so no real token attends to it. With learned positions, as in GPT-2, the
+# position ids must then be counted from the first real token (chapter 08's section on left
+# padding), which `generate` does from the attention mask; with rotary positions, as in
+# SmolLM2, only the distance between two positions enters a score (chapter 03), so a shift of
+# every position by the same amount would change nothing but rounding. SmolLM2's tokenizer uses `<|im_end|>` as its pad token;
 # `load_smollm2` sets `padding_side="left"`.
 
 # %%
@@ -1967,10 +1969,11 @@ print("largest gains:", *(name.removesuffix(".weight") for name in ranked[:3]))
 # 5.6375 in float32), with the fewest weights of any matrix, 18,432. It is not alone: block
 # 0's attention output projection recovers 0.0135 with twice as many weights, and block 0's
 # query-key-value matrix 0.0099. Every other matrix moves the perplexity by 0.005 or less,
-# and several in 8 bits even raise it a little: on 100 windows, a change that small is within
-# what the rounding of one matrix does by chance. So here the embedding is the most sensitive
-# matrix per weight, as its double role suggests, but the first block's attention matters
-# almost as much, and one small model measured on 12,800 characters cannot say why. Keeping
+# and several in 8 bits even raise it a little, so changes that small do not rank the
+# matrices, and on one model and one text neither does the gap of 0.002 between the first
+# two. Per weight, the embedding recovers more than twice as much as block 0's projection,
+# as its double role suggests; why the first block's attention matters almost as much in
+# total, one small model measured on 12,800 characters cannot say. Keeping
 # the output tensor in more bits is llama.cpp's rule. In our model it is cheap, since the
 # embedding is 1% of the weights; in SmolLM2, with its 49,152 tokens, the embedding is 21% of
 # the weights, and its 8 bits are why the file's tensors take 96.6 MB instead of 84.
