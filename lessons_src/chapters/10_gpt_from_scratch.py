@@ -716,10 +716,18 @@ assert val_loss <= 2.0
 starts = torch.linspace(0, n_val_windows - 1, 2048).round().long()
 w = val_ids[starts[:, None] * config.block_size + torch.arange(65)]
 xs, ys = w[:, :-1], w[:, 1:]
-with torch.no_grad():
-    logits_v = model.eval()(xs)
-    nll = -logits_v.log_softmax(-1).gather(-1, ys[..., None])[..., 0]
-by_position = nll.mean(0)  # average over the windows
+
+
+def window_losses(m: GPT) -> torch.Tensor:
+    """The loss at every position of these windows (xs, ys), read in
+    pieces of m's context (all 64 characters for this model)."""
+    n = m.config.block_size
+    with torch.no_grad():
+        logp = m.eval()(xs.reshape(-1, n)).log_softmax(-1)
+    return -logp.gather(-1, ys.reshape(-1, n, 1)).reshape(xs.shape)
+
+
+by_position = window_losses(model).mean(0)  # average over the windows
 bands = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64))
 band_loss = [by_position[lo - 1 : hi].mean().item() for lo, hi in bands]
 names = [f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in bands]
@@ -1360,15 +1368,6 @@ def train_300(positions=True, batch_size=16, **shape) -> GPT:
     return m.eval()
 
 
-def window_losses(m: GPT) -> torch.Tensor:
-    """The loss at every position of the 2,048 validation windows of 64
-    characters used above (xs, ys), read in pieces of m's context."""
-    n = m.config.block_size
-    with torch.no_grad():
-        logp = m(xs.reshape(-1, n)).log_softmax(-1)
-    return -logp.gather(-1, ys.reshape(-1, n, 1)).reshape(xs.shape)
-
-
 base, no_pos = train_300(), train_300(positions=False)
 base_nll = window_losses(base)  # exercises 4 and 5 compare with it too
 with_pos = base_nll.mean().item()
@@ -1423,13 +1422,13 @@ assert long_nll[:, 16:].mean() >= long_nll[:, :16].mean()  # no better
 # %% [markdown] tags=["solution"]
 # After 300 steps the model with a context of 16 is ahead: 2.19 nats per character against
 # 2.38, on the same characters. The model with a context of 64 does no better at its far
-# positions, where it sees up to 64 characters, than in its first 16, where it sees at most 16
-# (2.39 against 2.36): it has not yet learned to use distant characters, so its longer context
-# buys it nothing so far. The shorter model, for the same 1,024 characters per step, draws 64
-# separate pieces of text per step instead of 16, and has 16 position vectors to learn instead
-# of 64; and early in training, attention spread over 64 positions, most of them of little
-# use, may learn more slowly. One run does not separate these. A long context pays only once
-# a model has learned to read it, and only if the text
+# positions, where it sees up to 64 characters, than in its first 16, where it sees at most
+# 16 (2.39 against 2.36, a little worse): it has not yet learned to use distant characters,
+# so its longer context buys it nothing so far. The shorter model, for the same 1,024
+# characters per step, draws 64 separate pieces of text per step instead of 16, and has 16
+# position vectors to learn instead of 64; and early in training, attention spread over 64
+# positions, most of them of little use, may learn more slowly. One run does not separate
+# these. A long context pays only once a model has learned to read it, and only if the text
 # holds something there to read: even after 1,000 steps, the chapter's model shows no clear
 # gain from characters more than 8 back (the table of loss by context length).
 
@@ -1457,7 +1456,9 @@ emb = {
     for m in (base, wide)
 }
 assert emb[wide] - emb[base] == 20_480  # the embeddings grow with the width
-assert count_parameters(wide) - count_parameters(base) == 20_480 - 3_072
+norm = {m: sum(p.numel() for p in m.norm.parameters()) for m in (base, wide)}
+assert norm[wide] - norm[base] == 256  # the final LayerNorm
+assert count_parameters(wide) - count_parameters(base) == 20_480 - 3_328 + 256
 
 
 # %% [markdown] tags=["solution"]

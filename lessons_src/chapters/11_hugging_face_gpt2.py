@@ -39,7 +39,7 @@ from tokenizers import pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from transformer_course.generation import generate
+from transformer_course.generation import generate, top_p_filter
 from transformer_course.gpt import GPT, GPTConfig, lm_loss
 from transformer_course.hf_gpt2 import (
     HF_BLOCK_NAMES,
@@ -955,7 +955,8 @@ print(textwrap.fill(scored, 60, initial_indent="  ", subsequent_indent="  "))
 
 
 def kept_by_top_p(p: torch.Tensor, top_p: float = 0.9) -> int:
-    return int((p.sort(descending=True).values.cumsum(0) < top_p).sum()) + 1
+    """How many tokens chapter 10's top_p_filter keeps."""
+    return int(torch.isfinite(top_p_filter(p.log(), top_p)).sum())
 
 
 sure_at = int(chosen.values.argmax())  # the step where it is surest
