@@ -92,8 +92,8 @@ assert set(text) <= set(CHARS) and tok.vocab_size == 96
 
 # %% [markdown]
 # We read it **character by character**. The alphabet is fixed, 96 characters: newline and the
-# 95 printable ASCII characters, so that a model can be given any plain ASCII text; the plays
-# use 83 of them. A character's id is its place in that list:
+# 95 printable ASCII characters, so that a model can be given any plain ASCII text without
+# tabs; the plays use 83 of them. A character's id is its place in that list:
 
 # %%
 ids = tok.encode("ROMEO.")
@@ -635,7 +635,7 @@ print(f"previous character only:    {bigram_loss:.2f} nats/char")
 # (2.64 against 2.55); after that, slower and steady progress, below that level from step 200
 # on (by 0.01 at step 200, by 0.22 at step 300), so the model uses more than the previous
 # character. From step 100 to step 400 the validation curve lies a little above the training
-# curve (by up to 0.09, at step 200), and from step 500 on the two are within 0.02 of each
+# curve (by up to 0.09, at step 200), and from step 500 on the two stay within 0.03 of each
 # other, ending at 1.85 and 1.87: what the model has learned so far holds about as well for
 # plays it has never seen. Overfitting would show as a validation curve that stops falling,
 # and then turns up, while the training curve keeps falling.
@@ -935,6 +935,8 @@ fig.suptitle(
 )
 fig.tight_layout()
 plt.show()
+
+# %% tags=["remove-cell"]
 entropies = []
 for t in (0.5, 1.0, 2.0):
     pt = next_token_probs(logits, temperature=t)
@@ -959,25 +961,30 @@ for p in (0.5, 0.9, 0.99):
 # probability: top-k with $k = 5$ keeps the first five whatever their share, top-p with
 # $p = 0.9$ keeps the first 20.
 
-# %% tags=["hide-input"] caption="The next-character distribution after 'HAMLET. To be, or not to be, that is the ': the 60 most likely of the 96 characters, ranked by probability (the other 36 hold less than 0.01 together). Top-k with k = 5 keeps the five left of the first dashed line; top-p with p = 0.9 keeps the 20 left of the second, which together hold 0.907 of the probability; sampling draws only from what a filter keeps, renormalised." alt="A bar chart of 60 bars falling from about 0.08 at the left to nearly 0 at the right. The first five bars are dark blue, the next fifteen orange, the rest light grey. A dashed line after the fifth bar is labelled top-k, k = 5; a dashed line after the twentieth is labelled top-p, p = 0.9."
+# %% tags=["hide-input"] caption="The next-character distribution after 'HAMLET. To be, or not to be, that is the ': the 60 most likely of the 96 characters, ranked by probability (the other 36 hold less than 0.01 together). Top-k with k = 5 keeps the five left of the first dashed line (blue); top-p with p = 0.9 keeps the 20 left of the second (blue and orange), which together hold 0.907 of the probability; sampling draws only from what a filter keeps, renormalised." alt="A bar chart of 60 bars falling from about 0.08 at the left to nearly 0 at the right. The first five bars are dark blue, the next fifteen orange, the rest light grey. A dashed line after the fifth bar is labelled top-k, k = 5, with an arrow pointing left; a dashed line after the twentieth is labelled top-p, p = 0.9, with an arrow pointing left. A legend names the colours: kept by both, by top-p only, by neither."
 ranked = probs.sort(descending=True).values
 n_top_p = int(torch.isfinite(top_p_filter(logits, 0.9)).sum())
 colours = [
     "tab:blue" if r < 5 else "tab:orange" if r < n_top_p else "0.8"
     for r in range(len(ranked))
 ]
-fig, ax = plt.subplots(figsize=(6.5, 3.2))
+fig, ax = plt.subplots(figsize=(6.0, 4.0))
 ax.bar(range(len(ranked)), ranked.numpy(), color=colours, width=0.9)
-for cut, label, y in (
-    (5, "top-k, k = 5", 0.97),
-    (n_top_p, "top-p, p = 0.9", 0.6),
-):
+top = ranked[0].item()
+for cut, label in ((5, "top-k\n   k = 5"), (n_top_p, "top-p\n   p = 0.9")):
     ax.axvline(cut - 0.5, color="black", ls="--", lw=1)
-    ax.text(cut + 0.5, y * ranked[0].item(), label, fontsize=12)
-ax.set_xlabel("characters ranked by probability", fontsize=12)
-ax.set_ylabel("probability", fontsize=12)
-ax.tick_params(labelsize=11)
+    # the arrow points at the side the filter keeps
+    ax.text(cut - 0.2, 1.25 * top, "\u2190 " + label, fontsize=13, va="center")
+kinds = [("tab:blue", "kept by both"), ("tab:orange", "by top-p only")]
+kinds.append(("0.8", "by neither"))
+for colour, name in kinds:
+    ax.bar([0], [0], color=colour, label=name)
+ax.legend(loc="center right", fontsize=13, frameon=False)
+ax.set_xlabel("characters ranked by probability", fontsize=14)
+ax.set_ylabel("probability", fontsize=14)
+ax.tick_params(labelsize=13)
 ax.set_xlim(-1, 60)
+ax.set_ylim(0, 1.45 * top)
 fig.tight_layout()
 plt.show()
 
@@ -1189,10 +1196,9 @@ for kwargs in (greedy, sampled):
 # attention over $t$ cached keys. For 127 new characters after a one-character prompt, that
 # is $1 + 2 + \dots + 127 = 8{,}128$ positions through the model without the cache against
 # 127 with it, 64 times the work. The measured speed-up (the last column) stays far below
-# that, and at this size it need not grow from row to row: a step's time is not set by its
-# arithmetic alone, and both paths also pay a fixed cost per step for running every layer's
-# operations. Timings depend on the machine; the cache gives
-# the same tokens in every row.
+# that: a step's time is not set by its arithmetic alone, and both paths also pay a fixed
+# cost per step for running every layer's operations. In every row the cache gives the same
+# tokens.
 
 
 # %% tags=["nbval-ignore-output"]
