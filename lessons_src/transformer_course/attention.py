@@ -129,8 +129,7 @@ class KVCache:
     """Keys and values of the positions seen so far, for one attention layer.
 
     During generation each new token only needs its own query; its keys and
-    values are appended here, so earlier positions are never projected twice
-    (chapter 10).
+    values are appended here, so earlier positions are never projected twice.
     """
 
     def __init__(self) -> None:
