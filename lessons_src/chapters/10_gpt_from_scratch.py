@@ -8,8 +8,9 @@
 # over and over on raw text, and once trained it writes by feeding its own predictions back in.
 #
 # This chapter builds GPT-2's design out of the pieces of the earlier chapters, trains a small
-# one on Shakespeare's plays, character by character, and then generates with it: greedy
-# decoding, temperature, top-k and top-p sampling, and a KV cache that makes generation faster.
+# one on Shakespeare's plays, character by character, and then generates with a larger model
+# trained the same way for longer: greedy decoding, temperature, top-k and top-p sampling, and
+# a KV cache that makes generation faster.
 #
 # ```{note}
 # GPT is often called "the decoder part of the Transformer". It is a decoder *without
@@ -40,9 +41,11 @@ from transformer_course.generation import (
 )
 from transformer_course.gpt import (
     GPT,
+    MLP,
     Block,
     CausalSelfAttention,
     GPTConfig,
+    lm_loss,
 )
 from transformer_course.masking import causal_mask
 from transformer_course.tasks.shakespeare import (
@@ -105,8 +108,8 @@ print(f"the plays use {len(set(text))} of the {tok.vocab_size} characters")
 assert tok.decode(ids) == "ROMEO." and len(set(text)) == 83
 
 # %% [markdown]
-# The plays are in alphabetical order of title, from *All's Well That Ends Well* to *The
-# Winter's Tale*. We hold out the last plays, whole, for validation: the text is cut at the
+# The plays come one after another, roughly in alphabetical order, from *All's Well That Ends
+# Well* to *The Winter's Tale*. We hold out the last plays, whole, for validation: the text is cut at the
 # start of the play in which its last 10% begins. That leaves 11% of the text, *Troilus and
 # Cressida*, *Twelfth Night*, *The Two Gentlemen of Verona* and *The Winter's Tale*, four plays
 # the model never trains on; the other 33 are the training text.
@@ -284,8 +287,9 @@ class MiniGPT(torch.nn.Module):
 
 
 # %% [markdown]
-# The package's `GPT` is the same model. Copy the weights of a `GPT` into a `MiniGPT`,
-# splitting the fused `qkv` back into $W_Q, W_K, W_V$, and the two give the same logits:
+# The package's `GPT` computes the same function. Copy the weights of a `GPT` into a
+# `MiniGPT`, splitting the fused `qkv` back into $W_Q, W_K, W_V$, and the two give the same
+# logits:
 
 # %%
 small = GPTConfig(
@@ -318,14 +322,19 @@ print(f"MiniGPT vs GPT, largest difference of the logits {gap:.0e}")
 assert gap < 1e-5
 
 # %% [markdown]
-# The package's `GPT` computes the same function, with one more argument to `forward`: a
-# `cache`, which we use at the end of the chapter.
+# Its listing, with the feed-forward network `MLP` that `Block` uses, has one more argument to
+# `forward`: a `cache`, which we use at the end of the chapter. It also sets the initial
+# weights, which `MiniGPT` leaves at PyTorch's defaults; the section *Training* shows why that
+# matters.
 
 # %%
 show_source(GPTConfig)
 
 # %%
 show_source(CausalSelfAttention)
+
+# %%
+show_source(MLP)
 
 # %%
 show_source(Block)
@@ -384,10 +393,26 @@ print(
 with torch.no_grad():
     xb, yb = get_batch(train_ids, 16, config.block_size, generator=g)
     logits0 = model(xb)
+    with torch.random.fork_rng():  # leaves the random state as it was
+        torch.manual_seed(0)
+        mini0 = MiniGPT(config)(xb)  # PyTorch's default initial weights
 mean0 = logits0.mean().item()
 print(f"logits: mean {mean0:.2f}, standard deviation {logits0.std():.2f}")
+mini_loss0 = lm_loss(mini0, yb).item()
+print(
+    f"MiniGPT on the same batch: loss {mini_loss0:.1f}, "
+    f"logits' standard deviation {mini0.std():.1f}"
+)
+
+# %% tags=["remove-cell"]
+assert mini_loss0 > 10 * math.log(96) and abs(loss0 - math.log(96)) < 0.1
 
 # %% [markdown]
+# `MiniGPT`, with PyTorch's default initial weights, shows what the 0.02 prevents: its
+# embeddings are drawn with standard deviation 1, and its head is tied to them, so its logits
+# start large and its predictions confident and random, at a loss more than ten times
+# $\ln 96$. Training it would first have to undo that.
+#
 # One exception to the 0.02 comes from GPT-2 (Radford et al., 2019, section 2.3). The
 # residual stream is a sum: each block adds two outputs to it, the attention's `proj` and the
 # MLP's `proj`. If these $2 \cdot n_\text{layer}$ contributions are independent, the variance
@@ -446,8 +471,10 @@ print(
 
 # %% [markdown]
 # With the scaling, the stream after 48 blocks is as large as after 1. Without it, the stream
-# grows with the depth, a little faster than the square root of the number of blocks (8.0 times
-# from 1 to 48 blocks, where $\sqrt{48} \approx 6.9$).
+# grows with the depth, even faster than the square root of the number of blocks (8.0 times
+# from 1 to 48 blocks, where $\sqrt{48} \approx 6.9$). Independent contributions would give
+# less than $\sqrt{48}$, since the embeddings' share of the stream does not grow: the blocks'
+# outputs are not independent, but partly add up in the same directions.
 
 # %% [markdown]
 # And the whole model is causal: changing the characters after position 40 leaves the logits
@@ -566,14 +593,61 @@ for step in range(3):
 #   products pay for large matrices; the [Performance appendix](performance.md) measures
 #   where on a GPU.
 #
-# Every `eval_every` steps `train` measures the loss (with `evaluate`, listed below) on
+# Put together, the recipe is a dozen lines. For 20 steps from the same start (with a warm-up
+# of 5 steps, to fit), they give the same weights as the package's `train`:
+
+
+# %%
+def train_loop(model, data, steps, lr=3e-3, warmup=50, generator=None):
+    groups = param_groups(model, weight_decay=0.1)  # decay matrices only
+    opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_decay(s, warmup, steps, min_ratio=0.1)
+    )
+    model.train()
+    for _ in range(steps):
+        x, y = get_batch(data, 16, model.config.block_size, generator)
+        loss = lm_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+
+
+twins = []
+for loop in ("mine", "train"):
+    set_seed(0)
+    twin, rng = GPT(config), torch.Generator().manual_seed(0)
+    if loop == "mine":
+        train_loop(twin, train_ids, 20, warmup=5, generator=rng)
+    else:
+        train(
+            twin,
+            train_ids,
+            val_ids,
+            steps=20,
+            batch_size=16,
+            warmup=5,
+            eval_every=20,
+            eval_windows=1,
+            generator=rng,
+            show_progress=False,
+        )
+    twins.append(twin)
+gap = max(
+    (p - q).abs().max().item()
+    for p, q in zip(twins[0].parameters(), twins[1].parameters())
+)
+print(f"after 20 steps, largest difference of a weight: {gap:.0e}")
+assert gap < 1e-5
+
+# %% [markdown]
+# `train` runs this loop, and measures the two losses as it goes: every `eval_every` steps it
+# scores (with `evaluate`, listed below)
 # `eval_windows` windows spread evenly over the training text and over the validation text,
 # the same way for both, so the two curves can be compared. A sample taken only from the
-# *beginning* of a text would measure its first play, not the whole of it. The listings are
-# the package's full versions: besides the steps above they check their inputs, and `train`
-# can also split each batch over several processes (`torchrun`) or into micro-batches whose
-# gradients add up (`accumulate`); this chapter uses neither, and the
-# [Performance appendix](performance.md) runs both.
+# *beginning* of a text would measure its first play, not the whole of it.
 
 # %%
 show_source(param_groups)
@@ -689,9 +763,9 @@ print(f"previous character only:    {bigram_loss:.2f} nats/char")
 # %% [markdown]
 # The curves (Fig. 10.2): a fast first drop, which within 100 steps passes the frequency-only
 # level and brings the validation loss to about the level of the previous-character model
-# (2.64 against 2.55); after that, slower and steady progress, below that level from step 200
-# on (by 0.01 at step 200, by 0.22 at step 300), so the model uses more than the previous
-# character. From step 100 to step 400 the validation curve lies a little above the training
+# (2.64 against 2.55); after that, slower and steady progress: about level with it at step 200
+# (0.01 below), and well below it from step 300 on (by 0.22 there), so the model uses more
+# than the previous character. From step 100 to step 400 the validation curve lies a little above the training
 # curve (by up to 0.09, at step 200), and from step 500 on the two stay within 0.03 of each
 # other, ending at 1.85 and 1.87: what the model has learned so far holds about as well for
 # plays it has never seen. Overfitting would show as a validation curve that stops falling,
@@ -897,10 +971,10 @@ assert abs(big_val - record["val_loss"]) < 0.03
 # The larger model's validation loss lies 0.14 above its training loss, while the small
 # model's two losses nearly agree. The larger model differs from the small one in size,
 # context, training length (1.2 passes over the training text against 0.24), batch size,
-# peak learning rate and warm-up (100 steps against 50), and this comparison cannot separate
+# peak learning rate and warm-up, and this comparison cannot separate
 # them. One thing is the same: each step of either predicts 1,024 characters (8 windows of 128,
 # or 16 of 64), so the larger model's longer training is more steps of the same size. The record of its run holds the two
-# losses it measured every 500 steps, on 32 windows spread evenly over each text (a smaller
+# losses it measured every 500 steps, on windows spread evenly over each text (a smaller
 # sample than the losses above, so its numbers differ from them: its last validation loss
 # reads 1.67, against 1.60 on the larger sample):
 
@@ -953,7 +1027,8 @@ assert generate(big, ids, 1)[0, -1].item() == int(logits.argmax())
 # %% [markdown]
 # Four rules:
 #
-# * **greedy**: always the most likely token. Deterministic, and it tends to fall into loops.
+# * **greedy**: always the most likely token, as chapter 09's `greedy_decode` did for
+#   translation. Deterministic, and it tends to fall into loops.
 # * **temperature** $T$: sample from $\operatorname{softmax}(z / T)$, where $z$ are the
 #   logits. This is the temperature of chapter 04, now on the output logits instead of the
 #   attention scores: $T<1$ sharpens the distribution towards greedy, $T>1$ flattens it
@@ -1137,8 +1212,7 @@ print(
 print_wrapped(loop)
 
 # %% [markdown]
-# Greedy decoding takes the most likely character however small its probability, so nothing
-# pushes it out of a repetition. Once the model's window of 128 characters lies inside the loop, the same window comes
+# Greedy decoding has no randomness to push it out of a repetition. Once the model's window of 128 characters lies inside the loop, the same window comes
 # back after one more cycle, so the same choices follow, forever. That is
 # easy to check: from the last 128 characters, greedy decoding writes one more cycle and
 # returns to the same window:
@@ -1191,7 +1265,7 @@ print("the same 60 characters as generate:", torch.equal(mine, theirs))
 assert torch.equal(mine, theirs)
 
 # %% [markdown]
-# `generate` adds greedy decoding, top-k and top-p, and the KV cache of the next section:
+# The listing of `generate`:
 
 # %%
 show_source(generate)
@@ -1242,6 +1316,22 @@ for kwargs in (greedy, sampled):
     assert torch.equal(a, b)
 
 # %% [markdown]
+# What the cache costs is memory: a key and a value of `d_model` numbers for every position in
+# every layer, for every sequence being generated. Full, for one sequence of the larger model's
+# 128 positions:
+
+# %%
+cache = big.new_cache()
+with torch.no_grad():
+    big(val_ids[None, :128], cache=cache)
+n_cached = sum(layer.k.numel() + layer.v.numel() for layer in cache)
+print(
+    f"{n_cached:,} numbers = 2 x {c.n_layer} layers x 128 positions "
+    f"x {c.d_model}: {4 * n_cached / 1024:.0f} KiB in float32"
+)
+assert n_cached == 2 * c.n_layer * 128 * c.d_model
+
+# %% [markdown]
 # And it saves time, more seconds the longer the text: without the cache step $t$ costs work
 # roughly proportional to $t$ (the whole prefix goes through every layer; the linear layers
 # dominate at this size, and attention adds a $t^2$ term), with it a constant amount plus
@@ -1254,7 +1344,7 @@ for kwargs in (greedy, sampled):
 
 
 # %% tags=["nbval-ignore-output"]
-def timed(fn, *args, repeats=3, **kwargs):
+def timed(fn, *args, repeats=5, **kwargs):
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -1311,8 +1401,8 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   validation loss kept falling to the end, while its training loss fell faster: a gap of
 #   0.14 at the end, after 1.2 passes over its training text.
 # * Generation is a loop of a few lines (run the model, take the last position's logits,
-#   choose a token, append it) around a rule for choosing: greedy decoding repeats
-#   itself and ends in a loop, temperature sharpens or flattens, top-k and top-p
+#   choose a token, append it) around a rule for choosing: greedy decoding tends to repeat
+#   itself, and here it ended in a loop, temperature sharpens or flattens, top-k and top-p
 #   cut the unlikely tail; top-p's set is small where the model is sure and large where it is
 #   not. Sampled, the larger model writes text with the form of a play and little of its sense.
 # * A KV cache keeps each layer's keys and values, so every new token costs one position's

