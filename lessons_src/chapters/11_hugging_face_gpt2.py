@@ -531,7 +531,7 @@ assert round(count_parameters(smol) / 1e6) == 135
 # validation windows of the chapter's first section again. (Our `q4_1` and `q8_0` follow these
 # layouts, with one difference of detail: they round the floats ($d$, and $m$ in Q4_1) to 16 bits
 # before computing $q$, where llama.cpp rounds them after.) These are measurements of one model on
-# one text; differences in the third decimal say which way, not how much in general.
+# one text.
 
 
 # %%
@@ -611,7 +611,7 @@ with plt.rc_context(large):
 # levels moves each weight of the row by 0.0072 on average and by
 # 0.0195 at most, on weights up to 0.351, and the whole model's perplexity rises from 5.6375
 # to 5.6787, for 5 bits per weight instead of float32's 32. With 8.5 bits per weight, Q8_0
-# loses nothing here: its perplexity, 5.6362, is even a hair lower.
+# loses nothing here: its perplexity, 5.6362, is the same as float32's to within 0.002.
 #
 # The copy `load_smollm2` read is a GGUF file that mixes such formats. Its tensors, grouped by
 # format:
@@ -720,7 +720,8 @@ assert smol_tok.decode(smol_tok(sentence)["input_ids"]) == sentence
 #
 # Chapter 10's model reads characters. Let us learn a byte-level BPE of our own on the training
 # part of the Python documentation, and compare it with SmolLM2's. A byte-level BPE first cuts
-# the text into words, a space going with the word after it (as `Ġ`), and never merges across
+# the text into words, a space going with the word after it (as `Ġ`: byte-level BPE writes each
+# of the 256 bytes as a printable character, and the space byte's is `Ġ`), and never merges across
 # two words; so we count each distinct word once, with its number of occurrences. The three
 # steps above then fit in two dozen lines:
 
@@ -891,9 +892,9 @@ def encode_bpe(text: str) -> list:
 
 for w in (" grandmother", " photosynthesis"):
     print(f"{w!r:18} -> {' '.join(encode_bpe(w))}")
-lines = docs_val[:20000].splitlines(keepends=True)
+lines = docs_val.splitlines(keepends=True)
 agree = sum(encode_bpe(line) == bpe.encode(line).tokens for line in lines)
-print(f"the library's tokens on {agree} of {len(lines)} lines")
+print(f"the library's tokens on {agree:,} of {len(lines):,} lines")
 assert agree == len(lines)
 
 # %% [markdown]
@@ -1316,8 +1317,8 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 
 # %% [markdown]
 # Over the whole passage, our model needs 1.23 times as many nats per character as SmolLM2
-# (1.509 against 1.223). That gap is context: given only the same 128-character windows,
-# SmolLM2 needs 1.556 nats per character instead of 1.223. In the windows SmolLM2 scores 1,882
+# (1.509 against 1.223). The gap comes with the windows (less context, and a start that may
+# fall mid-word): given only the same 128-character windows, SmolLM2 needs 1.556 nats per character instead of 1.223. In the windows SmolLM2 scores 1,882
 # characters against our model's 1,905: the first token of each window, which has no
 # prediction, often covers more than one character. On the same 1,882 characters our model
 # needs 1.509 nats per character, 0.97 times SmolLM2's 1.556. With the same short context, the
@@ -1624,11 +1625,10 @@ assert diff < 1e-4
 # same `forward(tokens, cache)` and `new_cache()` as the GPT. `from_hf_llama` reads the config
 # as above and copies every weight of a `LlamaForCausalLM` into its place under our names; a
 # weight without a place, or a place without a weight, is an error. Our `Llama` covers only
-# models with a tied head, such as SmolLM2: `from_hf_llama` refuses a config with
-# `tie_word_embeddings=False`. A Llama with a separate output matrix would need our output
-# head (`lm_head`) untied, one more weight matrix, and `from_hf_llama` to copy
-# `lm_head.weight` into it. It also refuses a scaled RoPE (a config whose `rope_type` is not
-# the default), which Llama 3.1 and 3.2 use to stretch their context; loading those would
+# models with a tied head, such as SmolLM2, and RoPE's plain frequencies. A Llama with a
+# separate output matrix (Llama 2 7B has one) would need our output head (`lm_head`) untied,
+# one more weight matrix, copied from the model's `lm_head.weight`. Llama 3.1 and 3.2 stretch
+# their context with a scaled RoPE (a `rope_type` other than the default); loading them would
 # need `rope` to rescale its frequencies the same way.
 
 # %%
