@@ -393,9 +393,8 @@ print(
 with torch.no_grad():
     xb, yb = get_batch(train_ids, 16, config.block_size, generator=g)
     logits0 = model(xb)
-    with torch.random.fork_rng():  # leaves the random state as it was
-        torch.manual_seed(0)
-        mini0 = MiniGPT(config)(xb)  # PyTorch's default initial weights
+    torch.manual_seed(0)
+    mini0 = MiniGPT(config)(xb)  # PyTorch's default initial weights
 mean0 = logits0.mean().item()
 print(f"logits: mean {mean0:.2f}, standard deviation {logits0.std():.2f}")
 mini_loss0 = lm_loss(mini0, yb).item()
@@ -472,9 +471,7 @@ print(
 # %% [markdown]
 # With the scaling, the stream after 48 blocks is as large as after 1. Without it, the stream
 # grows with the depth, even faster than the square root of the number of blocks (8.0 times
-# from 1 to 48 blocks, where $\sqrt{48} \approx 6.9$). Independent contributions would give
-# less than $\sqrt{48}$, since the embeddings' share of the stream does not grow: the blocks'
-# outputs are not independent, but partly add up in the same directions.
+# from 1 to 48 blocks, where $\sqrt{48} \approx 6.9$).
 
 # %% [markdown]
 # And the whole model is causal: changing the characters after position 40 leaves the logits
@@ -589,9 +586,11 @@ for step in range(3):
 #   `dtype=torch.bfloat16`: the matrix products compute in 16-bit numbers on the GPU's tensor
 #   cores, while the weights, their gradients and AdamW's averages stay 32-bit. bfloat16
 #   keeps float32's 8-bit exponent (its range) and gives up mantissa bits (precision), so,
-#   unlike float16, it needs no loss scaling. On a CPU everything stays float32. Sixteen-bit
-#   products pay for large matrices; the [Performance appendix](performance.md) measures
-#   where on a GPU.
+#   unlike float16, it needs no loss scaling. On a CPU `train` keeps everything in float32.
+#   Whether 16 bits pay depends on the device and the size: the
+#   [Performance appendix](performance.md) measures bfloat16 autocast at 1.25 to 1.39 times
+#   float32's speed on a CPU for this model, no faster on a GPU at this size, and 5.5 times
+#   faster on a GPU for a model 512 wide trained on batches of 512.
 #
 # Put together, the recipe is a dozen lines. For 20 steps from the same start (with a warm-up
 # of 5 steps, to fit), they give the same weights as the package's `train`:
@@ -911,8 +910,9 @@ assert known > 0.4
 # Karpathy's lecture builds its GPT one part at a time and measures what each part adds. We can
 # ask the same of ours by taking parts away. Train the small model for 300 steps with the
 # chapter's settings, once whole and once each without one part: without attention (every
-# block's attention adds nothing to the stream), without the feed-forward networks, and
-# without the LayerNorms (each replaced by the identity). Then score each on the same 2,048
+# block's attention adds nothing to the stream), without the feed-forward networks, without
+# the LayerNorms (each replaced by the identity), and without the residual connections (each
+# sub-layer's output replaces its input instead of being added to it). Then score each on the same 2,048
 # validation windows as the table of loss by context length:
 
 
@@ -932,6 +932,18 @@ def no_attention(m: GPT) -> None:
 def no_feed_forward(m: GPT) -> None:
     for b in m.blocks:
         b.mlp = Nothing()
+
+
+class BlockWithoutResidual(Block):
+    def forward(self, x, cache=None):
+        x = self.attn(self.norm1(x), cache)  # not x + ...
+        return self.mlp(self.norm2(x))
+
+
+def no_residual(m: GPT) -> None:
+    for i, b in enumerate(m.blocks):
+        m.blocks[i] = BlockWithoutResidual(m.config)
+        m.blocks[i].load_state_dict(b.state_dict())  # same initial weights
 
 
 def no_layernorm(m: GPT) -> None:
@@ -968,13 +980,14 @@ def train_300(edit=None, positions=True, batch_size=16, **shape) -> GPT:
 
 
 base = train_300()
-base_nll = window_losses(base)  # the exercises compare with it too
+base_nll = window_losses(base)
 with_pos = base_nll.mean().item()
 parts_loss = {"the whole model": with_pos}
 variants = {
     "without attention": no_attention,
     "without feed-forward": no_feed_forward,
     "without LayerNorm": no_layernorm,
+    "without residuals": no_residual,
 }
 for name, edit in variants.items():
     parts_loss[name] = window_losses(train_300(edit)).mean().item()
@@ -982,20 +995,25 @@ print("after 300 steps, validation loss (nats/char)")
 for name, loss in parts_loss.items():
     print(f"  {name:24} {loss:.3f}")
 print(f"  {'previous character only':24} {bigram_loss:.3f}")
-# each part is worth far more than the noise of one run
+# each part removed costs more than 0.1 nats/char in these runs
 assert all(v > with_pos + 0.1 for v in list(parts_loss.values())[1:])
 
 # %% [markdown]
-# Each of the three parts is worth about 0.2 nats per character after 300 steps: 2.38 for the
-# whole model against 2.59 without attention, 2.62 without the feed-forward networks and 2.62
-# without LayerNorm. Without attention no position can read any other, so the model predicts
+# Attention, the feed-forward networks and LayerNorm are each worth about 0.2 nats per
+# character after 300 steps: 2.38 for the whole model against 2.59 without attention, 2.62
+# without the feed-forward networks and 2.62 without LayerNorm. The residual connections are
+# worth far more: without them the model ends at 3.32, about the level of a model that knows
+# only how frequent each character is (3.33). Each block's output then replaces its input, so
+# a character's embedding reaches the output head only through all four blocks in turn, and
+# in 300 steps the model has learned little beyond those frequencies. Without attention no position can read any other, so the model predicts
 # each character from the one before it and that one's position: the previous-character
 # yardstick does the same with exact counts (2.55), and the model lands just above it.
 # Without the feed-forward networks the blocks can still gather characters from the context,
 # but have only attention's weighted averages and linear maps to compute with. Without
 # LayerNorm, the same settings train the model more slowly. (What positions are worth is
-# exercise 3's question.) These are runs of 300 steps: they measure how fast each variant
-# learns, not how far it could go.
+# exercise 3's question.) These are single runs of 300 steps, one seed each: they measure how
+# fast each variant learns, not how far it could go, and they do not say how much each number
+# would move with another seed.
 #
 # ## A larger model
 #
@@ -1058,8 +1076,8 @@ assert abs(big_val - record["val_loss"]) < 0.03
 # %% [markdown]
 # The larger model's validation loss lies 0.14 above its training loss, while the small
 # model's two losses nearly agree. The larger model differs from the small one in size,
-# context, training length (1.2 passes over the training text against 0.24), batch size,
-# peak learning rate and warm-up, and this comparison cannot separate
+# context, training length (1.2 passes over the training text against 0.24), batch size and
+# learning-rate schedule, and this comparison cannot separate
 # them. One thing is the same: each step of either predicts 1,024 characters (8 windows of 128,
 # or 16 of 64), so the larger model's longer training is more steps of the same size. The record of its run holds the two
 # losses it measured every 500 steps, on windows spread evenly over each text (a smaller
@@ -1372,6 +1390,24 @@ past, new = 5, 3
 print(causal_mask(past + new)[:, :, past:, :][0, 0].int())
 
 # %% [markdown]
+# Written out for greedy decoding, generation with a cache is a prefill and then one position
+# per step; it gives the tokens `generate` gives:
+
+# %%
+cache = big.new_cache()
+text_ids = ids
+with torch.no_grad():
+    last = big(ids, cache=cache)[:, -1]  # prefill: the whole prompt at once
+    for _ in range(40):
+        nxt = last.argmax(-1, keepdim=True)
+        text_ids = torch.cat([text_ids, nxt], dim=1)
+        last = big(nxt, cache=cache)[:, -1]  # only the newest position
+print(
+    f"{len(cache[0])} positions cached; {big_tok.decode(text_ids[0, -40:])!r}"
+)
+assert torch.equal(text_ids, generate(big, ids, 40))
+
+# %% [markdown]
 # The cache must not change the result. Greedy decoding and seeded sampling give the same
 # tokens with and without it:
 
@@ -1468,7 +1504,8 @@ assert speedup > 1.3  # 127 new tokens: the cache is clearly faster
 #   run, under a quarter of a pass over the text.
 # * Taking parts away shows what each buys: after 300 steps, the model without attention, without
 #   its feed-forward networks or without LayerNorm is each about 0.2 nats per character
-#   behind the whole model.
+#   behind the whole model; without its residual connections it is no better than character
+#   frequencies.
 # * The perplexity, $e^{\text{loss}}$, is the number of equally likely characters that would
 #   leave a model as unsure as this one. The larger model (more parameters, a context of 128,
 #   longer training) reaches a lower validation loss and perplexity than the small one; its

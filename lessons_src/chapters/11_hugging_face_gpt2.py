@@ -440,7 +440,9 @@ hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
 print("same tokens:", torch.equal(gpt2_ids, hf_ids))
 
 # %% [markdown]
-# The rest of this chapter runs a larger and more recent pretrained model.
+# The cell downloads half a gigabyte, so it is shown here without its output: run it yourself
+# to see GPT-2 continue the prompt in chapter 10's code. The rest of this chapter runs a
+# larger and more recent pretrained model.
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct
@@ -584,7 +586,7 @@ for name, fmt in (("Q8_0 (8.5 bits)", q8_0), ("Q4_1 (5 bits)", q4_1)):
     ppl_q = perplexity_ours(quantise(ours, fmt), windows)
     print(f"  {name:18} {ppl_q:.4f}")
 
-# %% tags=["hide-input"] caption="Q4_1 on the first block of 32 weights of the row above. The grey lines are the block's 16 levels m + qd, from its minimum m (q = 0) to its maximum (q = 15); each weight (black dot) is stored as the number q of its nearest level and read back as that level (orange bar), a move of at most half a step." alt="A scatter plot over positions 0 to 31 of a block. Sixteen evenly spaced horizontal grey lines span the range of the weights. Black dots mark the 32 weights; an orange horizontal bar at each position marks the level it is read back as, always the grey line nearest to the dot, joined to it by a short vertical segment."
+# %% tags=["hide-input"] caption="Q4_1 on the first block of 32 weights of the row above. The grey lines are the block's 16 levels m + qd, from its minimum m (q = 0) to its maximum (q = 15); each weight (black dot) is stored as the number q of its nearest level and read back as that level (orange bar), a move of about half a step at most." alt="A scatter plot over positions 0 to 31 of a block. Sixteen evenly spaced horizontal grey lines span the range of the weights. Black dots mark the 32 weights; an orange horizontal bar at each position marks the level it is read back as, always the grey line nearest to the dot, joined to it by a short vertical segment."
 blk = row[:32]
 m = blk.min().half().float()
 step = ((blk.max() - m) / 15).half().float()
@@ -1126,8 +1128,17 @@ print("same answer as generate:", reply["content"] == answer)
 # position ids must then be counted from the first real token (chapter 08's section on left
 # padding), which `generate` does from the attention mask; with rotary positions, as in
 # SmolLM2, only the distance between two positions enters a score (chapter 03), so a shift of
-# every position by the same amount would change nothing but rounding. SmolLM2's tokenizer uses `<|im_end|>` as its pad token;
-# `load_smollm2` sets `padding_side="left"`.
+# every position by the same amount would change nothing but rounding. SmolLM2's tokenizer uses
+# `<|im_end|>` as its pad token, a token that occurs in every chat prompt; it is also
+# SmolLM2's end-of-sequence token, so `generate` never takes it for padding (the trap of our
+# newline pad does not arise), and we pass the mask anyway. `load_smollm2` sets
+# `padding_side="left"`.
+
+# %% tags=["remove-cell"]
+assert smol_tok.pad_token == smol_tok.eos_token == "<|im_end|>"
+assert (
+    smol.generation_config.pad_token_id == smol.generation_config.eos_token_id
+)
 
 # %%
 questions = [
@@ -1323,10 +1334,11 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 # prediction, often covers more than one character. On the same 1,882 characters our model
 # needs 1.509 nats per character, 0.97 times SmolLM2's 1.556. With the same short context, the
 # small model that read nothing but Shakespeare predicts a scene from a play it never saw
-# about as well as a model with 73.8 times as many parameters, trained on far more text of
-# every kind. This is one scene, from a famous play SmolLM2 may well have read; SmolLM2 is
-# the instruction-tuned model, given raw text, and ran with 4-bit weights. Its lead on the
-# whole passage comes from reading all of it.
+# about as well as the 4-bit copy of a model with 73.8 times as many parameters, trained on
+# far more text of every kind. This is one scene, from a famous play SmolLM2 may well have
+# read; SmolLM2 is the instruction-tuned model, given raw text, and ran with 4-bit weights.
+# Its lead on the whole passage comes with reading all of it: more context, and no window
+# that starts mid-word.
 
 # %% [markdown]
 # ## From GPT-2 to a modern decoder
@@ -1736,10 +1748,9 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too, where one
 #   forgotten transpose shows in the logits; `load_gpt2()` applies the same conversion to
 #   GPT-2's trained weights, which it downloads from the Hub.
-# * A wrong activation (exact GELU for GPT-2's tanh GELU) or one forgotten transpose of a
-#   square matrix passes every shape check; in our small Shakespeare model the wrong
-#   activation even left the greedy text unchanged, and only a comparison with the original
-#   model's logits showed it.
+# * A wrong activation (exact GELU for tanh GELU) or one forgotten transpose of a square
+#   matrix passes every shape check; only a comparison with the original model's logits
+#   shows it.
 # * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
 #   and `generate` counts `max_new_tokens` after the prompt.
 # * SmolLM2-135M-Instruct, an ordinary `LlamaForCausalLM`, shows the standard API: a byte-level
