@@ -1362,7 +1362,8 @@ show_source(generate)
 # %% [markdown]
 # ## A KV cache
 #
-# Without a cache, every new token runs the model over the *whole* text so far, although only
+# Without a cache, every new token runs the model over the *whole* text so far (up to its last
+# `block_size` characters), although only
 # the last position's output is used, and the keys and values of all earlier positions are
 # recomputed each time although they never change (the causal mask guarantees that a
 # position's keys and values depend only on that position and the ones before it). A **KV cache** keeps each

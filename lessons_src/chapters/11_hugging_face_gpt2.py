@@ -440,9 +440,7 @@ hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
 print("same tokens:", torch.equal(gpt2_ids, hf_ids))
 
 # %% [markdown]
-# The cell downloads half a gigabyte, so it is shown here without its output: run it yourself
-# to see GPT-2 continue the prompt in chapter 10's code. The rest of this chapter runs a
-# larger and more recent pretrained model.
+# The rest of this chapter runs a larger and more recent pretrained model.
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct

@@ -26,7 +26,7 @@ evaluation, training and checkpoints in ``train_gpt``, sampling in
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -141,9 +141,9 @@ class MLP(nn.Module):
 
     def __init__(self, c: GPTConfig) -> None:
         super().__init__()
-        assert c.d_ff is not None  # GPTConfig.__post_init__ sets it
-        self.fc = nn.Linear(c.d_model, c.d_ff)
-        self.proj = nn.Linear(c.d_ff, c.d_model)
+        d_ff = c.d_ff or 4 * c.d_model  # GPT-2's width unless set
+        self.fc = nn.Linear(c.d_model, d_ff)
+        self.proj = nn.Linear(d_ff, c.d_model)
         self.act = ACTIVATIONS[c.activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -195,10 +195,10 @@ class GPT(nn.Module):
         # GPT-2: scale the projections that write into the residual stream
         # by 1/sqrt(2 n_layer), so the variance of the stream does not grow
         # with depth.
-        for block in cast(Iterable[Block], self.blocks):
-            for proj in (block.attn.proj, block.mlp.proj):
+        for name, p in self.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.proj.weight")):
                 nn.init.normal_(
-                    proj.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer)
+                    p, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer)
                 )
 
     @staticmethod
