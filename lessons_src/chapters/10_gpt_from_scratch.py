@@ -14,9 +14,9 @@
 #
 # ```{note}
 # GPT is often called "the decoder part of the Transformer". It is a decoder *without
-# cross-attention*, since there is no encoder to attend to. A GPT-2 block is exactly a
-# pre-norm encoder layer (chapter 07) with a GELU, run with a causal mask (chapter 08), as we
-# check below. It also differs from the 2017 paper's decoder layer in where it normalises: the
+# cross-attention*, since there is no encoder to attend to. A GPT-2 block is a pre-norm
+# encoder layer (chapter 07) with a GELU (GPT-2 uses its tanh approximation), run with a
+# causal mask (chapter 08), as we check below. It also differs from the 2017 paper's decoder layer in where it normalises: the
 # paper's layer is post-norm, as GPT-1's was, while GPT-2 normalises *before* each sub-layer.
 # ```
 
@@ -592,7 +592,9 @@ for step in range(3):
 #   faster on a GPU for a model 512 wide trained on batches of 512.
 #
 # Put together, the recipe is a dozen lines. For 20 steps from the same start (with a warm-up
-# of 5 steps, to fit), they give the same weights as the package's `train`:
+# of 5 steps, since 50 would not fit in 20), they give the same weights as the package's
+# `train`, which also measures the losses (here only at the start and the end, on one window,
+# and without a progress bar):
 
 
 # %%
@@ -1010,9 +1012,7 @@ assert all(v > with_pos + 0.1 for v in list(parts_loss.values())[1:])
 # Without the feed-forward networks the blocks can still gather characters from the context,
 # but have only attention's weighted averages and linear maps to compute with. Without
 # LayerNorm, the same settings train the model more slowly. (What positions are worth is
-# exercise 3's question.) The whole model's 2.38 is not Fig. 10.2's 2.33 at step 300: its
-# learning rate decays over 300 steps instead of 1,000, and it is scored on 2,048 windows
-# instead of 256. These are single runs of 300 steps, one seed each: they measure how
+# exercise 3's question.) These are single runs of 300 steps, one seed each: they measure how
 # fast each variant learns, not how far it could go, and they do not say how much each number
 # would move with another seed.
 #
