@@ -585,7 +585,8 @@ for step in range(3):
 #   `dtype=torch.bfloat16`: the matrix products compute in 16-bit numbers on the GPU's tensor
 #   cores, while the weights, their gradients and AdamW's averages stay 32-bit. bfloat16
 #   keeps float32's 8-bit exponent (its range) and gives up mantissa bits (precision), so,
-#   unlike float16, it needs no loss scaling. On a CPU `train` keeps everything in float32.
+#   unlike float16, it needs no loss scaling. On a CPU `train` keeps everything in float32:
+#   a CPU gains from bfloat16 only if it has instructions for it, and many do not.
 #   Whether 16 bits pay depends on the device and the size: the
 #   [Performance appendix](performance.md) measures bfloat16 autocast at 1.25 to 1.39 times
 #   float32's speed on a CPU for this model, no faster on a GPU at this size, and 5.5 times
@@ -965,7 +966,7 @@ def train_300(edit=None, positions=True, batch_size=16, **shape) -> GPT:
             m.pos_emb.weight.zero_()
         m.pos_emb.weight.requires_grad_(False)
     rng = torch.Generator().manual_seed(0)
-    # the chapter's settings are train's defaults: lr 3e-3, warm-up 50
+    # learning rate 3e-3 and 50 warm-up steps, as in the main run
     train(
         m,
         train_ids,
@@ -1081,9 +1082,9 @@ assert abs(big_val - record["val_loss"]) < 0.03
 # learning-rate schedule, and this comparison cannot separate
 # them. One thing is the same: each step of either predicts 1,024 characters (8 windows of 128,
 # or 16 of 64), so the larger model's longer training is more steps of the same size. The record of its run holds the two
-# losses it measured every 500 steps, on windows spread evenly over each text (a smaller
-# sample than the losses above, so its numbers differ from them: its last validation loss
-# reads 1.67, against 1.60 on the larger sample):
+# losses it measured every 500 steps, on 32 windows spread evenly over each text (a smaller
+# sample than the 1,024 and 256 windows above, so its numbers differ from them: its last
+# validation loss reads 1.67, against 1.60 on the larger sample):
 
 # %%
 hist = record["history"]
@@ -1339,7 +1340,7 @@ assert again == window
 # Top-k and top-p cut off the unlikely tail of the distribution. How often does sampling
 # without them draw from that tail? At each of the 200 validation positions above (contexts of
 # real text, not of the model's own), the probability that a sampled character falls outside
-# the set top-p 0.9 keeps, on average:
+# the set top-p 0.9 keeps at temperature 1, on average:
 
 # %%
 for temp in (1.0, 0.8):
@@ -1351,7 +1352,9 @@ for temp in (1.0, 0.8):
     )
 
 # %% [markdown]
-# A temperature below 1 shrinks that tail, and top-p removes it.
+# A temperature below 1 shrinks that tail, and top-p removes it. (Combined with a temperature
+# of 0.8, top-p cuts a tail of its own: it applies after the temperature, to the sharper
+# distribution, and keeps no more characters than at temperature 1.)
 #
 # The loop `sample` from the start of *Training* already divides the logits by the
 # temperature before the softmax; `generate`, listed here, adds the filters of top-k and top-p
@@ -1679,8 +1682,7 @@ assert long_nll[:, 16:].mean() >= long_nll[:, :16].mean()  # no better
 # which is ahead, the deep and narrow model or the shallow and wide one?
 
 # %% tags=["solution", "nbval-ignore-output"]
-# replace() keeps the config's d_ff (512): set it to 4 x d_model again
-wide = train_300(n_layer=1, d_model=256, d_ff=4 * 256)
+wide = train_300(n_layer=1, d_model=256, d_ff=4 * 256)  # d_ff = 4 x d_model
 wide_loss = window_losses(wide).mean().item()
 print(f"{'after 300 steps':24}{'parameters':>11}{'nats/char':>11}")
 for name, m, loss in (
@@ -1689,22 +1691,38 @@ for name, m, loss in (
 ):
     print(f"{name:24}{count_parameters(m):11,}{loss:11.3f}")
 assert wide_loss < with_pos
-emb = {
-    m: m.tok_emb.weight.numel() + m.pos_emb.weight.numel()
-    for m in (base, wide)
-}
-assert emb[wide] - emb[base] == 20_480  # the embeddings grow with the width
-norm = {m: sum(p.numel() for p in m.norm.parameters()) for m in (base, wide)}
-assert norm[wide] - norm[base] == 256  # the final LayerNorm
-assert count_parameters(wide) - count_parameters(base) == 20_480 - 3_328 + 256
+
+
+def by_part(m: GPT) -> dict[str, int]:
+    """Where a model's parameters are (the output head is the embedding)."""
+    blocks = list(m.blocks.parameters())
+    return {
+        "embeddings (token, position)": count_parameters(m.tok_emb)
+        + count_parameters(m.pos_emb),
+        "blocks: weight matrices": sum(
+            p.numel() for p in blocks if p.dim() == 2
+        ),
+        "blocks: biases and norms": sum(
+            p.numel() for p in blocks if p.dim() == 1
+        ),
+        "final LayerNorm": count_parameters(m.norm),
+    }
+
+
+print(f"\n{'parameters':29}{'4 x 128':>9}{'1 x 256':>9}{'change':>9}")
+narrow_parts, wide_parts = by_part(base), by_part(wide)
+for name, n in narrow_parts.items():
+    w = wide_parts[name]
+    print(f"{name:29}{n:9,}{w:9,}{w - n:+9,}")
+assert sum(wide_parts.values()) == count_parameters(wide)
 
 
 # %% [markdown] tags=["solution"]
 # The shallow, wide model is well ahead after 300 steps: 2.08 nats per character against
-# 2.38. Their blocks hold the same number of weight-matrix entries. The totals differ
-# because the embeddings grow with the width, which adds 20,480 parameters to the wide model;
-# its single block has 3,328 fewer biases and normalisation weights than four narrow ones,
-# and its final LayerNorm 256 more: 3,072 back in all.
+# 2.38. Their blocks hold the same number of weight-matrix entries (the second table). The
+# totals differ because the embeddings grow with the width, which adds 20,480 parameters to
+# the wide model; its single block has 3,328 fewer biases and normalisation weights than four
+# narrow ones, and its final LayerNorm 256 more: 3,072 back in all.
 #
 # Depth gives what width cannot: a block works only on what the blocks before it wrote, so a
 # computation in two steps needs two layers. The best-known case is the *induction head*

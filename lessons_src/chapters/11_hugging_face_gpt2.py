@@ -8,9 +8,8 @@
 #
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
-#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size; it is
-#    the conversion that puts GPT-2's own trained weights, downloaded from the Hub by
-#    `load_gpt2()`, into the code of chapter 10;
+#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size (with a
+#    connection to the Hub, `load_gpt2()` applies it to GPT-2's own trained weights);
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, stored mostly in **4 bits** (we measure what that costs on our own GPT); we
 #    **train a BPE tokenizer of our own** and compare it with SmolLM2's; and we use its chat
@@ -19,7 +18,8 @@
 # 3. we read off that model **what changed between GPT-2 and a modern decoder** (Llama's design)
 #    and **build our own Llama** from the GPT of chapter 10, one difference at a time: no
 #    biases, RMSNorm, SwiGLU, rotary positions and grouped-query attention, each a few lines
-#    checked against the model's own module; then SmolLM2's weights run in our model.
+#    checked against the model's own module; then SmolLM2's trained weights run in our own
+#    code and write the same text as the library's model.
 
 # %% tags=["remove-cell"]
 import warnings
@@ -41,7 +41,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
 from transformer_course.generation import generate, top_p_filter
-from transformer_course.gpt import GPT, GPTConfig, lm_loss
+from transformer_course.gpt import GPT, lm_loss
 from transformer_course.hf_gpt2 import (
     HF_BLOCK_NAMES,
     TRANSPOSED,
@@ -345,38 +345,6 @@ assert round_trip < 1e-5 and diff_tanh < 1e-4
 # GELU on both sides, the export above gave a difference of exactly 0, so the 1e-05 is the
 # activation's alone.)
 #
-# Now an easy mistake in a port: the same weights run with the exact GELU instead of the tanh
-# one. Every shape is right, so no shape check catches it:
-
-# %%
-gelu_settings = {**converted.config.to_dict(), "activation": "gelu"}
-exact_gelu = GPT(GPTConfig(**gelu_settings)).eval()
-exact_gelu.load_state_dict(converted.state_dict())
-with torch.no_grad():
-    diff_exact = (exact_gelu(w8) - reference).abs().max().item()
-    greedy_tanh = generate(converted, ids, 60)
-    greedy_exact = generate(exact_gelu, ids, 60)
-print(
-    f"max logit difference with the exact GELU: {diff_exact:.3f} "
-    f"(logits up to {reference.abs().max():.0f})"
-)
-# the characters the two greedy texts share before they first differ
-agree = (greedy_tanh == greedy_exact)[0].long().cumprod(0).sum().item()
-n_agree = agree - ids.shape[1]
-print(f"greedy texts, tanh vs exact GELU: first {n_agree} of 60 the same")
-
-# %% tags=["remove-cell"]
-assert 1e-2 < diff_exact
-
-# %% [markdown]
-# The wrong activation moves the logits by up to 0.039, on logits up to 19: in this small
-# model, too little to change a single character of the greedy text. The error is silent: the
-# shapes are right and the greedy text is unchanged, and only a comparison with the original
-# model's outputs reveals it. (These weights were trained with the exact GELU, so here the
-# "mistake" is the activation they were trained with; what the comparison measures is how far
-# the two activations pull the same weights apart.) How large the error is in GPT-2 itself,
-# twelve layers deep with its own trained weights, this model cannot tell.
-#
 # GPT-2 itself is far larger than our model. `GPT2Config()` with no arguments *is* the
 # configuration of the smallest GPT-2: 12 layers of 12 heads, width 768, a context of 1,024
 # tokens and a vocabulary of 50,257 byte-level BPE tokens. A `GPT2LMHeadModel` built from it has
@@ -465,7 +433,10 @@ print("same tokens:", torch.equal(gpt2_ids, hf_ids))
 # on `SmolLM2-135M-Instruct.Q4_1.gguf`, a GGUF file of SmolLM2-135M-Instruct whose matrices
 # are stored in 4 bits, the kind of file such programs run. The model we run therefore has
 # the 4-bit weights read back, not the bfloat16 originals, and every SmolLM2 output below is
-# the 4-bit model's.
+# the 4-bit model's: the originals, loaded with the three lines above, would give answers and
+# numbers a little different from these. How much the 4 bits cost SmolLM2 cannot be measured
+# from a file that does not hold its originals; the next section measures the cost on our own
+# GPT, whose originals we have.
 
 # %% tags=["remove-cell"]
 # Install the 4-bit SmolLM2 used below where it is missing (Colab, say):
@@ -530,7 +501,8 @@ assert round(count_parameters(smol) / 1e6) == 135
 # we quantise every weight matrix of our trained GPT and compute its perplexity on the 100
 # validation windows of the chapter's first section again. (Our `q4_1` and `q8_0` follow these
 # layouts, with one difference of detail: they round the floats ($d$, and $m$ in Q4_1) to 16 bits
-# before computing $q$, where llama.cpp rounds them after.) These are measurements of one model on
+# before computing $q$, where llama.cpp rounds them after, so that each $q$ is chosen for the
+# $m$ and $d$ it will be read back with.) These are measurements of one model on
 # one text.
 
 
@@ -648,12 +620,14 @@ assert gguf_path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 # %% [markdown]
 # The matrices of the 30 layers are in Q4_1. The token embedding stays in Q8_0, and the norms'
 # weights in float32, 32 bits each. The 8.5 bits of the embedding's 28.3 million weights are
-# why the tensors take 96.6 MB and not the 84 MB of every weight at 5 bits; the rest of the
+# almost all of why the tensors take 96.6 MB and not the 84 MB of every weight at 5 bits (the
+# norms' 61 × 576 weights at 32 bits add most of the rest); the rest of the
 # file holds its metadata, the config and the tokenizer among it.
 #
 # The extra bits go to the embedding, which in SmolLM2 is also the output head: one matrix
-# with two jobs, reading every token in and scoring every token out. Our GPT ties the two as well, so we can try the same mix on
-# it: every matrix in Q4_1 except the token embedding, in Q8_0.
+# with two jobs, reading every token in and scoring every token out. Our GPT ties the two as
+# well, so we can try the same mix on it: every matrix in Q4_1 except the token embedding, in
+# Q8_0.
 
 # %%
 mixed = quantise(ours, q4_1, emb_fmt=q8_0)
@@ -794,10 +768,6 @@ assert same and bpe.get_vocab_size() == 256 + 1 + len(merges) == 2000
 # %%
 probes = {
     "documentation": docs_val[:2000],
-    "Python code": (
-        "    for key, value in sorted(counts.items()):\n"
-        '        print(f"{key}: {value}")\n'
-    ),
     "everyday English": (
         "On Saturday morning my grandmother baked an apple pie for the "
         "neighbours, who had helped her carry a new armchair up the stairs "
@@ -818,9 +788,8 @@ probes = {
 }
 print(
     f"held-out documentation: {len(probes['documentation']):,} characters; "
-    "Python code: 2 lines;"
+    f"everyday English: {len(probes['everyday English'].split())} words"
 )
-print(f"everyday English: {len(probes['everyday English'].split())} words")
 print("characters per token")
 print(f"{'':16} {'ours (2k)':>9} {'SmolLM2 (49k)':>13}")
 ratios = {}
@@ -843,7 +812,8 @@ assert len(bpe.encode(" grandmother").tokens) >= 3
 
 # %% [markdown]
 # Our tokenizer knows the documentation's words (` statement` is one token) and little else:
-# on the paragraph of everyday English its tokens are shorter than on the documentation, and
+# on the paragraph of everyday English (written for this comparison) its tokens are shorter
+# than on the documentation, and
 # a word such as ` grandmother` falls apart into pieces. SmolLM2's covers both, at the
 # price of a 25 times larger vocabulary, that is, a 49,152-row embedding matrix. Our tokenizer
 # keeps all 256 bytes as tokens, so it can encode any sequence of bytes; SmolLM2's has no token
@@ -1045,8 +1015,10 @@ raised = at_07[order] > first_probs[order]
 assert raised[:4].all() and not raised[4:].any()
 
 # %% [markdown]
-# Each sampling setting changes these distributions in its own way. The figure shows what
-# each does to the first token's, and to the surest step's:
+# Each sampling setting changes these distributions in its own way. Fig. 10.4 drew top-k's and
+# top-p's cuts on our character model's 96 characters; Fig. 11.2 draws them, with temperature,
+# on a vocabulary of 49,152 tokens, with its long tail at the first token and, at the surest
+# step, a distribution where top-p keeps a single token:
 
 # %% tags=["hide-input"] caption="The model's probabilities for the next token at two steps of its answer, the 100 most probable tokens in order. Top, the first token, on a logarithmic scale: temperature 0.7 (orange) raises the most probable tokens (the first four here) and lowers the rest, and keeps every token; top-k = 20 keeps the tokens left of the first dashed line, top-p = 0.9 those left of the second, and both rescale what they keep without changing its shape. Middle: the first token's cumulative probability; top-p keeps tokens until it reaches 0.9, which on this long-tailed distribution takes 75 of them. Bottom: the step where the model is surest; top-p keeps one token, top-k still 20." alt="Three stacked panels over ranks 1 to 100. Top, on a logarithmic axis: grey bars for the first token's probabilities at temperature 1, falling from about 0.21 at rank 1 to under 0.001 at rank 100, and an orange line for temperature 0.7 that lies above the bars for the first few ranks and below them after, falling faster. Middle: a curve of the cumulative probability rising from 0.21 and flattening towards 1, with a dotted horizontal line at 0.9; in both upper panels two vertical dashed lines, labelled top-k = 20 and top-p = 0.9 (75 tokens), stand after rank 20 and after rank 75. Bottom, on a logarithmic axis: one bar near probability 1 at rank 1, the others far below it, with a dashed line after rank 1 labelled top-p and one after rank 20 labelled top-k."
 cumulative = first_probs[order].cumsum(0)
@@ -1252,19 +1224,27 @@ def smol_nll(text: str) -> tuple[float, int]:
     return mean * (ids.shape[1] - 1), ids.shape[1] - 1
 
 
+def perplexity(text: str) -> float:
+    nll, n = smol_nll(text)
+    return math.exp(nll / n)
+
+
 fluent = "The cat sat on the mat and looked out of the window at the birds."
 words = fluent.rstrip(".").split()
-perm = torch.randperm(len(words), generator=torch.Generator().manual_seed(0))
-shuffled = " ".join(words[i] for i in perm) + "."
-ppl = {}
+shuffles = []
+for seed in range(5):
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(words), generator=gen)
+    shuffles.append(" ".join(words[i] for i in perm) + ".")
+ppl = {s: perplexity(s) for s in [fluent, *shuffles]}
 print("perplexity  sentence")
-for s in (fluent, shuffled):
-    nll, n = smol_nll(s)
-    ppl[s] = math.exp(nll / n)
+for s in (fluent, shuffles[0]):
     print(f"{ppl[s]:10.1f}  {s}")
+low, high = min(ppl[s] for s in shuffles), max(ppl[s] for s in shuffles)
+print(f"5 shuffles of the words: perplexity {low:,.0f} to {high:,.0f}")
 
 # %% tags=["remove-cell"]
-assert ppl[shuffled] > 10 * ppl[fluent]
+assert min(ppl[s] for s in shuffles) > 10 * ppl[fluent]
 
 # %% [markdown]
 # Perplexities per *token* of two models with different tokenizers cannot be compared: a token
@@ -1276,7 +1256,8 @@ assert ppl[shuffled] > 10 * ppl[fluent]
 # (which may well include these very plays), scores the passage twice: every character
 # after its first token, with all the text before it as context; and, in the same 15 windows as
 # our model, every character after the first token of each window (a window may begin in the
-# middle of a word, which a character model does not mind and a word-piece model might).
+# middle of a word and end in the middle of another, which a character model does not mind
+# and a word-piece model might: a cut word becomes pieces it rarely sees there).
 
 # %%
 scene = val_text.index("SCENE I. An Apartment in the DUKE'S Palace.")
@@ -1326,8 +1307,9 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 
 # %% [markdown]
 # Over the whole passage, our model needs 1.23 times as many nats per character as SmolLM2
-# (1.509 against 1.223). The gap comes with the windows (less context, and a start that may
-# fall mid-word): given only the same 128-character windows, SmolLM2 needs 1.556 nats per character instead of 1.223. In the windows SmolLM2 scores 1,882
+# (1.509 against 1.223). The gap comes with the windows (less context, and a start and an
+# end that may fall mid-word): given only the same 128-character windows, SmolLM2 needs 1.556
+# nats per character instead of 1.223. In the windows SmolLM2 scores 1,882
 # characters against our model's 1,905: the first token of each window, which has no
 # prediction, often covers more than one character. On the same 1,882 characters our model
 # needs 1.509 nats per character, 0.97 times SmolLM2's 1.556. With the same short context, the
@@ -1336,7 +1318,7 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 # far more text of every kind. This is one scene, from a famous play SmolLM2 may well have
 # read; SmolLM2 is the instruction-tuned model, given raw text, and ran with 4-bit weights.
 # Its lead on the whole passage comes with reading all of it: more context, and no window
-# that starts mid-word.
+# that starts or ends mid-word.
 
 # %% [markdown]
 # ## From GPT-2 to a modern decoder
@@ -1731,6 +1713,60 @@ assert hf_greedy.shape[1] == with_cache.shape[1]
 assert new.ne(smol_tok.eos_token_id).all()
 
 # %% [markdown]
+# A port can be wrong with every shape right, and RoPE's pairing is where Llama ports most
+# often are. Meta's original Llama code rotates neighbouring features, $2j$ with $2j + 1$;
+# Hugging Face's pairs $j$ with $j + d/2$, so its conversion script
+# (`convert_llama_weights_to_hf.py`, function `permute`) reorders the rows of every query and
+# key matrix, head by head. A port that skips the reordering loads weights of the right shape
+# in the wrong order. We undo the reordering in a copy of our Llama, so that its weights are in
+# the neighbour order while `rope` still pairs $j$ with $j + d/2$, and ask it the same
+# question:
+
+# %%
+import copy
+
+
+def neighbour_order(w, n_heads):
+    """Rows of a query or key matrix, head by head, in Meta's pair order."""
+    d_out, d_in = w.shape
+    w = w.view(n_heads, 2, d_out // n_heads // 2, d_in)
+    return w.transpose(1, 2).reshape(d_out, d_in)
+
+
+unpermuted = copy.deepcopy(llama)
+with torch.no_grad():
+    for block in unpermuted.blocks:
+        a = block.attn
+        a.q.weight.copy_(neighbour_order(a.q.weight, a.n_head))
+        a.k.weight.copy_(neighbour_order(a.k.weight, a.n_kv_head))
+    wrong_logits = unpermuted(start)
+    right_logits = llama(start)
+d_port = (wrong_logits - right_logits).abs().max().item()
+same_top = (wrong_logits.argmax(-1) == right_logits.argmax(-1)).float().mean()
+print(
+    f"max logit difference: {d_port:.1f} "
+    f"(logits up to {right_logits.abs().max():.0f})"
+)
+print(
+    f"same most likely next token at {same_top:.0%} of the prompt's positions"
+)
+wrong = generate(unpermuted, start, 30)[0, start.shape[1] :]
+text = repr(smol_tok.decode(wrong, skip_special_tokens=True))
+print(textwrap.fill(text, 78, initial_indent="  ", subsequent_indent="  "))
+del unpermuted
+
+# %% tags=["remove-cell"]
+assert d_port > 5 and same_top < 0.8
+assert not torch.equal(wrong, new[:30])
+
+# %% [markdown]
+# Nothing raised an error, and the model still writes English words: the embeddings, the
+# feed-forward networks and the values are all right. But in every query and key the features are
+# turned in the wrong pairs, the logits move by up to 33.5 (`repr` shows the newlines as `\n`), the
+# most likely next token changes at most positions, and the answer falls into a loop. Only a
+# comparison with the original model's logits, the check this chapter makes of every piece,
+# shows that the port is wrong.
+#
 # What stayed the same is most of the model: token embeddings (tied to the output head in both
 # GPT-2 and SmolLM2), a stack of pre-norm blocks with residual connections, causal
 # self-attention, a feed-forward network, a final norm, the KV cache and the generation loop.
@@ -1746,9 +1782,9 @@ assert new.ne(smol_tok.eos_token_id).all()
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too, where one
 #   forgotten transpose shows in the logits; `load_gpt2()` applies the same conversion to
 #   GPT-2's trained weights, which it downloads from the Hub.
-# * A wrong activation (exact GELU for tanh GELU) or one forgotten transpose of a square
-#   matrix passes every shape check; only a comparison with the original model's logits
-#   shows it.
+# * One forgotten transpose of a square matrix, or query and key rows left in the other
+#   order of RoPE's pairs, passes every shape check; only a comparison with the original
+#   model's logits shows it.
 # * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
 #   and `generate` counts `max_new_tokens` after the prompt.
 # * SmolLM2-135M-Instruct, an ordinary `LlamaForCausalLM`, shows the standard API: a byte-level
@@ -1772,8 +1808,8 @@ assert new.ne(smol_tok.eos_token_id).all()
 # * SmolLM2's tokenizer silently drops bytes it has no token for, such as the control
 #   character 04; our byte-level BPE, with a token for each of the 256 bytes, gives every text
 #   back.
-# * Perplexity compares texts under one model (37.3 for a sentence, 5350.9 for its words
-#   shuffled); across tokenizers, compare nats per character:
+# * Perplexity compares texts under one model (37.3 for a sentence, 2,326 to 5,351 for five
+#   shuffles of its words); across tokenizers, compare nats per character:
 #   on 1,906 characters of *Twelfth Night*'s first scene, our model needs 1.509 nats per
 #   character, SmolLM2 1.223 with the whole passage as context and 1.556 in the same
 #   128-character windows.
@@ -1853,8 +1889,9 @@ print(
 
 # %% [markdown]
 # **2. Vocabulary size against sequence length.** Train BPE tokenizers with 500, 1000 and
-# 4000 tokens and measure the characters per token on the validation text. Predict first: does
-# doubling the vocabulary double the characters per token?
+# 4000 tokens and measure the characters per token on the validation text. Predict first: which
+# lengthens the tokens more, the one doubling from 500 to 1000, or the two doublings from 1000
+# to 4000?
 
 # %% tags=["solution"]
 cpt = {}
@@ -1868,8 +1905,9 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# No. One doubling, from 500 to 1000 tokens, makes the tokens 1.28 times as long; the next
-# two doublings together, to 4000, make them 1.33 times as long, hardly more. The trainer
+# About the same: each doubling buys less than the one before. One doubling, from 500 to 1000
+# tokens, makes the tokens 1.28 times as long; the next two doublings together, to 4000, make
+# them 1.33 times as long, hardly more. The trainer
 # learns merges in order of frequency: the first ones join the commonest pairs and shorten the
 # text a lot, later ones join rarer strings and each saves little. Every token also adds a row
 # to the embedding matrix (and, tied, to the output head), so the vocabulary's size trades
@@ -2059,4 +2097,4 @@ print("largest gains:", *(name.removesuffix(".weight") for name in ranked[:3]))
 # total, one small model measured on 12,800 characters cannot say. Keeping
 # the output tensor in more bits is llama.cpp's rule. In our model it is cheap, since the
 # embedding is 1% of the weights; in SmolLM2, with its 49,152 tokens, the embedding is 21% of
-# the weights, and its 8 bits are why the file's tensors take 96.6 MB instead of 84.
+# the weights, and its 8 bits are most of why the file's tensors take 96.6 MB instead of 84.
