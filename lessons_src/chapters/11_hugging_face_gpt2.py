@@ -8,8 +8,7 @@
 #
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
-#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size (with a
-#    connection to the Hub, `load_gpt2()` applies it to GPT-2's own trained weights);
+#    **`from_hf`**, is checked on a model with GPT-2's exact structure and full size;
 # 2. we load **SmolLM2-135M-Instruct**, a 135-million-parameter model trained on trillions of
 #    tokens, stored mostly in **4 bits** (we measure what that costs on our own GPT); we
 #    **train a BPE tokenizer of our own** and compare it with SmolLM2's; and we use its chat
@@ -389,26 +388,8 @@ assert d < 1e-4 < 1e-2 < d_bug
 # transpose a single square matrix, block 0's `attn.c_proj` (768 × 768, so every shape still
 # fits), moves the logits by up to 3.24, on logits up to 2.8.
 #
-# Loading the pretrained GPT-2 is this same conversion applied to trained numbers. GPT-2's
-# trained weights (124 million parameters, about half a gigabyte) come from the Hugging Face
-# Hub: `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf` and
-# returns it with GPT-2's byte-level BPE tokenizer. The next cell downloads it, writes
-# GPT-2's greedy continuation of a prompt with chapter 10's `generate`, and compares its
-# tokens with those of `GPT2LMHeadModel`'s own `generate`:
-
-# %% tags=["skip-execution", "nbval-skip"]
-from transformer_course.hf_gpt2 import load_gpt2
-
-gpt2, gpt2_tok = load_gpt2()  # downloads GPT-2 (about 500 MB) from the Hub
-start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")
-gpt2_ids = generate(gpt2, start["input_ids"], 30)
-print(gpt2_tok.decode(gpt2_ids[0]))
-gpt2_hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2").eval()
-hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
-print("same tokens:", torch.equal(gpt2_ids, hf_ids))
-
-# %% [markdown]
-# The rest of this chapter runs a larger and more recent pretrained model.
+# Loading the pretrained GPT-2 is this same conversion applied to trained numbers; exercise 7
+# does it. The rest of this chapter runs a larger and more recent pretrained model.
 
 # %% [markdown]
 # ## A real pretrained model: SmolLM2-135M-Instruct
@@ -425,18 +406,13 @@ print("same tokens:", torch.equal(gpt2_ids, hf_ids))
 # smol = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
 # ```
 #
-# Programs that run language models on a laptop, such as llama.cpp, often store the weights mostly in
-# 4 bits, in a single GGUF file; we run SmolLM2 from such a file (the next section explains the
-# format, and measures what 4 bits cost on our own small GPT). The same API reads it with one
-# more argument, `from_pretrained(folder, gguf_file=name)`, and turns the weights back into
-# float32; the model is an ordinary `LlamaForCausalLM`. `load_smollm2()` makes those two calls
-# on `SmolLM2-135M-Instruct.Q4_1.gguf`, a GGUF file of SmolLM2-135M-Instruct whose matrices
-# are stored in 4 bits, the kind of file such programs run. The model we run therefore has
-# the 4-bit weights read back, not the bfloat16 originals, and every SmolLM2 output below is
-# the 4-bit model's: the originals, loaded with the three lines above, would give answers and
-# numbers a little different from these. How much the 4 bits cost SmolLM2 cannot be measured
-# from a file that does not hold its originals; the next section measures the cost on our own
-# GPT, whose originals we have.
+# Programs that run language models on a laptop, such as llama.cpp, store the weights mostly in
+# 4 bits, in a single GGUF file, and we run SmolLM2 from such a file,
+# `SmolLM2-135M-Instruct.Q4_1.gguf`. The same API reads it with one more argument,
+# `from_pretrained(folder, gguf_file=name)`, and turns the weights back into float32; the
+# model is an ordinary `LlamaForCausalLM`. `load_smollm2()` makes those two calls. How the
+# file stores its weights in 4 bits, and what that costs a model, is the chapter's last
+# section.
 
 # %% tags=["remove-cell"]
 # Install the 4-bit SmolLM2 used below where it is missing (Colab, say):
@@ -484,161 +460,6 @@ print(
 # %% tags=["remove-cell"]
 assert type(smol).__name__ == "LlamaForCausalLM"
 assert round(count_parameters(smol) / 1e6) == 135
-
-# %% [markdown]
-# ## Storing weights in 4 bits
-#
-# Going further than bfloat16, a model's weights can be **quantised**: stored as small integers
-# plus a few floats to map them back. In llama.cpp's Q4_1 format, each run of 32 weights keeps
-# its minimum $m$ and a step $d = (\max - m)/15$ as 16-bit floats, and each weight the integer
-# $q = \mathrm{round}((w - m)/d)$ between 0 and 15, 4 bits; the weight read back is $m + qd$.
-# That makes $32 \cdot 4 + 2 \cdot 16 = 160$ bits per 32 weights, 5 bits per weight, and an
-# error of about $d/2$ at most on each (not exactly: $m$ and $d$ are themselves rounded to 16
-# bits). A format with more bits, Q8_0, keeps
-# for each run of 32 weights one 16-bit scale $d = \max |w| / 127$ and the integers
-# $q = \mathrm{round}(w/d)$ between $-127$ and $127$, 8 bits each: $32 \cdot 8 + 16 = 272$ bits
-# per 32 weights, 8.5 bits per weight. What this does to a model is easy to measure on ours:
-# we quantise every weight matrix of our trained GPT and compute its perplexity on the 100
-# validation windows of the chapter's first section again. (Our `q4_1` and `q8_0` follow these
-# layouts, with one difference of detail: they round the floats ($d$, and $m$ in Q4_1) to 16 bits
-# before computing $q$, where llama.cpp rounds them after, so that each $q$ is chosen for the
-# $m$ and $d$ it will be read back with.) These are measurements of one model on
-# one text.
-
-
-# %%
-def q4_1(w: torch.Tensor) -> torch.Tensor:
-    """``w`` in Q4_1's layout and read back: blocks of 32 weights, 4 bits
-    (q from the 16-bit m and d; llama.cpp rounds them after computing q)."""
-    blocks = w.reshape(-1, 32)
-    m = blocks.min(1, keepdim=True).values.half().float()  # kept in 16 bits
-    d = ((blocks.max(1, keepdim=True).values - m) / 15).half().float()
-    q = ((blocks - m) / d).round().clamp(0, 15)  # the 4-bit integers
-    return (m + q * d).reshape(w.shape)
-
-
-def q8_0(w: torch.Tensor) -> torch.Tensor:
-    """``w`` stored in Q8_0 and read back: blocks of 32 weights, 8 bits."""
-    blocks = w.reshape(-1, 32)
-    d = (blocks.abs().max(1, keepdim=True).values / 127).half().float()
-    q = (blocks / d).round().clamp(-127, 127)  # the 8-bit integers
-    return (q * d).reshape(w.shape)
-
-
-def quantise(model: GPT, fmt, emb_fmt=None) -> GPT:
-    """A copy of ``model`` with every weight matrix in format ``fmt``, the
-    token embedding (also the output head) in ``emb_fmt`` if given."""
-    tied = ("tok_emb.weight", "lm_head.weight")
-    weights = {}
-    for k, v in model.state_dict().items():
-        if v.dim() < 2:
-            weights[k] = v  # norms and biases stay
-        elif k in tied and emb_fmt is not None:
-            weights[k] = emb_fmt(v)
-        else:
-            weights[k] = fmt(v)
-    copy = GPT(model.config).eval()
-    copy.load_state_dict(weights)
-    return copy
-
-
-row = ours.blocks[0].attn.qkv.weight[0].detach()
-print("a weight row, first 6:", *(f"{v:+.4f}" for v in row[:6]))
-print("in 4 bits, read back: ", *(f"{v:+.4f}" for v in q4_1(row)[:6]))
-err = (q4_1(row) - row).abs()
-print(
-    f"error on the row's {len(row)} weights: mean {err.mean():.4f}, "
-    f"max {err.max():.4f} (weights up to {row.abs().max():.3f})"
-)
-print("perplexity on the 100 windows:")
-print(f"  float32 (32 bits)  {perplexity_ours(ours, windows):.4f}")
-for name, fmt in (("Q8_0 (8.5 bits)", q8_0), ("Q4_1 (5 bits)", q4_1)):
-    ppl_q = perplexity_ours(quantise(ours, fmt), windows)
-    print(f"  {name:18} {ppl_q:.4f}")
-
-# %% tags=["hide-input"] caption="Q4_1 on the first block of 32 weights of the row above. The grey lines are the block's 16 levels m + qd, from its minimum m (q = 0) to its maximum (q = 15); each weight (black dot) is stored as the number q of its nearest level and read back as that level (orange bar), a move of about half a step at most." alt="A scatter plot over positions 0 to 31 of a block. Sixteen evenly spaced horizontal grey lines span the range of the weights. Black dots mark the 32 weights; an orange horizontal bar at each position marks the level it is read back as, always the grey line nearest to the dot, joined to it by a short vertical segment."
-blk = row[:32]
-m = blk.min().half().float()
-step = ((blk.max() - m) / 15).half().float()
-back_blk = q4_1(blk)
-pos = torch.arange(32)
-large = {"axes.labelsize": 15, "legend.fontsize": 15}
-large.update({"xtick.labelsize": 14, "ytick.labelsize": 14})
-with plt.rc_context(large):
-    fig, ax = plt.subplots(figsize=(5.6, 3.6))
-    for q_level in range(16):
-        ax.axhline(m + q_level * step, color="0.8", linewidth=0.8, zorder=0)
-    ax.vlines(pos, blk, back_blk, color="C1", linewidth=1)
-    ax.scatter(pos, back_blk, marker="_", s=90, color="C1", label="read back")
-    ax.scatter(pos, blk, s=16, color="k", label="weight", zorder=3)
-    ax.set_xlabel("position in the block")
-    ax.set_ylabel("weight")
-    ax.legend(
-        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False
-    )
-    plt.show()
-
-# %% [markdown]
-# Fig. 11.1 draws the rounding on the first 32 weights of that row. Rounding to one of 16
-# levels moves each weight of the row by 0.0072 on average and by
-# 0.0195 at most, on weights up to 0.351, and the whole model's perplexity rises from 5.6375
-# to 5.6787, for 5 bits per weight instead of float32's 32. With 8.5 bits per weight, Q8_0
-# loses nothing here: its perplexity, 5.6362, is the same as float32's to within 0.002.
-#
-# The copy `load_smollm2` read is a GGUF file that mixes such formats. Its tensors, grouped by
-# format:
-
-# %%
-import gguf
-
-from transformer_course.pretrained import smollm2_gguf_file
-
-gguf_path = smollm2_gguf_file()  # the GGUF file load_smollm2 read
-formats = {}  # format: [tensors, weights, bytes]
-in_q8 = []
-for t in gguf.GGUFReader(gguf_path).tensors:
-    kind = t.tensor_type.name
-    entry = formats.setdefault(kind, [0, 0, 0])
-    entry[0] += 1
-    entry[1] += int(t.n_elements)
-    entry[2] += int(t.n_bytes)
-    if kind == "Q8_0":
-        in_q8.append(t.name)
-print("format tensors     weights  bits    MB")
-for kind, (n, weights, nbytes) in formats.items():
-    bits = 8 * nbytes / weights  # per weight
-    print(f"{kind:6} {n:7} {weights:11,} {bits:5.1f} {nbytes / 1e6:5.1f}")
-print("in Q8_0:", *in_q8)
-tensor_mb = sum(entry[2] for entry in formats.values()) / 1e6
-file_mb = gguf_path.stat().st_size / 1e6
-print(f"all tensors: {tensor_mb:.1f} MB; the file: {file_mb:.1f} MB")
-print(f"SmolLM2 with every weight at 5 bits: {5 * n_smol / 8 / 1e6:.0f} MB")
-
-# %% tags=["remove-cell"]
-assert gguf_path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-# %% [markdown]
-# The matrices of the 30 layers are in Q4_1. The token embedding stays in Q8_0, and the norms'
-# weights in float32, 32 bits each. The 8.5 bits of the embedding's 28.3 million weights are
-# almost all of why the tensors take 96.6 MB and not the 84 MB of every weight at 5 bits (the
-# norms' 61 × 576 weights at 32 bits add most of the rest); the rest of the
-# file holds its metadata, the config and the tokenizer among it.
-#
-# The extra bits go to the embedding, which in SmolLM2 is also the output head: one matrix
-# with two jobs, reading every token in and scoring every token out. Our GPT ties the two as
-# well, so we can try the same mix on it: every matrix in Q4_1 except the token embedding, in
-# Q8_0.
-
-# %%
-mixed = quantise(ours, q4_1, emb_fmt=q8_0)
-print("perplexity on the 100 windows:")
-print(f"  Q4_1, embedding in Q8_0  {perplexity_ours(mixed, windows):.4f}")
-
-# %% [markdown]
-# The perplexity is 5.6633, against 5.6787 with the embedding in Q4_1 too and 5.6362 with every
-# matrix in Q8_0: 8 bits for the one matrix that both reads and writes every token recover
-# more than a third of what 4 bits cost. (Whether this matrix is special, or any matrix of its
-# size in 8 bits would recover as much, would take a control: exercise 6 below.)
 
 # %% [markdown]
 # ## SmolLM2's tokenizer
@@ -1016,7 +837,7 @@ assert raised[:4].all() and not raised[4:].any()
 
 # %% [markdown]
 # Each sampling setting changes these distributions in its own way. Fig. 10.4 drew top-k's and
-# top-p's cuts on our character model's 96 characters; Fig. 11.2 draws them, with temperature,
+# top-p's cuts on our character model's 96 characters; Fig. 11.1 draws them, with temperature,
 # on a vocabulary of 49,152 tokens, with its long tail at the first token and, at the surest
 # step, a distribution where top-p keeps a single token:
 
@@ -1154,7 +975,7 @@ for i, text in enumerate(texts):
 # not, and nothing in the text tells the two apart: fluency is not knowledge.
 #
 # With the padding on the right, the shorter row would continue from
-# `<|im_end|>` pad tokens instead of from its own last token (Fig. 11.3 draws both ways of
+# `<|im_end|>` pad tokens instead of from its own last token (Fig. 11.2 draws both ways of
 # padding the batch). Let us try:
 
 # %% tags=["remove-cell"]
@@ -1316,7 +1137,9 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 # small model that read nothing but Shakespeare predicts a scene from a play it never saw
 # about as well as the 4-bit copy of a model with 73.8 times as many parameters, trained on
 # far more text of every kind. This is one scene, from a famous play SmolLM2 may well have
-# read; SmolLM2 is the instruction-tuned model, given raw text, and ran with 4-bit weights.
+# read; SmolLM2 is the instruction-tuned model, given raw text; and our model was trained on
+# this edition's layout (stage directions in brackets, each speaker's name in capitals on a
+# line of its own), which SmolLM2 has to guess in every window.
 # Its lead on the whole passage comes with reading all of it: more context, and no window
 # that starts or ends mid-word.
 
@@ -1391,7 +1214,7 @@ print(
 )
 
 # %% [markdown]
-# The figure sets the two designs side by side, GPT-2's sizes on the left and SmolLM2's on the
+# Fig. 11.3 sets the two designs side by side, GPT-2's sizes on the left and SmolLM2's on the
 # right. The skeleton is the same; SmolLM2's changed parts are in bold.
 
 # %% caption="A GPT-2 model (12 layers of 12 heads, left) and SmolLM2, a model of Llama design (30 layers, right), drawn bottom-up. Both are a stack of pre-norm blocks with two residual connections each, a final norm and an output head, in these two models tied to the token embedding. SmolLM2's changes are in bold: no position embedding at the input, RMSNorm for every LayerNorm, rotary positions inside the attention with 9 query heads sharing 3 key/value heads, and a SwiGLU feed-forward; the fifth change, no biases in its linear layers, is not drawn." alt="Two columns of boxes joined by upward arrows. Left, titled GPT-2 at the top, with a dashed frame marked times 12: tokens, token plus position embedding, then in the frame LayerNorm, attention with 12 q and 12 kv heads, a plus sign, LayerNorm, MLP (GELU), a plus sign; above the frame LayerNorm and output head (tied). Grey lines on the left of the frame carry the input of each sub-layer around it to its plus sign. Right, titled SmolLM2 (Llama) at the top, times 30, the same layout with bold labels: token embedding, RMSNorm, attention plus RoPE with 9 q and 3 kv heads, RMSNorm, SwiGLU MLP, and a final RMSNorm."
@@ -1542,8 +1365,8 @@ assert shift < 1e-3 and max(rope_diffs) < 1e-4
 # key/value heads: each key/value head serves a group of 3 query heads. Our GPT's
 # `CausalSelfAttention` computed query, key and value with one matrix of width $3d$; here `q`
 # has width $d$, `k` and `v` only a third of it. The KV cache of chapter 10 (the same
-# `KVCache`) stores the keys and values *before* they are repeated for their group, so it
-# shrinks threefold. RoPE turns the queries and the keys just after their projections.
+# `KVCache`) stores the keys and values *before* they are repeated for their group (Fig.
+# 11.4), so it shrinks threefold. RoPE turns the queries and the keys just after their projections.
 
 # %% caption="Grouped-query attention in SmolLM2: its 9 query heads (top) form 3 groups of 3, and each group shares one key/value head (bottom). Only the 3 key/value heads are stored in the KV cache." alt="A row of nine orange boxes, q1 to q9, under the label 9 query heads. Below, three blue boxes, k1 v1, k2 v2 and k3 v3. Lines join q1, q2 and q3 to k1 v1, q4 to q6 to k2 v2, and q7 to q9 to k3 v3. A line of text at the bottom: 3 key/value heads, all the KV cache stores."
 from transformer_course.diagrams import grouped_query_heads
@@ -1713,8 +1536,8 @@ assert hf_greedy.shape[1] == with_cache.shape[1]
 assert new.ne(smol_tok.eos_token_id).all()
 
 # %% [markdown]
-# A port can be wrong with every shape right, and RoPE's pairing is where Llama ports most
-# often are. Meta's original Llama code rotates neighbouring features, $2j$ with $2j + 1$;
+# A port can be wrong with every shape right, and RoPE's pairing is one place where a Llama
+# port can go wrong that way. Meta's original Llama code rotates neighbouring features, $2j$ with $2j + 1$;
 # Hugging Face's pairs $j$ with $j + d/2$, so its conversion script
 # (`convert_llama_weights_to_hf.py`, function `permute`) reorders the rows of every query and
 # key matrix, head by head. A port that skips the reordering loads weights of the right shape
@@ -1763,16 +1586,173 @@ assert not torch.equal(wrong, new[:30])
 # Nothing raised an error, and the model still writes English words: the embeddings, the
 # feed-forward networks and the values are all right. But in every query and key the features are
 # turned in the wrong pairs, the logits move by up to 33.5 (`repr` shows the newlines as `\n`), the
-# most likely next token changes at most positions, and the answer falls into a loop. Only a
-# comparison with the original model's logits, the check this chapter makes of every piece,
-# shows that the port is wrong.
+# most likely next token changes at most positions, and the answer falls into a loop. No error
+# and no shape check points at the bug: the text shows that something is wrong, and comparing
+# each piece with the model's own module, as this chapter did, finds which.
 #
 # What stayed the same is most of the model: token embeddings (tied to the output head in both
 # GPT-2 and SmolLM2), a stack of pre-norm blocks with residual connections, causal
 # self-attention, a feed-forward network, a final norm, the KV cache and the generation loop.
 # The course's GPT has GPT-2's design; our Llama is the same skeleton with five changes (no
 # biases, RMSNorm, SwiGLU, RoPE, GQA), and it runs SmolLM2's weights.
+
+# %% [markdown]
+# ## Storing weights in 4 bits
 #
+# The SmolLM2 we ran came from a file that stores most of its weights in 4 bits. Going further
+# than bfloat16's 16, a model's weights can be **quantised**: stored as small integers plus a
+# few floats to map them back. In llama.cpp's Q4_1 format, each run of 32 weights keeps
+# its minimum $m$ and a step $d = (\max - m)/15$ as 16-bit floats, and each weight the integer
+# $q = \mathrm{round}((w - m)/d)$ between 0 and 15, 4 bits; the weight read back is $m + qd$.
+# That makes $32 \cdot 4 + 2 \cdot 16 = 160$ bits per 32 weights, 5 bits per weight, and an
+# error of about $d/2$ at most on each (not exactly: $m$ and $d$ are themselves rounded to 16
+# bits). A format with more bits, Q8_0, keeps
+# for each run of 32 weights one 16-bit scale $d = \max |w| / 127$ and the integers
+# $q = \mathrm{round}(w/d)$ between $-127$ and $127$, 8 bits each: $32 \cdot 8 + 16 = 272$ bits
+# per 32 weights, 8.5 bits per weight. What this does to a model is easy to measure on ours:
+# we quantise every weight matrix of our trained GPT and compute its perplexity on the 100
+# validation windows of the chapter's first section again. (Our `q4_1` and `q8_0` follow these
+# layouts, with one difference of detail: they round the floats ($d$, and $m$ in Q4_1) to 16 bits
+# before computing $q$, where llama.cpp rounds them after, so that each $q$ is chosen for the
+# $m$ and $d$ it will be read back with.) These are measurements of one model on
+# one text.
+
+
+# %%
+def q4_1(w: torch.Tensor) -> torch.Tensor:
+    """``w`` in Q4_1's layout and read back: blocks of 32 weights, 4 bits
+    (q from the 16-bit m and d; llama.cpp rounds them after computing q)."""
+    blocks = w.reshape(-1, 32)
+    m = blocks.min(1, keepdim=True).values.half().float()  # kept in 16 bits
+    d = ((blocks.max(1, keepdim=True).values - m) / 15).half().float()
+    q = ((blocks - m) / d).round().clamp(0, 15)  # the 4-bit integers
+    return (m + q * d).reshape(w.shape)
+
+
+def q8_0(w: torch.Tensor) -> torch.Tensor:
+    """``w`` stored in Q8_0 and read back: blocks of 32 weights, 8 bits."""
+    blocks = w.reshape(-1, 32)
+    d = (blocks.abs().max(1, keepdim=True).values / 127).half().float()
+    q = (blocks / d).round().clamp(-127, 127)  # the 8-bit integers
+    return (q * d).reshape(w.shape)
+
+
+def quantise(model: GPT, fmt, emb_fmt=None) -> GPT:
+    """A copy of ``model`` with every weight matrix in format ``fmt``, the
+    token embedding (also the output head) in ``emb_fmt`` if given."""
+    tied = ("tok_emb.weight", "lm_head.weight")
+    weights = {}
+    for k, v in model.state_dict().items():
+        if v.dim() < 2:
+            weights[k] = v  # norms and biases stay
+        elif k in tied and emb_fmt is not None:
+            weights[k] = emb_fmt(v)
+        else:
+            weights[k] = fmt(v)
+    copy = GPT(model.config).eval()
+    copy.load_state_dict(weights)
+    return copy
+
+
+row = ours.blocks[0].attn.qkv.weight[0].detach()
+print("a weight row, first 6:", *(f"{v:+.4f}" for v in row[:6]))
+print("in 4 bits, read back: ", *(f"{v:+.4f}" for v in q4_1(row)[:6]))
+err = (q4_1(row) - row).abs()
+print(
+    f"error on the row's {len(row)} weights: mean {err.mean():.4f}, "
+    f"max {err.max():.4f} (weights up to {row.abs().max():.3f})"
+)
+print("perplexity on the 100 windows:")
+print(f"  float32 (32 bits)  {perplexity_ours(ours, windows):.4f}")
+for name, fmt in (("Q8_0 (8.5 bits)", q8_0), ("Q4_1 (5 bits)", q4_1)):
+    ppl_q = perplexity_ours(quantise(ours, fmt), windows)
+    print(f"  {name:18} {ppl_q:.4f}")
+
+# %% tags=["hide-input"] caption="Q4_1 on the first block of 32 weights of the row above. The grey lines are the block's 16 levels m + qd, from its minimum m (q = 0) to its maximum (q = 15); each weight (black dot) is stored as the number q of its nearest level and read back as that level (orange bar), a move of about half a step at most." alt="A scatter plot over positions 0 to 31 of a block. Sixteen evenly spaced horizontal grey lines span the range of the weights. Black dots mark the 32 weights; an orange horizontal bar at each position marks the level it is read back as, always the grey line nearest to the dot, joined to it by a short vertical segment."
+blk = row[:32]
+m = blk.min().half().float()
+step = ((blk.max() - m) / 15).half().float()
+back_blk = q4_1(blk)
+pos = torch.arange(32)
+large = {"axes.labelsize": 15, "legend.fontsize": 15}
+large.update({"xtick.labelsize": 14, "ytick.labelsize": 14})
+with plt.rc_context(large):
+    fig, ax = plt.subplots(figsize=(5.6, 3.6))
+    for q_level in range(16):
+        ax.axhline(m + q_level * step, color="0.8", linewidth=0.8, zorder=0)
+    ax.vlines(pos, blk, back_blk, color="C1", linewidth=1)
+    ax.scatter(pos, back_blk, marker="_", s=90, color="C1", label="read back")
+    ax.scatter(pos, blk, s=16, color="k", label="weight", zorder=3)
+    ax.set_xlabel("position in the block")
+    ax.set_ylabel("weight")
+    ax.legend(
+        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False
+    )
+    plt.show()
+
+# %% [markdown]
+# Fig. 11.5 draws the rounding on the first 32 weights of that row. Rounding to one of 16
+# levels moves each weight of the row by 0.0072 on average and by
+# 0.0195 at most, on weights up to 0.351, and the whole model's perplexity rises from 5.6375
+# to 5.6787, for 5 bits per weight instead of float32's 32. With 8.5 bits per weight, Q8_0
+# loses nothing here: its perplexity, 5.6362, is the same as float32's to within 0.002.
+#
+# SmolLM2's GGUF file mixes such formats. Its tensors, grouped by
+# format:
+
+# %%
+import gguf
+
+from transformer_course.pretrained import smollm2_gguf_file
+
+gguf_path = smollm2_gguf_file()  # the file SmolLM2 was loaded from
+formats = {}  # format: [tensors, weights, bytes]
+in_q8 = []
+for t in gguf.GGUFReader(gguf_path).tensors:
+    kind = t.tensor_type.name
+    entry = formats.setdefault(kind, [0, 0, 0])
+    entry[0] += 1
+    entry[1] += int(t.n_elements)
+    entry[2] += int(t.n_bytes)
+    if kind == "Q8_0":
+        in_q8.append(t.name)
+print("format tensors     weights  bits    MB")
+for kind, (n, weights, nbytes) in formats.items():
+    bits = 8 * nbytes / weights  # per weight
+    print(f"{kind:6} {n:7} {weights:11,} {bits:5.1f} {nbytes / 1e6:5.1f}")
+print("in Q8_0:", *in_q8)
+tensor_mb = sum(entry[2] for entry in formats.values()) / 1e6
+file_mb = gguf_path.stat().st_size / 1e6
+print(f"all tensors: {tensor_mb:.1f} MB; the file: {file_mb:.1f} MB")
+print(f"SmolLM2 with every weight at 5 bits: {5 * n_smol / 8 / 1e6:.0f} MB")
+
+# %% tags=["remove-cell"]
+assert gguf_path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# %% [markdown]
+# The matrices of the 30 layers are in Q4_1. The token embedding stays in Q8_0, and the norms'
+# weights in float32, 32 bits each. The 8.5 bits of the embedding's 28.3 million weights are
+# almost all of why the tensors take 96.6 MB and not the 84 MB of every weight at 5 bits (the
+# norms' 61 × 576 weights at 32 bits add most of the rest); the rest of the
+# file holds its metadata, the config and the tokenizer among it.
+#
+# The extra bits go to the embedding, which in SmolLM2 is also the output head: one matrix
+# with two jobs, reading every token in and scoring every token out. Our GPT ties the two as
+# well, so we can try the same mix on it: every matrix in Q4_1 except the token embedding, in
+# Q8_0.
+
+# %%
+mixed = quantise(ours, q4_1, emb_fmt=q8_0)
+print("perplexity on the 100 windows:")
+print(f"  Q4_1, embedding in Q8_0  {perplexity_ours(mixed, windows):.4f}")
+
+# %% [markdown]
+# The perplexity is 5.6633, against 5.6787 with the embedding in Q4_1 too and 5.6362 with every
+# matrix in Q8_0: 8 bits for the one matrix that both reads and writes every token recover
+# more than a third of what 4 bits cost. (Whether this matrix is special, or any matrix of its
+# size in 8 bits would recover as much, would take a control: exercise 6 below.)
+
+# %% [markdown]
 # ## Summary
 #
 # * Our GPT and Hugging Face's `GPT2LMHeadModel` are the same architecture: `to_hf` exports our
@@ -1780,11 +1760,10 @@ assert not torch.equal(wrong, new[:30])
 #   exported model, saved and loaded back with its tokenizer through the `Auto*` classes, gives
 #   the same logits, perplexity and greedy text. `from_hf` converts the other way, reading the
 #   activation (GPT-2's tanh GELU) from the config, at GPT-2's full size too, where one
-#   forgotten transpose shows in the logits; `load_gpt2()` applies the same conversion to
-#   GPT-2's trained weights, which it downloads from the Hub.
+#   forgotten transpose shows in the logits.
 # * One forgotten transpose of a square matrix, or query and key rows left in the other
-#   order of RoPE's pairs, passes every shape check; only a comparison with the original
-#   model's logits shows it.
+#   order of RoPE's pairs, passes every shape check and raises no error; comparing each piece
+#   with the original model's finds it.
 # * Hugging Face's causal models compute the next-token loss themselves from `labels=input_ids`,
 #   and `generate` counts `max_new_tokens` after the prompt.
 # * SmolLM2-135M-Instruct, an ordinary `LlamaForCausalLM`, shows the standard API: a byte-level
@@ -1795,9 +1774,6 @@ assert not torch.equal(wrong, new[:30])
 #   tokens grows with the tail of the distribution, top-k's does not.
 # * A pad token that occurs in text (our newline) is hidden by `generate` when no attention
 #   mask is passed; pass the mask, or pad with a token that never occurs.
-# * Quantising to 4 bits (Q4_1: blocks of 32 weights, 5 bits per weight) raised our GPT's
-#   perplexity from 5.6375 to 5.6787, and to 5.6633 with the token embedding, also the output
-#   head, in 8-bit Q8_0, as SmolLM2's file keeps it.
 # * BPE learns its vocabulary by merging the most frequent pair of adjacent tokens, again and
 #   again; two dozen lines reproduce the first merges of the `tokenizers` library. It encodes
 #   a word by applying those merges, earliest learned first: a dozen lines give the
@@ -1820,6 +1796,9 @@ assert not torch.equal(wrong, new[:30])
 #   tokens in float32.
 #   Put together, they make our own Llama: with SmolLM2's weights it gives
 #   `LlamaForCausalLM`'s logits and greedy text, with and without the KV cache.
+# * Quantising to 4 bits (Q4_1: blocks of 32 weights, 5 bits per weight) raised our GPT's
+#   perplexity from 5.6375 to 5.6787, and to 5.6633 with the token embedding, also the output
+#   head, in 8-bit Q8_0, as SmolLM2's file keeps it.
 #
 # ## Exercises
 #
@@ -2098,3 +2077,30 @@ print("largest gains:", *(name.removesuffix(".weight") for name in ranked[:3]))
 # the output tensor in more bits is llama.cpp's rule. In our model it is cheap, since the
 # embedding is 1% of the weights; in SmolLM2, with its 49,152 tokens, the embedding is 21% of
 # the weights, and its 8 bits are most of why the file's tensors take 96.6 MB instead of 84.
+
+# %% [markdown]
+# **7. GPT-2's own weights.** On a machine that can reach the Hugging Face Hub (Colab, say),
+# load GPT-2's trained weights (124 million parameters, about half a gigabyte) into our GPT:
+# `load_gpt2()` downloads them into a `GPT2LMHeadModel`, converts it with `from_hf` and returns
+# it with GPT-2's byte-level BPE tokenizer. Write GPT-2's greedy continuation of a prompt with
+# chapter 10's `generate`, and compare its tokens with those of `GPT2LMHeadModel`'s own
+# `generate`. Predict first: must the two be the same?
+
+# %% tags=["solution", "skip-execution", "nbval-skip"]
+from transformer_course.hf_gpt2 import load_gpt2
+
+gpt2, gpt2_tok = load_gpt2()  # downloads GPT-2 (about 500 MB) from the Hub
+start = gpt2_tok("In Python, a list comprehension", return_tensors="pt")
+gpt2_ids = generate(gpt2, start["input_ids"], 30)
+print(gpt2_tok.decode(gpt2_ids[0]))
+gpt2_hf = transformers.GPT2LMHeadModel.from_pretrained("gpt2").eval()
+hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
+print("same tokens:", torch.equal(gpt2_ids, hf_ids))
+
+# %% [markdown] tags=["solution"]
+# Almost always, but not necessarily. The converted model computes GPT-2's function up to
+# float32 rounding, and greedy decoding takes the largest logit at each step, so the two pick
+# the same token wherever the top two logits are further apart than that rounding. The
+# rounding is not zero: Hugging Face's `gelu_new` and PyTorch's tanh GELU differ by up to
+# 2e-07, which in our small model became 1e-05 in the logits. Where two tokens' logits are
+# closer than that, the two models may pick different ones, and from there their texts part.
