@@ -406,7 +406,7 @@ assert d < 1e-4 < 1e-2 < d_bug
 # smol = AutoModelForCausalLM.from_pretrained(name, dtype=torch.float32)
 # ```
 #
-# Programs that run language models on a laptop, such as llama.cpp, store the weights mostly in
+# Programs that run language models on a laptop, such as llama.cpp, often store the weights mostly in
 # 4 bits, in a single GGUF file, and we run SmolLM2 from such a file,
 # `SmolLM2-135M-Instruct.Q4_1.gguf`. The same API reads it with one more argument,
 # `from_pretrained(folder, gguf_file=name)`, and turns the weights back into float32; the
@@ -888,7 +888,7 @@ with plt.rc_context(large):
 
 # %% [markdown]
 # At the first token, top-p = 0.9 keeps 75 tokens and top-k only 20, which hold 0.753 of the
-# probability. That distribution has a long tail (the middle panel), and top-p's set grows
+# probability. That distribution has a long tail (the top panel), and top-p's set grows
 # until it holds 0.9, while top-k's is 20 tokens whatever the shape. At token 21, where the
 # model gives ` to` 0.995 after "a device that allows her", top-p keeps that one token;
 # top-k keeps 19 more, which hold about 0.003 between them. Top-p's set follows the model's
@@ -1078,7 +1078,7 @@ assert min(ppl[s] for s in shuffles) > 10 * ppl[fluent]
 # after its first token, with all the text before it as context; and, in the same 15 windows as
 # our model, every character after the first token of each window (a window may begin in the
 # middle of a word and end in the middle of another, which a character model does not mind
-# and a word-piece model might: a cut word becomes pieces it rarely sees there).
+# and a model of subword tokens might: a cut word becomes pieces it rarely sees there).
 
 # %%
 scene = val_text.index("SCENE I. An Apartment in the DUKE'S Palace.")
@@ -1128,8 +1128,9 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 
 # %% [markdown]
 # Over the whole passage, our model needs 1.23 times as many nats per character as SmolLM2
-# (1.509 against 1.223). The gap comes with the windows (less context, and a start and an
-# end that may fall mid-word): given only the same 128-character windows, SmolLM2 needs 1.556
+# (1.509 against 1.223). The gap comes with the windows, which give less context and start and
+# end wherever their 128 characters fall, mid-word or not (this comparison does not separate
+# the two): given only the same 128-character windows, SmolLM2 needs 1.556
 # nats per character instead of 1.223. In the windows SmolLM2 scores 1,882
 # characters against our model's 1,905: the first token of each window, which has no
 # prediction, often covers more than one character. On the same 1,882 characters our model
@@ -1146,7 +1147,9 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 # %% [markdown]
 # ## From GPT-2 to a modern decoder
 #
-# SmolLM2 uses the design of Llama (Touvron et al., 2023), which many open models share. Next
+# SmolLM2 uses the design of Llama (Touvron et al., 2023), which many open models share, with
+# grouped-query attention, which Llama 2 added in its two largest models (Touvron et al., 2023,
+# *Llama 2*). Next
 # to our GPT (GPT-2's design at a smaller size), read off the two configs:
 
 # %%
@@ -1217,7 +1220,7 @@ print(
 # Fig. 11.3 sets the two designs side by side, GPT-2's sizes on the left and SmolLM2's on the
 # right. The skeleton is the same; SmolLM2's changed parts are in bold.
 
-# %% caption="A GPT-2 model (12 layers of 12 heads, left) and SmolLM2, a model of Llama design (30 layers, right), drawn bottom-up. Both are a stack of pre-norm blocks with two residual connections each, a final norm and an output head, in these two models tied to the token embedding. SmolLM2's changes are in bold: no position embedding at the input, RMSNorm for every LayerNorm, rotary positions inside the attention with 9 query heads sharing 3 key/value heads, and a SwiGLU feed-forward; the fifth change, no biases in its linear layers, is not drawn." alt="Two columns of boxes joined by upward arrows. Left, titled GPT-2 at the top, with a dashed frame marked times 12: tokens, token plus position embedding, then in the frame LayerNorm, attention with 12 q and 12 kv heads, a plus sign, LayerNorm, MLP (GELU), a plus sign; above the frame LayerNorm and output head (tied). Grey lines on the left of the frame carry the input of each sub-layer around it to its plus sign. Right, titled SmolLM2 (Llama) at the top, times 30, the same layout with bold labels: token embedding, RMSNorm, attention plus RoPE with 9 q and 3 kv heads, RMSNorm, SwiGLU MLP, and a final RMSNorm."
+# %% caption="A GPT-2 model (12 layers of 12 heads, left) and SmolLM2, a model of Llama design with grouped-query attention (30 layers, right), drawn bottom-up. Both are a stack of pre-norm blocks with two residual connections each, a final norm and an output head, in these two models tied to the token embedding. SmolLM2's changes are in bold: no position embedding at the input, RMSNorm for every LayerNorm, rotary positions inside the attention with 9 query heads sharing 3 key/value heads, and a SwiGLU feed-forward; the fifth change, no biases in its linear layers, is not drawn." alt="Two columns of boxes joined by upward arrows. Left, titled GPT-2 at the top, with a dashed frame marked times 12: tokens, token plus position embedding, then in the frame LayerNorm, attention with 12 q and 12 kv heads, a plus sign, LayerNorm, MLP (GELU), a plus sign; above the frame LayerNorm and output head (tied). Grey lines on the left of the frame carry the input of each sub-layer around it to its plus sign. Right, titled SmolLM2 (Llama) at the top, times 30, the same layout with bold labels: token embedding, RMSNorm, attention plus RoPE with 9 q and 3 kv heads, RMSNorm, SwiGLU MLP, and a final RMSNorm."
 from transformer_course.diagrams import gpt2_vs_llama
 
 gpt2_vs_llama(
@@ -1585,7 +1588,7 @@ assert not torch.equal(wrong, new[:30])
 # %% [markdown]
 # Nothing raised an error, and the model still writes English words: the embeddings, the
 # feed-forward networks and the values are all right. But in every query and key the features are
-# turned in the wrong pairs, the logits move by up to 33.5 (`repr` shows the newlines as `\n`), the
+# turned in the wrong pairs, the logits move by up to 33.5, the
 # most likely next token changes at most positions, and the answer falls into a loop. No error
 # and no shape check points at the bug: the text shows that something is wrong, and comparing
 # each piece with the model's own module, as this chapter did, finds which.
@@ -1789,7 +1792,8 @@ print(f"  Q4_1, embedding in Q8_0  {perplexity_ours(mixed, windows):.4f}")
 #   on 1,906 characters of *Twelfth Night*'s first scene, our model needs 1.509 nats per
 #   character, SmolLM2 1.223 with the whole passage as context and 1.556 in the same
 #   128-character windows.
-# * A Llama-design decoder such as SmolLM2 is GPT-2's skeleton with five changes: no biases,
+# * A modern decoder such as SmolLM2 (Llama's design, with grouped-query attention) is GPT-2's
+#   skeleton with five changes: no biases,
 #   RMSNorm, SwiGLU, rotary positions and grouped-query attention, each a few lines that
 #   reproduce the model's modules. Grouped-query attention with 3 key/value heads for 9 query
 #   heads makes SmolLM2's KV cache a third as large: 90 MiB instead of 270 MiB for 2,048
@@ -1884,7 +1888,8 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# About the same: each doubling buys less than the one before. One doubling, from 500 to 1000
+# About the same: the two later doublings together buy about what the first one bought. One
+# doubling, from 500 to 1000
 # tokens, makes the tokens 1.28 times as long; the next two doublings together, to 4000, make
 # them 1.33 times as long, hardly more. The trainer
 # learns merges in order of frequency: the first ones join the commonest pairs and shorten the
