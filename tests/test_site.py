@@ -208,3 +208,14 @@ def test_references_are_in_alphabetical_order():
         for a, y in re.findall(r"^\(ref-[\w-]+\)=\n([^,(]+).*? \((\d{4})\)", text, flags=re.M)
     ]
     assert keys and keys == sorted(keys), "book/references.md lists its entries out of alphabetical order"
+
+
+def test_a_cite_form_with_an_apostrophe_matches_the_typographic_one_the_site_prints():
+    import course_site
+
+    text = "(ref-x)=\nX. (2023). *A Lecture.* [link](https://example.org)\n\n<!-- cites: Karpathy's lecture -->\n"
+    cites = course_site.citation_forms(text)
+    for page_text in ("Karpathy's lecture builds", "Karpathy\u2019s lecture builds"):
+        found = course_site.find_citations(cites, page_text)
+        assert [m.group(0) for m, _ in found] == [page_text[:18]]
+    assert not course_site.find_citations(cites, "Karpathys lecture")

@@ -130,8 +130,9 @@ class Cite:
 
 
 def _words(text: str) -> str:
-    """A regex for ``text`` in which any run of whitespace matches any other (prose wraps lines)."""
-    return r"\s+".join(re.escape(w) for w in text.split())
+    """A regex for ``text`` in which any run of whitespace matches any other (prose wraps lines),
+    and a straight apostrophe the typographic one the site prints."""
+    return r"\s+".join(re.escape(w).replace("'", "['’]") for w in text.split())
 
 
 def citation_forms(text: str) -> list[Cite]:
