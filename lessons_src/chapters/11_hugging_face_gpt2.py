@@ -190,7 +190,44 @@ assert not torch.equal(with_mask, ids_only)  # the newline was hidden
 
 # %% [markdown]
 # Two habits avoid the trap: a pad token that never occurs in text, and always passing the
-# attention mask, as the rest of this chapter does.
+# attention mask. The first, for our model: the tokenizer gets a `<pad>` token of its own,
+# which `add_special_tokens` appends to the vocabulary, and the model an embedding row for it,
+# which `resize_token_embeddings` appends to the token embedding. In our model that matrix is
+# also the output head, so the model gains an output too. The library draws the new row from a
+# normal distribution with the old rows' mean and covariance; the model was never trained
+# with it.
+
+# %% tags=["remove-cell"]
+verbosity = transformers.utils.logging.get_verbosity()
+transformers.utils.logging.set_verbosity_error()  # the resizing's notice
+
+# %%
+pad_tok = AutoTokenizer.from_pretrained(save_dir)
+pad_tok.add_special_tokens({"pad_token": "<pad>"})
+padded_model = AutoModelForCausalLM.from_pretrained(save_dir).eval()
+padded_model.resize_token_embeddings(len(pad_tok))
+for settings in (padded_model.config, padded_model.generation_config):
+    settings.pad_token_id = pad_tok.pad_token_id
+emb = padded_model.get_input_embeddings().weight
+print(
+    f"vocabulary {len(tokenizer)} -> {len(pad_tok)}, pad token "
+    f"{pad_tok.pad_token!r} (id {pad_tok.pad_token_id}), "
+    f"embedding {tuple(emb.shape)}"
+)
+print("output head still the embedding:", padded_model.lm_head.weight is emb)
+fixed = padded_model.generate(
+    nl["input_ids"], max_new_tokens=24, do_sample=False
+)
+print(f"token ids only, new pad: {pad_tok.decode(fixed[0])!r}")
+assert torch.equal(fixed, with_mask)  # the newline counts again
+
+# %% tags=["remove-cell"]
+transformers.utils.logging.set_verbosity(verbosity)
+
+# %% [markdown]
+# With its own pad token the model writes the text it wrote with the mask. The other habit,
+# always passing the attention mask, is the one the rest of this chapter keeps; there we use
+# the model as exported, with the newline as its pad token.
 
 # %% [markdown]
 # We cut the beginning of the validation text into 100 windows of 128 characters, the model's
@@ -464,8 +501,9 @@ assert round(count_parameters(smol) / 1e6) == 135
 # %% [markdown]
 # ## SmolLM2's tokenizer
 #
-# SmolLM2 uses a byte-level BPE (byte-pair encoding), GPT-2's kind. BPE learns its vocabulary
-# from a sample of text in three steps:
+# SmolLM2 uses a byte-level BPE (byte-pair encoding), GPT-2's kind; its GGUF file stores the
+# vocabulary and the list of merges, from which transformers builds the tokenizer we use. BPE
+# learns its vocabulary from a sample of text in three steps:
 #
 # 1. start with one token per byte, and split the text into them;
 # 2. count every pair of adjacent tokens;
@@ -794,9 +832,9 @@ for seed in range(1, 6):
 # "A cat named Ak", with seed 4 temperature 0.7 and top-p both write "One day, a".
 #
 # The first token is an open choice, and so are many later ones; a few are all but forced. The
-# model's probability for each token of the greedy answer, given the tokens before it, and at
-# the step where it is surest, what top-k = 20 and top-p = 0.9 keep there and at the first
-# token:
+# next cell prints the model's probability for each token of the greedy answer, given the
+# tokens before it. It then finds the step where the model is surest and counts what
+# top-k = 20 and top-p = 0.9 keep there and at the first token:
 
 # %%
 with torch.no_grad():
@@ -962,9 +1000,9 @@ for i, text in enumerate(texts):
     print(f"  same tokens as alone: {torch.equal(batched, alone)}")
 
 # %% [markdown]
-# Batching changed nothing here: every row gets the tokens it gets alone. (In general a padded
-# batch computes in a different order and float32 rounding can, rarely, flip a near-tie
-# between two tokens.)
+# Batching changed nothing here: every row gets the tokens it gets alone. (A padded batch
+# computes in a different order, so float32 rounding could flip a near-tie between two
+# tokens; here none did.)
 #
 # The second answer is wrong in an instructive way. Its three colours are colours of
 # the rainbow, but the sentence around them is false: a rainbow is a continuous spectrum,
@@ -1443,7 +1481,8 @@ assert diff < 1e-4
 # same `forward(tokens, cache)` and `new_cache()` as the GPT. `from_hf_llama` reads the config
 # as above and copies every weight of a `LlamaForCausalLM` into its place under our names; a
 # weight without a place, or a place without a weight, is an error. Our `Llama` covers only
-# models with a tied head, such as SmolLM2, and RoPE's plain frequencies. A Llama with a
+# models with a tied head, such as SmolLM2, and RoPE's plain frequencies, and like chapter 10's
+# GPT it takes no attention mask, so it runs one text, or a batch without padding, at a time. A Llama with a
 # separate output matrix (Llama 2 7B has one) would need our output head (`lm_head`) untied,
 # one more weight matrix, copied from the model's `lm_head.weight`. Llama 3.1 and 3.2 stretch
 # their context with a scaled RoPE (a `rope_type` other than the default); loading them would
@@ -1540,8 +1579,8 @@ assert new.ne(smol_tok.eos_token_id).all()
 
 # %% [markdown]
 # A port can be wrong with every shape right, and RoPE's pairing is one place where a Llama
-# port can go wrong that way. Meta's original Llama code rotates neighbouring features, $2j$ with $2j + 1$;
-# Hugging Face's pairs $j$ with $j + d/2$, so its conversion script
+# port can go wrong that way. As chapter 03 noted, Meta's original Llama code rotates
+# neighbouring features, $2j$ with $2j + 1$; Hugging Face's pairs $j$ with $j + d/2$, so its conversion script
 # (`convert_llama_weights_to_hf.py`, function `permute`) reorders the rows of every query and
 # key matrix, head by head. A port that skips the reordering loads weights of the right shape
 # in the wrong order. We undo the reordering in a copy of our Llama, so that its weights are in
@@ -1596,8 +1635,6 @@ assert not torch.equal(wrong, new[:30])
 # What stayed the same is most of the model: token embeddings (tied to the output head in both
 # GPT-2 and SmolLM2), a stack of pre-norm blocks with residual connections, causal
 # self-attention, a feed-forward network, a final norm, the KV cache and the generation loop.
-# The course's GPT has GPT-2's design; our Llama is the same skeleton with five changes (no
-# biases, RMSNorm, SwiGLU, RoPE, GQA), and it runs SmolLM2's weights.
 
 # %% [markdown]
 # ## Storing weights in 4 bits
@@ -1751,9 +1788,9 @@ print(f"  Q4_1, embedding in Q8_0  {perplexity_ours(mixed, windows):.4f}")
 
 # %% [markdown]
 # The perplexity is 5.6633, against 5.6787 with the embedding in Q4_1 too and 5.6362 with every
-# matrix in Q8_0: 8 bits for the one matrix that both reads and writes every token recover
-# more than a third of what 4 bits cost. (Whether this matrix is special, or any matrix of its
-# size in 8 bits would recover as much, would take a control: exercise 6 below.)
+# matrix in Q8_0: 8 bits for the matrix that both reads and writes every token recover more
+# than a third of what 4 bits cost. Whether this matrix is special, or another matrix in 8
+# bits would recover as much, takes a control: exercise 6.
 
 # %% [markdown]
 # ## Summary
@@ -1790,8 +1827,8 @@ print(f"  Q4_1, embedding in Q8_0  {perplexity_ours(mixed, windows):.4f}")
 # * Perplexity compares texts under one model (37.3 for a sentence, 2,326 to 5,351 for five
 #   shuffles of its words); across tokenizers, compare nats per character:
 #   on 1,906 characters of *Twelfth Night*'s first scene, our model needs 1.509 nats per
-#   character, SmolLM2 1.223 with the whole passage as context and 1.556 in the same
-#   128-character windows.
+#   character, SmolLM2 (read from 4 bits) 1.223 with the whole passage as context and 1.556
+#   in the same 128-character windows.
 # * A modern decoder such as SmolLM2 (Llama's design, with grouped-query attention) is GPT-2's
 #   skeleton with five changes: no biases,
 #   RMSNorm, SwiGLU, rotary positions and grouped-query attention, each a few lines that
@@ -2076,8 +2113,8 @@ print("largest gains:", *(name.removesuffix(".weight") for name in ranked[:3]))
 # query-key-value matrix 0.0099. Every other matrix moves the perplexity by 0.005 or less,
 # and several in 8 bits even raise it a little, so changes that small do not rank the
 # matrices, and on one model and one text neither does the gap of 0.002 between the first
-# two. Per weight, the embedding recovers more than twice as much as block 0's projection,
-# as its double role suggests; why the first block's attention matters almost as much in
+# two. Per weight, the embedding recovers more than twice as much as block 0's projection;
+# why the first block's attention matters almost as much in
 # total, one small model measured on 12,800 characters cannot say. Keeping
 # the output tensor in more bits is llama.cpp's rule. In our model it is cheap, since the
 # embedding is 1% of the weights; in SmolLM2, with its 49,152 tokens, the embedding is 21% of
@@ -2103,7 +2140,8 @@ hf_ids = gpt2_hf.generate(**start, max_new_tokens=30, do_sample=False)
 print("same tokens:", torch.equal(gpt2_ids, hf_ids))
 
 # %% [markdown] tags=["solution"]
-# Almost always, but not necessarily. The converted model computes GPT-2's function up to
+# The cell prints the prompt with GPT-2's continuation, then whether the two token sequences
+# are equal. Almost always they are, but not necessarily. The converted model computes GPT-2's function up to
 # float32 rounding, and greedy decoding takes the largest logit at each step, so the two pick
 # the same token wherever the top two logits are further apart than that rounding. The
 # rounding is not zero: Hugging Face's `gelu_new` and PyTorch's tanh GELU differ by up to
