@@ -675,7 +675,7 @@ assert len(bpe.encode(" grandmother").tokens) >= 3
 # than on the documentation, and
 # a word such as ` grandmother` falls apart into pieces. SmolLM2's covers both, at the
 # price of a 25 times larger vocabulary, that is, a 49,152-row embedding matrix. Our tokenizer
-# keeps all 256 bytes as tokens, so it can encode any sequence of bytes; SmolLM2's has no token
+# keeps all 256 bytes as tokens, so it can encode any text; SmolLM2's has no token
 # for the 21 bytes listed in the section on its tokenizer. What happens to one of them, the
 # control character 04, which UTF-8 text may contain:
 
@@ -1773,8 +1773,8 @@ assert gguf_path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 # The matrices of the 30 layers are in Q4_1. The token embedding stays in Q8_0, and the norms'
 # weights in float32, 32 bits each. The 8.5 bits of the embedding's 28.3 million weights are
 # almost all of why the tensors take 96.6 MB and not the 84 MB of every weight at 5 bits (the
-# norms' 61 × 576 weights at 32 bits add most of the rest); the rest of the
-# file holds its metadata, the config and the tokenizer among it.
+# norms' 61 × 576 weights at 32 bits add the rest); the rest of the file holds its metadata,
+# the config and the tokenizer among it.
 #
 # The extra bits go to the embedding, which in SmolLM2 is also the output head: one matrix
 # with two jobs, reading every token in and scoring every token out. Our GPT ties the two as
