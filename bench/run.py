@@ -24,6 +24,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -2207,6 +2208,8 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
         ),
         "```",
         "",
+        "The times drawn in Fig. A.1, in microseconds:",
+        "",
         "| n | explicit (µs) | fused (µs) | explicit ÷ fused |",
         "|---:|---:|---:|---:|",
     ]
@@ -2233,7 +2236,7 @@ def _render_scaling(sc: dict, main_cpu: str, extra: dict | None = None) -> list[
             "one n×n matrix of float32 numbers. The process's memory growth also includes what the memory "
             "allocator keeps and the libraries add, so these figures are larger than chapter 04's exact "
             "counts. Folded boxes, the first at the end of this section, show the code that took each section's "
-            "measurements; all were made with the script `bench/run.py` in the course's repository."
+            "measurements."
         ),
         "",
     ]
@@ -2451,7 +2454,7 @@ def _render_online_softmax(rows: list[dict] | None, cpu: str, scaling: list[dict
             if FIGURE_ONLINE.exists()
             else []
         ),
-        "The same loop in PyTorch, with the same names:",
+        "The loop of Fig. A.2 in PyTorch, with the same names:",
         "",
         "```python",
         _code(blocked_attention),
@@ -2652,7 +2655,7 @@ def _render_kv(kv: dict, cpu: str) -> list[str]:
             else []
         ),
         (
-            f"Generating {more_text} as many tokens ({first['new_tokens']} to {last['new_tokens']}) took "
+            f"In Fig. A.3, generating {more_text} as many tokens ({first['new_tokens']} to {last['new_tokens']}) took "
             f"{_x(last['no_cache_s'] / first['no_cache_s'])} as long without the cache and "
             f"{_x(last['cache_s'] / first['cache_s'])} as long with it. Without the cache the k-th token costs a "
             "pass over all k positions"
@@ -2870,7 +2873,10 @@ def _render_precision(prec: dict, chk: dict | None = None, sweep: dict | None = 
             text = []
             pf, pb = chk["profile"]["fp32"], chk["profile"]["bf16"]
             lines += [
-                "Where the time goes, from the profiler's time per operation, in milliseconds per step:",
+                (
+                    "Where the time goes, from the profiler's time per operation, in milliseconds per step "
+                    "(Fig. A.4 and the table under it):"
+                ),
                 "",
                 *(
                     [
@@ -3213,7 +3219,7 @@ def _sweep_reading(sweep: dict, rec: dict) -> list[str]:
     synced = small["tokens_per_s_synced"]
     paras = [
         (
-            "The share of the peak rose from the smallest operations to the largest: with "
+            "The share of the peak rose from the smallest operations to the largest (Fig. A.7, top): with "
             f"{b1 // b0} times the windows per step at d_model {w0}, float32 training ran {_x(gain)} as many "
             f"tokens per second ({s0} to {s1} of the "
             f"peak), and at d_model {w1} with batch {b1} it reached {_pct(wide['share_of_peak_loop'])} of the "
@@ -3517,7 +3523,7 @@ def _roofline(prec: dict, chk: dict | None, extra: dict | None) -> list[str]:
         if "cuda" in ach:
             text += [
                 (
-                    "The picture sums up the section: the model's products lie to the right of both ridges, where "
+                    "Fig. A.6 sums up the section: the model's products lie to the right of both ridges, where "
                     f"the flat roof applies, and the float32 training reached {_pct(1 / ach['cpu'])} of that roof on "
                     f"the CPU but {_pct(1 / ach['cuda'])} of it on the GPU."
                 ),
@@ -3619,7 +3625,7 @@ def _render_limit(
             if val
         )
         lines += [
-            f"On {_device_label(dev, rec)} the fastest matmuls ran at {peak_text}.",
+            f"On {_device_label(dev, rec)} the fastest matmuls ran at {peak_text} (the vertical lines of Fig. A.5).",
             "",
             "| run | tokens/s | achieved | share of peak |",
             "|---|---:|---:|---:|",
@@ -4363,7 +4369,8 @@ def _render_exercises(results: dict | None = None) -> list[str]:
         ),
         "",
         (
-            "**1.** On a GPU, time one training step of chapter 10's `GPT` with and without the second "
+            "**1. What the timer includes.** "
+            "On a GPU, time one training step of chapter 10's `GPT` with and without the second "
             "`torch.cuda.synchronize()` in `time_it`. The model's token-id check waits for the GPU at the start "
             "of every forward call: which parts of the step does the timer without the second `synchronize()` "
             "still include?"
@@ -4371,7 +4378,8 @@ def _render_exercises(results: dict | None = None) -> list[str]:
         "",
         *_fold("Expected outcome", _exercise1_outcome(gpu, sweep), "text"),
         (
-            "**2.** Train the same model for a few steps at batch sizes 16, 64 and 256, and compute the share of "
+            "**2. The batch and the peak.** "
+            "Train the same model for a few steps at batch sizes 16, 64 and 256, and compute the share of "
             "the fastest matmul as the section on the limit does. How does the share change with the batch?"
         ),
         "",
@@ -4401,7 +4409,7 @@ def _render_exercises(results: dict | None = None) -> list[str]:
     lines += _fold("Solution and expected outcome", sol2, after=" ".join(expect))
     lines += [
         (
-            "**3.** On a GPU, set `torch.backends.cuda.matmul.allow_tf32 = True` and time a 4096×4096 float32 "
+            "**3. TF32.** On a GPU, set `torch.backends.cuda.matmul.allow_tf32 = True` and time a 4096×4096 float32 "
             "matmul and a float32 training step, each with and without it."
         ),
         "",
@@ -4419,7 +4427,8 @@ def _render_exercises(results: dict | None = None) -> list[str]:
         )
     lines += [
         (
-            "**4.** Compile a model four times as wide (d_model 512) and count the steps after which the compile "
+            "**4. When compiling pays.** "
+            "Compile a model four times as wide (d_model 512) and count the steps after which the compile "
             "time is paid back, if it is."
         ),
         "",
@@ -4437,7 +4446,17 @@ def _render_exercises(results: dict | None = None) -> list[str]:
     return lines
 
 
+def plain_marks(text: str) -> str:
+    """A processor's name as a reader writes it: "Intel Xeon", not the "Intel(R) Xeon(R)" it reports."""
+    return re.sub(r"\s?\((?:R|TM)\)", "", text)
+
+
 def render(results: dict) -> str:
+    """The appendix page for ``results``."""
+    return plain_marks(_render(results))
+
+
+def _render(results: dict) -> str:
     lines = [
         "# Performance",
         "",

@@ -341,21 +341,33 @@ def test_solution_and_output_checks_catch_their_faults():
     assert not output_problems(_nb(_code([{**wide, "text": "x" * OUTPUT_WIDTH}])))
 
 
+def _asserts(cell: dict) -> bool:
+    return cell["cell_type"] == "code" and bool(re.search(r"^\s*assert\b", "".join(cell["source"]), re.M))
+
+
 def _unchecked_ignored_outputs(cells: list[dict]) -> list[int]:
-    """Code cells whose output strict nbval does not compare and that assert nothing."""
+    """Code cells whose output strict nbval does not compare and whose facts nothing asserts: neither
+    the cell itself nor the hidden cell right after it (where a check of a threshold goes, out of the
+    reader's way)."""
+
+    def checked_after(i: int) -> bool:
+        nxt = cells[i + 1] if i + 1 < len(cells) else None
+        return nxt is not None and "remove-cell" in nxt["metadata"].get("tags", []) and _asserts(nxt)
+
     return [
         i
         for i, cell in enumerate(cells)
         if cell["cell_type"] == "code"
         and "nbval-ignore-output" in cell["metadata"].get("tags", [])
-        and not re.search(r"^\s*assert\b", "".join(cell["source"]), re.M)
+        and not _asserts(cell)
+        and not checked_after(i)
     ]
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_ignored_outputs_assert_what_matters(nb_path):
-    """A cell whose output varies (timings, sampled text) is not compared by nbval, so it must
-    assert what matters in it, or nothing would check it."""
+    """A cell whose output varies (timings, sampled text) is not compared by nbval, so it or the
+    hidden cell after it must assert what matters in it, or nothing would check it."""
     cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
     bad = _unchecked_ignored_outputs(cells)
     assert not bad, f"{nb_path.name}: cells {bad} ignore their output and assert nothing"
@@ -366,5 +378,9 @@ def test_ignored_output_check_catches_a_cell_without_assert():
     ok = {**cell, "source": ["print(t)\n", "assert t > 0\n"]}
     assert _unchecked_ignored_outputs([cell, ok]) == [0]
     hidden = {"cell_type": "code", "metadata": {"tags": ["remove-cell"]}, "source": ["assert t > 0\n"]}
-    # a check in a hidden cell after it does not count: the cell itself states what matters
-    assert _unchecked_ignored_outputs([cell, hidden]) == [0]
+    # a check in the hidden cell right after it counts; a hidden cell that checks nothing does not
+    assert _unchecked_ignored_outputs([cell, hidden]) == []
+    empty = {**hidden, "source": ["t = 1\n"]}
+    assert _unchecked_ignored_outputs([cell, empty]) == [0]
+    shown = {**hidden, "metadata": {"tags": []}}
+    assert _unchecked_ignored_outputs([cell, shown]) == [0]

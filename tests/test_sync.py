@@ -219,10 +219,33 @@ def test_folded_code_says_what_it_holds(src):
     for c in nb.cells:
         if c.cell_type == "code" and "hide-input" in c.metadata.get("tags", []):
             prompts = {k: c.metadata["mystnb"][k] for k in ("code_prompt_show", "code_prompt_hide")}
-            expected = (
-                build_notebooks.FIGURE_CODE_PROMPT if "figure" in c.metadata["mystnb"] else build_notebooks.CODE_PROMPT
-            )
+            if "figure" in c.metadata["mystnb"]:
+                expected = build_notebooks.FIGURE_CODE_PROMPT
+            elif build_notebooks.only_imports(c):
+                expected = build_notebooks.IMPORTS_PROMPT
+            else:
+                expected = build_notebooks.CODE_PROMPT
             assert prompts == expected, c.source[:80]
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)
+def test_a_chapter_folds_its_imports(src):
+    """The imports at the top of a chapter are folded behind a toggle that says so."""
+    nb = build_notebooks.source_notebook(src)
+    imports = [c for c in nb.cells if build_notebooks.only_imports(c)]
+    assert imports, f"{src.name}: no cell of imports only (set-up lines go in a cell of their own)"
+    for c in imports:
+        if any(t.startswith("remove-") for t in c.metadata.get("tags", [])):
+            continue
+        assert "hide-input" in c.metadata["tags"], c.source[:80]
+        assert c.metadata["mystnb"]["code_prompt_show"] == "Show the imports", c.source[:80]
+
+
+def test_only_imports():
+    code = nbformat.v4.new_code_cell
+    assert build_notebooks.only_imports(code("import math\nfrom torch import nn"))
+    assert not build_notebooks.only_imports(code("import math\n\ng = set_seed(0)"))
+    assert not build_notebooks.only_imports(code(""))
 
 
 def test_only_lists_source():

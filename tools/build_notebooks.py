@@ -13,6 +13,7 @@ re-running an unchanged source gives the same notebook up to what nbval's saniti
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -43,6 +44,9 @@ SOURCE_PROMPT = "Show the package’s code: {}", "Hide the package’s code: {}"
 # figure, mostly) says what its toggle holds, like the two kinds above.
 FIGURE_CODE_PROMPT = {"code_prompt_show": "Show the code that draws the figure", "code_prompt_hide": "Hide the code"}
 CODE_PROMPT = {"code_prompt_show": "Show the code", "code_prompt_hide": "Hide the code"}
+# A cell of imports only (the top of every chapter) is folded as well: what a chapter uses shows
+# in its code where it is used; the list of imports is there for who runs the code elsewhere.
+IMPORTS_PROMPT = {"code_prompt_show": "Show the imports", "code_prompt_hide": "Hide the imports"}
 # A cell that draws a figure says what it shows: `# %% caption="..." alt="..."` in the source.  The
 # page shows the caption under the figure (numbered, so that a reader can cite it) and gives the
 # image the alt text (what the figure shows, for a reader who cannot see it).
@@ -56,6 +60,17 @@ def source_metadata(cell: nbformat.NotebookNode) -> dict[str, str]:
     """The toggle of a listing cell, naming what it lists (``show_source(GPT)`` -> ``GPT``)."""
     names = ", ".join(re.findall(r"show_source\(\s*([\w.]+)", cell.source))
     return {"code_prompt_show": SOURCE_PROMPT[0].format(names), "code_prompt_hide": SOURCE_PROMPT[1].format(names)}
+
+
+def only_imports(cell: nbformat.NotebookNode) -> bool:
+    """A code cell whose every statement is an import."""
+    if cell.cell_type != "code":
+        return False
+    try:
+        body = ast.parse(cell.source).body
+    except SyntaxError:
+        return False
+    return bool(body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in body)
 
 
 def only_lists_source(cell: nbformat.NotebookNode) -> bool:
@@ -103,6 +118,9 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
             c.metadata["mystnb"] = source_metadata(c)
             c.metadata["jupyter"] = dict(COLLAPSED)
+        elif only_imports(c) and i > 0 and not any(t.startswith("remove-") for t in tags):
+            c.metadata["tags"] = [t for t in tags if t != "hide-input"] + ["hide-input"]
+            c.metadata["mystnb"] = dict(IMPORTS_PROMPT)
         elif "hide-input" in tags and c.cell_type == "code":
             draws = any(k in c.metadata for k in FIGURE_KEYS)
             c.metadata["mystnb"] = dict(FIGURE_CODE_PROMPT if draws else CODE_PROMPT)

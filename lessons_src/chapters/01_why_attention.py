@@ -40,6 +40,7 @@ from transformer_course.tasks.why_attention import (
 )
 from transformer_course.utils import count_parameters, set_seed, show_source
 
+# %%
 _ = set_seed(0)
 
 # %% tags=["remove-cell"]
@@ -47,13 +48,13 @@ _ = set_seed(0)
 # (other CPUs can still round differently in the last digits)
 torch.set_num_threads(1)
 
-# %% caption="Two ways to carry the first token, at position 0, to the last position. Top: a recurrent network passes it through every hidden state, 5 steps for 6 tokens. Bottom: self-attention connects every input to every output, so the first token reaches the last position in one step." alt="Two diagrams stacked. Top: six token boxes x0 to x5, each with an arrow up into a hidden state h0 to h5; the hidden states form a chain of arrows numbered 1 to 5, drawn in red together with the arrow from x0, and the caption line says x0 reaches the last position in 5 steps. Bottom: six token boxes below six output boxes y0 to y5, with a grey line from every token to every output and one red arrow from x0 straight to y5, labelled: x0 reaches the last position in 1 step."
+# %% tags=["hide-input"] caption="Two ways to carry the first token, at position 0, to the last position. Top: a recurrent network passes it through every hidden state, 5 steps for 6 tokens. Bottom: self-attention connects every input to every output, so the first token reaches the last position in one step." alt="Two diagrams stacked. Top: six token boxes x0 to x5, each with an arrow up into a hidden state h0 to h5; the hidden states form a chain of arrows numbered 1 to 5, drawn in red together with the arrow from x0, and the caption line says x0 reaches the last position in 5 steps. Bottom: six token boxes below six output boxes y0 to y5, with a grey line from every token to every output and one red arrow from x0 straight to y5, labelled: x0 reaches the last position in 1 step."
 recurrence_vs_attention(num_tokens=6, first_index=0)
 plt.show()
 
 # %% [markdown]
-# This chapter tests that picture with two small experiments, small enough to train on a laptop
-# CPU, then looks at where attention came from and what it costs.
+# This chapter tests that picture (Fig. 1.1) with two small experiments, small enough to train on a
+# laptop CPU, then looks at where attention came from and what it costs.
 #
 # 1. **Remember the first token.** A sequence of random tokens is labelled with its first token:
 #    a recurrent network (a GRU) against one self-attention layer, each at the best of four
@@ -350,8 +351,8 @@ print("weight (number of sequences):")
 print("  " + ", ".join(f"{p} ({n})" for p, n in enumerate(wins) if n))
 
 # %% [markdown]
-# At rate 0.1 the last position's softmax saturates within 10 steps: its largest weight is
-# 0.994 on average at step 10 and 1.000 from step 20 on, while its weight on position 0 drops
+# At rate 0.1 the last position's softmax saturates within 10 steps (Fig. 1.2): its largest weight
+# is 0.994 on average at step 10 and 1.000 from step 20 on, while its weight on position 0 drops
 # from 0.057 to 0.000 by step 10 and is still 0.000 after 300 steps. The last line shows where
 # the weight went: position 10, in all 1000 sequences. A choice that is the same in every
 # sequence is made by position alone, whatever the tokens are, and here it is the wrong
@@ -364,7 +365,7 @@ print("  " + ", ".join(f"{p} ({n})" for p, n in enumerate(wins) if n))
 # %% [markdown]
 # ### Where does the last position look?
 #
-# At the chosen rate, 0.01, training goes the other way. Each row below is one held-out
+# At the chosen rate, 0.01, training goes the other way. Each row of Fig. 1.3 is one held-out
 # sequence; it shows how the last position's query spreads its weight over the 20
 # positions, before training (same initial weights) and after.
 
@@ -422,7 +423,7 @@ for name, weights in last_query.items():
 # answer's place directly. The point here is the length of the path, not which model is cleverer.
 # To see exactly when each model gets there, these runs check the held-out accuracy at every one
 # of their 100 steps. They are one run per length and model, with seed 0 for the initial
-# weights and the stream of batches; other seeds follow. The table under the figure gives, per
+# weights and the stream of batches; other seeds follow. The table under Fig. 1.4 gives, per
 # length, the first step at which each model reaches 95 %, the GRU's lowest accuracy after it first got there (`low`) and the number of later
 # steps at which it was below 95 % again (`below`).
 
@@ -498,8 +499,8 @@ for seq_len in LENGTHS:  # which steps, where there were any
 # updates back: it reaches 95 % at step 29 for 10 tokens, 33 for 20, 52 for 40 and 61 for 100.
 # At length 10 it falls back as low as 0.872 after reaching 95 %: it is below 95 % again for 10
 # steps, steps 50 to 56 and 58 to 60 (columns "low" and "below", the last line, and the top
-# panel), and at or above 95 % from step 61 to step 100. The attention model reaches 95 % at
-# steps 9, 14, 16 and 22: fewer than the GRU at every length.
+# panel of Fig. 1.4), and at or above 95 % from step 61 to step 100. The attention model reaches
+# 95 % at steps 9, 14, 16 and 22: fewer than the GRU at every length.
 #
 # One run is one draw: another seed gives other initial weights and another stream of batches.
 # The cell below trains both models at every length with seeds 0 to 4 (seed 0 repeats the runs
@@ -556,6 +557,29 @@ pairs = len(LENGTHS) * len(SEEDS)
 print("pairs of runs (same length and seed) in which")
 print(f"attention needed fewer steps: {faster} of {pairs}")
 
+# %% tags=["hide-input"] caption="Steps each model needed to reach 95 % held-out accuracy, against the length of the sequence (logarithmic axis): one dot per seed, 0 to 4, and a line through the median of the five. The GRU's median grows from 26 steps at length 10 to 88 at length 100, attention's from 11 to 24; at every length and seed, attention needed fewer steps." alt="Scatter plot with lines, x axis sequence length 10, 20, 40, 100 on a log scale, y axis steps from 0 to about 125. Red dots and line for the GRU rise from about 26 at length 10 to 88 at length 100, with dots spread from 61 to 120 at length 100. Blue dots and line for self-attention rise slowly from 11 to 24, with one dot at 53 at length 100. Every blue dot lies below the red dots of its length."
+fig, ax = plt.subplots(figsize=(6.4, 3.6))
+for kind, name, colour in (
+    ("gru", "GRU", "tab:red"),
+    ("attention", "self-attention", "tab:blue"),
+):
+    for seq_len in LENGTHS:
+        steps = [s for s in reach_by_seed[kind, seq_len] if s is not None]
+        ax.scatter(
+            [seq_len] * len(steps), steps, color=colour, alpha=0.45, s=22
+        )
+    medians = [median(reach_by_seed[kind, n]) for n in LENGTHS]
+    ax.plot(LENGTHS, medians, "-", color=colour, lw=2, label=f"{name}, median")
+ax.set_xscale("log")
+ax.set_xticks(LENGTHS, [str(n) for n in LENGTHS])
+ax.minorticks_off()
+ax.set_xlabel("sequence length")
+ax.set_ylabel("first step at ≥ 95 %")
+ax.set_ylim(bottom=0)
+ax.legend(loc="upper left")
+fig.tight_layout()
+plt.show()
+
 # %% [markdown]
 # Seed 0 was a lucky draw for the GRU at length 100: its 61 steps are the fewest of the five
 # seeds, where the others need from 85 to 120. Over the five seeds the GRU's median climbs from
@@ -564,7 +588,7 @@ print(f"attention needed fewer steps: {faster} of {pairs}")
 # 9). The attention model's median grows too, from 11 to 24, but more slowly, so the GRU's
 # median divided by attention's does not shrink with the length and grows from 20 tokens on: 2.4 at lengths 10 and 20, 2.8 at 40 and
 # 3.7 at 100. In every pair of runs with the same length and seed attention needed fewer steps
-# (last lines). Both rates were chosen at
+# (last lines; Fig. 1.5 draws the table). Both rates were chosen at
 # length 20; at length 100 another rate might suit either model better.
 #
 # A comparison of two different models mixes the path with everything else that differs between
@@ -618,7 +642,7 @@ for seq_len in LENGTHS:
     attn = grads["attention", seq_len][0] / grads["attention", seq_len][-1]
     print(f"{seq_len:<8}{gru:>9.1e}{per_step:>12.2f}{attn:>11.2f}")
 
-# %% caption="How strongly the loss pulls on the embedding at each position of a 40-token sequence, before training (log scale). For the GRU it shrinks by about the same factor with every step back from the last position; for self-attention it is about the same at every position except the last." alt="A line plot with a logarithmic y axis from about 1e-10 to 1e-1, position 0 to 39 on the x axis. The GRU line falls steadily from about 0.1 at position 39 to below 1e-9 at position 0. The self-attention line stays between about 3e-3 and 7e-3 at positions 0 to 38 and rises to about 3e-2 at position 39."
+# %% tags=["hide-input"] caption="How strongly the loss pulls on the embedding at each position of a 40-token sequence, before training (log scale). For the GRU it shrinks by about the same factor with every step back from the last position; for self-attention it is about the same at every position except the last." alt="A line plot with a logarithmic y axis from about 1e-10 to 1e-1, position 0 to 39 on the x axis. The GRU line falls steadily from about 0.1 at position 39 to below 1e-9 at position 0. The self-attention line stays between about 3e-3 and 7e-3 at positions 0 to 38 and rises to about 3e-2 at position 39."
 fig, ax = plt.subplots(figsize=(6.6, 3.6))
 for kind, name in (("gru", "GRU"), ("attention", "self-attention")):
     ax.semilogy(range(40), grads[kind, 40], marker=".", label=name)
@@ -631,10 +655,10 @@ plt.show()
 
 # %% [markdown]
 # For the GRU, every step back multiplies the gradient by about the same factor, 0.6 (the straight
-# line on the log scale). Over the 9 steps of a 10-token sequence that leaves token 0 less than a
-# hundredth of what the last token gets; over 39 steps, $6 \times 10^{-9}$. So at the start of
-# training almost nothing tells the GRU that token 0 matters, and the longer the sequence, the
-# less.
+# line on the log scale of Fig. 1.6). Over the 9 steps of a 10-token sequence that leaves token 0
+# less than a hundredth of what the last token gets; over 39 steps, $6 \times 10^{-9}$. So at the
+# start of training almost nothing tells the GRU that token 0 matters, and the longer the sequence,
+# the less.
 #
 # For attention, the last position reads token 0 directly, and so does the gradient: token 0 gets
 # about as much as the other positions before the last (the last gets more, because the query
@@ -699,12 +723,12 @@ for seq_len in (40, 100):
     print(f"  length {seq_len}: step {step}, ratio {ratio:.1e}")
 
 # %% [markdown]
-# The ratio climbs fast. In the first 30 steps it grows by about seven orders of magnitude at
-# length 40 and by about nineteen at length 100, where it reaches $10^{-2}$: each step back loses less
-# and less of the signal, and the path to token 0 opens. The accuracy first passes 0.2 only once
-# the ratio has risen to about a half (0.43 at step 38 at length 40, 0.60 at step 48 at length
-# 100, in these two seed-0 runs; last lines), and by step 60 and step 70 respectively it is at
-# 1.0. While the GRU is still learning, the ratio goes past 1 (by step 50 in both runs, at
+# The ratio climbs fast (Fig. 1.7). In the first 30 steps it grows by about seven orders of
+# magnitude at length 40 and by about nineteen at length 100, where it reaches $10^{-2}$: each step
+# back loses less and less of the signal, and the path to token 0 opens. The accuracy first passes
+# 0.2 only once the ratio has risen to about a half (0.43 at step 38 at length 40, 0.60 at step 48
+# at length 100, in these two seed-0 runs; last lines), and by step 60 and step 70 respectively it
+# is at 1.0. While the GRU is still learning, the ratio goes past 1 (by step 50 in both runs, at
 # accuracies of 0.781 and 0.367), and it stays near 3 once the model is trained (3.1 and 3.2 at
 # step 70): token 0 then gets *more* gradient than the last token, as one would expect once the
 # answer depends on token 0. So the flat start is the time
@@ -875,7 +899,7 @@ print(f"  mean |W_q x_1| = {from_token:.2f}")
 #
 # ### Which token does the query attend to?
 #
-# The heatmaps show token 1's attention weights in 10 held-out sentences of each label.
+# The heatmaps of Fig. 1.8 show token 1's attention weights in 10 held-out sentences of each label.
 
 # %% caption="Where token 1's query looks after training, in 10 held-out sentences of each label. Top, label 1: token 0 gets the largest weight in every row. Bottom, label 0: token 0 gets almost none, and the weight is spread over the noise tokens." alt="Two heatmaps stacked, each 10 sentences (rows) by 8 tokens (columns), colour scale 0 to 1. Top, label 1: the token-0 column is green, weights of roughly 0.4 to 0.7, the other columns dark. Bottom, label 0: the token-0 column is black, and the other seven columns hold scattered weights of up to about 0.4."
 with torch.no_grad():
@@ -1017,8 +1041,9 @@ print(f"  mean |W_q x_1| = {from_token.mean():.2f}")
 
 # %% [markdown]
 # With the token in a fixed place, the linear model is perfect. With the place random it cannot
-# know which weights to use; by symmetry, the natural choice is to weigh all positions alike, which is the
-# sign of the sum again, and it lands a little below that rule (0.894 against 0.910, last row).
+# know which weights to use; by symmetry, the natural choice is to weigh all positions alike,
+# which is the sign of the sum again, and it lands a little below that rule (0.894 against
+# 0.910, the "sign of the sum" row).
 # Its trained weights are close to that: every one of its 32 weights (for label 1 minus label 0)
 # is positive, from 0.51 to 1.36, and their means per position range from 0.69 to 1.08, with no
 # position singled out. The attention model keeps
@@ -1085,7 +1110,7 @@ for seed in range(10):
 # attention; exercise 4 of chapter 04 builds it), turns the scores into weights with a softmax,
 # and reads their weighted average.
 
-# %% caption="A recurrent encoder–decoder with attention, as the decoder writes the second word of a translation (illustrative weights). Every encoder state $h_j$ is scored against the decoder's previous state (the red formula above the context box; the scoring network is not drawn); the weights, drawn as the width of the red arrows, average the states into a context vector. Without attention, only the last state $h_3$ reached the decoder. Bahdanau et al.'s encoder also reads the sentence right to left; only the left-to-right chain is drawn." alt="Diagram: three source words, the, black, cat, feed a chain of encoder states h1, h2, h3. Red arrows of increasing width, labelled 0.04, 0.14 and 0.82, lead from the three states into a box labelled context, sum of a_j h_j, with the note that a_j is the softmax of score(decoder state, h_j). The context feeds a decoder box, which also takes the word written so far, le, and outputs chat."
+# %% tags=["hide-input"] caption="A recurrent encoder–decoder with attention, as the decoder writes the second word of a translation (illustrative weights). Every encoder state $h_j$ is scored against the decoder's previous state (the red formula above the context box; the scoring network is not drawn); the weights, drawn as the width of the red arrows, average the states into a context vector. Without attention, only the last state $h_3$ reached the decoder. Bahdanau et al.'s encoder also reads the sentence right to left; only the left-to-right chain is drawn." alt="Diagram: three source words, the, black, cat, feed a chain of encoder states h1, h2, h3. Red arrows of increasing width, labelled 0.04, 0.14 and 0.82, lead from the three states into a box labelled context, sum of a_j h_j, with the note that a_j is the softmax of score(decoder state, h_j). The context feeds a decoder box, which also takes the word written so far, le, and outputs chat."
 # scores of the three encoder states; the weights drawn are their softmax
 encoder_decoder_attention(
     scores=[-1.0, 0.2, 2.0],
@@ -1095,7 +1120,7 @@ encoder_decoder_attention(
 plt.show()
 
 # %% [markdown]
-# The weights in this figure are made up for the drawing; chapter 07 trains an encoder–decoder to
+# The weights in Fig. 1.9 are made up for the drawing; chapter 07 trains an encoder–decoder to
 # reverse words and shows the alignment its attention learns, each letter it writes putting most
 # of its weight on that letter in the source. Learned attention on real language comes in chapter 05: a small
 # pretrained BERT reads *"The cat sat on the mat because the cat was tired."*, and some of its
@@ -1124,9 +1149,9 @@ plt.show()
 # | restricted | $O(r n d)$ | $O(1)$ | $O(n/r)$ |
 #
 # (The convolution's path is for dilated kernels; plain kernels need $O(n/k)$ layers, their text
-# adds.) The *path* is the diagram at the top of this chapter: a signal from the first token
-# crosses $n - 1$ recurrent steps, or one attention step; before training, the signal along the
-# long path faded by a constant factor per step (experiment 1), and exercise 2 measures what the
+# adds.) The *path* is the diagram of Fig. 1.1, at the top of this chapter: a signal from the first
+# token crosses $n - 1$ recurrent steps, or one attention step; before training, the signal along
+# the long path faded by a constant factor per step (experiment 1), and exercise 2 measures what the
 # long path costs the GRU when everything else stays the same. The *steps* are why recurrent
 # networks train slowly on parallel hardware: step $t$ needs step $t-1$.
 #

@@ -33,6 +33,7 @@ from torch import nn
 
 from transformer_course.utils import count_parameters, set_seed
 
+# %%
 set_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
 
@@ -63,8 +64,8 @@ print("ids:", ids.tolist())
 one_hot = F.one_hot(torch.arange(len(vocab)), num_classes=len(vocab)).float()
 print(one_hot)
 gram = one_hot @ one_hot.T  # all pairwise dot products
-# 1 with itself, 0 with every other token
-assert torch.equal(gram, torch.eye(len(vocab)))
+print("dot product 1 with itself, 0 with every other token:")
+print(torch.equal(gram, torch.eye(len(vocab))))
 
 # %% [markdown]
 # ### An embedding is a lookup table
@@ -74,8 +75,8 @@ assert torch.equal(gram, torch.eye(len(vocab)))
 #
 # $$e_i = E[i, :].$$
 #
-# Here $d = 2$, so that we can draw the rows, and we write the numbers by hand, choosing them
-# so that the two animals point in nearly the same direction; in a real model they are learned.
+# Here $d = 2$, so that we can draw the rows (Fig. 2.1), and we write the numbers by hand, choosing
+# them so that the two animals point in nearly the same direction; in a real model they are learned.
 
 # %%
 E = torch.tensor(
@@ -154,7 +155,7 @@ fig, ax = plt.subplots(figsize=(4.6, 4.2))
 draw_arrows(ax, E, vocab)
 # an arc for two angles, each labelled with its cosine away from the arrows
 for other, radius, label_at in [
-    ("dog", 0.6, (0.55, -0.25)),
+    ("dog", 0.6, (0.3, -0.3)),
     ("car", 0.3, (0.05, 0.75)),
 ]:
     a = angle_deg(E[token_to_id["cat"]])
@@ -169,16 +170,16 @@ for other, radius, label_at in [
         fontsize=9,
         arrowprops={"arrowstyle": "-", "lw": 0.8, "color": "grey"},
     )
-ax.set_xlim(-1.3, 1.5)
+ax.set_xlim(-1.3, 1.6)
 ax.set_ylim(-1.3, 1.1)
 ax.set_title("A hand-made table with d = 2")
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# In the matrix, "cat" and "dog" have a cosine of 0.98; "cat" and "car" −0.34, and "cat" and
-# "saw" −0.75: they point away from each other. The numbers are ours; training has to find
-# such rows by itself, as the section "Where the meaning comes from" shows.
+# In the matrix, "cat" and "dog" have a cosine of 0.98; "cat" and "car" −0.34 (Fig. 2.1), and "cat"
+# and "saw" −0.75: they point away from each other. The numbers are ours; training has to find such
+# rows by itself, as the section "Where the meaning comes from" shows.
 #
 # ### Looking up is multiplying by a one-hot vector
 #
@@ -192,14 +193,14 @@ plt.show()
 i = token_to_id["dog"]
 print("one-hot:", one_hot[i].tolist())
 print("one-hot @ E:", one_hot[i] @ E)
-assert torch.equal(one_hot[i] @ E, E[i])
 
 # A whole sentence at once: index with the id tensor, or multiply its one-hot
 # matrix.
 looked_up = E[ids]  # (sequence length, d)
 multiplied = F.one_hot(ids, len(vocab)).float() @ E
-assert torch.equal(looked_up, multiplied)
 print("sentence", sentence, "->", tuple(looked_up.shape))
+print("row i of E:", torch.equal(one_hot[i] @ E, E[i]))
+print("looking up = multiplying:", torch.equal(looked_up, multiplied))
 
 # %% [markdown]
 # ## `nn.Embedding` is that table, and it is trainable
@@ -221,13 +222,15 @@ batch = torch.tensor(
 )
 out = emb(batch)
 print("input ids", tuple(batch.shape), "-> embeddings", tuple(out.shape))
-assert torch.equal(out, E[batch])
 print(
     "weight is a Parameter:",
     isinstance(emb.weight, nn.Parameter),
     "| trainable numbers:",
     count_parameters(emb),
 )
+
+# %% tags=["remove-cell"]
+assert torch.equal(out, E[batch])
 
 # %% [markdown]
 # ### Which rows does the gradient reach?
@@ -250,8 +253,8 @@ for tok, g in zip(vocab, row_grad_norm):
     print(f"{tok:>4}: gradient norm {g:.4f}")
 used = torch.zeros(len(vocab), dtype=torch.bool)
 used[sent.unique()] = True
-# a row gets a gradient exactly when the batch looked it up
-assert torch.equal(row_grad_norm > 0, used)
+print("gradient only on the rows looked up:")
+print(torch.equal(row_grad_norm > 0, used))
 
 # %% [markdown]
 # "the" (id 0) appears twice in the sentence; its row's gradient is the *sum* of the
@@ -263,7 +266,8 @@ occurrences = out.grad[sent == 0]
 print("gradient of the row 'the':", emb.weight.grad[0])
 print("at its first occurrence:  ", occurrences[0])
 print("at its second occurrence: ", occurrences[1])
-assert torch.allclose(emb.weight.grad[0], occurrences.sum(dim=0))
+same = torch.allclose(emb.weight.grad[0], occurrences.sum(dim=0))
+print("the row's gradient = the sum of the two:", same)
 
 # %% [markdown]
 # ### Which rows does the optimiser move?
@@ -331,8 +335,8 @@ print(f"{'SparseAdam (sparse=True gradients)':>34}: {sparse_adam}")
 # skip-gram model predicts the words around a word, and whose CBOW model predicts a word from
 # the words around it; Mikolov et al., 2013,
 # [*Efficient Estimation of Word Representations in Vector Space*](https://arxiv.org/abs/1301.3781))
-# and its successors, and the linguist J. R. Firth put it in one line in 1957 (*A synopsis of
-# linguistic theory 1930–1955*): "You shall know a word by the company it keeps."
+# and its successors, and the linguist J. R. Firth (1957, *A synopsis of linguistic theory
+# 1930–1955*) put it in one line: "You shall know a word by the company it keeps."
 
 # %%
 nouns = {"animal": ["cat", "dog"], "vehicle": ["car", "bus"]}
@@ -404,9 +408,6 @@ print(
     "rows of the verbs changed by training:",
     not torch.equal(before[verb_ids], after[verb_ids]),
 )
-# each pair ends closer together than the animals are to the vehicles
-for a, b in [("cat", "dog"), ("car", "bus")]:
-    assert cos_lm(after, a, b) > cos_lm(after, "cat", "car")
 tables = [train_bigram(corpus, seed=s)[1] for s in range(10)]
 spread = [cos_lm(t, "cat", "car") for t in tables]
 print(
@@ -420,6 +421,11 @@ in_order = sum(
 )
 print(f"seeds where both pairs end closer than cat-car: {in_order} of 10")
 
+# %% tags=["remove-cell"]
+# each pair ends closer together than the animals are to the vehicles
+for a, b in [("cat", "dog"), ("car", "bus")]:
+    assert cos_lm(after, a, b) > cos_lm(after, "cat", "car")
+
 # %% [markdown]
 # Training starts from random rows (the cosines before training mean nothing) and ends within
 # 0.001 of the lowest loss this corpus allows. On the way, the rows of "cat" and "dog" turned
@@ -427,7 +433,7 @@ print(f"seeds where both pairs end closer than cat-car: {in_order} of 10")
 # nearly at right angles in this run (cosine −0.078). That angle is not fixed: over ten
 # seeds, cos(cat, car) ranges from −0.835 to −0.056, and a run can even end with a positive
 # cosine (exercise 2 meets one, in two dimensions). What held in all ten runs is the order: cat–dog and car–bus
-# end closer than cat–car. The figure shows the five rows that
+# end closer than cat–car. Fig. 2.2 shows the five rows that
 # the model reads, before and after, in this run.
 
 # %% tags=["hide-input"] caption="The rows of the, cat, dog, car and bus in the 2-dimensional table of the tiny next-word model. Left: random rows before training. Right: after 300 steps, cat and dog point nearly the same way, and so do car and bus. Both panels have the same scale: training also made the rows longer." alt="Two panels of arrows from the origin, on the same scale. Left, before training: five short arrows in unrelated directions. Right, after training: longer arrows; the cat and dog arrows point almost the same way, up and to the right; the car and bus arrows lie on top of each other, pointing up and to the left; the arrow of the points down and to the left."
@@ -437,7 +443,7 @@ colour_of |= {"car": "tab:blue", "bus": "tab:blue"}
 shown_ids = [id_lm[w] for w in shown_words]
 # the same scale in both panels
 reach = torch.cat([before[shown_ids], after[shown_ids]]).abs().max().item()
-reach *= 1.3
+reach *= 1.45  # room for the labels past the tips
 fig, axes = plt.subplots(1, 2, figsize=(6.0, 3.3))
 for ax, lm_table, title in [
     (axes[0], before, "before training"),
@@ -618,14 +624,14 @@ plt.show()
 # %% [markdown]
 # No one told the model that a cow is an animal: the rows came out this way from training on
 # ordinary text, in which animal words occur in similar sentences. MiniLM was not trained like
-# our tiny model: its weights come from distilling the self-attention of a larger model
+# our tiny model: its weights come (Wang et al., 2020) from distilling the self-attention of a larger model
 # trained to fill in masked words, then from fine-tuning on pairs of related sentences
 # (chapter 12 tells the story). The objective differs; the source of the similarity, words that occur in similar
 # contexts, is the same. Two words of a group have a
 # mean cosine of 0.306, about three times the 0.104 of words from different groups, against
-# 0.017 for random tokens. The fruit block is the faintest, and the two misses are both
-# fruit: orange and cherry are also colours, and their nearest rows are yellow and red. On
-# average, though, the two differ:
+# 0.017 for random tokens. The fruit block of Fig. 2.3 is the faintest, and the two misses are
+# both fruit: orange and cherry are also colours, and their nearest rows are yellow and red.
+# On average, though, the two differ:
 
 
 # %%
@@ -650,8 +656,8 @@ for word in ["orange", "cherry"]:
 # 384 dimensions cannot be drawn. **PCA** finds the two directions along which the twenty
 # unit-length rows vary most and projects onto them: centre the rows, take the singular value
 # decomposition, keep the first two right singular vectors. Each direction mixes all 384
-# coordinates. (A singular vector's sign is arbitrary, and flipping it mirrors the picture;
-# we make each component's largest entry positive.)
+# coordinates. (A singular vector's sign is arbitrary, and flipping it mirrors the picture in
+# Fig. 2.4; we make each component's largest entry positive.)
 
 
 # %%
@@ -715,10 +721,10 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The groups separate even in this 2-D projection: two points of a group are 0.179 apart on
-# average, two points of different groups 0.709. The projection keeps only 26 % of the
-# variance (17 % + 9 %). A projection always loses something; the heatmap, computed in all
-# 384 dimensions, is the more faithful picture.
+# The groups separate even in this 2-D projection (Fig. 2.4): two points of a group are 0.179
+# apart on average, two points of different groups 0.709. The projection keeps only 26 % of
+# the variance (17 % + 9 %). A projection always loses something; the heatmap of Fig. 2.3,
+# computed in all 384 dimensions, is the more faithful picture.
 #
 # ## Token, contextual and sentence embeddings
 #
@@ -810,14 +816,16 @@ print("sentence embeddings:", tuple(pooled.shape))
 n_real = enc["attention_mask"].sum(dim=1).tolist()
 print("real tokens per sentence:", n_real, "of", hidden.shape[1])
 s = 2  # "he withdrew money from the bank.": 9 real tokens, 2 padding
-# the masked mean is the average over the sentence's real tokens only
-assert torch.allclose(pooled[s], hidden[s, : n_real[s]].mean(dim=0), atol=1e-6)
 plain = hidden[s].mean(dim=0)  # padding included
 print(
     "sentence 2, plain mean vs masked mean: largest difference "
     f"{(plain - pooled[s]).abs().max():.2f}, "
     f"cosine {F.cosine_similarity(plain, pooled[s], dim=0):.3f}"
 )
+
+# %% tags=["remove-cell"]
+# the masked mean is the average over the sentence's real tokens only
+assert torch.allclose(pooled[s], hidden[s, : n_real[s]].mean(dim=0), atol=1e-6)
 
 # %% [markdown]
 # Averaging the two padding vectors in would turn the sentence's vector by an angle whose

@@ -44,6 +44,7 @@ from transformer_course.attention import scaled_dot_product_attention
 from transformer_course.positional import PositionalEncoding, sinusoidal_table
 from transformer_course.utils import set_seed, show_source
 
+# %%
 set_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
 
@@ -281,9 +282,9 @@ show_source(sinusoidal_table)
 # %% [markdown]
 # ### A loop that gets the angles wrong
 #
-# A common pitfall when the formula is turned into a loop. The loop below is the one of
-# S. Lynn-Evans's tutorial *How to code The Transformer in PyTorch* (2018; file `Embed.py` of
-# its repository, github.com/SamLynnEvans/Transformer), and it has been copied from there,
+# A common pitfall when the formula is turned into a loop. The loop below is the one of the
+# tutorial *How to code The Transformer in PyTorch* (Lynn-Evans, 2018; file `Embed.py` of its
+# repository), and it has been copied from there,
 # nearly character for character, into many other repositories:
 #
 # ```python
@@ -371,9 +372,9 @@ for name, t in tables.items():
 # The first mistake shows in the frequencies. Slow pairs are part of the design: over a
 # short sentence they hardly move, $\sin \approx 0$ and $\cos \approx 1$, and they serve
 # long sequences. With the doubled exponent the wavelengths grow twice as fast (in log
-# scale), so far more pairs are spent on being nearly constant. For the $d_\text{model} = 128$
-# used in the rest of the chapter, we count the pairs whose angle advances less than 0.1
-# radian over the first 512 positions, that is, whose wavelength exceeds
+# scale; Fig. 3.1), so far more pairs are spent on being nearly constant. For the
+# $d_\text{model} = 128$ used in the rest of the chapter, we count the pairs whose angle
+# advances less than 0.1 radian over the first 512 positions, that is, whose wavelength exceeds
 # $2\pi \cdot 511 / 0.1 \approx 32{,}100$ positions.
 
 # %%
@@ -489,12 +490,12 @@ for words, w in [(s1, w1), (s2, w2)]:
 #
 # ## What the encoding looks like
 #
-# Each row of the heatmap (top panel) is one position, each column one dimension. As with
-# the bits of the binary counter, each column changes at its own rate, here more slowly from
-# left to right (the counter above printed its slowest bit first): the left
+# Each row of the heatmap (Fig. 3.2, top panel) is one position, each column one dimension.
+# As with the bits of the binary counter, each column changes at its own rate, here more
+# slowly from left to right (the counter above printed its slowest bit first): the left
 # columns (fast pairs) change from one position to the next, while the right columns change
 # so slowly that from about dimension 100 on, over 100 positions, the sines stay near 0 and
-# the cosines near 1 (printed below the figure). The lower panel shows a few sine
+# the cosines near 1 (printed below Fig. 3.2). The lower panel shows a few sine
 # dimensions as curves. Each pair's wavelength is $10000^{2/d_\text{model}}$
 # times the previous one's, so they grow geometrically, from $2\pi$ for dimension 0 (sampled
 # only at whole positions, hence the zig-zag) to tens of thousands of positions for the last
@@ -576,9 +577,9 @@ for delta in [0, 1, 10, 50]:
 
 # %% [markdown]
 # As a function of the distance, the dot product falls steeply over the first few
-# positions, then slowly and with ripples:
+# positions, then slowly and with ripples (Fig. 3.3):
 
-# %% caption="The dot product of position 100's encoding with every position from 0 to 200 ($d_\\text{model} = 128$). It is 64 at distance 0, falls steeply over the first five positions, then slowly and with ripples; the curve is symmetric." alt="A line plot of the dot product against distance from -100 to 100, mirror-symmetric around 0. A sharp peak of 64 at 0 drops to about 47 at distance 5 and about 43 at distance 10, declines to about 35 by distance 40, and beyond that oscillates between about 24 and 35."
+# %% tags=["hide-input"] caption="The dot product of position 100's encoding with every position from 0 to 200 ($d_\\text{model} = 128$). It is 64 at distance 0, falls steeply over the first five positions, then slowly and with ripples; the curve is symmetric." alt="A line plot of the dot product against distance from -100 to 100, mirror-symmetric around 0. A sharp peak of 64 at 0 drops to about 47 at distance 5 and about 43 at distance 10, declines to about 35 by distance 40, and beyond that oscillates between about 24 and 35."
 centre = 100
 others = torch.arange(0, 201)
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
@@ -630,10 +631,10 @@ print(f"check, closest of all pairs of 512 rows: {all_pairs.min():.3f}")
 #
 # ### A shift is a rotation
 #
-# The dot-product curve is symmetric: the plain dot product cannot tell *before* from
-# *after*. The encoding itself can, though. Back to the clock: each pair is the tip of a hand,
-# and moving $\Delta$ positions forward turns the hand of pair $i$ by the angle
-# $\Delta\,\omega_i$, the same turn whatever the starting position. The figure below draws three
+# The dot-product curve of Fig. 3.3 is symmetric: the plain dot product cannot tell *before*
+# from *after*. The encoding itself can, though. Back to the clock: each pair is the tip of a
+# hand, and moving $\Delta$ positions forward turns the hand of pair $i$ by the angle
+# $\Delta\,\omega_i$, the same turn whatever the starting position. Fig. 3.4 draws three
 # hands of the $d_\text{model} = 128$ encoding, with the sine on the horizontal axis and the
 # cosine on the vertical one, so that position 0 points up, like twelve o'clock.
 
@@ -787,8 +788,8 @@ for p in (0, 10, 300):
 # $$
 #
 # the score depends on the contents $\mathbf q$, $\mathbf k$, and on the positions only
-# through $r - p$. In a picture, for one pair of a query and a key: moving both by the same
-# number of positions turns both by the same angle, and the angle between them stays.
+# through $r - p$. In a picture (Fig. 3.5), for one pair of a query and a key: moving both by
+# the same number of positions turns both by the same angle, and the angle between them stays.
 
 
 # %% tags=["hide-input"] caption="RoPE for one pair of features (pair 8, 0.32 rad per position). Left: the query rotated to position 1 and the key to position 4. Right: the same query and key rotated to positions 11 and 14. Both are turned by 10 × 0.32 rad more, and the angle between them, which sets their dot product, is the same. Dashed: the query and the key before rotation." alt="Two panels, each a unit circle with two solid arrows from the centre, a blue query and an orange key, and the same two vectors before rotation drawn as faint dashed arrows. A small grey arc marks the angle between the solid query and key. In the right panel both solid arrows point in a different direction than in the left panel, but the angle between them is the same."
@@ -964,7 +965,7 @@ n = 128
 sin_cos = cosine_matrix(sinusoidal_table(n, 384))
 learned_cos = cosine_matrix(learned[:n])
 
-# %% caption="Cosine similarity between the encodings of positions 0 to 127. Left: the sinusoidal table ($d_\\text{model} = 384$). Right: MiniLM's learned table. Both are largest along the diagonal (neighbouring positions); the learned one also has periodic diagonal stripes." alt="Two square heatmaps, 128 by 128 positions, sharing a colour scale from -0.4 to 1. The left one is bright on the diagonal and fades smoothly to a uniform medium shade away from it. The right one is bright on the diagonal, darker away from it, with faint stripes parallel to the diagonal repeating every five or six positions."
+# %% tags=["hide-input"] caption="Cosine similarity between the encodings of positions 0 to 127. Left: the sinusoidal table ($d_\\text{model} = 384$). Right: MiniLM's learned table. Both are largest along the diagonal (neighbouring positions); the learned one also has periodic diagonal stripes." alt="Two square heatmaps, 128 by 128 positions, sharing a colour scale from -0.4 to 1. The left one is bright on the diagonal and fades smoothly to a uniform medium shade away from it. The right one is bright on the diagonal, darker away from it, with faint stripes parallel to the diagonal repeating every five or six positions."
 big = 14  # font size
 fig, axes = plt.subplots(1, 2, figsize=(6.6, 3.8), sharey=True)
 titles = ["sinusoidal (fixed)", "MiniLM (learned)"]
@@ -1000,16 +1001,16 @@ for name, mat in [("sinusoidal", sin_cos), ("learned", learned_cos)]:
     print(f"{'':>12}largest rise from one distance to the next {rise:.2f}")
 
 # %% [markdown]
-# In both tables neighbouring positions are the most similar. The sinusoidal similarity
-# falls almost steadily (from one distance to the next it never rises by more than 0.01) and
-# never drops below about 0.4, because its slow pairs stay almost constant over 128
+# In both tables (Fig. 3.6) neighbouring positions are the most similar. The sinusoidal
+# similarity falls almost steadily (from one distance to the next it never rises by more than
+# 0.01) and never drops below about 0.4, because its slow pairs stay almost constant over 128
 # positions. The learned one ripples (somewhere in the table, the mean rises by 0.15 from one
 # distance to the next): it falls from distance 1 to 3, rises again up
 # to distance 5, falls to distance 9 and rises again up to 12, a period of about six
 # positions, as if training had built periodic components of its own, somewhat like the
 # sinusoids' waves. Far from the diagonal it turns negative: the mean cosine is lowest at
 # distance 75 (−0.11), and the single lowest value, −0.40, is between positions 44 and 124.
-# These are the dark bands of the right panel.
+# These are the dark bands of the right panel of Fig. 3.6.
 #
 # ## How long can a sequence be?
 #
@@ -1191,15 +1192,15 @@ ax.text(17, -0.075, "chance, 1/16 (dotted)", fontsize=12, color="gray")
 ax.set_xlabel("position in a 64-token test sequence")
 ax.set_ylabel("accuracy")
 ax.set_ylim(-0.09, 1.05)
-ax.legend(loc="center right", fontsize=12)
+ax.legend(loc="center", bbox_to_anchor=(0.62, 0.5), fontsize=12)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The sinusoidal curve has three parts. Is that an accident of one random seed? We train
-# the four models twice more, with seeds 1 and 2, and print each part's accuracy, and where
-# the sinusoidal model's attention goes: the weight that the query at position $t$ gives to
-# the key at $t - 3$, the token it should copy.
+# The sinusoidal curve of Fig. 3.7 has three parts. Is that an accident of one random seed?
+# We train the four models twice more, with seeds 1 and 2, and print each part's accuracy, and
+# where the sinusoidal model's attention goes: the weight that the query at position $t$ gives
+# to the key at $t - 3$, the token it should copy.
 
 
 # %%
@@ -1250,7 +1251,7 @@ for lo, hi in [(3, 15), (16, 63)]:
 # positions. The three runs agree on how its new positions fall into two parts:
 #
 # * Over positions 16–52 it is right 0.08 to 0.09 of the time on average: below the model
-#   without positions (0.12), and in the figure down to chance (1/16 = 0.06) at some
+#   without positions (0.12), and in Fig. 3.7 down to chance (1/16 = 0.06) at some
 #   positions. It has learned to find the token three back by its position, and it has
 #   never seen the vectors of these positions: the attention from $t$ to $t - 3$, 0.631 to
 #   0.653 on the trained positions, drops to 0.024, not far above the 0.016 of uniform

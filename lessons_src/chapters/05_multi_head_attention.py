@@ -44,6 +44,7 @@ from transformer_course.plotting import plot_attention, plot_attention_grid
 from transformer_course.pretrained import load_minilm
 from transformer_course.utils import count_parameters, set_seed, show_source
 
+# %%
 g = set_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
 
@@ -56,13 +57,13 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 # %% [markdown]
 # ## The steps, with their shapes
 #
-# The picture first. Multi-head attention is four learned matrices ($W^Q$, $W^K$, $W^V$, $W^O$,
-# each $d_\text{model} \times d_\text{model}$) around chapter 04's attention, and two reshapes: one
-# that deals the features out to the heads and one that puts them back side by side. Drawn with
-# the sizes of the worked example below (a batch of one sentence of 3 tokens,
+# The picture first (Fig. 5.1). Multi-head attention is four learned matrices ($W^Q$, $W^K$, $W^V$,
+# $W^O$, each $d_\text{model} \times d_\text{model}$) around chapter 04's attention, and two
+# reshapes: one that deals the features out to the heads and one that puts them back side by side.
+# Drawn with the sizes of the worked example below (a batch of one sentence of 3 tokens,
 # $d_\text{model} = 8$, 2 heads; $d_\text{head}$ is what chapter 04 called $d_k$):
 
-# %% caption="Multi-head attention with $d_\\text{model} = 8$ and 2 heads: the projected features 0–3 go to head 0 and 4–7 to head 1, each head attends on its own, the heads' outputs are put side by side again and $W_O$ maps them back to $d_\\text{model}$. The shapes on the right follow one batch of 3 tokens." alt="A top-to-bottom flow chart. Input x of shape (1, 3, 8) feeds three boxes W_Q, W_K, W_V. Each has its own arrow into a box 'split the features' holding a strip of 8 feature cells: features 0 to 3 in red, 4 to 7 in green; shape (1, 2, 3, 4), d_head = 8/2 = 4. A red box 'head 0' and a green box 'head 1' compute softmax(Q_i K_i^T / sqrt(d_head)) V_i. Both feed 'concatenate', again a red and a green block of 4 features, shape (1, 3, 8), then W_O with output shape (1, 3, 8)."
+# %% tags=["hide-input"] caption="Multi-head attention with $d_\\text{model} = 8$ and 2 heads: the projected features 0–3 go to head 0 and 4–7 to head 1, each head attends on its own, the heads' outputs are put side by side again and $W_O$ maps them back to $d_\\text{model}$. The shapes on the right follow one batch of 3 tokens." alt="A top-to-bottom flow chart. Input x of shape (1, 3, 8) feeds three boxes W_Q, W_K, W_V. Each has its own arrow into a box 'split the features' holding a strip of 8 feature cells: features 0 to 3 in red, 4 to 7 in green; shape (1, 2, 3, 4), d_head = 8/2 = 4. A red box 'head 0' and a green box 'head 1' compute softmax(Q_i K_i^T / sqrt(d_head)) V_i. Both feed 'concatenate', again a red and a green block of 4 features, shape (1, 3, 8), then W_O with output shape (1, 3, 8)."
 multi_head(batch=1, length=3, d_model=8, num_heads=2)
 plt.show()
 
@@ -72,7 +73,7 @@ plt.show()
 # Multi-head attention gives every head its own $W_i^Q$, $W_i^K$ and $W_i^V$ (chapter 04 wrote
 # $W_q$, $W_k$, $W_v$ for one head), so every head asks its own question.
 #
-# Now every step by hand, on the example of the picture. We take the four projection matrices
+# Now every step by hand, on the example of Fig. 5.1. We take the four projection matrices
 # from the package's module (randomly initialised) and check the result against the module's.
 
 # %%
@@ -316,7 +317,7 @@ assert all(runs[1, s][1].min() < 0.95 for s in seeds)
 assert both[2] >= 0.75 * len(seeds) and both[4] >= 0.75 * len(seeds)
 
 # %% [markdown]
-# Where does the last query look? The figure shows, for four of these models, the last position's
+# Where does the last query look? Fig. 5.2 shows, for four of these models, the last position's
 # attention weights averaged over the 2000 held-out sequences, one row per head.
 
 # %% tags=["hide-input"] caption="Where the last position looks, averaged over 2000 held-out sequences (one row per head; the last column adds up positions 2 to 7, which hold nothing to fetch; all panels on one colour scale; each title gives the accuracy on tokens 0 / 1). Top two panels: one head, in a run where it split its weight between positions 0 and 1 and in a run where it settled on one position. Bottom two: two and four heads (seed 0); every head puts its weight on one position, and together they cover positions 0 and 1." alt="Four stacked heatmaps, rows are heads and columns are position 0, position 1 and positions 2 to 7 together; colour and the number in each cell are the mean attention weight. One head, seed 0: 0.48 on position 0 and 0.48 on position 1. One head, seed 4: 1.00 on position 0. Two heads, seed 0: head 0 on position 0, head 1 on position 1. Four heads, seed 0: heads 0 and 1 on position 0, heads 2 and 3 on position 1."
@@ -357,7 +358,7 @@ fig.colorbar(
 plt.show()
 
 # %% [markdown]
-# The table and the figure tell one story:
+# The table and Fig. 5.2 tell one story:
 #
 # * **In 300 steps, one head never gets both tokens right.** In some runs it settles on one position: that token
 #   is right every time and the other is at chance. In the others it splits its weight between
@@ -425,7 +426,7 @@ print(
 # %% [markdown]
 # With two heads the runs agree: one head on each position, each with all its weight. With four,
 # the spare heads follow no single plan. In three runs (seeds 0, 1 and 7) the heads pair up
-# cleanly, two on each position with all their weight, as in the figure. In the other five, some
+# cleanly, two on each position with all their weight, as in Fig. 5.2. In the other five, some
 # heads put less than all their weight on their position (as little as 0.64 in seed 3 and 0.51
 # in seed 5), and in seeds 4 and 5 three heads favour the same position. What every run has is at least one head that favours each of the two
 # positions, and that is all the read-out needs.
@@ -515,6 +516,8 @@ for h in (1, 12, 48):
         )
         ms[h] = {p: best_ms(*call) for p, call in zip(parts, calls)}
     print(f"{h:5d} {d_h:6d}" + "".join(f"{ms[h][p]:15.0f}" for p in parts))
+
+# %% tags=["remove-cell"]
 # the last head count, 48: one L x L score matrix per head
 assert scores_h.shape == (1, 48, L_long, L_long)
 
@@ -690,6 +693,8 @@ print(
     "tensors of shape",
     tuple(attentions[0].shape),
 )
+
+# %% tags=["remove-cell"]
 # every row of every head is a softmax: it sums to 1
 assert all(
     torch.allclose(a.sum(-1), torch.ones_like(a[..., 0])) for a in attentions
@@ -758,7 +763,7 @@ for name in ("previous token", "next token", "same word"):
 assert previous.max() > 0.9
 
 # %% [markdown]
-# The four scores of all 72 heads at a glance:
+# The four scores of all 72 heads at a glance (Fig. 5.3):
 
 # %% tags=["hide-input"] caption="The four pattern scores for every head of MiniLM on the sentence (rows: layers 0 to 5, columns: heads 0 to 11; one colour scale, 0 to 1). Each of the first three patterns has one or two heads that stand out; weight on [CLS] is common, mostly from layer 1 on." alt="Four heatmaps of 6 rows by 12 columns, stacked in a 2 by 2 grid: previous token, next token, same word and [CLS]. In the first, one bright cell at layer 0, head 2; in the second, a bright cell at layer 1, head 8; in the third, a bright cell at layer 2, head 9; the [CLS] map is medium to bright almost everywhere except in layer 0."
 fig, axes = plt.subplots(2, 2, figsize=(6.8, 4.6), sharex=True, sharey=True)
@@ -775,10 +780,11 @@ fig.colorbar(im, ax=axes, fraction=0.03, pad=0.03, label="score")
 plt.show()
 
 # %% [markdown]
-# Here is the strongest head of each pattern as an attention map: rows are queries (the token that
-# is looking), columns are keys (the token looked at), and all four maps share one colour scale.
+# Here is the strongest head of each pattern as an attention map (Fig. 5.4): rows are queries (the
+# token that is looking), columns are keys (the token looked at), and all four maps share one colour
+# scale.
 
-# %% caption="The strongest head of each pattern in MiniLM, on one colour scale (rows: queries; columns: keys). Top left: the previous-token head, a bright line just below the diagonal. Top right: the next-token head, a line just above the diagonal for most tokens, with some rows on [CLS]. Bottom left: the same-word head, mostly on [CLS], with bright cells linking the two 'cat's. Bottom right: the [CLS] head, a bright first column." alt="Four 14 by 14 heatmaps with the tokens of 'The cat sat on the mat because the cat was tired.' on both axes. Previous-token head: a bright line one cell below the diagonal. Next-token head: a line one cell above the diagonal, broken on rows mat, because and tired, which light up the [CLS] column. Same-word head: the [CLS] column is bright, plus two bright cells where each 'cat' meets the other. [CLS] head: the whole first column is bright."
+# %% tags=["hide-input"] caption="The strongest head of each pattern in MiniLM, on one colour scale (rows: queries; columns: keys). Top left: the previous-token head, a bright line just below the diagonal. Top right: the next-token head, a line just above the diagonal for most tokens, with some rows on [CLS]. Bottom left: the same-word head, mostly on [CLS], with bright cells linking the two 'cat's. Bottom right: the [CLS] head, a bright first column." alt="Four 14 by 14 heatmaps with the tokens of 'The cat sat on the mat because the cat was tired.' on both axes. Previous-token head: a bright line one cell below the diagonal. Next-token head: a line one cell above the diagonal, broken on rows mat, because and tired, which light up the [CLS] column. Same-word head: the [CLS] column is bright, plus two bright cells where each 'cat' meets the other. [CLS] head: the whole first column is bright."
 fig = plot_attention_grid(
     attentions,
     tokens,
@@ -930,6 +936,8 @@ head_view(
     layer=best["previous token"][0],
     heads=[best["previous token"][1]],
 )
+
+# %% tags=["remove-cell"]
 assert attentions[0].shape[-1] == len(tokens)  # one row per token
 
 # %% tags=["remove-cell"]
@@ -962,6 +970,9 @@ assert len(attentions) == 6 and len(tokens) == attentions[0].shape[-1]
 #   parking on [CLS] with near-zero values), but a tidy pattern is not the same as importance:
 #   removing any one of them moved MiniLM's sentence embedding far less than removing the most
 #   important heads, all in its last layer.
+#
+# Next, chapter 06 adds the rest of a Transformer block around multi-head attention: the
+# position-wise feed-forward network, residual connections and layer normalisation.
 #
 # ## Exercises
 #

@@ -39,6 +39,7 @@ from transformer_course.layers import LayerNorm, PositionwiseFeedForward
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import count_parameters, set_seed, show_source
 
+# %%
 g = set_seed(0)
 torch.set_printoptions(precision=4, sci_mode=False)
 
@@ -52,12 +53,12 @@ torch.set_printoptions(precision=4, sci_mode=False)
 #
 # $$\operatorname{FFN}(x) = \max(0,\; xW_1 + b_1)\,W_2 + b_2 .$$
 #
-# Two linear maps with a ReLU between them: $W_1$ widens the vector from $d_\text{model}$ to
-# $d_\text{ff}$ numbers (four times as many in the 2017 paper: 512 → 2048), the ReLU sets the
+# Two linear maps with a ReLU between them (Fig. 6.1): $W_1$ widens the vector from $d_\text{model}$
+# to $d_\text{ff}$ numbers (four times as many in the 2017 paper: 512 → 2048), the ReLU sets the
 # negative ones to zero, and $W_2$ brings the result back to $d_\text{model}$ numbers. The same
 # network, with the same weights, is applied to every position:
 
-# %% caption="The feed-forward network at one position, with $d_\\text{model} = 4$ and $d_\\text{ff} = 16$: W1 widens the 4 numbers to 16 hidden units, the ReLU sets some of them to zero (white), and W2 narrows the rest back to 4. Units at zero write nothing to the output." alt="Three rows of circles. Bottom: 4 input circles, each connected by thin grey lines to all 16 circles of the middle row. Middle: 16 hidden units, 7 of them filled in teal and 9 white. Top: 4 output circles, connected only to the 7 filled hidden units. Labels: 'W1 widens' between bottom and middle, 'W2 narrows' between middle and top, and right of the middle row: 16 hidden units, ReLU(xW1 + b1), white = 0."
+# %% tags=["hide-input"] caption="The feed-forward network at one position, with $d_\\text{model} = 4$ and $d_\\text{ff} = 16$: W1 widens the 4 numbers to 16 hidden units, the ReLU sets some of them to zero (white), and W2 narrows the rest back to 4. Units at zero write nothing to the output." alt="Three rows of circles. Bottom: 4 input circles, each connected by thin grey lines to all 16 circles of the middle row. Middle: 16 hidden units, 7 of them filled in teal and 9 white. Top: 4 output circles, connected only to the 7 filled hidden units. Labels: 'W1 widens' between bottom and middle, 'W2 narrows' between middle and top, and right of the middle row: 16 hidden units, ReLU(xW1 + b1), white = 0."
 feed_forward(d_model=4, d_ff=16)
 plt.show()
 
@@ -208,15 +209,15 @@ print(f"Hugging Face's GPT-2 small: {count_parameters(hf_gpt2):,} parameters")
 
 # %% [markdown]
 # BERT and GPT replace the ReLU with the **GELU**, $x\,\Phi(x)$, where $\Phi$ is the standard
-# normal CDF: a smooth ReLU. It is differentiable everywhere, and for negative inputs its gradient
-# is not exactly zero (except at its minimum), where a ReLU's is: below, at $x = -1$ and $-2$ the
-# GELU still passes back a small gradient, the ReLU none. Near its minimum and far into the
+# normal CDF: a smooth ReLU (Fig. 6.2). It is differentiable everywhere, and for negative inputs its
+# gradient is not exactly zero (except at its minimum), where a ReLU's is: below, at $x = -1$ and
+# $-2$ the GELU still passes back a small gradient, the ReLU none. Near its minimum and far into the
 # negative side (at $x = -0.75$ and $-4$) the GELU's gradient is close to zero too. These
 # numbers show a difference in the gradient, not in training: the experiments of this chapter
 # use the ReLU. In the package the GELU is
 # `PositionwiseFeedForward(..., activation="gelu")`.
 
-# %% caption="ReLU and GELU from -4 to 4. Far from 0 they nearly agree; near 0 the GELU is a smooth curve, slightly negative for negative inputs, with its minimum near x = -0.75." alt="Two curves on the same axes. ReLU is flat at zero for negative x and a straight line of slope 1 for positive x, with a corner at 0. GELU lies close to it far from 0, dips to a shallow minimum of about -0.17 near x = -0.75, and bends smoothly through the origin, staying a little below the ReLU line for small positive x."
+# %% tags=["hide-input"] caption="ReLU and GELU from -4 to 4. Far from 0 they nearly agree; near 0 the GELU is a smooth curve, slightly negative for negative inputs, with its minimum near x = -0.75." alt="Two curves on the same axes. ReLU is flat at zero for negative x and a straight line of slope 1 for positive x, with a corner at 0. GELU lies close to it far from 0, dips to a shallow minimum of about -0.17 near x = -0.75, and bends smoothly through the origin, staying a little below the ReLU line for small positive x."
 xs = torch.linspace(-4, 4, 401)
 fig, ax = plt.subplots(figsize=(5, 3.2))
 ax.plot(xs, F.relu(xs), label="ReLU  max(0, x)")
@@ -469,7 +470,7 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 # so nothing cancels the backward shrinkage, and the gradient vanishes towards the input. The outputs for the two inputs are
 # then alike (1.00): what is left is the biases' part.
 #
-# So the vanishing gradient of the plain stack is the initialisation's doing: with He
+# So the vanishing gradient of the plain stack is the initialisation's doing (Fig. 6.3): with He
 # initialisation block 1 receives a gradient as large as block 30's (1.6 against 1.4), and the
 # length stays about the same (8.05 in, 6.8 after 30 blocks). What He initialisation does not fix
 # is the second symptom: two unrelated inputs come out of thirty plain ReLU blocks almost parallel
@@ -681,9 +682,10 @@ print("                     and variance 1:", bool(var_1))
 
 # %% [markdown]
 # Layer normalisation is not batch normalisation, the standard in image models, although both
-# subtract a mean and divide by a standard deviation. They average over different numbers:
+# subtract a mean and divide by a standard deviation. They average over different numbers
+# (Fig. 6.4):
 
-# %% caption="A batch drawn as a grid of token vectors (rows) by features (columns). Layer normalisation computes its mean and variance over one row, one token's own features; batch normalisation over one column, one feature across every token in the batch." alt="Two 6 by 6 grids side by side. In the left grid, titled LayerNorm, the second row is shaded pink; the label below says: one token, mean and variance over its features. In the right grid, titled BatchNorm, the third column is shaded pink; the label says: one feature, mean and variance over the whole batch."
+# %% tags=["hide-input"] caption="A batch drawn as a grid of token vectors (rows) by features (columns). Layer normalisation computes its mean and variance over one row, one token's own features; batch normalisation over one column, one feature across every token in the batch." alt="Two 6 by 6 grids side by side. In the left grid, titled LayerNorm, the second row is shaded pink; the label below says: one token, mean and variance over its features. In the right grid, titled BatchNorm, the third column is shaded pink; the label says: one feature, mean and variance over the whole batch."
 norm_axes()
 plt.show()
 
@@ -715,10 +717,10 @@ for name, norm in (
 # * **pre-norm** (GPT-2 and nearly every large model since): the norm on the branch,
 #   $x \leftarrow x + f(\operatorname{LN}(x))$, and one final norm after the last layer.
 #
-# Side by side, for one sub-layer $f$ (with dropout on its output, which the last section of the
-# chapter explains), with the residual stream drawn as the thick grey line:
+# Side by side in Fig. 6.5, for one sub-layer $f$ (with dropout on its output, which the last
+# section of the chapter explains), with the residual stream drawn as the thick grey line:
 
-# %% caption="One sub-layer with its residual connection, post-norm (left) and pre-norm (right). In post-norm the layer norm sits on the stream, after the addition; in pre-norm it sits on the branch, before the sub-layer, and the stream itself is not normalised inside the layer (only once, after the last layer of the stack)." alt="Two diagrams side by side, each with a thick vertical grey line from x at the bottom to out at the top. Left, post-norm: a branch leaves the line to a yellow box 'sublayer + dropout' and returns to a plus sign on the line, followed by a pink LayerNorm box on the line itself, labelled LN(x + f(x)). Right, pre-norm: the branch goes through a pink LayerNorm box and then the yellow sublayer box before returning to the plus sign; nothing else is on the line, labelled x + f(LN(x)), with the note: the stream is not normalised here."
+# %% tags=["hide-input"] caption="One sub-layer with its residual connection, post-norm (left) and pre-norm (right). In post-norm the layer norm sits on the stream, after the addition; in pre-norm it sits on the branch, before the sub-layer, and the stream itself is not normalised inside the layer (only once, after the last layer of the stack)." alt="Two diagrams side by side, each with a thick vertical grey line from x at the bottom to out at the top. Left, post-norm: a branch leaves the line to a yellow box 'sublayer + dropout' and returns to a plus sign on the line, followed by a pink LayerNorm box on the line itself, labelled LN(x + f(x)). Right, pre-norm: the branch goes through a pink LayerNorm box and then the yellow sublayer box before returning to the plus sign; nothing else is on the line, labelled x + f(LN(x)), with the note: the stream is not normalised here."
 norm_placement()
 plt.show()
 
@@ -1081,27 +1083,27 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
     plt.show()
 
 # %% [markdown]
-# The table gives the steps, and the top panel shows the same picture: pre-norm passes a loss of
-# 1 at step 36 to 44 in all five runs. Post-norm passes a loss of 1 about twice as late in three
-# runs (step 81 to 83), more than three times as late in a fourth (138), and never leaves the
+# The table gives the steps, and the top panel of Fig. 6.6 shows the same picture: pre-norm passes a
+# loss of 1 at step 36 to 44 in all five runs. Post-norm passes a loss of 1 about twice as late in
+# three runs (step 81 to 83), more than three times as late in a fourth (138), and never leaves the
 # plateau of guessing within 150 steps in the fifth. The controls say more. With 3 layers the
 # gap is gone: the two placements pass a loss of 1 within a few steps of each other in every run
 # (post-norm at step 33 to 38, pre-norm at 36 to 42): in this experiment, depth is what separates the two placements.
 #
-# The 12-layer model without any norm (grey in the top panel) learns in every run, at step 42 to
-# 55, later than pre-norm in each, but less steadily. In its first 10 steps its loss jumps to
-# between 3.80 and 6.45, far above guessing, where pre-norm's stays at 2.70 or below; and once it
-# has learned, its loss grows noisy again: its highest loss after step 100 is 0.11 to 0.72,
+# The 12-layer model without any norm (grey in the top panel of Fig. 6.6) learns in every run, at
+# step 42 to 55, later than pre-norm in each, but less steadily. In its first 10 steps its loss
+# jumps to between 3.80 and 6.45, far above guessing, where pre-norm's stays at 2.70 or below; and
+# once it has learned, its loss grows noisy again: its highest loss after step 100 is 0.11 to 0.72,
 # against at most 0.02 for pre-norm. In these runs the residual stack trains even without any
 # norm; the norms in the pre-norm position make it faster and steadier, and
 # in the post-norm position they slow it down. All these runs share one learning rate,
 # $3\cdot10^{-3}$: at a smaller one post-norm's first steps would be smaller too, and these runs do not
 # show how it would fare then.
 #
-# The bottom panel shows what happens first. Before training, post-norm's final token vectors
-# have a similarity of 0.42 to 0.55; after two full-size Adam steps they are nearly all the same
-# vector (0.97 to 1.00), whatever the token and its position. A read-out that sees the same vector everywhere can only predict the average, which is
-# guessing, and the model has to
+# The bottom panel of Fig. 6.6 shows what happens first. Before training, post-norm's final token
+# vectors have a similarity of 0.42 to 0.55; after two full-size Adam steps they are nearly all the
+# same vector (0.97 to 1.00), whatever the token and its position. A read-out that sees the same
+# vector everywhere can only predict the average, which is guessing, and the model has to
 # find its way out of that state before it can learn. Pre-norm's vectors also drift together at
 # first (0.22 to 0.35 before training, 0.67 to 0.77 after two steps, close to 0.9 by step
 # 10), but they come apart again
@@ -1238,7 +1240,7 @@ print("on mean-0 vectors, within 1e-5:", bool(centred_gap.max() < 1e-5))
 # factor by which that gradient shrinks per block in the plain 30-block stack, then measure it
 # (call `retain_grad()` on each block's input before the backward pass). Does the factor depend
 # on the width $d$? Predict, then measure at $d = 16$, $64$ and $256$. Finally compare it with the
-# factor per block of the gradients of $W_1$ in `grads_plain`, the quantity plotted in the figure.
+# factor per block of the gradients of $W_1$ in `grads_plain`, the quantity plotted in Fig. 6.3.
 
 
 # %% tags=["solution"]

@@ -65,18 +65,19 @@ from transformer_course.transformer import (
 )
 from transformer_course.utils import count_parameters, set_seed, show_source
 
+# %%
 g = set_seed(0)
 
 # %% [markdown]
-# The whole model in one picture (the one on the course map), with the paper's six layers per
-# stack. The encoder reads the
+# The whole model in one picture, Fig. 7.1 (the one on the course map), with the paper's six layers
+# per stack. The encoder reads the
 # source once and turns it into the **memory**, one vector per source token. The decoder reads the
 # target written so far; in every one of its layers, **cross-attention** takes its queries from
 # the decoder and its keys and values from that same memory. Every sub-layer is followed by
 # "add & norm": its output is added to its input (the residual connection, the grey line on the
 # right) and the sum is layer-normalised (chapter 06).
 
-# %% caption="The encoder–decoder Transformer with six layers per stack. The encoder turns the source into the memory; every decoder layer's cross-attention takes its queries (Q) from the decoder and its keys and values (K, V) from that memory. Each sub-layer is followed by add & norm, fed by a residual connection around it." alt="Two columns of boxes, read bottom to top. Left, the encoder: source tokens, embedding + position, then a dashed frame marked × 6 holding self-attention and feed-forward, each topped by a pink add & norm tab with a grey line bypassing the box on its right; above the frame, a green memory box. Right, the decoder: target so far, embedding + position, then a dashed frame marked × 6 holding masked self-attention, cross-attention and feed-forward, each with its add & norm tab and bypass; above it, linear + softmax, next token. A red arrow labelled K, V runs from the memory into the decoder's cross-attention box, whose input from below is labelled Q."
+# %% tags=["hide-input"] caption="The encoder–decoder Transformer with six layers per stack. The encoder turns the source into the memory; every decoder layer's cross-attention takes its queries (Q) from the decoder and its keys and values (K, V) from that memory. Each sub-layer is followed by add & norm, fed by a residual connection around it." alt="Two columns of boxes, read bottom to top. Left, the encoder: source tokens, embedding + position, then a dashed frame marked × 6 holding self-attention and feed-forward, each topped by a pink add & norm tab with a grey line bypassing the box on its right; above the frame, a green memory box. Right, the decoder: target so far, embedding + position, then a dashed frame marked × 6 holding masked self-attention, cross-attention and feed-forward, each with its add & norm tab and bypass; above it, linear + softmax, next token. A red arrow labelled K, V runs from the memory into the decoder's cross-attention box, whose input from below is labelled Q."
 encoder_decoder(num_layers=6)
 plt.show()
 
@@ -250,8 +251,9 @@ print(f"max |MiniEncoderLayer - EncoderLayer| below 1e-6: {diff < 1e-6}")
 # You met the package's `EncoderLayer` (folded below) in chapter 06. Besides the minimal layer's
 # function it has dropout on each sub-layer's output before the addition, the pre-norm order, a
 # GELU option (`activation`), a copy of its last attention weights for plotting (`attn_weights`;
-# the decoder layer keeps two such copies, plotted below), and two extras: `use_sdpa`, the fused
-# attention path of chapter 05, and `cache`, a key/value cache (chapter 10 explains caching).
+# the decoder layer keeps two such copies, first plotted in Fig. 7.2), and two extras: `use_sdpa`,
+# the fused attention path of chapter 05, and `cache`, a key/value cache (chapter 10 explains
+# caching).
 
 # %%
 show_source(EncoderLayer)
@@ -315,9 +317,9 @@ print(f"max |MiniDecoderLayer - DecoderLayer| below 1e-6: {diff < 1e-6}")
 
 # %% [markdown]
 # The output has the **target's** length (6), not the source's (5): cross-attention returns one
-# vector per query. The masks show in the weights. Here are both attention matrices of the second
-# sentence (`bad`), in head 0. The weights are random, so the values mean nothing yet, but where
-# they are zero is set by the masks:
+# vector per query. The masks show in the weights. Fig. 7.2 shows both attention matrices of the
+# second sentence (`bad`), in head 0. The weights are random, so the values mean nothing yet, but
+# where they are zero is set by the masks:
 
 # %% tags=["hide-input"] caption="Attention weights of one untrained decoder layer for the second sentence, head 0. Top: masked self-attention; each position sees only itself and earlier positions, and the padded last position is never looked at. Bottom: cross-attention; every target position reads the three memory positions of bad's letters (stand-in vectors here) and never the two source pads." alt="Two heatmaps, one above the other, with one colour bar from 0 to 1. Top, 6 by 6, rows and columns labelled <s> d a b </s> <pad>: everything above the diagonal is black (weight 0) and so is the last column; the first row has all its weight, 1, on the first column. Bottom, 6 target rows by 5 source columns labelled b a d <pad> <pad>: the two pad columns are black, the three letter columns hold weights between about 0.2 and 0.5 in every row."
 fig, axes = plt.subplots(2, 1, figsize=(4.8, 8.0), layout="constrained")
@@ -962,9 +964,9 @@ print(f"reversed exactly: {accuracy:.1%} of 1,000 unseen strings")
 assert accuracy > 0.9
 
 # %% [markdown]
-# What has cross-attention learned? The cross-attention of the last decoder layer on `fabled`,
-# with the correct decoder input, before and after training, averaged over the four heads. Each
-# row is labelled with the letter that position writes:
+# What has cross-attention learned? Fig. 7.3 shows the cross-attention of the last decoder layer on
+# `fabled`, with the correct decoder input, before and after training, averaged over the four heads.
+# Each row is labelled with the letter that position writes:
 
 # %% tags=["hide-input"] caption="Cross-attention of the last decoder layer on fabled, averaged over the four heads, before training (top) and after (bottom). Each row is a decoder position, labelled with the letter it writes; each column is a source letter. Before training the weight is spread over all six letters; after training each row that writes a letter puts its largest weight on that letter of the source, so the bright cells run along the anti-diagonal." alt="Two heatmaps, one above the other, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Top, before training: every cell dark, weights between about 0.08 and 0.28, the rows alike. Bottom, after training: bright cells on the anti-diagonal, from row d at column d (top right, near 1) down to row f at column f (bottom left, about 0.8); the middle rows are dimmer, about 0.5 to 0.7, with some weight on the neighbouring letters; the last row, </s>, is bright at column f."
 fabled_after = cross_attention(model, src_f, tgt_in_f)[0]
@@ -1022,7 +1024,7 @@ assert share_before < 1.5 * even and share_after > 2 * even
 # between languages; chapter 09 plots it for dates.
 #
 # The average hides how the work is divided. Here is the cross-attention on `fabled` of each head
-# of both decoder layers, after training:
+# of both decoder layers, after training (Fig. 7.4):
 
 # %% tags=["hide-input"] caption="Cross-attention on fabled after training, for each head (rows, head 0 at the top) of the two decoder layers: layer 0 in the left column, layer 1 in the right column. In layer 1 every head runs along the anti-diagonal, but on a few middle rows a head peaks on a neighbour of the right letter (no row is missed by all four heads); layer 0 spreads its weight more evenly." alt="Eight heatmaps in four rows of two, each 7 rows (d, e, l, b, a, f, </s>) by 6 columns (f, a, b, l, e, d), with one colour bar from 0 to 1. Left column, layer 0: mostly dark cells, weights mostly under about 0.5; head 0 is brightest at row d column d (about 0.8) and at row f column f (about 0.5). Right column, layer 1: in all four heads bright cells run along the anti-diagonal from row d at column d down to rows f and </s> at column f; in the middle rows some heads are brightest on the right letter and others on a neighbouring one."
 with torch.no_grad():
@@ -1076,7 +1078,7 @@ print(
 )
 
 # %% [markdown]
-# In the second layer (the figure's right column) all four heads read the source back to front,
+# In the second layer (the right column of Fig. 7.4) all four heads read the source back to front,
 # but not every head gets every row: on some middle rows a head peaks on a neighbour of the
 # right letter. The row that writes `l` peaks on `e` in head 0 and on `b` in head 1; the row that
 # writes `a` peaks on `f` in heads 1 and 3; the row that writes `b` peaks on `l` in head 3. Only
@@ -1108,7 +1110,7 @@ for i, layer in enumerate(model.decoder.layers):
 # four of its heads do it.
 #
 # Cross-attention is one of the three attentions of the trained model. The other two, in the
-# last layer of each stack, on `fabled`, averaged over the heads:
+# last layer of each stack, on `fabled`, averaged over the heads (Fig. 7.5):
 
 # %% tags=["hide-input"] caption="Self-attention of the trained model on fabled, averaged over the four heads, in the last layer of each stack: the encoder (top) and the decoder (bottom). In the encoder each letter puts its largest weight on itself; in the decoder each position splits its weight between the start token, itself and the letters written in between." alt="Two heatmaps, one above the other, with one colour bar from 0 to 1. Top, 6 by 6, rows and columns f a b l e d: the diagonal cells are the brightest of their rows, between about 0.25 and 0.5, with d at the bottom right the brightest; the other cells are dark, under about 0.2. Bottom, 7 by 7, rows and columns <s> d e l b a f: every cell above the diagonal is black (masked); the <s> row has all its weight, 1, on <s>; the other rows have their brightest cells mostly in the first column and on the diagonal, and grow dimmer and more even towards the bottom row."
 with torch.no_grad():
@@ -1239,15 +1241,15 @@ for model_seed, factor, run_losses, acc in runs:
 # activation, and how positions enter (below). A decoder-only block is a decoder layer with its
 # cross-attention removed, which leaves exactly our `EncoderLayer` used with a causal mask
 # (GPT-2 also puts the norm first and uses GELU). Chapter 10 builds GPT that way and checks that
-# its block computes what such a layer computes. The figure shows the two one-stack wirings side
+# its block computes what such a layer computes. Fig. 7.6 shows the two one-stack wirings side
 # by side, with residual connections
-# and norms left out (they wrap every sub-layer, as in the first figure of this chapter). How
+# and norms left out (they wrap every sub-layer, as in Fig. 7.1). How
 # positions enter also differs: the 2017 model adds sinusoids to embeddings scaled by
 # $\sqrt{d_\text{model}}$, BERT and GPT-2 learn a position embedding, T5 adds a learned
 # relative-position bias to the attention scores, and Llama rotates its queries and keys by
 # position angles (rotary embeddings, RoPE, chapter 03).
 
-# %% caption="Encoder-only (left, as in BERT) and decoder-only (right, as in GPT) stacks of 12 layers. Both are a stack of self-attention and feed-forward blocks; they differ in the self-attention mask and in what the top produces." alt="Two columns of boxes, read bottom to top. Left, encoder-only (BERT): tokens, embedding + position, a dashed frame marked × 12 holding self-attention (padding mask) and feed-forward, and on top a vector per token. Right, decoder-only (GPT): the same boxes, except that the attention is masked self-attention and the top is next-token scores."
+# %% tags=["hide-input"] caption="Encoder-only (left, as in BERT) and decoder-only (right, as in GPT) stacks of 12 layers. Both are a stack of self-attention and feed-forward blocks; they differ in the self-attention mask and in what the top produces." alt="Two columns of boxes, read bottom to top. Left, encoder-only (BERT): tokens, embedding + position, a dashed frame marked × 12 holding self-attention (padding mask) and feed-forward, and on top a vector per token. Right, decoder-only (GPT): the same boxes, except that the attention is masked self-attention and the top is next-token scores."
 model_families(num_layers=12)  # BERT-base and GPT-2 small both have 12 layers
 plt.show()
 
@@ -1286,6 +1288,9 @@ plt.show()
 # * Encoder-only (BERT), decoder-only (GPT) and encoder–decoder (T5) models are built from the
 #   same main blocks; they differ in which stacks they keep, in their masks, and in smaller
 #   choices: where the norm goes, the activation, and how positions enter.
+#
+# Next, chapter 08 looks closely at the masks this chapter used: what each one hides, how a
+# wrong one leaks, and how padding and causality combine.
 #
 # ## Exercises
 #

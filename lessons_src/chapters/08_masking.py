@@ -57,6 +57,7 @@ from transformer_course.transformer import (
 )
 from transformer_course.utils import set_seed, show_source
 
+# %%
 g = set_seed(0)
 
 # %% [markdown]
@@ -328,7 +329,7 @@ print(
     torch.equal(weights, package_weights),
 )
 
-# %% caption="Attention weights of head 0 for “dogs bark” after masking. The upper triangle and the three pad columns are exactly 0; each row shares its weight among the real keys at or before it." alt="A 7 by 7 heatmap of attention weights with every cell annotated. The first row puts 1.00 on the bos token; later rows spread their weight over the first few columns; everything above the diagonal and in the three pad columns reads 0.00."
+# %% tags=["hide-input"] caption="Attention weights of head 0 for “dogs bark” after masking. The upper triangle and the three pad columns are exactly 0; each row shares its weight among the real keys at or before it." alt="A 7 by 7 heatmap of attention weights with every cell annotated. The first row puts 1.00 on the bos token; later rows spread their weight over the first few columns; everything above the diagonal and in the three pad columns reads 0.00."
 ax = plot_attention(
     weights[1, 0],
     words(tgt_in[1]),
@@ -495,6 +496,8 @@ control = (unmasked[real] - unmasked_junk[real]).abs().max().item()
 print(f"{enc_change!r:>8}  largest change, encoder output at real positions")
 print(f"{dec_change!r:>8}  largest change, any decoder logit")
 print(f"{control:8.2f}  control without masks: encoder at real positions")
+
+# %% tags=["remove-cell"]
 assert enc_change == 0 and dec_change == 0  # exactly, not just small
 
 # %% [markdown]
@@ -718,6 +721,8 @@ for name, rule in [("causal", causal_mask), ("off by one", off_by_one)]:
     print(
         f"{name:<12}{trained:>10.3f}{generated:>11.3f}{reversed_share:>10.1%}"
     )
+
+# %% tags=["remove-cell"]
 # the leak: a training loss no honest model can reach
 assert results["off by one"][0] < floor
 
@@ -727,9 +732,9 @@ assert results["off by one"][0] < floor
 # generates, and it reverses every prompt. With `off_by_one`, the loss computed as in training
 # falls to 0.000, far below what any model that cannot see ahead can reach: each position reads its
 # label and copies it. Run the way generation runs it, with no next token to read, the same
-# model has a loss five times the causal model's (4.812 against 0.955) and reverses only a few
-# percent of the prompts (8.3 % here). That loss is worse than guessing uniformly among the 12 tokens ($\ln 12 =
-# 2.48$): it learned to read the answer it was shown, and when it generates, that answer is
+# model has a loss five times the causal model's (4.812 against 0.955) and reverses only one
+# prompt in twelve (8.3 % here). That loss is worse than guessing uniformly among the 12 tokens
+# ($\ln 12 = 2.48$): it learned to read the answer it was shown, and when it generates, that answer is
 # not there. A training loss below what the data allows is the signature of a leaking mask.
 #
 # ## Check 3: a query that may see nothing
@@ -1052,7 +1057,7 @@ print(mixed_combined[1, 0].int())
 # Read as "1 = may attend", it lets every position see its past **and the padding**. The grids
 # below are drawn as in Fig. 8.1:
 
-# %% caption="The mixed mask of pitfall 1 for “dogs bark”, read both ways, and the course's mask. Dark cells are the pairs that may attend. Top left: read as 1 = blocked, only the future. Top right: read as 1 = may attend, the past and the padding. Bottom: combine_masks, the past without the padding." alt="Three 7 by 7 grids arranged two on top and one below. Top left: a few dark cells above the diagonal in the first three rows only. Top right: a dark lower triangle plus three fully dark columns on the right for the pads. Bottom: a dark lower triangle cut off after the fourth column."
+# %% tags=["hide-input"] caption="The mixed mask of pitfall 1 for “dogs bark”, read both ways, and the course's mask. Dark cells are the pairs that may attend. Top left: read as 1 = blocked, only the future. Top right: read as 1 = may attend, the past and the padding. Bottom: combine_masks, the past without the padding." alt="Three 7 by 7 grids arranged two on top and one below. Top left: a few dark cells above the diagonal in the first three rows only. Top right: a dark lower triangle plus three fully dark columns on the right for the pads. Bottom: a dark lower triangle cut off after the fourth column."
 two_plus_one(
     [
         ("mixed, as 1 = blocked", mixed_combined[1, 0] == 0),

@@ -86,6 +86,7 @@ from transformer_course.utils import (
     show_source,
 )
 
+# %%
 g = set_seed(0)
 device = get_device()
 print("training on:", device)
@@ -377,6 +378,8 @@ show = pd.DataFrame(
     }
 )
 print(show.T.to_string(header=False))
+
+# %% tags=["remove-cell"]
 assert torch.equal(tgt_in[:, 1:], labels[:, :-1])
 
 # %% [markdown]
@@ -498,7 +501,6 @@ for eps in (0.0, 0.1):
         f"{eps:<4}  {mine.item():7.4f}  {package.item():7.4f}  "
         f"{ref.item():7.4f}"
     )
-    assert torch.allclose(mine, ref, atol=1e-5)
 
 # %% tags=["remove-cell"]
 for eps in (0.0, 0.1):
@@ -536,6 +538,8 @@ with torch.no_grad():
         loss_c = sequence_loss(c * logits, labels_d, PAD)
         print(f"loss with the logits times {c:4}: {loss_c:.4f}")
 print(f"ln K = ln {K} = {math.log(K):.4f}")
+
+# %% tags=["remove-cell"]
 assert abs(sequence_loss(0 * logits, labels_d, PAD) - math.log(K)) < 1e-5
 assert sequence_loss(logits, labels_d, PAD) > math.log(K)
 
@@ -571,13 +575,15 @@ loss_first5 = sequence_loss(logits[:, :5], labels_d[:, :5], PAD)
 print(f"loss with labels cut after 5:         {loss_cut.item():.4f}")
 print(f"... with nonsense at padded positions: {loss_noisy.item():.4f}")
 print(f"mean over the first 5 positions:       {loss_first5.item():.4f}")
+
+# %% tags=["remove-cell"]
 assert torch.allclose(loss_noisy, loss_cut)
 assert torch.allclose(loss_cut, loss_first5)
 
 # %% [markdown]
 # ### The smoothed target and the floor it puts under the loss
 #
-# The smoothed target for the label `3`:
+# The smoothed target for the label `3` (Fig. 9.1):
 
 # %%
 EPS = 0.1
@@ -605,10 +611,10 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# One consequence to remember when reading the loss curves: with label smoothing the loss cannot
-# go to 0. The cross-entropy $-\sum_k q_k \log p_k$ is smallest when the model predicts exactly
-# $q$, and that minimum is the entropy of $q$. Every label has a target of the same shape, so
-# this **floor** is the same for every token, and no batch can go below it:
+# One consequence to remember when reading the loss curves (Fig. 9.4): with label smoothing the
+# loss cannot go to 0. The cross-entropy $-\sum_k q_k \log p_k$ is smallest when the model
+# predicts exactly $q$, and that minimum is the entropy of $q$. Every label has a target of the
+# same shape, so this **floor** is the same for every token, and no batch can go below it:
 
 # %%
 floor = -(q * q.log()).sum().item()
@@ -626,7 +632,7 @@ print(f"the same with the Annotated Transformer's target: {at_floor:.4f}")
 # the label probability $p$ and spreads the rest, $1 - p$, evenly over the other $K - 1$
 # tokens. Without smoothing its loss is $-\log p$, which keeps falling all the way to $p = 1$:
 # more certainty always pays. With smoothing, the loss has its minimum at the target's
-# $p = 1 - \varepsilon + \varepsilon/K$, and rises again beyond it:
+# $p = 1 - \varepsilon + \varepsilon/K$, and rises again beyond it (Fig. 9.2):
 
 # %%
 p_grid = np.linspace(0.3, 0.9999, 7000)  # the label's probability
@@ -703,7 +709,7 @@ plt.show()
 # $$
 #
 # the same linear warmup, then a decay with $1/\sqrt{n}$. For our $d_\text{model} = 64$ its
-# peak would be several times ours (printed below), so the figure scales it to our peak
+# peak would be several times ours (printed below), so Fig. 9.3 scales it to our peak
 # (dashed) to compare the shapes. We use
 # the cosine because it reaches a floor we choose at the step we choose: $1/\sqrt{n}$ has no
 # end, so the rate it leaves at the last step depends on how long the run is. Linear warmup
@@ -865,6 +871,8 @@ print(
     f"{STEPS} steps took {history.wall_seconds:.0f} s, "
     f"{STEPS / history.wall_seconds:.0f} steps per second"
 )
+
+# %% tags=["remove-cell"]
 # the smoothed loss of every token is at least the entropy of its target
 assert min(history.loss) > floor
 
@@ -926,21 +934,20 @@ print(
 )
 
 # %% [markdown]
-# The loss curves. In the top panel, the training loss (one value per step, and its average
-# over 25 steps) falls from the untrained model's 3.5 to just above the floor within the first
-# few hundred steps, and the validation loss, first measured at step 100, follows it; from there
-# on the curves look flat: the y-axis must reach the untrained 3.5, so an excess of 0.01 is
-# invisible, and a plain plot hides the second half of training. The bottom panel plots the same curves *minus the
-# floor*, on a log scale. What the model has left to learn keeps shrinking while the learning
-# rate decays: in the table above, the validation excess falls from 0.0362 at step 400 to 0.0006
-# at step 800. In the last 100 steps single batches still make the per-step excess over the
-# floor spike, to about nine times its median there (0.0064 against 0.0007); the learning rate
-# is close to its minimum, and the validation loss keeps falling. The validation excess lies
-# below the training one at six of the table's eight steps and above it at steps 400 and 600;
-# from step 200 on, the two stay close. The closeness does not say much about memorising: each training
+# The loss curves (Fig. 9.4). In the top panel, the training loss (one value per step, and its
+# average over 25 steps) falls from the untrained model's 3.5 to just above the floor within the
+# first few hundred steps, and the validation loss, first measured at step 100, follows it; from
+# there on the curves look flat: the y-axis must reach the untrained 3.5, so an excess of 0.01 is
+# invisible, and a plain plot hides the second half of training. The bottom panel plots the same
+# curves *minus the floor*, on a log scale. What the model has left to learn keeps shrinking while
+# the learning rate decays: in the table above, the validation excess falls from 0.0362 at step 400
+# to 0.0006 at step 800. In the last 100 steps single batches still make the per-step excess over
+# the floor spike, to about nine times its median there (0.0064 against 0.0007); the learning rate
+# is close to its minimum, and the validation loss keeps falling. The validation excess lies below
+# the training one at six of the table's eight steps and above it at steps 400 and 600; from step
+# 200 on, the two stay close. The closeness does not say much about memorising: each training
 # example is seen once, so its loss is recorded before the model has trained on it. Whether the
-# model has learned the rule or memorised its examples is for the held-out dates, below, to
-# say.
+# model has learned the rule or memorised its examples is for the held-out dates, below, to say.
 
 # %% tags=["hide-input"] caption="Training and validation loss of the 800-step run. Top: the label-smoothed loss falls from 3.5 to just above its floor (dotted) within a few hundred steps and then looks flat. Bottom: the same curves minus the floor, on a log scale; in this run the validation excess keeps shrinking, from 0.38 at step 100 to 0.0006 at step 800, while single batches still make the per-step training loss spike near the end." alt="Two stacked line plots sharing a step axis from 0 to 800. Top: the training loss (light blue per step, dark blue 25-step average) and the validation loss (orange squares every 100 steps) drop steeply from about 3.5 to about 0.6 by step 300, then run flat just above a dotted horizontal line at 0.547. Bottom: the same curves minus 0.547, on a logarithmic axis, fall along a nearly straight line from about 3 (per step) and 2 (average) to about 0.001; the orange validation squares end at 0.0006, the dark blue average ends near 0.001, and the per-step training values scatter around it, with spikes of up to about 0.006 in the last 100 steps."
 with plt.rc_context({"font.size": 12}):
@@ -1371,8 +1378,8 @@ for x, y in zip(more, translate(model, more, src_tok, tgt_tok, device=device)):
 # Each decoder layer keeps the weights of its last cross-attention call in
 # `cross_attn_weights`, shaped `(batch, heads, L_tgt, L_src)`: for every output position, how
 # much it reads from each source character. We run the model once more, teacher-forced with its
-# own prediction, and plot the last decoder layer, averaged over its 4 heads. Row $i$ is the
-# position that *produces* output character $i$.
+# own prediction, and plot the last decoder layer, averaged over its 4 heads (Fig. 9.5). Row $i$
+# is the position that *produces* output character $i$.
 
 # %%
 example = next(x for x in splits.test if x.format == "month_ordinal")
@@ -1406,18 +1413,24 @@ def most_read(w):
 
 print(f"{example.source!r} -> {pred!r}")
 most_read(weights)
+
+# %% tags=["remove-cell"]
 # the letter 'v' occurs in one month name only
 assert [m for m in MONTHS if "v" in m.lower()] == ["November"]
 
 
 # %% tags=["hide-input"] caption="Cross-attention of the last decoder layer, averaged over its 4 heads, for November 21st, 2019 → 2019-11-21. Each row is the position that produces one output character. The year digits read the year at the end of the source, the month digits read the v of November, the day digits read the 2 and the 1 of 21st." alt="A heatmap with 11 rows (output characters 2, 0, 1, 9, -, 1, 1, -, 2, 1 and the end token) and 20 columns (the characters of November 21st, 2019 and the end token), colour scale 0 to about 0.9. Bright cells: the rows 2, 0, 1, 9 on the source digits 2, 0, 1, 9 at the right; the two month rows on the v in the third column; the two day rows on the 2 and the 1 in the middle; the 9 of the year row is the brightest of all. The rows for the dashes and the end token are spread thinly over many columns."
 def plot_cross_attention(w: torch.Tensor, layer: str) -> None:
+    keys = [ch if ch != " " else "␣" for ch in example.source] + ["<eos>"]
     ax = plot_attention(
         w,
-        keys=list(example.source) + ["<eos>"],
+        keys=keys,
         queries=list(pred) + ["<eos>"],
         title=f"{layer} decoder layer: {example.source!r} -> {pred!r}",
     )
+    ax.set_xticks(range(len(keys)), keys, rotation=0)  # one character each
+    top = ax.secondary_xaxis("top")  # source positions, to read them off
+    top.set_xticks(range(0, len(keys), 5))
     ax.set_xlabel("source character")
     ax.set_ylabel("output character being produced")
     plt.show()
@@ -1426,13 +1439,13 @@ def plot_cross_attention(w: torch.Tensor, layer: str) -> None:
 plot_cross_attention(weights, "last")
 
 # %% [markdown]
-# The model has learned the *reordering*: the year digits read the year at the end of the
-# source (in this run, each digit its own source digit); the month digits read the month name at
-# the start (in this run, for November most of all its `v`: no other month name has one); the
-# day digits read the day in the middle. At the level of fields, the same holds on average over
-# all 1,000 held-out examples. For each field of the
-# output (rows), the table gives the share of the last layer's cross-attention that falls on
-# each field of the source (columns; the rest goes to separators, weekday names and `<eos>`):
+# The model has learned the *reordering* (Fig. 9.5): the year digits read the year at the end of the
+# source (in this run, each digit its own source digit); the month digits read the month name at the
+# start (in this run, for November most of all its `v`: no other month name has one); the day digits
+# read the day in the middle. At the level of fields, the same holds on average over all 1,000
+# held-out examples. For each field of the output (rows), the table gives the share of the last
+# layer's cross-attention that falls on each field of the source (columns; the rest goes to
+# separators, weekday names and `<eos>`):
 
 # %%
 test_src = torch.nn.utils.rnn.pad_sequence(
@@ -1493,7 +1506,7 @@ print("first decoder layer, matching fields:", first.round(2).tolist())
 # The first line below the table shows that this holds format by format: for each field, even
 # the lowest of the 15 per-format averages is above one half. The first decoder layer is less
 # clean (the last line): attention weights show one mechanism the model uses, not a complete
-# explanation of it. Here is the first layer on the November example of the figure above:
+# explanation of it. Fig. 9.6 shows the first layer on the November example of Fig. 9.5:
 
 # %%
 print("first decoder layer:")

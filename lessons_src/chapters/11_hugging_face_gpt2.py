@@ -65,6 +65,7 @@ from transformer_course.utils import (
     show_source,
 )
 
+# %%
 g = set_seed(0)
 
 # %% tags=["remove-cell"]
@@ -116,7 +117,6 @@ with torch.no_grad():
         f"| Conv1D weight {tuple(conv.weight.shape)} "
         f"| same output: {same}"
     )
-    assert same
 
 # %%
 print("in block i, GPT-2's name -> ours")
@@ -186,6 +186,8 @@ with_mask = model.generate(**nl, max_new_tokens=24, do_sample=False)
 ids_only = model.generate(nl["input_ids"], max_new_tokens=24, do_sample=False)
 print(f"with the attention mask: {tokenizer.decode(with_mask[0])!r}")
 print(f"token ids only:          {tokenizer.decode(ids_only[0])!r}")
+
+# %% tags=["remove-cell"]
 assert not torch.equal(with_mask, ids_only)  # the newline was hidden
 
 # %% [markdown]
@@ -219,6 +221,8 @@ fixed = padded_model.generate(
     nl["input_ids"], max_new_tokens=24, do_sample=False
 )
 print(f"token ids only, new pad: {pad_tok.decode(fixed[0])!r}")
+
+# %% tags=["remove-cell"]
 assert torch.equal(fixed, with_mask)  # the newline counts again
 
 # %% tags=["remove-cell"]
@@ -286,6 +290,8 @@ print(
     f"vs {ppl_hf:.4f} (Hugging Face)"
 )
 print(f"= {math.log(ppl_ours):.4f} nats per character")
+
+# %% tags=["remove-cell"]
 assert abs(ppl_ours - ppl_hf) < 1e-3
 
 # %% [markdown]
@@ -314,7 +320,6 @@ greedy_ours = generate(ours, ids, 60)
 print(tokenizer.decode(greedy_hf[0]))
 same = torch.equal(greedy_hf, greedy_ours)
 print("same tokens as chapter 10's generate:", same)
-assert same
 short = model.generate(
     ids, attention_mask=mask, max_length=30, do_sample=False
 )
@@ -323,6 +328,9 @@ print(
     f"max_length=30 returns {short.shape[1]} tokens in all, "
     f"{short.shape[1] - ids.shape[1]} of them new"
 )
+
+# %% tags=["remove-cell"]
+assert same
 
 # %% tags=["remove-cell"]
 assert short.shape[1] == 30
@@ -528,7 +536,6 @@ vocab = smol_tok.get_vocab()
 n_bytes = sum(len(t) == 1 for t in vocab)  # a one-symbol token is one byte
 print(f"{len(smol_tok):,} tokens = {n_bytes} single bytes")
 print(f"  + {len(added)} added + {len(smol_merges):,} merges")
-assert len(smol_tok) == n_bytes + len(added) + len(smol_merges)
 byte_char = bytes_to_unicode()  # byte value -> the symbol that stands for it
 missing = [b for b in range(256) if byte_char[b] not in vocab]
 print(
@@ -543,6 +550,9 @@ print("first merges:", *(f"{a}+{b}" for a, b in smol_merges[:5]))
 print("  then", *(f"{a}+{b}" for a, b in smol_merges[5:9]))
 sentence = "The capital of France is Paris."
 print(smol_tok.convert_ids_to_tokens(smol_tok(sentence)["input_ids"]))
+
+# %% tags=["remove-cell"]
+assert len(smol_tok) == n_bytes + len(added) + len(smol_merges)
 
 # %% tags=["remove-cell"]
 assert smol_merges[8] == ("Ġt", "he")
@@ -724,6 +734,8 @@ for w in (" grandmother", " photosynthesis"):
 lines = docs_val.splitlines(keepends=True)
 agree = sum(encode_bpe(line) == bpe.encode(line).tokens for line in lines)
 print(f"the library's tokens on {agree:,} of {len(lines):,} lines")
+
+# %% tags=["remove-cell"]
 assert agree == len(lines)
 
 # %% [markdown]
@@ -1258,7 +1270,7 @@ print(
 # Fig. 11.3 sets the two designs side by side, GPT-2's sizes on the left and SmolLM2's on the
 # right. The skeleton is the same; SmolLM2's changed parts are in bold.
 
-# %% caption="A GPT-2 model (12 layers of 12 heads, left) and SmolLM2, a model of Llama design with grouped-query attention (30 layers, right), drawn bottom-up. Both are a stack of pre-norm blocks with two residual connections each, a final norm and an output head, in these two models tied to the token embedding. SmolLM2's changes are in bold: no position embedding at the input, RMSNorm for every LayerNorm, rotary positions inside the attention with 9 query heads sharing 3 key/value heads, and a SwiGLU feed-forward; the fifth change, no biases in its linear layers, is not drawn." alt="Two columns of boxes joined by upward arrows. Left, titled GPT-2 at the top, with a dashed frame marked times 12: tokens, token plus position embedding, then in the frame LayerNorm, attention with 12 q and 12 kv heads, a plus sign, LayerNorm, MLP (GELU), a plus sign; above the frame LayerNorm and output head (tied). Grey lines on the left of the frame carry the input of each sub-layer around it to its plus sign. Right, titled SmolLM2 (Llama) at the top, times 30, the same layout with bold labels: token embedding, RMSNorm, attention plus RoPE with 9 q and 3 kv heads, RMSNorm, SwiGLU MLP, and a final RMSNorm."
+# %% tags=["hide-input"] caption="A GPT-2 model (12 layers of 12 heads, left) and SmolLM2, a model of Llama design with grouped-query attention (30 layers, right), drawn bottom-up. Both are a stack of pre-norm blocks with two residual connections each, a final norm and an output head, in these two models tied to the token embedding. SmolLM2's changes are in bold: no position embedding at the input, RMSNorm for every LayerNorm, rotary positions inside the attention with 9 query heads sharing 3 key/value heads, and a SwiGLU feed-forward; the fifth change, no biases in its linear layers, is not drawn." alt="Two columns of boxes joined by upward arrows. Left, titled GPT-2 at the top, with a dashed frame marked times 12: tokens, token plus position embedding, then in the frame LayerNorm, attention with 12 q and 12 kv heads, a plus sign, LayerNorm, MLP (GELU), a plus sign; above the frame LayerNorm and output head (tied). Grey lines on the left of the frame carry the input of each sub-layer around it to its plus sign. Right, titled SmolLM2 (Llama) at the top, times 30, the same layout with bold labels: token embedding, RMSNorm, attention plus RoPE with 9 q and 3 kv heads, RMSNorm, SwiGLU MLP, and a final RMSNorm."
 from transformer_course.diagrams import gpt2_vs_llama
 
 gpt2_vs_llama(
@@ -1409,7 +1421,7 @@ assert shift < 1e-3 and max(rope_diffs) < 1e-4
 # `KVCache`) stores the keys and values *before* they are repeated for their group (Fig.
 # 11.4), so it shrinks threefold. RoPE turns the queries and the keys just after their projections.
 
-# %% caption="Grouped-query attention in SmolLM2: its 9 query heads (top) form 3 groups of 3, and each group shares one key/value head (bottom). Only the 3 key/value heads are stored in the KV cache." alt="A row of nine orange boxes, q1 to q9, under the label 9 query heads. Below, three blue boxes, k1 v1, k2 v2 and k3 v3. Lines join q1, q2 and q3 to k1 v1, q4 to q6 to k2 v2, and q7 to q9 to k3 v3. A line of text at the bottom: 3 key/value heads, all the KV cache stores."
+# %% tags=["hide-input"] caption="Grouped-query attention in SmolLM2: its 9 query heads (top) form 3 groups of 3, and each group shares one key/value head (bottom). Only the 3 key/value heads are stored in the KV cache." alt="A row of nine orange boxes, q1 to q9, under the label 9 query heads. Below, three blue boxes, k1 v1, k2 v2 and k3 v3. Lines join q1, q2 and q3 to k1 v1, q4 to q6 to k2 v2, and q7 to q9 to k3 v3. A line of text at the bottom: 3 key/value heads, all the KV cache stores."
 from transformer_course.diagrams import grouped_query_heads
 
 grouped_query_heads(cfg.num_attention_heads, cfg.num_key_value_heads)

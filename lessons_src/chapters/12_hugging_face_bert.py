@@ -13,11 +13,10 @@
 #   **masked language modelling**, run on a small encoder of our own, converted to
 #   `BertForMaskedLM` and queried with `pipeline("fill-mask")`;
 # * **sentence embeddings**: mean pooling, cosine similarity, a tiny semantic search;
-# * **classification, honestly**: why a freshly loaded classifier is a coin toss; then an
-#   evaluation that would pass review (every setting we tune chosen on a dev split, three seeds
-#   for every test number but the `Trainer`'s, which is a one-seed cross-check, the test set
-#   used once) of baselines from a bag of words to a linear probe, and of fine-tuning with our
-#   own loop and with Hugging Face's `Trainer`;
+# * **classification, honestly**: why a freshly loaded classifier is a coin toss; then a fair
+#   comparison of baselines, from a bag of words to a linear probe, with fine-tuning by our own
+#   loop and by Hugging Face's `Trainer`: settings chosen on a dev split, three seeds per result
+#   (one for the `Trainer`'s cross-check), the test set used once;
 # * **attention across layers** (rollout), and what attention does not explain, tested against
 #   deleting tokens one at a time;
 # * **a bigger BERT, on a GPU**: what changes with `bert-base-uncased`.
@@ -174,6 +173,8 @@ print(
     "pizza+SLICE OF PIZZA and snow+SNOWMAN ->", tokenizer.tokenize(emoji_text)
 )
 print(pieces, "->", tokenizer.convert_tokens_to_string(pieces))
+
+# %% tags=["remove-cell"]
 assert pieces == ["un", "##bel", "##ie", "##va", "##bly"]
 # '##' glues a piece to the one before
 assert tokenizer.convert_tokens_to_string(pieces) == "unbelievably"
@@ -192,6 +193,8 @@ special = {
     for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 }
 print(special)
+
+# %% tags=["remove-cell"]
 assert special == {
     "[PAD]": 0,
     "[UNK]": 100,
@@ -249,6 +252,8 @@ for part in (slice(0, b_start), slice(b_start, None)):  # sentence A, then B
             "token_type_ids": pair["token_type_ids"][part],
         }
     )
+
+# %% tags=["remove-cell"]
 assert (
     pair_tokens[0] == "[CLS]"
     and pair_tokens[b_start - 1] == "[SEP]"
@@ -277,6 +282,8 @@ for row in range(2):
             "mask": batch["attention_mask"][row].tolist(),
         }
     )
+
+# %% tags=["remove-cell"]
 assert torch.equal(
     batch["attention_mask"].bool(), batch["input_ids"] != special["[PAD]"]
 )
@@ -322,19 +329,35 @@ assert pair_tokens[int(it_row.argmax())] == "umbrella"
 assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 
 # %% [markdown]
-# The same picture as a static figure comes from `plot_attention_flow` (in the course's `interpret` module): every token is written twice, as a
-# query on the left and as a key on the right, and a line joins a query to a key with a width
-# and darkness proportional to the attention weight; `top_k=2` keeps each query's two strongest
-# links, of those above 0.05 (`min_weight=0.05`). At the top, layer 3, head 1; at the bottom, the mean of all 12 heads of layer 3. The
-# head view with every head switched on overlays one line per head, each drawn with an opacity
-# of a twelfth of its weight, so where many heads agree the bundle looks dark, roughly like
-# this mean. The link from "it" to "umbrella" is drawn in red in both, whether or not it is
-# among the two strongest.
+# The same picture as a static figure, Fig. 12.1, comes from `plot_attention_flow` (in the course's
+# `interpret` module): every token is written twice, as a query on the left and as a key on the
+# right, and a line joins a query to a key with a width and darkness proportional to the attention
+# weight; `top_k=2` keeps each query's two strongest links, of those above 0.05 (`min_weight=0.05`).
+# At the top, layer 3, head 1; at the bottom, the mean of all 12 heads of layer 3. The head view
+# with every head switched on overlays one line per head, each drawn with an opacity of a twelfth of
+# its weight, so where many heads agree the bundle looks dark, roughly like this mean. The link from
+# "it" to "umbrella" is drawn in red in both, whether or not it is among the two strongest.
 
-# %% caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links above 0.05. Top: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Bottom: the mean of the layer's 12 heads, where the same red link is thin and drawn only because it is marked: in the mean it is the third strongest link of 'it', after [CLS] and 'collect'. Averaging blurs the one head that makes it." alt="Two flow diagrams stacked, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the top diagram, thin in the bottom one."
+# %%
+it_pos, umbrella_pos = pair_tokens.index("it"), pair_tokens.index("umbrella")
+head_w = pair_att[3][0, 1, it_pos, umbrella_pos].item()
+mean_w = pair_att[3][0, :, it_pos, umbrella_pos].mean().item()
+print(
+    f"'it' -> 'umbrella': {head_w:.2f} in head 1, "
+    f"{mean_w:.2f} in the layer's mean"
+)
+mean_top = pair_att[3][0, :, it_pos].mean(dim=0).topk(3)
+print(
+    "mean of the 12 heads, from 'it': "
+    + ", ".join(
+        f"{pair_tokens[k]} {v:.2f}"
+        for v, k in zip(mean_top.values.tolist(), mean_top.indices.tolist())
+    )
+)
+
+# %% tags=["hide-input"] caption="Layer 3 of MiniLM on the sentence pair, each token's two strongest links above 0.05. Top: head 1, where the red line from 'it' (sentence B) crosses [SEP] to 'umbrella' (sentence A) and is one of the widest. Bottom: the mean of the layer's 12 heads, where the same red link is thin and drawn only because it is marked: in the mean it is the third strongest link of 'it', after [CLS] and 'collect'. Averaging blurs the one head that makes it." alt="Two flow diagrams stacked, each with the 17 tokens of '[CLS] i left my umbrella on the train . [SEP] where can i collect it ? [SEP]' listed twice, queries on the left and keys on the right, joined by blue lines whose width is the attention weight. A red line joins 'it' on the left to 'umbrella' on the right: thick in the top diagram, thin in the bottom one."
 from transformer_course.interpret import plot_attention_flow
 
-it_pos, umbrella_pos = pair_tokens.index("it"), pair_tokens.index("umbrella")
 fig, axes = plt.subplots(2, 1, figsize=(6.9, 11))
 for ax, weights, title in [
     (axes[0], pair_att[3][0, 1], "layer 3, head 1"),
@@ -352,20 +375,6 @@ for ax, weights, title in [
     )
 fig.tight_layout()
 plt.show()
-head_w = pair_att[3][0, 1, it_pos, umbrella_pos].item()
-mean_w = pair_att[3][0, :, it_pos, umbrella_pos].mean().item()
-print(
-    f"'it' -> 'umbrella': {head_w:.2f} in head 1, "
-    f"{mean_w:.2f} in the layer's mean"
-)
-mean_top = pair_att[3][0, :, it_pos].mean(dim=0).topk(3)
-print(
-    "mean of the 12 heads, from 'it': "
-    + ", ".join(
-        f"{pair_tokens[k]} {v:.2f}"
-        for v, k in zip(mean_top.values.tolist(), mean_top.indices.tolist())
-    )
-)
 
 # %% [markdown]
 # In that head, "it" in sentence B sends most of its attention back across `[SEP]` to "umbrella"
@@ -411,7 +420,7 @@ print(
 #
 # The **model view** shows every layer (rows) and head (columns) at once, here for a classic
 # coreference sentence: what does "it" refer to? Click a thumbnail to enlarge it. Layers 3 and 5
-# contain heads in which "it" looks at "animal" (the static figure below shows two of them).
+# contain heads in which "it" looks at "animal" (Fig. 12.2 shows two of them).
 
 # %%
 coref = "The animal didn't cross the street because it was too tired."
@@ -441,12 +450,12 @@ assert all(
 )
 
 # %% [markdown]
-# Four of those heads as a static figure, on one colour scale. Top left, layer 0, head 2 is
-# chapter 05's previous-token head: the bright line just below the diagonal. In layer 3, head 1 (top right) and layer 5, head 11 (bottom left) the row
-# of "it" lights up under "animal". Bottom right, for contrast, layer 5, head 1 looks at the
-# same few columns whatever the query is.
+# Four of those heads as a static figure (Fig. 12.2), on one colour scale. Top left, layer 0, head 2
+# is chapter 05's previous-token head: the bright line just below the diagonal. In layer 3, head 1
+# (top right) and layer 5, head 11 (bottom left) the row of "it" lights up under "animal". Bottom
+# right, for contrast, layer 5, head 1 looks at the same few columns whatever the query is.
 
-# %% caption="Four heads of MiniLM on 'The animal didn't cross the street because it was too tired.' (rows: queries, columns: keys; one colour scale). Top left: layer 0, head 2, a bright line just below the diagonal (each token looks at the previous one). Top right and bottom left: layer 3, head 1 and layer 5, head 11, where the row of 'it' is bright in the column of 'animal' (in layer 5, head 11 many rows look at 'animal'). Bottom right: layer 5, head 1, bright columns that are the same for every row." alt="A 2 by 2 grid of 16 by 16 heatmaps with a colour bar from 0 to 1; the tokens [CLS] the animal didn ' t cross the street because it was too tired . [SEP] label the rows and columns. Top left: a bright diagonal line one cell below the main diagonal. Top right: mostly dark, with bright cells in the [CLS] column and a bright cell where the row 'it' meets the column 'animal'. Bottom left: a medium-bright [CLS] column and an 'animal' column that is bright in many rows, brightest in the rows 'animal' and 'it'. Bottom right: vertical stripes under [CLS], 'street' and 'tired'."
+# %% tags=["hide-input"] caption="Four heads of MiniLM on 'The animal didn't cross the street because it was too tired.' (rows: queries, columns: keys; one colour scale). Top left: layer 0, head 2, a bright line just below the diagonal (each token looks at the previous one). Top right and bottom left: layer 3, head 1 and layer 5, head 11, where the row of 'it' is bright in the column of 'animal' (in layer 5, head 11 many rows look at 'animal'). Bottom right: layer 5, head 1, bright columns that are the same for every row." alt="A 2 by 2 grid of 16 by 16 heatmaps with a colour bar from 0 to 1; the tokens [CLS] the animal didn ' t cross the street because it was too tired . [SEP] label the rows and columns. Top left: a bright diagonal line one cell below the main diagonal. Top right: mostly dark, with bright cells in the [CLS] column and a bright cell where the row 'it' meets the column 'animal'. Bottom left: a medium-bright [CLS] column and an 'animal' column that is bright in many rows, brightest in the rows 'animal' and 'it'. Bottom right: vertical stripes under [CLS], 'street' and 'tired'."
 fig = plot_attention_grid(
     coref_att, coref_tokens, panels=[(0, 2), (3, 1), (5, 11), (5, 1)]
 )
@@ -485,7 +494,7 @@ for layer, head in [(3, 1), (5, 11)]:
         f"mean {on_animal.mean():.2f}, largest for {n_top} of 16"
     )
 
-# %% caption="Where 'it' looks in the two sentences, in layer 3, head 1 (top) and layer 5, head 11 (bottom). When 'tired' becomes 'wide' and 'it' means the street, 'animal' still gets more weight than 'street' in both heads (0.28 against 0.12, and 0.56 against 0.04). In the top panel its bar falls from 0.68 to 0.28 and the weight moves mostly to [CLS], not to 'street'; in the bottom panel it falls from 0.67 to 0.56." alt="Two bar charts stacked, one pair of bars per token of the sentence (the token 'tired' of one sentence is 'wide' in the other), blue for '...too tired', orange for '...too wide'. Top, layer 3, head 1: the blue bar at 'animal' is about 0.7 and the orange one about 0.3, the orange bar at [CLS] about 0.33, every bar at 'street' under 0.15. Bottom, layer 5, head 11: the bars at 'animal' are about 0.67 and 0.56, those at [CLS] about 0.13 and 0.19, every other bar is small."
+# %% tags=["hide-input"] caption="Where 'it' looks in the two sentences, in layer 3, head 1 (top) and layer 5, head 11 (bottom). When 'tired' becomes 'wide' and 'it' means the street, 'animal' still gets more weight than 'street' in both heads (0.28 against 0.12, and 0.56 against 0.04). In the top panel its bar falls from 0.68 to 0.28 and the weight moves mostly to [CLS], not to 'street'; in the bottom panel it falls from 0.67 to 0.56." alt="Two bar charts stacked, one pair of bars per token of the sentence (the token 'tired' of one sentence is 'wide' in the other), blue for '...too tired', orange for '...too wide'. Top, layer 3, head 1: the blue bar at 'animal' is about 0.7 and the orange one about 0.3, the orange bar at [CLS] about 0.33, every bar at 'street' under 0.15. Bottom, layer 5, head 11: the bars at 'animal' are about 0.67 and 0.56, those at [CLS] about 0.13 and 0.19, every other bar is small."
 # the two sentences differ in one token: label it "tired / wide"; the
 # apostrophe, rotated, would look like a dash
 relabel = {"tired": "tired / wide", "'": "' (of didn't)"}
@@ -503,9 +512,9 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# It does not. Both heads still give "animal" more weight than "street" when "it" is the street
-# (0.28 against 0.12 in layer 3, head 1; 0.56 against 0.04 in layer 5, head 11). Layer 3, head 1
-# weakens (0.68 → 0.28), and the weight that leaves "animal" goes mostly to `[CLS]`
+# It does not (Fig. 12.3). Both heads still give "animal" more weight than "street" when "it" is the
+# street (0.28 against 0.12 in layer 3, head 1; 0.56 against 0.04 in layer 5, head 11). Layer 3,
+# head 1 weakens (0.68 → 0.28), and the weight that leaves "animal" goes mostly to `[CLS]`
 # (0.10 → 0.33), not to "street"; layer 5, head 11 weakens less (0.67 → 0.56). Nor
 # is the pattern about the pronoun: in layer 5, head 11 the 16 queries give "animal" 0.42 on
 # average, and most tokens (10 of the 16) look at it most, not only "it" (0.67); in layer 3, head 1 the
@@ -617,6 +626,8 @@ print(
     "largest attention weight on a padding key, over all layers and heads:",
     weight_on_pad,
 )
+
+# %% tags=["remove-cell"]
 assert weight_on_pad == 0.0
 
 # %% [markdown]
@@ -731,6 +742,8 @@ print(
     f"of those {as_mask:.1%} [MASK], {kept:.1%} kept, "
     f"{1 - as_mask - kept:.1%} random"
 )
+
+# %% tags=["remove-cell"]
 assert (
     abs(share_choosable - 0.15) < 0.01
     and abs(as_mask - 0.8) < 0.02
@@ -783,6 +796,8 @@ print(
     f"last 20 steps {sum(mlm_losses[-20:]) / 20:.2f} "
     f"(uniform guessing: ln {len(mlm_tok)} = {math.log(len(mlm_tok)):.2f})"
 )
+
+# %% tags=["remove-cell"]
 assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% [markdown]
@@ -851,6 +866,8 @@ for col, baseline in (
         f"  {col}: {100 * gap.mean():+.1f} points, "
         f"standard error of that gap {100 * gap_se:.1f} points"
     )
+
+# %% tags=["remove-cell"]
 # several hundred positions: one standard error is about 1 point
 assert (
     acc_at["model, top 1"]["all"]
@@ -1007,6 +1024,8 @@ long_acc = {
 print(f"at the {int(at_mask.sum())} [MASK] positions   top 1   top 5")
 for name, (acc1, acc5) in long_acc.items():
     print(f"{name:30s}{acc1:7.1%}{acc5:8.1%}")
+
+# %% tags=["remove-cell"]
 assert (
     long_acc["model after 12,000 steps"][0]
     > 3 * long_acc["most frequent token(s)"][0]
@@ -1067,8 +1086,8 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 
 # %% [markdown]
 # After 12,000 steps the top guess at a `[MASK]` is the original token 34.9 % of the time,
-# against 7.5 % for always `'"'`. The run's own table shows how it got there: slowly at first
-# (8.3 % at step 1,000, 10.6 % at 2,000, 15.0 % at 3,000), then a jump to 24.7 % at step
+# against 7.5 % for always `'"'` (Fig. 12.4). The run's own table shows how it got there: slowly at
+# first (8.3 % at step 1,000, 10.6 % at 2,000, 15.0 % at 3,000), then a jump to 24.7 % at step
 # 4,000, and from step 7,000 on only 2.5 points more in 5,000 steps (32.4 % to 34.9 %), while
 # the training loss kept falling: 12,000 steps read the same 62,000 training tokens over and
 # over, and the model goes on fitting them while it gains only slowly on text it has not seen.
@@ -1170,8 +1189,8 @@ plt.show()
 
 # %% [markdown]
 # The paraphrases share few words ("sleeps on the sofa" / "naps on the couch") and still
-# score far higher than unrelated pairs. That is what makes **semantic search** work: embed a
-# collection once, embed each query, return the closest entries. Here are 30 short help-desk
+# score far higher than unrelated pairs (Fig. 12.5). That is what makes **semantic search** work:
+# embed a collection once, embed each query, return the closest entries. Here are 30 short help-desk
 # answers and three questions worded differently from any of them; after each hit, the words it
 # shares with the query.
 
@@ -1339,6 +1358,8 @@ with torch.no_grad():
 head_diff = (our_logits - hf_logits).abs().max().item()
 print("our head's scores:", our_logits)
 print(f"max |ours - BertForSequenceClassification| = {head_diff:.1e}")
+
+# %% tags=["remove-cell"]
 assert head_diff < 1e-4
 
 # %% [markdown]
@@ -1743,8 +1764,26 @@ assert unchanged == [True] * n_frozen + [False]
 # 87.3 % of the dev reviews. It goes to the test set exactly as it ran here, two epochs; its
 # training loss step by step, and its dev accuracy at the start and after each epoch:
 
-# %% caption="Training loss of the chosen candidate over its two epochs: the loss of each batch (light blue) and its mean over the last 10 batches (orange), with ln 2, the loss of a coin toss, dashed; in green, on the right axis, the dev accuracy before training and after each epoch. The mean starts at ln 2, falls to about 0.56 by the end of the first epoch and to about 0.3 by the end of the second; single batches range from about 0.1 to 0.86. The dev accuracy jumps in epoch 1 and stays flat in epoch 2." alt="A line chart of cross-entropy against step, 1 to 88, with a dotted vertical line at step 44 (end of epoch 1) and a dashed horizontal line at 0.69. A noisy light blue line and a smooth orange line start at 0.69 and fall to about 0.3 by step 88, the light line spiking to 0.86 just before step 44 and to 0.7 near step 80. A dotted green line through three dots, on a right axis from 0.4 to 1.0, goes from about 0.47 at step 0 to about 0.87 at step 44 and stays there at step 88."
+# %%
 losses = selection[best_name][1].loss
+steps_per_epoch = len(losses) // EPOCHS
+# dev accuracy: the untrained head (the same head, before step 1), then
+# after each epoch
+dev_curve = [dev_untrained] + selection[best_name][1].evals["dev_accuracy"]
+warmup_steps = max(1, int(0.1 * len(losses)))
+print(f"warm-up: the learning rate rises over the first {warmup_steps} steps")
+print(f"mean loss of steps 1-10: {sum(losses[:10]) / 10:.2f}")
+for e in range(EPOCHS):
+    epoch_losses = losses[e * steps_per_epoch : (e + 1) * steps_per_epoch]
+    print(
+        f"epoch {e + 1}: mean of its last 10 batches "
+        f"{sum(epoch_losses[-10:]) / 10:.2f}, single batches "
+        f"{min(epoch_losses):.2f} to {max(epoch_losses):.2f}"
+    )
+print("dev accuracy before training, after epochs 1, 2:")
+print("   ", "  ".join(f"{a:.1%}" for a in dev_curve))
+
+# %% tags=["hide-input"] caption="Training loss of the chosen candidate over its two epochs: the loss of each batch (light blue) and its mean over the last 10 batches (orange), with ln 2, the loss of a coin toss, dashed; in green, on the right axis, the dev accuracy before training and after each epoch. The mean starts at ln 2, falls to about 0.56 by the end of the first epoch and to about 0.3 by the end of the second; single batches range from about 0.1 to 0.86. The dev accuracy jumps in epoch 1 and stays flat in epoch 2." alt="A line chart of cross-entropy against step, 1 to 88, with a dotted vertical line at step 44 (end of epoch 1) and a dashed horizontal line at 0.69. A noisy light blue line and a smooth orange line start at 0.69 and fall to about 0.3 by step 88, the light line spiking to 0.86 just before step 44 and to 0.7 near step 80. A dotted green line through three dots, on a right axis from 0.4 to 1.0, goes from about 0.47 at step 0 to about 0.87 at step 44 and stays there at step 88."
 steps = torch.arange(1, len(losses) + 1)
 window = 10
 smooth = torch.tensor(losses).unfold(0, window, 1).mean(dim=1)
@@ -1761,10 +1800,6 @@ ax.axhline(
 ax.set_xlabel("step (dotted line: end of epoch 1)")
 ax.set_ylabel("cross-entropy")
 ax.set_title(f"fine-tuning MiniLM on {len(train)} reviews: {best_name}")
-# dev accuracy: the untrained head (the same head, before step 1), then
-# after each epoch
-steps_per_epoch = len(losses) // EPOCHS
-dev_curve = [dev_untrained] + selection[best_name][1].evals["dev_accuracy"]
 ax_dev = ax.twinx()
 ax_dev.plot(
     [e * steps_per_epoch for e in range(EPOCHS + 1)],
@@ -1787,21 +1822,9 @@ ax.legend(
 )
 fig.tight_layout()
 plt.show()
-warmup_steps = max(1, int(0.1 * len(losses)))
-print(f"warm-up: the learning rate rises over the first {warmup_steps} steps")
-print(f"mean loss of steps 1-10: {sum(losses[:10]) / 10:.2f}")
-for e in range(EPOCHS):
-    epoch_losses = losses[e * steps_per_epoch : (e + 1) * steps_per_epoch]
-    print(
-        f"epoch {e + 1}: mean of its last 10 batches "
-        f"{sum(epoch_losses[-10:]) / 10:.2f}, single batches "
-        f"{min(epoch_losses):.2f} to {max(epoch_losses):.2f}"
-    )
-print("dev accuracy before training, after epochs 1, 2:")
-print("   ", "  ".join(f"{a:.1%}" for a in dev_curve))
 
 # %% [markdown]
-# How to read it. The first 10 steps average 0.69, ln 2: with a random head, and a learning
+# How to read Fig. 12.6. The first 10 steps average 0.69, ln 2: with a random head, and a learning
 # rate that is still rising over the 8 warm-up steps, the model starts as a coin toss. Single
 # batches are noisy (16 reviews each: in epoch 1 they range from 0.26 to 0.86), so read the
 # mean: 0.56 over the last 10 batches of epoch 1, 0.30 over those of epoch 2. The dev accuracy
@@ -1873,9 +1896,11 @@ print(
     "the chosen candidate's run: ",
     "  ".join(f"{x:.4f}" for x in chosen_losses),
 )
+del by_hand
+
+# %% tags=["remove-cell"]
 # the same computation, step for step
 assert all(abs(a - b) < 1e-4 for a, b in zip(hand_losses, chosen_losses))
-del by_hand
 
 # %% [markdown]
 # ### The same fine-tuning, the Hugging Face way
@@ -2151,7 +2176,7 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# What the numbers say:
+# What the numbers say (Fig. 12.7):
 #
 # * The **untrained head** is at chance, on every seed.
 # * The **bag of words** is 8 to 16 points behind every method that learns from the encoder's
@@ -2182,7 +2207,7 @@ plt.show()
 # * The standard deviations are 1.0 to 2.2 points: a difference of that size, from one seed,
 #   would not be worth reporting.
 #
-# The confusion matrices of seed 0, the bag of words next to fine-tuning:
+# The confusion matrices of seed 0, the bag of words next to fine-tuning (Fig. 12.8):
 
 # %%
 bow0 = reviews.fit_bag_of_words(
@@ -2194,8 +2219,23 @@ pred = probs.argmax(dim=1)
 cm = reviews.confusion_matrix(pred, test.labels)
 acc_ft_seed0 = test_acc["fine-tuned MiniLM (our loop)"][0]
 
-# %% caption="Confusion matrices on the 200 test reviews, seed 0 (rows: true label, columns: predicted). Left, the bag of words makes 29 mistakes on each side. Right, fine-tuned MiniLM makes 15 mistakes on negative reviews and 11 on positive ones." alt="Two 2 by 2 matrices side by side. Left, bag of words, 71.0%: negative row 71 correct, 29 predicted positive; positive row 29 predicted negative, 71 correct. Right, fine-tuned MiniLM, 87.0%: negative row 85 correct and 15 predicted positive; positive row 11 predicted negative and 89 correct."
+# %%
 cm_bow = reviews.confusion_matrix(bow0.predict(test.texts), test.labels)
+for name, m in (("bag of words", cm_bow), ("fine-tuned MiniLM", cm)):
+    print(
+        f"{name}: {int(m[0, 1])} negative reviews called positive,\n"
+        f"    {int(m[1, 0])} positive reviews called negative"
+    )
+# read off the matrix, with "positive" as the label to find
+tp, fp, fn = cm[1, 1].item(), cm[0, 1].item(), cm[1, 0].item()
+precision, recall = tp / (tp + fp), tp / (tp + fn)
+f1 = 2 * precision * recall / (precision + recall)
+print(
+    f"fine-tuned MiniLM, label positive: precision {precision:.3f}, "
+    f"recall {recall:.3f}, F1 {f1:.3f}"
+)
+
+# %% tags=["hide-input"] caption="Confusion matrices on the 200 test reviews, seed 0 (rows: true label, columns: predicted). Left, the bag of words makes 29 mistakes on each side. Right, fine-tuned MiniLM makes 15 mistakes on negative reviews and 11 on positive ones." alt="Two 2 by 2 matrices side by side. Left, bag of words, 71.0%: negative row 71 correct, 29 predicted positive; positive row 29 predicted negative, 71 correct. Right, fine-tuned MiniLM, 87.0%: negative row 85 correct and 15 predicted positive; positive row 11 predicted negative and 89 correct."
 shared_max = max(cm_bow.max().item(), cm.max().item())  # one colour scale
 fig, axes = plt.subplots(1, 2, figsize=(6.9, 3.2))
 reviews.plot_confusion_matrix(
@@ -2212,19 +2252,6 @@ reviews.plot_confusion_matrix(
 )
 fig.tight_layout()
 plt.show()
-for name, m in (("bag of words", cm_bow), ("fine-tuned MiniLM", cm)):
-    print(
-        f"{name}: {int(m[0, 1])} negative reviews called positive,\n"
-        f"    {int(m[1, 0])} positive reviews called negative"
-    )
-# read off the matrix, with "positive" as the label to find
-tp, fp, fn = cm[1, 1].item(), cm[0, 1].item(), cm[1, 0].item()
-precision, recall = tp / (tp + fp), tp / (tp + fn)
-f1 = 2 * precision * recall / (precision + recall)
-print(
-    f"fine-tuned MiniLM, label positive: precision {precision:.3f}, "
-    f"recall {recall:.3f}, F1 {f1:.3f}"
-)
 
 # %% [markdown]
 # The bag of words errs as often on one side as on the other, 29 and 29 times; fine-tuning errs
@@ -2313,34 +2340,19 @@ for n_layers in (1, 2, 6):
         f"{n_layers} layer(s): token 1 = {r[1, 0]:.4f} x token 0 "
         f"+ {r[1, 1]:.4f} x token 1  (2^-{n_layers} = {2**-n_layers:.4f})"
     )
-    assert torch.allclose(
-        r, torch.tensor([[1.0, 0.0], [1 - 2**-n_layers, 2**-n_layers]])
-    )
 
 # %% tags=["hide-input"]
 show_source(attention_rollout)
 
 # %% [markdown]
-# Now MiniLM, on the coreference sentence of *Attention you can explore*. First, the last layer's attention averaged over
-# its heads; below it, the rollout through all six layers, as a heatmap and as flow (each
-# token's three largest sources).
+# Now MiniLM, on the coreference sentence of *Attention you can explore*. First, the last layer's
+# attention averaged over its heads (Fig. 12.9); below it, the rollout through all six layers, as a
+# heatmap and as flow (each token's three largest sources).
 
-# %% caption="MiniLM on 'The animal didn't cross the street because it was too tired.' Top: the last layer's attention, averaged over its 12 heads. Bottom: the rollout through all 6 layers (rows: final tokens, columns: input tokens). Both are dominated by the [CLS] column; in the rollout every row gives it between 0.5 and 0.7, and the row of 'it' shows nothing special under 'animal'." alt="Two 16 by 16 heatmaps stacked, each with its own colour bar. Top, last layer, mean of the heads: a bright first column ([CLS]) with values up to about 0.6, fainter columns under 'animal', 'street' and 'tired', the rest dark. Bottom, rollout: an almost uniformly bright first column around 0.6, a faint column under [SEP], a faint diagonal, everything else dark."
+# %%
 # (tokens, tokens): row = final token, column = input token
 rollout = attention_rollout(coref_att)[0]
 last_mean = coref_att[-1][0].mean(0)
-fig, axes = plt.subplots(2, 1, figsize=(6.2, 10.5))
-plot_attention(
-    last_mean, coref_tokens, ax=axes[0], title="last layer, mean of the heads"
-)
-plot_attention(
-    rollout, coref_tokens, ax=axes[1], title="rollout through 6 layers"
-)
-for ax in axes:
-    ax.set_xlabel("input token")
-    ax.set_ylabel("token")
-fig.tight_layout()
-plt.show()
 cls_col = last_mean[:, 0]
 print(
     "last layer, mean of the heads, weight on [CLS]: "
@@ -2369,24 +2381,38 @@ for r in range(3):
         + ", ".join(f"{t} ({c} rows)" for t, c in source.most_common())
     )
 
+# %% tags=["hide-input"] caption="MiniLM on 'The animal didn't cross the street because it was too tired.' Top: the last layer's attention, averaged over its 12 heads. Bottom: the rollout through all 6 layers (rows: final tokens, columns: input tokens). Both are dominated by the [CLS] column; in the rollout every row gives it between 0.5 and 0.7, and the row of 'it' shows nothing special under 'animal'." alt="Two 16 by 16 heatmaps stacked, each with its own colour bar. Top, last layer, mean of the heads: a bright first column ([CLS]) with values up to about 0.6, fainter columns under 'animal', 'street' and 'tired', the rest dark. Bottom, rollout: an almost uniformly bright first column around 0.6, a faint column under [SEP], a faint diagonal, everything else dark."
+fig, axes = plt.subplots(2, 1, figsize=(6.2, 10.5))
+plot_attention(
+    last_mean, coref_tokens, ax=axes[0], title="last layer, mean of the heads"
+)
+plot_attention(
+    rollout, coref_tokens, ax=axes[1], title="rollout through 6 layers"
+)
+for ax in axes:
+    ax.set_xlabel("input token")
+    ax.set_ylabel("token")
+fig.tight_layout()
+plt.show()
+
 # %% tags=["remove-cell"]
 assert torch.allclose(
     rollout.sum(-1), torch.ones(len(coref_tokens)), atol=1e-5
 )
 
 # %% [markdown]
-# The pattern is already there in the last layer alone (top): every row gives `[CLS]` between
-# 0.26 and 0.59 of its weight. Rollout (bottom) compounds it: every token's row puts its largest
-# share there, 0.57 to 0.67, followed in every row by `[SEP]` (0.08 to 0.10) and then by small shares of 0.04 to
-# 0.06 (the full stop in 14 rows, "the" in 2), and the row of "it" says nothing about
-# "animal". These
+# The pattern is already there in the last layer alone (Fig. 12.9, top): every row gives `[CLS]`
+# between 0.26 and 0.59 of its weight. Rollout (bottom) compounds it: every token's row puts its
+# largest share there, 0.57 to 0.67, followed in every row by `[SEP]` (0.08 to 0.10) and then by
+# small shares of 0.04 to 0.06 (the full stop in 14 rows, "the" in 2), and the row of "it" says
+# nothing about "animal". These
 # are chapter 05's parking heads, compounded. A head that parks on `[CLS]` moves little
 # information (its "no-op"), but rollout counts weights, not information, and multiplies them
 # over six layers. The same few tokens therefore come out on top whatever the sentence says;
 # the experiment below leaves `[CLS]` and `[SEP]` out of every ranking for that reason, and
-# runs a second time with the punctuation left out as well. As flow:
+# runs a second time with the punctuation left out as well. As flow (Fig. 12.10):
 
-# %% caption="The rollout of the sentence as flow: each token's three largest sources, lines under 0.05 left out. Every token's thick line goes to [CLS] and a thin one to [SEP]; only the full stop has a third line, to itself." alt="A flow diagram with the 16 tokens of the sentence listed twice, queries on the left and keys on the right. A thick line runs from every token on the left to [CLS] on the right, a thin line from every token to [SEP], and one very thin horizontal line from the full stop to itself."
+# %% tags=["hide-input"] caption="The rollout of the sentence as flow: each token's three largest sources, lines under 0.05 left out. Every token's thick line goes to [CLS] and a thin one to [SEP]; only the full stop has a third line, to itself." alt="A flow diagram with the 16 tokens of the sentence listed twice, queries on the left and keys on the right. A thick line runs from every token on the left to [CLS] on the right, a thin line from every token to [SEP], and one very thin horizontal line from the full stop to itself."
 ax = plot_attention_flow(
     rollout,
     coref_tokens,
@@ -2519,28 +2545,8 @@ assert 2 * chance[0] < agreement["attention"][0] < 0.75
 # %% [markdown]
 # One review, token by token:
 
-# %% caption="The first test review, one row per token, scored three ways. Left: the last layer's attention from [CLS] (heads averaged), highest on 'flash'. Middle: the rollout from [CLS], highest on the full stop. Right: how far the probability of the model's answer drops when the token is deleted, between about -0.01 and 0.03, largest for 'but'." alt="Three horizontal bar charts side by side sharing the tokens of the review 'the coat isn't flashy, but it's the warmest i've ever owned.' as rows. Blue (attention): one long bar at 'flash', short ones elsewhere. Green (rollout): bars of similar length, the longest at the full stop. Red (drop when deleted): bars to both sides of zero, the longest to the right at 'but', then 'warm' and 't', the longest to the left at 'flash'."
+# %%
 example = rankings[0]
-fig, axes = plt.subplots(
-    1, 3, figsize=(6.6, 0.32 * len(example["tokens"]) + 1.6), sharey=True
-)
-y = torch.arange(len(example["tokens"]))
-titles = {
-    "attention": "[CLS] attention\n(last layer)",
-    "rollout": "[CLS] rollout",
-    "occlusion": "drop in P(answer)\nwhen deleted",
-}
-for ax, name, color in zip(axes, titles, ("C0", "C2", "C3")):
-    ax.barh(y, example[name], color=color)
-    ax.set_title(titles[name], fontsize=11)
-    ax.axvline(0, color="grey", lw=0.5)
-    ax.xaxis.set_major_locator(plt.MaxNLocator(3))
-    ax.tick_params(labelsize=11)
-axes[0].set_yticks(y, example["tokens"])
-axes[0].invert_yaxis()
-fig.suptitle("the first test review", fontsize=11)
-fig.tight_layout()
-plt.show()
 top_by = {
     name: example["tokens"][int(example[name].argmax())]
     for name in ("attention", "rollout", "occlusion")
@@ -2564,10 +2570,32 @@ for tok in (top_by["attention"], top_by["occlusion"]):
         f"drop in P(answer) when deleted {example['occlusion'][k]:+.4f}"
     )
 
+# %% tags=["hide-input"] caption="The first test review, one row per token, scored three ways. Left: the last layer's attention from [CLS] (heads averaged), highest on 'flash'. Middle: the rollout from [CLS], highest on the full stop. Right: how far the probability of the model's answer drops when the token is deleted, between about -0.01 and 0.03, largest for 'but'." alt="Three horizontal bar charts side by side sharing the tokens of the review 'the coat isn't flashy, but it's the warmest i've ever owned.' as rows. Blue (attention): one long bar at 'flash', short ones elsewhere. Green (rollout): bars of similar length, the longest at the full stop. Red (drop when deleted): bars to both sides of zero, the longest to the right at 'but', then 'warm' and 't', the longest to the left at 'flash'."
+fig, axes = plt.subplots(
+    1, 3, figsize=(6.6, 0.32 * len(example["tokens"]) + 1.6), sharey=True
+)
+y = torch.arange(len(example["tokens"]))
+titles = {
+    "attention": "[CLS] attention\n(last layer)",
+    "rollout": "[CLS] rollout",
+    "occlusion": "drop in P(answer)\nwhen deleted",
+}
+for ax, name, color in zip(axes, titles, ("C0", "C2", "C3")):
+    ax.barh(y, example[name], color=color)
+    ax.set_title(titles[name], fontsize=11)
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(3))
+    ax.tick_params(labelsize=11)
+axes[0].set_yticks(y, example["tokens"])
+axes[0].invert_yaxis()
+fig.suptitle("the first test review", fontsize=11)
+fig.tight_layout()
+plt.show()
+
 # %% [markdown]
-# Read the three bars of each token side by side. The token `[CLS]` attends to most, "flash",
-# has a *negative* occlusion bar: deleting it *raises* P(answer) by 0.0073, so the token that
-# `[CLS]` looks at most (0.22) works, if anything, against the model's answer. And "but",
+# Read the three bars of each token in Fig. 12.11 side by side. The token `[CLS]` attends to most,
+# "flash", has a *negative* occlusion bar: deleting it *raises* P(answer) by 0.0073, so the token
+# that `[CLS]` looks at most (0.22) works, if anything, against the model's answer. And "but",
 # which gets little attention (0.03), is the
 # token whose deletion lowers P(answer) most: it announces the turn from "isn't flashy" to
 # "the warmest I've ever owned". Note the scale of the occlusion bars too: the

@@ -76,6 +76,7 @@ from transformer_course.utils import (
     show_source,
 )
 
+# %%
 g = set_seed(0)
 device = get_device()
 
@@ -311,7 +312,7 @@ show_source(chat_example)
 # user's header), the typed date, the template's markers that close the question and open the
 # answer, and the answer. `token_parts` finds the parts from where each token sits in the
 # rendered text. In the tokens printed below, `Ċ` is the newline: byte-level BPE writes the
-# newline byte as `Ċ`, as it writes the space as `Ġ` (chapter 11). The figure after them draws
+# newline byte as `Ċ`, as it writes the space as `Ġ` (chapter 11). Fig. 13.1, after them, draws
 # the newline as ⏎ and the space as ␣:
 
 
@@ -462,8 +463,8 @@ plt.show()
 # \end{aligned}
 # $$
 #
-# The input goes two ways: through the frozen $W$, and through the narrow path $A$ then $B$,
-# whose output is scaled by $\alpha / r$ and added to $W x$:
+# The input goes two ways (Fig. 13.2): through the frozen $W$, and through the narrow path $A$ then
+# $B$, whose output is scaled by $\alpha / r$ and added to $W x$:
 
 # %% tags=["hide-input"] caption="A LoRA layer. The input x goes through the frozen pretrained matrix W (grey) and, in parallel, through A, which maps it down to r numbers, and B, which maps those back up to $d_\\text{out}$; the update is scaled by $\\alpha/r$ and added to Wx. Only A and B (orange) are trained; B starts at zero, so the layer starts as W alone." alt="A diagram read from left to right. A vector x on the left splits into two paths. The upper path is a large grey square labelled W, d_out by d_in, frozen. The lower path is a wide, flat orange box A, r by d_in, followed by a tall, thin orange box B, d_out by r, then a multiplication by alpha over r. The two paths meet at a plus sign, whose output is h; below the diagram, the formula h = Wx + (alpha/r) BAx."
 fig, ax = plt.subplots(figsize=(5.2, 3.6))
@@ -1066,7 +1067,7 @@ for k in (12, 13, 14):
 # and 3 with a two-digit year and no weekday, whose century the question leaves unsaid; the
 # batches of steps 13 and 15 hold 2 dates in ISO form each, and 1 and 2 such years.
 
-# %% caption="Top: training loss per step (answer tokens only) of the two runs, the course's fit loop (wide hollow blue circles) and trl's SFTTrainer (small orange squares, dashed), drawn on top of each other: the orange line runs through every blue circle; start at 0.87, fall to 0.12 by step 7 and end at 0.06. Bottom: the absolute difference between the two losses at each step, on a logarithmic scale; the largest is the one printed above." alt="Two stacked plots sharing a step axis from 1 to 16. Top: two loss curves that coincide, a thick pale blue line with hollow circles under a thin dashed orange one with small squares, starting near 0.87, falling to about 0.35 by step 4 and about 0.12 at step 7, then wandering down to 0.06 at step 16 with a spike to about 0.24 at step 14. Bottom: one point per step on a log scale, scattered between about 2e-7 and 2e-5."
+# %% tags=["hide-input"] caption="Top: training loss per step (answer tokens only) of the two runs, the course's fit loop (wide hollow blue circles) and trl's SFTTrainer (small orange squares, dashed), drawn on top of each other: the orange line runs through every blue circle; start at 0.87, fall to 0.12 by step 7 and end at 0.06. Bottom: the absolute difference between the two losses at each step, on a logarithmic scale; the largest is the one printed above." alt="Two stacked plots sharing a step axis from 1 to 16. Top: two loss curves that coincide, a thick pale blue line with hollow circles under a thin dashed orange one with small squares, starting near 0.87, falling to about 0.35 by step 4 and about 0.12 at step 7, then wandering down to 0.06 at step 16 with a spike to about 0.24 at step 14. Bottom: one point per step on a log scale, scattered between about 2e-7 and 2e-5."
 steps_axis = range(1, STEPS + 1)
 fig, (top, bottom) = plt.subplots(2, 1, figsize=(5.2, 4.6), sharex=True)
 top.plot(
@@ -1089,8 +1090,8 @@ bottom.set_xlabel("step")
 plt.show()
 
 # %% [markdown]
-# In the bottom panel, the gap between the two runs stays between about 2e-7 and 2e-5 and does
-# not grow with training. It is about 1e-5 already at step 1, before any update, when both
+# In the bottom panel of Fig. 13.3, the gap between the two runs stays between about 2e-7 and 2e-5
+# and does not grow with training. It is about 1e-5 already at step 1, before any update, when both
 # models are the pretrained model itself ($B = 0$) reading the same tokens: the two
 # implementations round their float32 computations of the loss differently, and that, not the
 # training, sets the size of the gap.

@@ -166,24 +166,42 @@
   else link();
 })();
 
-// Code names in tables (the course map's "what you build", the appendix's tables) may break only
-// where a reader would split them: after an underscore or a dot, and between the words of a
-// CamelCase name; never in the middle of a word ("PositionwiseFeed|Forward", not "...FeedFor|ward").
+// Code names may break only where a reader would split them: after an underscore, a dot, a comma
+// or an opening bracket, and between the words of a CamelCase name; never in the middle of a word
+// ("PositionwiseFeed|Forward", not "...FeedFor|ward"; "generate_square_|subsequent_mask", not
+// "..._subsequ|ent_mask"). A short one (a shape such as "(batch, 1, n, n)") does not break at all.
 (function () {
+  const SHORT = 24;  // characters
   function breakable() {
-    document.querySelectorAll(".bd-article table code.literal").forEach(function (code) {
+    document.querySelectorAll(".bd-article code.literal").forEach(function (code) {
       if (code.dataset.courseBreaks) return;
       code.dataset.courseBreaks = "1";
+      if (code.textContent.length <= SHORT) {
+        code.classList.add("course-nowrap");
+        return;
+      }
       const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
       const texts = [];
       while (walker.nextNode()) texts.push(walker.currentNode);
       texts.forEach(function (node) {
-        const parts = node.nodeValue.split(/(?<=[_.])|(?<=[a-z0-9])(?=[A-Z])/);
-        if (parts.length < 2) return;
+        // words (split at spaces, which stay break points): a short one never breaks (a flag such
+        // as "--n-layer" would read as "-n-layer" on the next line), a long one at the marks
         const frag = document.createDocumentFragment();
-        parts.forEach(function (part, i) {
-          if (i) frag.appendChild(document.createElement("wbr"));
-          frag.appendChild(document.createTextNode(part));
+        node.nodeValue.split(/(\s+)/).forEach(function (word) {
+          if (!word) return;
+          if (/^\s+$/.test(word)) {
+            frag.appendChild(document.createTextNode(word));
+          } else if (word.length <= SHORT) {
+            const span = document.createElement("span");
+            span.className = "course-nowrap";
+            span.textContent = word;
+            frag.appendChild(span);
+          } else {
+            word.split(/(?<=[_.,(\[])(?=\S)|(?<=[a-z0-9])(?=[A-Z])/).forEach(function (part, i) {
+              if (i) frag.appendChild(document.createElement("wbr"));
+              frag.appendChild(document.createTextNode(part));
+            });
+          }
         });
         node.parentNode.replaceChild(frag, node);
       });
@@ -191,4 +209,54 @@
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", breakable);
   else breakable();
+})();
+
+// A punctuation mark right after an inline formula stays on the formula's line ("... reads j."
+// rather than a lone "." starting the next line).
+(function () {
+  function glue() {
+    document.querySelectorAll('.bd-article mjx-container:not([display="true"])').forEach(function (math) {
+      if (math.parentNode.classList && math.parentNode.classList.contains("course-glue")) return;
+      const next = math.nextSibling;
+      if (!next || next.nodeType !== Node.TEXT_NODE) return;
+      const m = next.nodeValue.match(/^[.,;:!?)’”]+/);
+      if (!m) return;
+      const span = document.createElement("span");
+      span.className = "course-glue";
+      math.parentNode.insertBefore(span, math);
+      span.appendChild(math);
+      span.appendChild(document.createTextNode(m[0]));
+      next.nodeValue = next.nodeValue.slice(m[0].length);
+    });
+  }
+  function start() {
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) MathJax.startup.promise.then(glue);
+    setTimeout(glue, 1500);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
+
+// On a phone, a printed output that is not a table (a line of a label and its value, a sentence)
+// wraps at the column's edge, so that the value at the end of a long line is seen without
+// scrolling; a table (three or more columns, aligned over several lines) keeps its layout and
+// scrolls in its box.
+(function () {
+  function isTable(text) {
+    const lines = text.split("\n").filter(function (l) { return l.trim(); });
+    if (lines.length < 3) return false;
+    const columned = lines.filter(function (l) {
+      return (l.trim().match(/\S\s{2,}(?=\S)/g) || []).length >= 2;
+    });
+    return columned.length >= lines.length / 2;
+  }
+  function mark() {
+    document.querySelectorAll(".bd-article div.cell_output pre").forEach(function (pre) {
+      if (pre.dataset.courseWrap) return;
+      pre.dataset.courseWrap = "1";
+      if (!isTable(pre.textContent)) pre.classList.add("course-wrap-phone");
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
+  else mark();
 })();
