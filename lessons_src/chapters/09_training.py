@@ -1429,6 +1429,7 @@ def plot_cross_attention(w: torch.Tensor, layer: str) -> None:
         title=f"{layer} decoder layer: {example.source!r} -> {pred!r}",
     )
     ax.set_xticks(range(len(keys)), keys, rotation=0)  # one character each
+    ax.get_xticklabels()[-1].set_rotation(90)  # <eos>, clear of the 9
     top = ax.secondary_xaxis("top")  # source positions, to read them off
     top.set_xticks(range(0, len(keys), 5))
     ax.set_xlabel("source character")
