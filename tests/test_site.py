@@ -219,3 +219,33 @@ def test_a_cite_form_with_an_apostrophe_matches_the_typographic_one_the_site_pri
         found = course_site.find_citations(cites, page_text)
         assert [m.group(0) for m, _ in found] == [page_text[:18]]
     assert not course_site.find_citations(cites, "Karpathys lecture")
+
+
+def test_every_reference_entry_parses_for_the_chapters_reference_lists():
+    import course_site
+
+    text, _ = _references()
+    entries = course_site.reference_entries(text)
+    labels = re.findall(r"^\(ref-([\w-]+)\)=", text, flags=re.M)
+    assert list(entries) == labels
+    for e in entries.values():
+        assert e.title and re.search(r"\(\d{4}\)", e.before), e
+        assert e.links and all(url.startswith("http") for _, url in e.links), e
+        assert "[" not in e.after and "*" not in e.after, e
+
+
+def test_a_chapters_reference_list_links_each_work_and_its_entry():
+    import course_site
+
+    text = (
+        "(ref-x2020)=\nX, A. and Y, B. (2020). *A Title.* Proceedings of *Z* 2020. "
+        "[arXiv:1](https://arxiv.org/abs/1) · [code](https://example.org/c)\\\nCited in chapter 01.\n"
+    )
+    (entry,) = course_site.reference_entries(text).values()
+    assert (entry.before, entry.title, entry.after) == ("X, A. and Y, B. (2020).", "A Title.", "Proceedings of Z 2020.")
+    section = course_site.chapter_references([entry], "references.html")
+    assert section.astext() == (
+        "References\n\nX, A. and Y, B. (2020). A Title. Proceedings of Z 2020. arXiv:1 · code"
+    )
+    refs = [r["refuri"] for r in section.findall(course_site.nodes.reference)]
+    assert refs == ["references.html#ref-x2020", "https://arxiv.org/abs/1", "https://example.org/c"]

@@ -17,7 +17,9 @@
 * Adds the course's stylesheet and script (``tools/course_static/``): long code names wrap and
   wide tables scroll in their own box on a phone; bertviz's model view fits the column.
 * A chapter's citations ("Vaswani et al., 2017") link to their entries in ``book/references.md``,
-  which lists, next to each entry, the forms in which the chapters cite it (``LinkCitations``).
+  which lists, next to each entry, the forms in which the chapters cite it (``LinkCitations``), and
+  the chapter ends with a "References" section listing the works it cites, in the references
+  page's alphabetical order, each with its links (``chapter_references``).
 """
 
 from __future__ import annotations
@@ -205,6 +207,55 @@ def find_citations(
         pos = m.end()
 
 
+@dataclass(frozen=True)
+class Entry:
+    """One entry of the references page, as a chapter's reference list shows it."""
+
+    label: str
+    before: str  # "Vaswani, A., Shazeer, N., ... (2017)."
+    title: str
+    after: str  # where it appeared: "NeurIPS 2017."
+    links: tuple[tuple[str, str], ...]  # (name, address) pairs
+
+
+def reference_entries(text: str) -> dict[str, Entry]:
+    """The entries of a references page (``(ref-LABEL)=`` then one line: authors (year). *Title.*
+    venue. [name](address) · [name](address)), by label."""
+    entries = {}
+    for label, body in re.findall(r"^\(ref-([\w-]+)\)=\n(.+?)$", text, flags=re.M):
+        m = re.match(r"(.*?)\*(.+?)\*(.*)", body.rstrip("\\"))
+        if m is None:
+            raise ValueError(f"references entry {label!r} has no *title*")
+        before, title, rest = m.groups()
+        links = tuple(re.findall(r"\[([^]]+)\]\((https?://[^)\s]+)\)", rest))
+        after = re.sub(r"\[[^]]+\]\([^)]*\)|·", "", rest)
+        after = re.sub(r"\*([^*]+)\*", r"\1", after)
+        entries[label] = Entry(label, before.strip(), title.strip(), " ".join(after.split()), links)
+    return entries
+
+
+def chapter_references(entries: list[Entry], page: str) -> nodes.section:
+    """The "References" section that closes a chapter: each work it cites, its title linking to the
+    work's entry on the references page (``page``), then the work's own links."""
+    section = nodes.section(ids=["references-cited"], names=["references cited"])
+    section += nodes.title("", "References")
+    items = nodes.bullet_list()
+    for e in entries:
+        para = nodes.paragraph()
+        para += nodes.Text(e.before + " ")
+        title = nodes.reference("", "", internal=True, refuri=f"{page}#ref-{e.label}")
+        title += nodes.emphasis("", e.title)
+        para += title
+        if e.after:
+            para += nodes.Text(" " + e.after)
+        for k, (name, url) in enumerate(e.links):
+            para += nodes.Text(" · " if k else " ")
+            para += nodes.reference("", name, refuri=url)
+        items += nodes.list_item("", para)
+    section += items
+    return section
+
+
 class LinkCitations(SphinxPostTransform):
     """On a chapter's page, make each citation in its prose ("Vaswani et al. (2017)", "Müller, Kornblith
     and Hinton, 2019", "the BERT paper") a link to the work's entry on the references page.  Text in
@@ -218,9 +269,11 @@ class LinkCitations(SphinxPostTransform):
         docname = self.env.docname
         if not CHAPTER_DOC.match(docname) or not REFERENCES.exists():
             return
-        cites = citation_forms(REFERENCES.read_text(encoding="utf-8"))
+        text = REFERENCES.read_text(encoding="utf-8")
+        cites = citation_forms(text)
         page = self.app.builder.get_relative_uri(docname, REFERENCES_DOC)
         linked_once: set[str] = set()
+        cited: list[str] = []  # the labels of the works the page cites
         for parent in list(self.document.findall(nodes.Element)):
             if not self._in_prose(parent):
                 continue
@@ -242,6 +295,8 @@ class LinkCitations(SphinxPostTransform):
                 pieces: list[nodes.Node] = []
                 done = 0
                 for m, cite in found:
+                    if cite.label not in cited:
+                        cited.append(cite.label)
                     if m.start() > done:
                         pieces.append(nodes.Text(source[done : m.start()]))
                     ref = nodes.reference("", "", internal=True, refuri=f"{page}#ref-{cite.label}", reftitle=cite.title)
@@ -252,6 +307,10 @@ class LinkCitations(SphinxPostTransform):
                     pieces.append(nodes.Text(source[done:]))
                 parent[i:j] = pieces
                 i += len(pieces)
+        sections = [n for n in self.document.children if isinstance(n, nodes.section)]
+        if cited and sections:
+            entries = reference_entries(text)  # in the references page's (alphabetical) order
+            sections[-1] += chapter_references([e for label, e in entries.items() if label in cited], page)
 
     def _in_prose(self, element: nodes.Element) -> bool:
         """Whether the element is (inside) a paragraph or a caption, and not inside code, a formula,

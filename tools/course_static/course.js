@@ -176,7 +176,9 @@
     document.querySelectorAll(".bd-article code.literal").forEach(function (code) {
       if (code.dataset.courseBreaks) return;
       code.dataset.courseBreaks = "1";
-      if (code.textContent.length <= SHORT) {
+      // in a table's narrow column even a short name may have to break (at its marks)
+      const inTable = !!code.closest("table");
+      if (!inTable && code.textContent.length <= SHORT) {
         code.classList.add("course-nowrap");
         return;
       }
@@ -191,7 +193,7 @@
           if (!word) return;
           if (/^\s+$/.test(word)) {
             frag.appendChild(document.createTextNode(word));
-          } else if (word.length <= SHORT) {
+          } else if (!inTable && word.length <= SHORT) {
             const span = document.createElement("span");
             span.className = "course-nowrap";
             span.textContent = word;
@@ -215,7 +217,10 @@
 // rather than a lone "." starting the next line).
 (function () {
   function glue() {
-    document.querySelectorAll('.bd-article mjx-container:not([display="true"])').forEach(function (math) {
+    document.querySelectorAll('.bd-article mjx-container:not([display="true"])').forEach(function (container) {
+      // the formula's own box: the span the page wrote it in (span.math), if MathJax drew inside one
+      const outer = container.parentNode;
+      const math = outer.classList && outer.classList.contains("math") && outer.childElementCount === 1 ? outer : container;
       if (math.parentNode.classList && math.parentNode.classList.contains("course-glue")) return;
       const next = math.nextSibling;
       if (!next || next.nodeType !== Node.TEXT_NODE) return;
