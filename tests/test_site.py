@@ -244,8 +244,6 @@ def test_a_chapters_reference_list_links_each_work_and_its_entry():
     (entry,) = course_site.reference_entries(text).values()
     assert (entry.before, entry.title, entry.after) == ("X, A. and Y, B. (2020).", "A Title.", "Proceedings of Z 2020.")
     section = course_site.chapter_references([entry], "references.html")
-    assert section.astext() == (
-        "References\n\nX, A. and Y, B. (2020). A Title. Proceedings of Z 2020. arXiv:1 · code"
-    )
+    assert section.astext() == ("References\n\nX, A. and Y, B. (2020). A Title. Proceedings of Z 2020. arXiv:1 · code")
     refs = [r["refuri"] for r in section.findall(course_site.nodes.reference)]
     assert refs == ["references.html#ref-x2020", "https://arxiv.org/abs/1", "https://example.org/c"]
