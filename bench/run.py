@@ -3925,13 +3925,12 @@ def _render_notebooks(results: dict) -> list[str]:
     total = sum(float(x) for x in shown.values())
     m = results.get("notebooks_machine") or results["machine"]
     longest = max(nbs, key=lambda r: r["seconds"])
-    when = results.get("notebooks_date", results["date"])
     lines = [
         "## How long each chapter takes to run",
         "",
         (
             f"Each chapter run from top to bottom on the {m['cpu']}, {m['cores']} cores, {m['torch_threads']} "
-            f"threads, on {when}; no GPU was measured for the chapters."
+            "threads; no GPU was measured for the chapters."
         ),
         "",
         "| chapter | seconds |",

@@ -351,7 +351,15 @@ def _unchecked_ignored_outputs(cells: list[dict]) -> list[int]:
     reader's way)."""
 
     def checked_after(i: int) -> bool:
-        nxt = cells[i + 1] if i + 1 < len(cells) else None
+        k = i + 1
+        # an exercise's solution: its check comes after the explanation, which must follow the code
+        while (
+            k < len(cells)
+            and cells[k]["cell_type"] == "markdown"
+            and "solution" in cells[k]["metadata"].get("tags", [])
+        ):
+            k += 1
+        nxt = cells[k] if k < len(cells) else None
         return nxt is not None and "remove-cell" in nxt["metadata"].get("tags", []) and _asserts(nxt)
 
     return [
@@ -384,3 +392,8 @@ def test_ignored_output_check_catches_a_cell_without_assert():
     assert _unchecked_ignored_outputs([cell, empty]) == [0]
     shown = {**hidden, "metadata": {"tags": []}}
     assert _unchecked_ignored_outputs([cell, shown]) == [0]
+    # a solution's check comes after its explanation
+    explanation = {"cell_type": "markdown", "metadata": {"tags": ["solution"]}, "source": ["Because.\n"]}
+    assert _unchecked_ignored_outputs([cell, explanation, hidden]) == []
+    other = {**explanation, "metadata": {"tags": []}}
+    assert _unchecked_ignored_outputs([cell, other, hidden]) == [0]

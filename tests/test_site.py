@@ -247,3 +247,21 @@ def test_a_chapters_reference_list_links_each_work_and_its_entry():
     assert section.astext() == ("References\n\nX, A. and Y, B. (2020). A Title. Proceedings of Z 2020. arXiv:1 · code")
     refs = [r["refuri"] for r in section.findall(course_site.nodes.reference)]
     assert refs == ["references.html#ref-x2020", "https://arxiv.org/abs/1", "https://example.org/c"]
+
+
+def test_figure_numbers_in_the_prose_link_to_their_figures():
+    import course_site
+
+    page = (
+        '<figure class="align-default" id="id7"><img alt="x" src="a.png">'
+        '<figcaption><p><span class="caption-number">Fig. 4.2 </span>A figure.</p></figcaption></figure>'
+        "<p>As Fig. 4.2 shows, and Fig. 7.6 too, but not Fig. 9.9.</p>"
+        "<p>In <code>Fig. 4.2</code> and <a href='x'>Fig. 4.2</a> nothing changes.</p>"
+    )
+    ids = course_site.figure_ids(page)
+    assert ids == {"4.2": "id7"}
+    linked = course_site.link_figures(page, {"4.2": "#id7", "7.6": "07_x.html#id3"})
+    assert '<a class="reference internal" href="#id7">Fig. 4.2</a> shows' in linked
+    assert '<a class="reference internal" href="07_x.html#id3">Fig. 7.6</a> too' in linked
+    assert "not Fig. 9.9." in linked  # no such figure: left as text
+    assert linked.count('href="#id7"') == 1  # not in the caption, the code or the existing link

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import html
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -383,6 +384,57 @@ def _chapter_figures(text: str, page: Path) -> str:
     )
 
 
+def figure_ids(text: str) -> dict[str, str]:
+    """A page's figures, as numbered on it ("10.3"), to their element ids: each numbered caption
+    closes the last ``<figure ... id=...>`` opened before it."""
+    ids: dict[str, str] = {}
+    last_id = None
+    for m in re.finditer(r'<figure\b[^>]*\bid="([^"]+)"|<span class="caption-number">Fig\. ([\w.]+) </span>', text):
+        if m.group(1):
+            last_id = m.group(1)
+        elif last_id is not None:
+            ids[m.group(2)] = last_id
+            last_id = None
+    return ids
+
+
+_NO_LINKS = {"a", "code", "pre", "figcaption", "script", "style", "title", "head", "h1", "h2", "h3", "h4"}
+
+
+def link_figures(text: str, targets: dict[str, str]) -> str:
+    """Make each "Fig. N.M" of a page's prose (paragraphs and list items, not captions, code, titles
+    or existing links) a link to that figure: ``targets`` maps "N.M" to an address ("#id2" on the
+    same page, "10_gpt_from_scratch.html#id4" on another)."""
+    parts = re.split(r"(<[^>]+>)", text)
+    open_tags: list[str] = []
+    prose = 0
+    for i, part in enumerate(parts):
+        if part.startswith("<"):
+            m = re.match(r"<(/?)([a-zA-Z0-9]+)", part)
+            if m is None or part.endswith("/>"):
+                continue
+            closing, tag = m.group(1) == "/", m.group(2).lower()
+            if tag in ("p", "li"):
+                prose += -1 if closing else 1
+            elif tag in _NO_LINKS:
+                if closing and tag in open_tags:
+                    open_tags.remove(tag)
+                elif not closing:
+                    open_tags.append(tag)
+            continue
+        if prose > 0 and not open_tags and "Fig." in part:
+            parts[i] = re.sub(
+                r"\bFig\. (\d+\.\d+|A\.\d+)\b",
+                lambda f: (
+                    f'<a class="reference internal" href="{targets[f.group(1)]}">{f.group(0)}</a>'
+                    if f.group(1) in targets
+                    else f.group(0)
+                ),
+                part,
+            )
+    return "".join(parts)
+
+
 def _one_viewport(text: str) -> str:
     """Keep the first viewport tag of a page, drop the others."""
     seen = False
@@ -427,9 +479,19 @@ def _finish_pages(app: Any, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
     out = Path(app.outdir)
+    pages = {}
     for page in out.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         fixed = _chapter_figures(_single_title(_one_viewport(text)), page)
+        pages[page] = (text, fixed)
+    # every "Fig. N.M" in the prose links to its figure, on the same page or another chapter's
+    where = {num: (page, fig_id) for page, (_, fixed) in pages.items() for num, fig_id in figure_ids(fixed).items()}
+    for page, (text, fixed) in pages.items():
+        targets = {
+            num: (f"#{fig_id}" if there == page else f"{os.path.relpath(there, page.parent)}#{fig_id}")
+            for num, (there, fig_id) in where.items()
+        }
+        fixed = link_figures(fixed, targets)
         if fixed != text:
             page.write_text(fixed, encoding="utf-8")
     # Sphinx 7.4 leaves a static file alone once the output has one: an incremental build would

@@ -901,10 +901,19 @@ print(f"  mean |W_q x_1| = {from_token:.2f}")
 #
 # The heatmaps of Fig. 1.8 show token 1's attention weights in 10 held-out sentences of each label.
 
-# %% caption="Where token 1's query looks after training, in 10 held-out sentences of each label. Top, label 1: token 0 gets the largest weight in every row. Bottom, label 0: token 0 gets almost none, and the weight is spread over the noise tokens." alt="Two heatmaps stacked, each 10 sentences (rows) by 8 tokens (columns), colour scale 0 to 1. Top, label 1: the token-0 column is green, weights of roughly 0.4 to 0.7, the other columns dark. Bottom, label 0: the token-0 column is black, and the other seven columns hold scattered weights of up to about 0.4."
+# %%
 with torch.no_grad():
     attend(sent_x)
 w = attend.attn_weights  # (2000, NUM_TOKENS)
+print("weight on token 0, held-out sentences:")
+for label in (1, 0):
+    w0 = w[sent_y == label, 0]
+    print(
+        f"  label {label}: mean {w0.mean():.2f}, "
+        f"from {w0.min():.2f} to {w0.max():.2f}"
+    )
+
+# %% tags=["hide-input"] caption="Where token 1's query looks after training, in 10 held-out sentences of each label. Top, label 1: token 0 gets the largest weight in every row. Bottom, label 0: token 0 gets almost none, and the weight is spread over the noise tokens." alt="Two heatmaps stacked, each 10 sentences (rows) by 8 tokens (columns), colour scale 0 to 1. Top, label 1: the token-0 column is green, weights of roughly 0.4 to 0.7, the other columns dark. Bottom, label 0: the token-0 column is black, and the other seven columns hold scattered weights of up to about 0.4."
 token_names = [f"token {j}" for j in range(NUM_TOKENS)]
 
 fig, axes = plt.subplots(2, 1, figsize=(6.2, 8))
@@ -921,14 +930,6 @@ for ax, label in zip(axes, (1, 0)):
     ax.set_ylabel("")
 fig.tight_layout()
 plt.show()
-
-print("weight on token 0, held-out sentences:")
-for label in (1, 0):
-    w0 = w[sent_y == label, 0]
-    print(
-        f"  label {label}: mean {w0.mean():.2f}, "
-        f"from {w0.min():.2f} to {w0.max():.2f}"
-    )
 
 # %% [markdown]
 # The weights depend on what token 0 **contains**. In label-1 sentences token 0 gets on average

@@ -1039,8 +1039,6 @@ F.mse_loss(linear(one_hots), target).backward()
 F.mse_loss(table_layer(sent), target).backward()
 print("linear layer's weight gradient (d x V):")
 print(linear.weight.grad)
-assert torch.allclose(linear.weight.grad.T, table_layer.weight.grad)
-assert torch.all(linear.weight.grad[:, token_to_id["car"]] == 0)
 
 # %% [markdown] tags=["solution"]
 # The gradients are the same, transposed: the linear layer's gradient is `grad_outᵀ @ inputs`,
@@ -1048,3 +1046,7 @@ assert torch.all(linear.weight.grad[:, token_to_id["car"]] == 0)
 # token the sentence does not use, is zero, and the column of "the" is the sum of its two
 # occurrences. The two layers compute the same function and learn the same way; the
 # embedding just skips the multiplications by zero.
+
+# %% tags=["remove-cell"]
+assert torch.allclose(linear.weight.grad.T, table_layer.weight.grad)
+assert torch.all(linear.weight.grad[:, token_to_id["car"]] == 0)

@@ -1192,7 +1192,7 @@ ax.text(17, -0.075, "chance, 1/16 (dotted)", fontsize=12, color="gray")
 ax.set_xlabel("position in a 64-token test sequence")
 ax.set_ylabel("accuracy")
 ax.set_ylim(-0.09, 1.05)
-ax.legend(loc="center", bbox_to_anchor=(0.62, 0.5), fontsize=12)
+ax.legend(loc="center right", bbox_to_anchor=(1.0, 0.62), fontsize=12)
 fig.tight_layout()
 plt.show()
 

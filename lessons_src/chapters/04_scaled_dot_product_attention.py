@@ -491,16 +491,13 @@ for scale, name in names:
 slow = [
     run for run in range(8) if (reached[False, best[False], run] or 0) > 100
 ]
-if not slow:
-    print("no unscaled run needed more than 100 steps")
-else:
-    print("unscaled runs over 100 steps, accuracy:")
-    steps_shown = [step for step, _ in curves[False, best[False], slow[0]]]
-    for part in (slice(0, 7), slice(7, None)):  # steps 0-150, 175-300
-        print("step " + "".join(f"{step:5d}" for step in steps_shown[part]))
-        for run in slow:
-            accs = [acc for _, acc in curves[False, best[False], run]][part]
-            print(f"run {run}" + "".join(f"{acc:5.2f}" for acc in accs))
+print("unscaled runs over 100 steps, accuracy:")
+steps_shown = [step for step, _ in curves[False, best[False], slow[0]]]
+for part in (slice(0, 7), slice(7, None)):  # steps 0-150, 175-300
+    print("step " + "".join(f"{step:5d}" for step in steps_shown[part]))
+    for run in slow:
+        accs = [acc for _, acc in curves[False, best[False], run]][part]
+        print(f"run {run}" + "".join(f"{acc:5.2f}" for acc in accs))
 
 # %% tags=["hide-input"] caption="Held-out accuracy of the eight runs at each version's best learning rate, measured every 25 steps, one colour per run (the same colour in both panels). Top: with the division by √dₖ, every run jumps from chance to 1.00 by step 25 and stays there, so the eight lines lie almost on top of each other. Bottom: without it, six runs reach 1.00, between step 25 and step 225, two of them, runs 1 and 5, only after a long plateau, at 0.35 or less until step 200 (run 1) and step 175 (run 5), as printed above; run 0 levels off near 0.64 and run 4 stays at chance." alt="Two line plots stacked, held-out accuracy from 0 to 1 against training step from 0 to 300, a grey dotted line at chance (0.125), and a legend of eight colours for runs 0 to 7 below them. Top, scaled, learning rate 0.001: eight lines that all jump from about 0.12 to 1.0 at step 25 and stay there. Bottom, unscaled, learning rate 0.003: six lines reach 1.0, at steps 25, 50, 75 and 150, and two at step 225 after creeping along between 0.1 and 0.35; one line levels off near 0.64 from step 50 on; one stays near chance throughout."
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.6), sharex=True, sharey=True)
@@ -1144,12 +1141,6 @@ for tau in (0.01, 1.0, 100.0):
     print(f"tau = {tau:6}: word 2's weights [{w_tau[0]:.4f}, {w_tau[1]:.4f}]")
 w_cold = torch.softmax(scores / 0.01, dim=-1)[1]
 w_hot = torch.softmax(scores / 100.0, dim=-1)[1]
-assert torch.allclose(w_cold, torch.tensor([1.0, 0.0]))  # argmax
-assert torch.allclose(w_hot, torch.tensor([0.5, 0.5]), atol=0.01)  # uniform
-# 3 Q with tau = 1 is the same as Q with tau = 1/3
-assert torch.allclose(
-    torch.softmax((3 * Q) @ K.T, -1), torch.softmax(Q @ K.T / (1 / 3), -1)
-)
 
 # %% [markdown] tags=["solution"]
 # As $\tau \to 0$ the softmax becomes an argmax: all of word 2's weight goes to word 1, the key
@@ -1158,6 +1149,14 @@ assert torch.allclose(
 # by 3, which is a temperature of $1/3$: sharper weights. The division by $\sqrt{d_k}$ is a
 # temperature of $\sqrt{d_k}$, and the factor 2.5 in the sentence example, which multiplies the
 # scores by 6.25, divides the temperature by 6.25.
+
+# %% tags=["remove-cell"]
+assert torch.allclose(w_cold, torch.tensor([1.0, 0.0]))  # argmax
+assert torch.allclose(w_hot, torch.tensor([0.5, 0.5]), atol=0.01)  # uniform
+# 3 Q with tau = 1 is the same as Q with tau = 1/3
+assert torch.allclose(
+    torch.softmax((3 * Q) @ K.T, -1), torch.softmax(Q @ K.T / (1 / 3), -1)
+)
 
 # %% [markdown]
 # **2. Longer is stronger.** In the sentence example, give "mat" the feature vector
@@ -1174,8 +1173,6 @@ for i in (1, 5):
     print(f"{tokens[i]}: {row}")
 cos_long = F.cosine_similarity(X_long[1], X_long[5], dim=0)
 print(f"cosine of cat and mat: {cos_long:.2f}")
-assert w_long[1].argmax() == 5  # cat now looks at mat most
-assert w_long[5].argmax() == 5  # mat looks at itself
 
 # %% [markdown] tags=["solution"]
 # "cat" now gives more weight to "mat" than to itself: its score with mat's key is
@@ -1184,6 +1181,10 @@ assert w_long[5].argmax() == 5  # mat looks at itself
 # grows with the length of the key, so a long key in roughly the right direction beats a short
 # key in exactly the right one. "mat" itself has the longest vector, so it attends to itself.
 # In a trained model, the projections decide these lengths.
+
+# %% tags=["remove-cell"]
+assert w_long[1].argmax() == 5  # cat now looks at mat most
+assert w_long[5].argmax() == 5  # mat looks at itself
 
 # %% [markdown]
 # **3. Cross-attention with padding.** In *cross-attention* the queries come from one sequence
@@ -1206,15 +1207,17 @@ print("mask", tuple(real.shape), "with the query axis dropped:")
 print(real[:, 0].int())
 print("output:", tuple(out_c.shape))
 print("weights on the padding of example 2:", w_c[1, :, 3:].abs().max())
-assert out_c.shape == (2, 2, 4)
-assert torch.equal(w_c[1, :, 3:], torch.zeros(2, 2))
-assert torch.allclose(out_c[1], out_short, atol=1e-6)
 
 # %% [markdown] tags=["solution"]
 # `torch.arange(5) < lengths_src[:, None]` compares every key position with its sequence's length
 # and gives a `(batch, keys)` table; the extra axis in the middle, `(batch, 1, keys)`, makes it
 # broadcast over the queries. Blocked keys get weight exactly 0 and the real ones renormalise,
 # so the padding has no effect at all: the output equals attention over the real keys alone.
+
+# %% tags=["remove-cell"]
+assert out_c.shape == (2, 2, 4)
+assert torch.equal(w_c[1, :, 3:], torch.zeros(2, 2))
+assert torch.allclose(out_c[1], out_short, atol=1e-6)
 
 # %% [markdown]
 # **4. Additive attention.** Before the dot product, attention scored a query $q$ against a key
@@ -1234,7 +1237,6 @@ h = torch.tanh(W_1(qa)[:, None, :] + W_2(ka)[None, :, :])
 weights_a = torch.softmax(w_a(h).squeeze(-1), dim=-1)  # (4, 6)
 print("hidden activations:", tuple(h.shape), "=", h.numel(), "numbers")
 print("weights:", tuple(weights_a.shape), "=", weights_a.numel(), "numbers")
-assert torch.allclose(weights_a.sum(-1), torch.ones(4))
 
 # %% [markdown] tags=["solution"]
 # The additive score can compare vectors of different sizes, because each is first projected to
@@ -1242,6 +1244,9 @@ assert torch.allclose(weights_a.sum(-1), torch.ones(4))
 # `(4, 6, 8)` tensor here, 8 times the size of the score matrix, and a small network runs on each
 # pair. The scaled dot product needs queries and keys of one size $d_k$, which the learned
 # projections provide, and then computes all scores with a single matrix product.
+
+# %% tags=["remove-cell"]
+assert torch.allclose(weights_a.sum(-1), torch.ones(4))
 
 # %% [markdown]
 # **5. A smaller initialisation instead of the scale?** The saturation table drew queries and

@@ -383,15 +383,15 @@ for seed in split_runs:
         f"  seed {seed}: mean weight on positions 0 / 1:"
         f" {m[0]:.2f} / {m[1]:.2f}"
     )
-if blend is not None:
-    w_first = runs[1, blend][2][:, 0, 0]  # weight on position 0, one head
-    by_token = torch.stack(
-        [w_first[test_tokens[:, 0] == t].mean() for t in range(VOCAB)]
-    )
-    print(
-        f"1 head, seed {blend}: mean weight on position 0, by the token "
-        f"there: {by_token.min():.2f} to {by_token.max():.2f}"
-    )
+blend = split_runs[0]  # the first of them, drawn in Fig. 5.2
+w_first = runs[1, blend][2][:, 0, 0]  # weight on position 0, one head
+by_token = torch.stack(
+    [w_first[test_tokens[:, 0] == t].mean() for t in range(VOCAB)]
+)
+print(
+    f"1 head, seed {blend}: mean weight on position 0, by the token "
+    f"there: {by_token.min():.2f} to {by_token.max():.2f}"
+)
 
 # %% [markdown]
 # * **Two heads get both tokens exactly**, in every run: each head reads one position, and the

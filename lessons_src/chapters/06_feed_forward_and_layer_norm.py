@@ -4,8 +4,8 @@
 # Chapters 04 and 05 built attention, which lets every position gather information from the
 # others. A Transformer layer needs three more pieces around it:
 #
-# * a **position-wise feed-forward network** that transforms each position's vector on its own:
-#   the layer's non-linear transformation of each position on its own;
+# * a **position-wise feed-forward network**, the layer's non-linear step, which transforms each
+#   position's vector on its own;
 # * **residual connections**, $x + \operatorname{sublayer}(x)$, which keep a deep stack of layers
 #   trainable;
 # * **layer normalisation**, which keeps the size of the vectors in check as they pass through the
@@ -1115,7 +1115,7 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 # (Liu et al., 2020), so the first steps must be small, and a warmup makes them small
 # (exercise 3). A warmup also has a second job: in the first steps Adam's estimate of each
 # gradient's variance rests on a handful of gradients, so its step sizes are unreliable (Liu et
-# al., 2019, *On the Variance of the Adaptive Learning Rate and Beyond*, who show it on a
+# al., 2020, *On the Variance of the Adaptive Learning Rate and Beyond*, who show it on a
 # Transformer for translation). Both variants here use the same Adam without warmup, so that
 # reason alone cannot explain the gap between them; but it may matter more for post-norm, whose
 # stack amplifies every early update, and this experiment does not tell the two causes apart.

@@ -696,7 +696,7 @@ plt.show()
 # $$
 #
 # Chapter 06 gave the two reasons to warm up: Adam's first steps rest on estimates of the
-# gradient's size made from very few gradients (Liu et al., 2019, *On the Variance of the
+# gradient's size made from very few gradients (Liu et al., 2020, *On the Variance of the
 # Adaptive Learning Rate and Beyond*), and a *post-norm* stack like ours and the paper's
 # amplifies its early updates (Liu et al., 2020), so that deep post-norm stacks train much
 # worse without a warmup (Xiong et al., 2020). Ours has only two layers per stack; exercise 2

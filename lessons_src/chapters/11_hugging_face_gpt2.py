@@ -1654,8 +1654,8 @@ assert not torch.equal(wrong, new[:30])
 # The SmolLM2 we ran came from a file that stores most of its weights in 4 bits. Going further
 # than bfloat16's 16, a model's weights can be **quantised**: stored as small integers plus a
 # few floats to map them back. In llama.cpp's Q4_1 format, each run of 32 weights keeps
-# its minimum $m$ and a step $d = (\max - m)/15$ as 16-bit floats, and each weight the integer
-# $q = \mathrm{round}((w - m)/d)$ between 0 and 15, 4 bits; the weight read back is $m + qd$.
+# its minimum $m$ and a step $d = (M - m)/15$ ($M$: its maximum) as 16-bit floats, and each
+# weight the integer $q = \mathrm{round}((w - m)/d)$ between 0 and 15, 4 bits; the weight read back is $m + qd$.
 # That makes $32 \cdot 4 + 2 \cdot 16 = 160$ bits per 32 weights, 5 bits per weight, and an
 # error of about $d/2$ at most on each (not exactly: $m$ and $d$ are themselves rounded to 16
 # bits). A format with more bits, Q8_0, keeps

@@ -322,6 +322,8 @@ view = head_view(
 display(view)
 # in the head shown first, "it" looks most at "umbrella"
 it_row = pair_att[3][0, 1, pair_tokens.index("it")]
+
+# %% tags=["remove-cell"]
 assert pair_tokens[int(it_row.argmax())] == "umbrella"
 
 # %% tags=["remove-cell"]
@@ -438,12 +440,12 @@ view = model_view(
     html_action="return",
 )
 display(view)
+
+# %% tags=["remove-cell"]
 # in layer 3, head 1 and layer 5, head 11, "it" looks most at "animal"
 for layer, head in [(3, 1), (5, 11)]:
     it_row = coref_att[layer][0, head, coref_tokens.index("it")]
     assert coref_tokens[int(it_row.argmax())] == "animal"
-
-# %% tags=["remove-cell"]
 # in every layer and head, each query's weights add up to 1
 assert all(
     torch.allclose(a.sum(-1), torch.ones(()), atol=1e-5) for a in coref_att
@@ -610,6 +612,8 @@ print("max |ours - BertModel| after the embeddings and each layer:")
 print("   ", "  ".join(f"{d:.1e}" for d in layer_diff))
 print(f"max |ours - BertModel| of the last hidden state: {layer_diff[-1]:.1e}")
 print(f"max |ours - BertModel| of the attention weights: {att_diff:.1e}")
+
+# %% tags=["remove-cell"]
 assert max(layer_diff) <= 1e-4 and att_diff <= 1e-5
 
 # %% [markdown]
@@ -888,6 +892,8 @@ with torch.inference_mode():
     hf_logits = hf_mlm(input_ids=held_in[:8]).logits
     mlm_diff = (hf_logits - mlm(held_in[:8])).abs().max().item()
 print(f"{type(hf_mlm).__name__}: max |logits difference| {mlm_diff:.1e}")
+
+# %% tags=["remove-cell"]
 assert mlm_diff <= 1e-4
 
 # %% [markdown]
@@ -1144,6 +1150,8 @@ print(
     f"{n_pad} padding tokens; largest change of a coordinate:\n"
     f"masked mean {masked_change:.1e}, plain mean {plain_change:.2f}"
 )
+
+# %% tags=["remove-cell"]
 assert masked_change < 1e-5 and plain_change > 0.1
 
 # %% [markdown]
@@ -1747,6 +1755,8 @@ print(
     f"{frozen_name}\n  unchanged by training: layer "
     + ", ".join(f"{k} {u}" for k, u in enumerate(unchanged))
 )
+
+# %% tags=["remove-cell"]
 # the frozen layers are exactly the checkpoint's; the first trained one moved
 assert unchanged == [True] * n_frozen + [False]
 
@@ -2754,9 +2764,6 @@ print(
     f"trophy {small_trophy[layer, head]:.2f}, "
     f"suitcase {small_suitcase[layer, head]:.2f}"
 )
-assert to_trophy[layer, head] > to_suitcase[layer, head]
-# again the same noun: a heuristic, not understanding
-assert small_trophy[layer, head] > small_suitcase[layer, head]
 
 # %% [markdown] tags=["solution"]
 # The head that gives "trophy" the most weight is layer 3, head 1, the head that linked "it" to
@@ -2764,6 +2771,11 @@ assert small_trophy[layer, head] > small_suitcase[layer, head]
 # small", where "it" is the suitcase, it still prefers the trophy (0.65 against 0.12). As with
 # "tired" and "wide", the head follows a pattern (look at "trophy", whatever "it" means), not
 # the meaning that decides what "it" refers to.
+
+# %% tags=["remove-cell"]
+assert to_trophy[layer, head] > to_suitcase[layer, head]
+# again the same noun: a heuristic, not understanding
+assert small_trophy[layer, head] > small_suitcase[layer, head]
 
 # %% [markdown]
 # **2. Which vector to probe?** The linear probe of *Classification, honestly* read mean-pooled
@@ -2799,7 +2811,6 @@ for name, (x_tr, x_dev) in probe_views.items():
     view_acc[name] = accuracy(probe.predict(x_dev), dev.labels)
 for name, acc in view_acc.items():
     print(f"linear probe on the {name:26s} dev accuracy {acc:.1%}")
-assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 
 # %% [markdown] tags=["solution"]
 # The mean of the token vectors wins clearly (78.0 %): it is what all-MiniLM-L6-v2 was trained to
@@ -2809,6 +2820,9 @@ assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 # of `[CLS]` followed by tanh, which adds nothing a linear probe could use. For a BERT
 # whose pooler *was* trained (on next-sentence prediction, like `bert-base-uncased`), the
 # comparison can come out differently: measure it.
+
+# %% tags=["remove-cell"]
+assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 
 # %% [markdown]
 # **3. Left padding.** Hugging Face tokenizers can pad on the left (`tokenizer.padding_side =
@@ -2833,8 +2847,6 @@ print(
     tokenizer.convert_ids_to_tokens(left["input_ids"][0])[:4],
 )
 print(f"max |left-padded - alone| = {(e_left - e_alone).abs().max():.2f}")
-assert left["attention_mask"][0, 0] == 0
-assert (e_left - e_alone).abs().max() > 0.05
 
 # %% [markdown] tags=["solution"]
 # It does not: the two embeddings differ by up to 0.49 in a coordinate. The mask removes the
@@ -2843,6 +2855,10 @@ assert (e_left - e_alone).abs().max() > 0.05
 # position: "[CLS] at position 7" is a different input. With right padding the real tokens keep
 # their positions. (Models with relative positions, or code that numbers the positions from the
 # first real token, avoid this.)
+
+# %% tags=["remove-cell"]
+assert left["attention_mask"][0, 0] == 0
+assert (e_left - e_alone).abs().max() > 0.05
 
 # %% [markdown]
 # **4. Which vector to fine-tune?** *Classification, honestly* fine-tuned a head that reads `[CLS]` through the

@@ -877,7 +877,7 @@ print(
 # %% [markdown]
 # Between step 8 and step 16, 7 dev questions went from wrong to right and 1 from right to
 # wrong. The dev score rose between the two evaluations, but a split at least this lopsided
-# has a chance of 7.0e-02 even if the two models were equally accurate on such dates: 40
+# has a chance of 7.0 × 10⁻² even if the two models were equally accurate on such dates: 40
 # questions do not settle whether the second half of the run added to the score.
 #
 # ### Loss on the answer, or on every token?
@@ -949,7 +949,7 @@ for name, norms in (
 # pairing is one-sided: 12 dev questions are right with the answer-only loss and wrong with the
 # loss on every token, and none the other way round. If the two trained adapters were equally
 # accurate on such dates, a split at least as lopsided as 12 to 0 would have a chance of
-# 4.9e-04. The two runs differ only in the loss, so in this pair the loss is the cause; whether
+# 4.9 × 10⁻⁴. The two runs differ only in the loss, so in this pair the loss is the cause; whether
 # the gap holds for other seeds, or with settings tuned for each loss, one pair cannot say. The
 # comparison holds the settings chosen for the answer-only loss fixed (learning rate, $\alpha$,
 # clipping); it does not tune them for each loss. Clipping rarely acted on either run: the
@@ -1267,7 +1267,7 @@ print(f"largest logit difference, merged vs adapter: {diff:.1e}")
 
 # %% [markdown]
 # The adapter moves the logits by up to 17.17; the merged model's logits differ from the
-# adapter's by at most 7.4e-05, the float32 rounding of summing the products in another order.
+# adapter's by at most 7.4 × 10⁻⁵, the float32 rounding of summing the products in another order.
 #
 # ## What the tuning cost: forgetting
 #
@@ -1410,7 +1410,7 @@ for name, earlier in (("before", before), ("few-shot", hinted)):
 # Paired, the gain is one-sided: 23 test questions that the untuned model got wrong are right
 # after tuning, and none went the other way; against the few-shot prompt, 15 became right and 1
 # became wrong. If tuning had only moved answers at random, each split would be very unlikely
-# (p = 2.4e-07 and 5.2e-04).
+# (p = 2.4 × 10⁻⁷ and 5.2 × 10⁻⁴).
 #
 # The run is also one seed: another seed gives other starting adapters, and how far that moves
 # the result after only 16 steps, one run cannot say. A claim such as "LoRA with rank 8 reaches
@@ -1441,7 +1441,7 @@ for name, earlier in (("before", before), ("few-shot", hinted)):
 #   (95 % interval about 45 % to 74 %; 23 questions gained and none lost against the untuned
 #   model); 4 of the 16 remaining mistakes only break conventions the question never states. The
 #   adapter switches on and off, reloads from its file with the same answers, and merges into
-#   the weights, with logits that differ from the adapter's by at most 7.4e-05.
+#   the weights, with logits that differ from the adapter's by at most 7.4 × 10⁻⁵.
 # * The price was measured, not assumed, if on a small scale: perplexity on unrelated text rose
 #   by 0.5 %; of 12 general questions the tuned model answered 7 right against 8 before, and
 #   only 3 answers stayed word for word the same.
@@ -1548,7 +1548,6 @@ per_matrix = {
 }
 mlp_share = sum(per_matrix[t] for t in mlp) / sum(per_matrix[t] for t in every)
 print(f"the MLP's three matrices: {mlp_share:.0%} of the adapters' parameters")
-assert mlp_share > 0.5, "the MLP's matrices hold most of the parameters"
 
 # %% [markdown] tags=["solution"]
 # All seven matrices train 5.3 times as many parameters: the MLP's matrices are wide
@@ -1558,6 +1557,9 @@ assert mlp_share > 0.5, "the MLP's matrices hold most of the parameters"
 # model shows why: the forward and backward pass through the frozen model alone, which is the
 # same whichever matrices are adapted, takes most of the time of the q, v step. Whether the extra adapters would raise the exact match
 # on dates, these counts do not say: train it to find out.
+
+# %% tags=["remove-cell"]
+assert mlp_share > 0.5, "the MLP's matrices hold most of the parameters"
 
 # %% [markdown]
 # **3. Which part of an example is hard to predict?** If the loss fell on every token, which part

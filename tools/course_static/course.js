@@ -169,9 +169,42 @@
 // Code names may break only where a reader would split them: after an underscore, a dot, a comma
 // or an opening bracket, and between the words of a CamelCase name; never in the middle of a word
 // ("PositionwiseFeed|Forward", not "...FeedFor|ward"; "generate_square_|subsequent_mask", not
-// "..._subsequ|ent_mask"). A short one (a shape such as "(batch, 1, n, n)") does not break at all.
+// "..._subsequ|ent_mask"). One that fits a phone's line (a shape such as "(batch, 1, n, n)",
+// "F.scaled_dot_product_attention") does not break at all: it moves to the next line whole.
 (function () {
-  const SHORT = 24;  // characters
+  const SHORT = 40;  // characters: about a phone's line of code
+  const MARKS = /(?<=[_.,(\[])(?=\S)|(?<=[a-z0-9])(?=[A-Z])/;
+  function split(code, wholeWords) {
+    const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    const texts = [];
+    while (walker.nextNode()) texts.push(walker.currentNode);
+    texts.forEach(function (node) {
+      // words (split at spaces, which stay break points): a short one never breaks (a flag such
+      // as "--n-layer" would read as "-n-layer" on the next line), a long one at the marks
+      const frag = document.createDocumentFragment();
+      node.nodeValue.split(/(\s+)/).forEach(function (word) {
+        if (!word) return;
+        if (/^\s+$/.test(word)) {
+          frag.appendChild(document.createTextNode(word));
+        } else if (wholeWords && word.length <= SHORT) {
+          const span = document.createElement("span");
+          span.className = "course-nowrap";
+          span.textContent = word;
+          frag.appendChild(span);
+        } else {
+          word.split(MARKS).forEach(function (part, i) {
+            if (i) frag.appendChild(document.createElement("wbr"));
+            frag.appendChild(document.createTextNode(part));
+          });
+        }
+      });
+      node.parentNode.replaceChild(frag, node);
+    });
+  }
+  function tooWide(code) {
+    const box = code.closest("p, li, td, th, dt, dd, h1, h2, h3, h4, h5, h6, figcaption, div");
+    return box !== null && code.getBoundingClientRect().width > box.clientWidth;
+  }
   function breakable() {
     document.querySelectorAll(".bd-article code.literal").forEach(function (code) {
       if (code.dataset.courseBreaks) return;
@@ -180,37 +213,25 @@
       const inTable = !!code.closest("table");
       if (!inTable && code.textContent.length <= SHORT) {
         code.classList.add("course-nowrap");
+        if (!tooWide(code)) return;  // a large heading on a phone: it breaks at its marks after all
+        code.classList.remove("course-nowrap");
+        split(code, false);
         return;
       }
-      const walker = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
-      const texts = [];
-      while (walker.nextNode()) texts.push(walker.currentNode);
-      texts.forEach(function (node) {
-        // words (split at spaces, which stay break points): a short one never breaks (a flag such
-        // as "--n-layer" would read as "-n-layer" on the next line), a long one at the marks
-        const frag = document.createDocumentFragment();
-        node.nodeValue.split(/(\s+)/).forEach(function (word) {
-          if (!word) return;
-          if (/^\s+$/.test(word)) {
-            frag.appendChild(document.createTextNode(word));
-          } else if (!inTable && word.length <= SHORT) {
-            const span = document.createElement("span");
-            span.className = "course-nowrap";
-            span.textContent = word;
-            frag.appendChild(span);
-          } else {
-            word.split(/(?<=[_.,(\[])(?=\S)|(?<=[a-z0-9])(?=[A-Z])/).forEach(function (part, i) {
-              if (i) frag.appendChild(document.createElement("wbr"));
-              frag.appendChild(document.createTextNode(part));
-            });
-          }
-        });
-        node.parentNode.replaceChild(frag, node);
-      });
+      split(code, !inTable);
     });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", breakable);
   else breakable();
+  window.addEventListener("load", function () {
+    // once fonts are in, a name kept whole that no longer fits breaks at its marks
+    document.querySelectorAll(".bd-article code.literal.course-nowrap").forEach(function (code) {
+      if (tooWide(code)) {
+        code.classList.remove("course-nowrap");
+        split(code, false);
+      }
+    });
+  });
 })();
 
 // A punctuation mark right after an inline formula stays on the formula's line ("... reads j."
@@ -242,24 +263,42 @@
   else start();
 })();
 
-// On a phone, a printed output that is not a table (a line of a label and its value, a sentence)
-// wraps at the column's edge, so that the value at the end of a long line is seen without
-// scrolling; a table (three or more columns, aligned over several lines) keeps its layout and
-// scrolls in its box.
+// On a phone, the lines of a printed output that are not part of a table (a label and its value, a
+// sentence) wrap at the column's edge, so that the value at the end of a long line is seen without
+// scrolling; the lines of a table (columns padded apart, a printed tensor, a grid of tokens) keep
+// their layout, and the box scrolls sideways for them.
 (function () {
-  function isTable(text) {
-    const lines = text.split("\n").filter(function (l) { return l.trim(); });
-    if (lines.length < 3) return false;
-    const columned = lines.filter(function (l) {
-      return (l.trim().match(/\S\s{2,}(?=\S)/g) || []).length >= 2;
+  function tableLines(lines) {
+    const keep = lines.map(function (l) {
+      return /\S\s{2,}\S/.test(l) || /^\s*tensor\(|^\s+\[/.test(l);
     });
-    return columned.length >= lines.length / 2;
+    // a grid: two or more neighbouring lines split into the same number (3+) of fields
+    const fields = lines.map(function (l) { return l.trim() ? l.trim().split(/\s+/).length : 0; });
+    for (let i = 0; i + 1 < lines.length; i++) {
+      if (fields[i] >= 3 && fields[i] === fields[i + 1]) keep[i] = keep[i + 1] = true;
+    }
+    return keep;
   }
   function mark() {
     document.querySelectorAll(".bd-article div.cell_output pre").forEach(function (pre) {
       if (pre.dataset.courseWrap) return;
       pre.dataset.courseWrap = "1";
-      if (!isTable(pre.textContent)) pre.classList.add("course-wrap-phone");
+      if (pre.closest(".tag_wrap-output")) return;  // prose that wraps whole already
+      // a listing of the package's code keeps its indentation
+      if (/^\s*(class |def |async def |@)/.test(pre.textContent)) return;
+      // coloured output (spans with text in them) is left as it is
+      if (Array.from(pre.children).some(function (c) { return c.textContent; })) return;
+      const lines = pre.textContent.split("\n");
+      const keep = tableLines(lines);
+      if (keep.every(Boolean)) return;  // all table: it scrolls as a whole
+      pre.classList.add("course-wrap-phone");
+      pre.textContent = "";
+      lines.forEach(function (line, i) {
+        const span = document.createElement("span");
+        if (keep[i]) span.className = "course-keep";
+        span.textContent = line + (i + 1 < lines.length ? "\n" : "");
+        pre.appendChild(span);
+      });
     });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
