@@ -104,6 +104,15 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
         "language_info": {"name": "python"},
         "colab": {"provenance": []},
     }
+    # the chapter's imports, at its top (a later import-only cell shows where a new tool comes in)
+    first_imports = next(
+        (
+            c
+            for c in nb.cells[1:]
+            if only_imports(c) and not any(t.startswith("remove-") for t in c.metadata.get("tags", []))
+        ),
+        None,
+    )
     for i, c in enumerate(nb.cells):
         c["id"] = f"c{i:03d}-{src.stem[:2]}"
         c.metadata.pop("lines_to_next_cell", None)
@@ -118,7 +127,7 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
             c.metadata["tags"] = [t for t in tags if t not in ("hide-input", "hide-cell")] + ["hide-cell"]
             c.metadata["mystnb"] = source_metadata(c)
             c.metadata["jupyter"] = dict(COLLAPSED)
-        elif only_imports(c) and i > 0 and not any(t.startswith("remove-") for t in tags):
+        elif only_imports(c) and c is first_imports:
             c.metadata["tags"] = [t for t in tags if t != "hide-input"] + ["hide-input"]
             c.metadata["mystnb"] = dict(IMPORTS_PROMPT)
         elif "hide-input" in tags and c.cell_type == "code":

@@ -215,8 +215,7 @@ class Entry:
     label: str
     before: str  # "Vaswani, A., Shazeer, N., ... (2017)."
     title: str
-    after: str  # where it appeared: "NeurIPS 2017."
-    links: tuple[tuple[str, str], ...]  # (name, address) pairs
+    rest: str  # the rest of the entry's line, in markdown: where it appeared, its links
 
 
 def reference_entries(text: str) -> dict[str, Entry]:
@@ -228,16 +227,35 @@ def reference_entries(text: str) -> dict[str, Entry]:
         if m is None:
             raise ValueError(f"references entry {label!r} has no *title*")
         before, title, rest = m.groups()
-        links = tuple(re.findall(r"\[([^]]+)\]\((https?://[^)\s]+)\)", rest))
-        after = re.sub(r"\[[^]]+\]\([^)]*\)|·", "", rest)
-        after = re.sub(r"\*([^*]+)\*", r"\1", after)
-        entries[label] = Entry(label, before.strip(), title.strip(), " ".join(after.split()), links)
+        entries[label] = Entry(label, before.strip(), title.strip(), " ".join(rest.split()))
     return entries
+
+
+_INLINE = re.compile(r"\[([^]]+)\]\((https?://[^)\s]+)\)|\*([^*]+)\*|`([^`]+)`")
+
+
+def _inline(text: str) -> list[nodes.Node]:
+    """A line of the references page as nodes: its links, *emphasis* and `code`, and the text between."""
+    out: list[nodes.Node] = []
+    done = 0
+    for m in _INLINE.finditer(text):
+        if m.start() > done:
+            out.append(nodes.Text(text[done : m.start()]))
+        if m.group(1):
+            out.append(nodes.reference("", m.group(1), refuri=m.group(2)))
+        elif m.group(3):
+            out.append(nodes.emphasis("", m.group(3)))
+        else:
+            out.append(nodes.literal(m.group(4), m.group(4)))
+        done = m.end()
+    if done < len(text):
+        out.append(nodes.Text(text[done:]))
+    return out
 
 
 def chapter_references(entries: list[Entry], page: str) -> nodes.section:
     """The "References" section that closes a chapter: each work it cites, its title linking to the
-    work's entry on the references page (``page``), then the work's own links."""
+    work's entry on the references page (``page``), then where it appeared and its own links."""
     section = nodes.section(ids=["references-cited"], names=["references cited"])
     section += nodes.title("", "References")
     items = nodes.bullet_list()
@@ -247,11 +265,9 @@ def chapter_references(entries: list[Entry], page: str) -> nodes.section:
         title = nodes.reference("", "", internal=True, refuri=f"{page}#ref-{e.label}")
         title += nodes.emphasis("", e.title)
         para += title
-        if e.after:
-            para += nodes.Text(" " + e.after)
-        for k, (name, url) in enumerate(e.links):
-            para += nodes.Text(" · " if k else " ")
-            para += nodes.reference("", name, refuri=url)
+        if e.rest:
+            para += nodes.Text(" ")
+            para.extend(_inline(e.rest))
         items += nodes.list_item("", para)
     section += items
     return section

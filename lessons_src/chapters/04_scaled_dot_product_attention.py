@@ -1139,8 +1139,6 @@ for n in (4096, 32_768, 131_072):
 for tau in (0.01, 1.0, 100.0):
     w_tau = torch.softmax(scores / tau, dim=-1)[1]
     print(f"tau = {tau:6}: word 2's weights [{w_tau[0]:.4f}, {w_tau[1]:.4f}]")
-w_cold = torch.softmax(scores / 0.01, dim=-1)[1]
-w_hot = torch.softmax(scores / 100.0, dim=-1)[1]
 
 # %% [markdown] tags=["solution"]
 # As $\tau \to 0$ the softmax becomes an argmax: all of word 2's weight goes to word 1, the key
@@ -1151,6 +1149,8 @@ w_hot = torch.softmax(scores / 100.0, dim=-1)[1]
 # scores by 6.25, divides the temperature by 6.25.
 
 # %% tags=["remove-cell"]
+w_cold = torch.softmax(scores / 0.01, dim=-1)[1]
+w_hot = torch.softmax(scores / 100.0, dim=-1)[1]
 assert torch.allclose(w_cold, torch.tensor([1.0, 0.0]))  # argmax
 assert torch.allclose(w_hot, torch.tensor([0.5, 0.5]), atol=0.01)  # uniform
 # 3 Q with tau = 1 is the same as Q with tau = 1/3

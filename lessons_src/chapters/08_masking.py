@@ -885,7 +885,8 @@ print(f"real positions, left vs right padding: max change {change:.2f}")
 # of 1. The fix is to count positions from the first real token, `attention_mask.cumsum(-1) - 1`,
 # which is how Hugging Face's `generate` builds its `position_ids` for a left-padded batch
 # (chapter 11 generates for such a batch). At the pads the count gives $-1$; we clamp it to 0,
-# as Hugging Face does (any value would work, since nothing reads a pad position). Our model
+# as Hugging Face's `generate` does in the version this course installs (older versions put 1
+# there; any value works, since nothing reads a pad position). Our model
 # always numbers positions $0, 1, 2, \dots$, so we run its decoder by hand with explicit
 # positions, and, as a control, once more without the padding part of the mask:
 

@@ -439,8 +439,8 @@ show_source(teacher_forced_logits)
 #
 # over the $K$ classes. The model is then never pushed to be infinitely sure (logits growing
 # without bound), which tends to help generalisation and calibration (Müller, Kornblith and
-# Hinton, 2019, *When Does Label Smoothing Help?*). Its price: the 2017 paper notes that it
-# makes perplexity worse while improving accuracy and BLEU. Our $q$ spreads $\varepsilon$ over
+# Hinton, 2019, *When Does Label Smoothing Help?*). Its price: the 2017 paper (Vaswani et al.,
+# 2017) notes that it makes perplexity worse while improving accuracy and BLEU. Our $q$ spreads $\varepsilon$ over
 # all $K$ tokens, `<pad>` and `<bos>` included, which the model is never asked to write. The
 # Annotated Transformer puts exactly $1 - \varepsilon$ on the label, gives the `<pad>` column
 # zero and spreads $\varepsilon$ over the other $K - 2$ tokens (`<bos>` included). Either way

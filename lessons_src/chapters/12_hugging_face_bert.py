@@ -2704,8 +2704,9 @@ del base, minilm
 #   guesses words of the right field. Converted to
 #   `BertForMaskedLM`, our model answers `pipeline("fill-mask")`.
 # * Mean pooling over the attention mask gives sentence embeddings that right padding does not
-#   change (left padding moves the positions, exercise 3); cosine similarity between them finds paraphrases that share few words, and a
-#   semantic search found answers that share no word with the question.
+#   change (exercise 3 tries left padding); cosine similarity between them finds paraphrases
+#   that share few words, and a semantic search found answers that share no word with the
+#   question.
 # * A freshly loaded classification head is random, and transformers' load report says so: its
 #   "confidence" is noise and its accuracy is chance. The head itself is a dozen lines on our
 #   own encoder (`[CLS]`, pooler, linear layer) and gives Hugging Face's scores.
