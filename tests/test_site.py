@@ -233,7 +233,7 @@ def test_every_reference_entry_parses_for_the_chapters_reference_lists():
         shown = course_site.chapter_references([e], "references.html")
         links = [r["refuri"] for r in shown.findall(course_site.nodes.reference)]
         assert len(links) >= 2 and all(u.startswith("http") for u in links[1:]), e
-        assert not re.search(r"[[\]*`]|\. \.", shown.astext()), shown.astext()  # no markdown left
+        assert not re.search(r"[\[\]*`]|\. \.", shown.astext()), shown.astext()  # no markdown left
 
 
 def test_a_chapters_reference_list_links_each_work_and_its_entry():
