@@ -1013,8 +1013,6 @@ for n in (2048, 4096):
         f"  n = {n}: {1000 * min(fresh):5.2f} ms /"
         f" {1000 * min(reused):5.2f} ms"
     )
-
-# %% tags=["remove-cell"]
 # 32 times the tokens take more than 32 times as long
 assert cost["naive", 4096] > 32 * cost["naive", 128]
 

@@ -516,8 +516,6 @@ for h in (1, 12, 48):
         )
         ms[h] = {p: best_ms(*call) for p, call in zip(parts, calls)}
     print(f"{h:5d} {d_h:6d}" + "".join(f"{ms[h][p]:15.0f}" for p in parts))
-
-# %% tags=["remove-cell"]
 # the last head count, 48: one L x L score matrix per head
 assert scores_h.shape == (1, 48, L_long, L_long)
 
@@ -936,8 +934,6 @@ head_view(
     layer=best["previous token"][0],
     heads=[best["previous token"][1]],
 )
-
-# %% tags=["remove-cell"]
 assert attentions[0].shape[-1] == len(tokens)  # one row per token
 
 # %% tags=["remove-cell"]

@@ -764,8 +764,6 @@ with torch.no_grad():
     )
 diff = (out_ours - out_torch).abs().max().item()
 print(f"decoder layer: max |ours - PyTorch| = {diff:.1e}")
-
-# %% tags=["remove-cell"]
 assert diff < 1e-5  # float32 rounding: different operations, rounded apart
 
 # %% [markdown]
@@ -791,8 +789,6 @@ with torch.no_grad():
     out_torch = theirs(x, src_key_padding_mask=(src == PAD))
 diff = (out_ours - out_torch).abs().max().item()
 print(f"encoder layer: max |ours - PyTorch| = {diff:.1e}")
-
-# %% tags=["remove-cell"]
 assert diff < 1e-5  # float32 rounding: different operations, rounded apart
 
 # %% [markdown]
@@ -810,8 +806,6 @@ diff64 = (out_ours - out_torch).abs().max().item()
 for dtype in (torch.float32, torch.float64):
     print(f"{dtype}: rounding step {torch.finfo(dtype).eps:.1e}")
 print(f"float64 encoder layer: max |ours - PyTorch| = {diff64:.1e}")
-
-# %% tags=["remove-cell"]
 assert diff64 < 1e-12  # float64 rounding: a far finer step
 
 # %% [markdown]

@@ -871,8 +871,6 @@ print(
     f"{STEPS} steps took {history.wall_seconds:.0f} s, "
     f"{STEPS / history.wall_seconds:.0f} steps per second"
 )
-
-# %% tags=["remove-cell"]
 # the smoothed loss of every token is at least the entropy of its target
 assert min(history.loss) > floor
 

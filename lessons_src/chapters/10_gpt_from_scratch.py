@@ -732,8 +732,6 @@ history = train(
     on_eval=report,
 )
 print(f"trained in {history.wall_seconds:.0f} s")
-
-# %% tags=["remove-cell"]
 # the two losses end together
 assert (
     abs(history.evals["val_loss"][-1] - history.evals["train_loss"][-1]) < 0.05
@@ -853,8 +851,6 @@ print(
     "last point of the validation curve (256 windows): "
     f"{history.evals['val_loss'][-1]:.3f} nats/char"
 )
-
-# %% tags=["remove-cell"]
 # 256 windows spread over the text estimate the loss of 2,048 closely
 assert abs(val_loss - history.evals["val_loss"][-1]) < 0.05
 
@@ -890,8 +886,6 @@ print(f"{'validation loss':22}" + "".join(f"{x:6.2f}" for x in band_loss))
 # the yardstick on the same characters as the first column
 first = -pairs.log()[xs[:, 0], ys[:, 0]].mean().item()
 print(f"previous character only: {first:.2f} on the first column's characters")
-
-# %% tags=["remove-cell"]
 # one character: above the yardstick; two: below it
 assert band_loss[1] < bigram_loss < band_loss[0]
 assert first < band_loss[0]
@@ -925,8 +919,6 @@ known = sum(w in train_words for w in words) / len(words)
 print(
     f"{known:.0%} of its words of 3 letters or more occur in the training text"
 )
-
-# %% tags=["remove-cell"]
 # many of its words are words of the plays
 assert known > 0.4
 
@@ -1026,8 +1018,6 @@ print("after 300 steps, validation loss (nats/char)")
 for name, loss in parts_loss.items():
     print(f"  {name:24} {loss:.3f}")
 print(f"  {'previous character only':24} {bigram_loss:.3f}")
-
-# %% tags=["remove-cell"]
 # each part removed costs more than 0.1 nats/char in these runs
 assert all(v > with_pos + 0.1 for v in list(parts_loss.values())[1:])
 
@@ -1093,8 +1083,6 @@ for name, tr, va in (
     ("larger model", big_train, big_val),
 ):
     print(f"{name:13} {tr:9.3f} {va:11.3f} {math.exp(va):11.2f}")
-
-# %% tags=["remove-cell"]
 # the gap between validation and training loss is wider for the larger model
 assert big_val - big_train > val_loss - small_train
 
@@ -1519,8 +1507,6 @@ for n in (32, 64, 127):
         f"{n:>10} {t_plain:>9.2f}s {t_cache:>9.2f}s {speedup:>8.1f}x"
         f" {same!s:>12}"
     )
-
-# %% tags=["remove-cell"]
 assert same  # 127 new tokens: the cache gives the same tokens
 assert speedup > 1.3  # and is clearly faster
 
@@ -1668,6 +1654,8 @@ blind_loss = window_losses(blind).mean().item()
 print("(b) the chapter's trained small model")
 print(f"    with its positions:      {val_loss:.3f} nats/char")
 print(f"    positions set to zero:   {blind_loss:.3f} nats/char")
+assert bigram_loss > without_pos > with_pos  # behind, but past the yardstick
+assert blind_loss > val_loss + 0.5  # the trained model relies on its positions
 
 # %% [markdown] tags=["solution"]
 # (a) After 300 steps the model without positions is 0.09 nats behind (2.47 against 2.38),
@@ -1680,10 +1668,6 @@ print(f"    positions set to zero:   {blind_loss:.3f} nats/char")
 # attends over a different number of predecessors, and the language models of Haviv et al.
 # (2022), cited there, trained without positions came close to those with them. One run of
 # 300 steps cannot show whether ours would catch up.
-
-# %% tags=["remove-cell"]
-assert bigram_loss > without_pos > with_pos  # behind, but past the yardstick
-assert blind_loss > val_loss + 0.5  # the trained model relies on its positions
 
 # %% [markdown]
 # **4. Context length.** The table of loss by context length showed the chapter's model gaining
@@ -1702,6 +1686,8 @@ print(f"  context 64, all positions   {long_nll.mean():.3f}")
 print(f"    its positions 1-16        {long_nll[:, :16].mean():.3f}")
 print(f"    its positions 17-64       {long_nll[:, 16:].mean():.3f}")
 print(f"  context 16, all positions   {short_nll.mean():.3f}")
+assert short_nll.mean() < long_nll.mean()
+assert long_nll[:, 16:].mean() >= long_nll[:, :16].mean()  # no better
 
 # %% [markdown] tags=["solution"]
 # After 300 steps the model with a context of 16 is ahead: 2.19 nats per character against
@@ -1715,10 +1701,6 @@ print(f"  context 16, all positions   {short_nll.mean():.3f}")
 # these. A long context pays only once a model has learned to read it, and only if the text
 # holds something there to read: even after 1,000 steps, the chapter's model shows no clear
 # gain from characters more than 8 back (the table of loss by context length).
-
-# %% tags=["remove-cell"]
-assert short_nll.mean() < long_nll.mean()
-assert long_nll[:, 16:].mean() >= long_nll[:, :16].mean()  # no better
 
 # %% [markdown]
 # **5. Width or depth.** A block's weight matrices hold $12d^2$ numbers for a width $d$: $4d^2$
@@ -1760,7 +1742,8 @@ narrow_parts, wide_parts = by_part(base), by_part(wide)
 for name, n in narrow_parts.items():
     w = wide_parts[name]
     print(f"{name:29}{n:9,}{w:9,}{w - n:+9,}")
-
+assert wide_loss < with_pos
+assert sum(wide_parts.values()) == count_parameters(wide)
 
 # %% [markdown] tags=["solution"]
 # The shallow, wide model is well ahead after 300 steps: 2.08 nats per character against
@@ -1779,7 +1762,3 @@ for name, n in narrow_parts.items():
 # attention cannot compose the two. A run of 300 steps measures how fast a shape learns, not
 # how far it can go: whether the deeper model catches up with longer training, this run
 # cannot tell.
-
-# %% tags=["remove-cell"]
-assert wide_loss < with_pos
-assert sum(wide_parts.values()) == count_parameters(wide)

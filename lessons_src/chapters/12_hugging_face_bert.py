@@ -322,8 +322,6 @@ view = head_view(
 display(view)
 # in the head shown first, "it" looks most at "umbrella"
 it_row = pair_att[3][0, 1, pair_tokens.index("it")]
-
-# %% tags=["remove-cell"]
 assert pair_tokens[int(it_row.argmax())] == "umbrella"
 
 # %% tags=["remove-cell"]
@@ -440,12 +438,12 @@ view = model_view(
     html_action="return",
 )
 display(view)
-
-# %% tags=["remove-cell"]
 # in layer 3, head 1 and layer 5, head 11, "it" looks most at "animal"
 for layer, head in [(3, 1), (5, 11)]:
     it_row = coref_att[layer][0, head, coref_tokens.index("it")]
     assert coref_tokens[int(it_row.argmax())] == "animal"
+
+# %% tags=["remove-cell"]
 # in every layer and head, each query's weights add up to 1
 assert all(
     torch.allclose(a.sum(-1), torch.ones(()), atol=1e-5) for a in coref_att
@@ -612,8 +610,6 @@ print("max |ours - BertModel| after the embeddings and each layer:")
 print("   ", "  ".join(f"{d:.1e}" for d in layer_diff))
 print(f"max |ours - BertModel| of the last hidden state: {layer_diff[-1]:.1e}")
 print(f"max |ours - BertModel| of the attention weights: {att_diff:.1e}")
-
-# %% tags=["remove-cell"]
 assert max(layer_diff) <= 1e-4 and att_diff <= 1e-5
 
 # %% [markdown]
@@ -892,8 +888,6 @@ with torch.inference_mode():
     hf_logits = hf_mlm(input_ids=held_in[:8]).logits
     mlm_diff = (hf_logits - mlm(held_in[:8])).abs().max().item()
 print(f"{type(hf_mlm).__name__}: max |logits difference| {mlm_diff:.1e}")
-
-# %% tags=["remove-cell"]
 assert mlm_diff <= 1e-4
 
 # %% [markdown]
@@ -1150,8 +1144,6 @@ print(
     f"{n_pad} padding tokens; largest change of a coordinate:\n"
     f"masked mean {masked_change:.1e}, plain mean {plain_change:.2f}"
 )
-
-# %% tags=["remove-cell"]
 assert masked_change < 1e-5 and plain_change > 0.1
 
 # %% [markdown]
@@ -1755,8 +1747,6 @@ print(
     f"{frozen_name}\n  unchanged by training: layer "
     + ", ".join(f"{k} {u}" for k, u in enumerate(unchanged))
 )
-
-# %% tags=["remove-cell"]
 # the frozen layers are exactly the checkpoint's; the first trained one moved
 assert unchanged == [True] * n_frozen + [False]
 

@@ -1548,6 +1548,7 @@ per_matrix = {
 }
 mlp_share = sum(per_matrix[t] for t in mlp) / sum(per_matrix[t] for t in every)
 print(f"the MLP's three matrices: {mlp_share:.0%} of the adapters' parameters")
+assert mlp_share > 0.5, "the MLP's matrices hold most of the parameters"
 
 # %% [markdown] tags=["solution"]
 # All seven matrices train 5.3 times as many parameters: the MLP's matrices are wide
@@ -1557,9 +1558,6 @@ print(f"the MLP's three matrices: {mlp_share:.0%} of the adapters' parameters")
 # model shows why: the forward and backward pass through the frozen model alone, which is the
 # same whichever matrices are adapted, takes most of the time of the q, v step. Whether the extra adapters would raise the exact match
 # on dates, these counts do not say: train it to find out.
-
-# %% tags=["remove-cell"]
-assert mlp_share > 0.5, "the MLP's matrices hold most of the parameters"
 
 # %% [markdown]
 # **3. Which part of an example is hard to predict?** If the loss fell on every token, which part
