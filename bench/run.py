@@ -1928,6 +1928,10 @@ def _fold(title: str, code: str, lang: str = "python", after: str = "") -> list[
     # the same toggle as the chapters' folded cells: "Show the code ..." or "Show the solution"
     if title.startswith("The code"):
         show, hide = "Show " + title[0].lower() + title[1:], "Hide the code"
+    elif title == "Expected outcome":  # a prediction to test, not a measured answer
+        show, hide = "Show what to expect", "Hide what to expect"
+    elif title == "Solution and expected outcome":
+        show, hide = "Show the code and what to expect", "Hide the code"
     else:
         show, hide = "Show the solution", "Hide the solution"
     # (inside a div.cell, so that the theme's rules for folded cells apply: one label at a time)
@@ -2030,9 +2034,9 @@ def _render_machine(results: dict) -> list[str]:
         add(f"{d['cpu']}, {d['cores']} cores, {THREADS} PyTorch threads", "several processes", ddp.get("date"))
     elif ddp:
         add(main, "several processes")
-    lines = ["## The machines", "", "| device | what was measured on it | when |", "|---|---|---|"]
+    lines = ["## The machines", "", "| device | what was measured on it |", "|---|---|"]
     for name, sections in where.items():
-        lines.append(f"| CPU: {name} | {', '.join(sections)} | {dates.get(name, results['date'])} |")
+        lines.append(f"| CPU: {name} | {', '.join(sections)} |")
     gpu_torch = None
     for dev, r in prec.items():
         if dev == "cuda":
@@ -2043,10 +2047,10 @@ def _render_machine(results: dict) -> list[str]:
                 f"host CPU: {info['cpu']}, {info['cores']} cores, which launches its kernels) "
                 f"| precision, compilation and the limit"
                 + (", the batch sweep" if (results.get("batch_sweep") or {}).get(dev) else "")
-                + f" | {r['date']} |"
+                + " |"
             )
     if "cuda" not in prec:
-        lines.append("| GPU: none | | |")
+        lines.append("| GPU: none | |")
     lines += [
         "",
         (
@@ -3926,11 +3930,12 @@ def _render_notebooks(results: dict) -> list[str]:
     m = results.get("notebooks_machine") or results["machine"]
     longest = max(nbs, key=lambda r: r["seconds"])
     lines = [
-        "## How long each chapter takes to run",
+        "## What each chapter costs a learner",
         "",
         (
-            f"Each chapter run from top to bottom on the {m['cpu']}, {m['cores']} cores, {m['torch_threads']} "
-            "threads; no GPU was measured for the chapters."
+            f"How long a learner waits for each chapter, run from top to bottom on a {m['cores']}-core CPU (the "
+            f"{m['cpu']}, {m['torch_threads']} PyTorch threads). No GPU was measured for the "
+            "chapters."
         ),
         "",
         "| chapter | seconds |",
@@ -4290,8 +4295,9 @@ def _render_summary(results: dict) -> list[str]:
         longest = max(nbs, key=lambda r: r["seconds"])
         m = results["machine"]
         items.append(
-            f"The {len(nbs)} chapters timed run in {total / 60:.0f} minutes on {m['cores']} cores, "
-            f"{longest['seconds'] / total * 100:.0f} % of it in chapter {longest['notebook'][:2].lstrip('0')}."
+            f"A learner who runs all {len(nbs)} chapters on a {m['cores']}-core CPU waits {total / 60:.0f} minutes "
+            f"in all, the longest {longest['seconds'] / 60:.1f} minutes for chapter "
+            f"{longest['notebook'][:2].lstrip('0')}."
         )
     ddp = results.get("ddp")
     if ddp:
@@ -4377,9 +4383,10 @@ def _render_exercises(results: dict | None = None) -> list[str]:
         "",
         *_fold("Expected outcome", _exercise1_outcome(gpu, sweep), "text"),
         (
-            "**2. The batch and the peak.** "
-            "Train the same model for a few steps at batch sizes 16, 64 and 256, and compute the share of "
-            "the fastest matmul as the section on the limit does. How does the share change with the batch?"
+            "**2. The batch and the peak, on your machine.** "
+            "The batch sweep above was measured on a GPU. On your own device, train the same model for a few steps "
+            "at batch sizes 16, 64 and 256, and compute the share of the fastest matmul as the section on the "
+            "limit does. How does the share change with the batch, and why differently from the sweep?"
         ),
         "",
     ]
@@ -4408,8 +4415,9 @@ def _render_exercises(results: dict | None = None) -> list[str]:
     lines += _fold("Solution and expected outcome", sol2, after=" ".join(expect))
     lines += [
         (
-            "**3. TF32.** On a GPU, set `torch.backends.cuda.matmul.allow_tf32 = True` and time a 4096×4096 float32 "
-            "matmul and a float32 training step, each with and without it."
+            "**3. TF32 in a training step.** The section on the limit measured what TF32 does for a large "
+            "matmul. On a GPU, set `torch.backends.cuda.matmul.allow_tf32 = True` and time a float32 training step "
+            "of the model above with and without it: how much of the matmul's speed-up does the step keep?"
         ),
         "",
     ]

@@ -85,7 +85,7 @@ def test_a_chapter_timed_later_gets_its_row_and_joins_the_total():
         if nb not in timed:
             results["notebooks"].append({"notebook": nb, "seconds": 100.0, "error": None, "metrics": []})
     page = BENCH.render(results)
-    chapters = re.search(r"## How long each chapter takes to run.*?\n## ", page, re.S).group(0)
+    chapters = re.search(r"## What each chapter costs a learner.*?\n## ", page, re.S).group(0)
     assert "not measured" not in chapters and "| all chapters |" in chapters
     total = sum(round(r["seconds"], 1) for r in results["notebooks"])
     assert f"| all chapters | {total:.1f} |" in chapters
@@ -96,13 +96,13 @@ def test_chapter_times_that_miss_a_chapter_stay_off_the_page():
     book = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
     results["notebooks"] = [r for r in results["notebooks"] if r["notebook"] != book[-1]]  # one chapter untimed
     page = BENCH.render(results)
-    assert "## How long each chapter takes to run" not in page
-    assert "chapters timed run in" not in page and "newer than these timings" not in page
+    assert "## What each chapter costs a learner" not in page
+    assert "chapters on a" not in page and "newer than these timings" not in page
     # the section is still there when asked for, with the untimed chapter marked
     old = BENCH.SHOW_CHAPTER_TIMES
     try:
         BENCH.SHOW_CHAPTER_TIMES = True
-        chapters = re.search(r"## How long each chapter takes to run.*?\n## ", BENCH.render(results), re.S).group(0)
+        chapters = re.search(r"## What each chapter costs a learner.*?\n## ", BENCH.render(results), re.S).group(0)
     finally:
         BENCH.SHOW_CHAPTER_TIMES = old
     assert "not measured" in chapters

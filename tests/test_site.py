@@ -229,7 +229,7 @@ def test_every_reference_entry_parses_for_the_chapters_reference_lists():
     labels = re.findall(r"^\(ref-([\w-]+)\)=", text, flags=re.M)
     assert list(entries) == labels
     for e in entries.values():
-        assert e.title and re.search(r"\(\d{4}\)", e.before), e
+        assert e.title and re.search(r"\(\d{4}[a-z]?\)", e.before), e
         shown = course_site.chapter_references([e], "references.html")
         links = [r["refuri"] for r in shown.findall(course_site.nodes.reference)]
         assert len(links) >= 2 and all(u.startswith("http") for u in links[1:]), e
@@ -270,3 +270,17 @@ def test_figure_numbers_in_the_prose_link_to_their_figures():
     assert '<a class="reference internal" href="07_x.html#id3">Fig. 7.6</a> too' in linked
     assert "not Fig. 9.9." in linked  # no such figure: left as text
     assert linked.count('href="#id7"') == 1  # not in the caption, the code or the existing link
+
+
+def test_a_chapter_numbers_its_equations_in_order():
+    import course_site
+
+    page = (
+        '<div class="math" id="equation-eq-05-1"><span class="eqno">(12)</span>a</div>'
+        '<div class="math" id="equation-eq-05-2"><span class="eqno">(13)</span>b</div>'
+        '<p>By <a class="reference internal" href="#equation-eq-05-2"><span class="std">(13)</span></a>.</p>'
+    )
+    out = course_site._chapter_equations(page, Path("05_multi_head_attention.html"))
+    assert '<span class="eqno">(5.1)</span>' in out and '<span class="eqno">(5.2)</span>' in out
+    assert '<span class="std">(5.2)</span></a>' in out
+    assert course_site._chapter_equations(page, Path("references.html")) == page

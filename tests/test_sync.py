@@ -230,8 +230,15 @@ def test_folded_code_says_what_it_holds(src):
             elif build_notebooks.only_imports(c):
                 expected = build_notebooks.IMPORTS_PROMPT
             else:
-                expected = build_notebooks.CODE_PROMPT
+                expected = build_notebooks.code_prompt(c)
             assert prompts == expected, c.source[:80]
+
+
+def test_a_folded_cell_is_named_by_its_first_comment():
+    code = nbformat.v4.new_code_cell
+    named = build_notebooks.code_prompt(code("# the 25 training runs.\nruns = []"))
+    assert named["code_prompt_show"] == "Show the code: the 25 training runs"
+    assert build_notebooks.code_prompt(code("runs = []  # a comment")) == build_notebooks.CODE_PROMPT
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=lambda p: p.stem)

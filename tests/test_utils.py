@@ -107,3 +107,38 @@ def test_print_wrapped_breaks_long_lines_at_their_indent(capsys):
     assert all(line.startswith("    word") for line in lines[1:])
     with pytest.raises(TypeError, match="decode token ids first"):
         print_wrapped([1, 2, 3])
+
+
+def test_table_prints_aligned_text_and_renders_html():
+    from transformer_course.utils import Table
+
+    t = Table(
+        ["format", "accuracy", "n"],
+        [["iso <b>", 0.985, 200], ["us_slash", 0.5, 40]],
+        formats={"accuracy": ".1%"},
+        caption="Accuracy by format",
+    )
+    assert repr(t).splitlines() == [
+        "Accuracy by format",
+        "format    accuracy    n",
+        "iso <b>      98.5%  200",
+        "us_slash     50.0%   40",
+    ]
+    html = t._repr_html_()
+    assert "<caption>Accuracy by format</caption>" in html
+    assert "iso &lt;b&gt;" in html  # values are escaped
+    assert '<td style="text-align:right">98.5%</td>' in html
+    assert '<td style="text-align:left">us_slash</td>' in html
+
+
+def test_table_rejects_ragged_rows_and_unknown_formats():
+    import pytest
+
+    from transformer_course.utils import Table
+
+    with pytest.raises(ValueError, match="row 1 has 1 values for 2 columns"):
+        Table(["a", "b"], [[1, 2], [3]])
+    with pytest.raises(ValueError, match="not columns"):
+        Table(["a"], [[1]], formats={"b": ".1f"})
+    with pytest.raises(ValueError, match="at least one column"):
+        Table([], [])

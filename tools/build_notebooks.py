@@ -44,8 +44,20 @@ SOURCE_PROMPT = "Show the package’s code: {}", "Hide the package’s code: {}"
 # figure, mostly) says what its toggle holds, like the two kinds above.
 FIGURE_CODE_PROMPT = {"code_prompt_show": "Show the code that draws the figure", "code_prompt_hide": "Hide the code"}
 CODE_PROMPT = {"code_prompt_show": "Show the code", "code_prompt_hide": "Hide the code"}
+
+
 # A cell of imports only (the top of every chapter) is folded as well: what a chapter uses shows
 # in its code where it is used; the list of imports is there for who runs the code elsewhere.
+def code_prompt(cell) -> dict[str, str]:
+    """The toggle of a folded cell of code: "Show the code: what it does" where the cell's first
+    line is a comment saying what it does, else "Show the code"."""
+    first = cell.source.split("\n", 1)[0]
+    if first.startswith("# ") and not first.startswith("# %%"):
+        label = first[2:].strip().rstrip(".")
+        return {"code_prompt_show": f"Show the code: {label}", "code_prompt_hide": "Hide the code"}
+    return dict(CODE_PROMPT)
+
+
 IMPORTS_PROMPT = {"code_prompt_show": "Show the imports", "code_prompt_hide": "Hide the imports"}
 # A cell that draws a figure says what it shows: `# %% caption="..." alt="..."` in the source.  The
 # page shows the caption under the figure (numbered, so that a reader can cite it) and gives the
@@ -132,7 +144,7 @@ def source_notebook(src: Path) -> nbformat.NotebookNode:
             c.metadata["mystnb"] = dict(IMPORTS_PROMPT)
         elif "hide-input" in tags and c.cell_type == "code":
             draws = any(k in c.metadata for k in FIGURE_KEYS)
-            c.metadata["mystnb"] = dict(FIGURE_CODE_PROMPT if draws else CODE_PROMPT)
+            c.metadata["mystnb"] = dict(FIGURE_CODE_PROMPT if draws else code_prompt(c))
         if c.cell_type == "code":
             figure_metadata(c)
             c.outputs = []

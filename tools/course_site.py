@@ -34,6 +34,7 @@ from typing import Any
 
 from docutils import nodes
 from myst_nb.sphinx_ import SphinxNbRenderer
+from sphinx import addnodes
 from sphinx.search import IndexBuilder
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
@@ -161,7 +162,7 @@ def citation_forms(text: str) -> list[Cite]:
         titles[label] = title.group(1).rstrip(".")
         for form in forms.group(1).split(" | "):
             cited, _, then = (part.strip() for part in form.partition(" + "))
-            m = re.fullmatch(r"(.+?),? ((?:19|20)\d\d)", cited)
+            m = re.fullmatch(r"(.+?),? ((?:19|20)\d\d[a-z]?)", cited)
             if m is None:
                 cites.append(Cite(re.compile(rf"(?<!\w){_words(cited)}(?![\w-])"), label, titles[label], once=True))
                 continue
@@ -328,6 +329,22 @@ class LinkCitations(SphinxPostTransform):
         if cited and sections:
             entries = reference_entries(text)  # in the references page's (alphabetical) order
             sections[-1] += chapter_references([e for label, e in entries.items() if label in cited], page)
+            self._list_in_page_toc(docname)
+
+    def _list_in_page_toc(self, docname: str) -> None:
+        """The page's own table of contents ("On this page") lists the References section too: the
+        section is added after Sphinx collected the page's headings, so its entry is added here."""
+        toc = self.env.tocs.get(docname)
+        top = next(iter(toc.findall(nodes.list_item)), None) if toc is not None else None
+        if top is None or any(r.get("anchorname") == "#references-cited" for r in toc.findall(nodes.reference)):
+            return
+        inner = next((c for c in top.children if isinstance(c, nodes.bullet_list)), None)
+        if inner is None:
+            inner = nodes.bullet_list()
+            top += inner
+        ref = nodes.reference("", "", internal=True, refuri=docname, anchorname="#references-cited")
+        ref += nodes.Text("References")
+        inner += nodes.list_item("", addnodes.compact_paragraph("", "", ref))
 
     def _in_prose(self, element: nodes.Element) -> bool:
         """Whether the element is (inside) a paragraph or a caption, and not inside code, a formula,
@@ -396,6 +413,27 @@ def _chapter_figures(text: str, page: Path) -> str:
     return re.sub(
         r'<span class="caption-number">Fig\. [\d.]+ </span>',
         lambda f: f'<span class="caption-number">Fig. {chapter}.{next(count)} </span>',
+        text,
+    )
+
+
+def _chapter_equations(text: str, page: Path) -> str:
+    """A chapter's equations numbered in order on its page, like its figures: the third on chapter
+    05's page is "(5.3)" (Sphinx numbers them across the whole book); a link to one reads the same."""
+    m = re.match(r"(\d\d)_", page.name)
+    if not m:
+        return text
+    chapter = str(int(m.group(1)))
+    number: dict[str, str] = {}  # Sphinx's number -> the page's
+
+    def renumber(eq: re.Match) -> str:
+        number[eq.group(2)] = f"{chapter}.{len(number) + 1}"
+        return f"{eq.group(1)}({number[eq.group(2)]})"
+
+    text = re.sub(r'(<span class="eqno">)\((\d+)\)', renumber, text)
+    return re.sub(
+        r'(<a class="reference internal" href="#equation-[^"]+">(?:<span[^>]*>)?)\((\d+)\)',
+        lambda ref: f"{ref.group(1)}({number.get(ref.group(2), ref.group(2))})",
         text,
     )
 
@@ -498,7 +536,7 @@ def _finish_pages(app: Any, exception: Exception | None) -> None:
     pages = {}
     for page in out.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
-        fixed = _chapter_figures(_single_title(_one_viewport(text)), page)
+        fixed = _chapter_equations(_chapter_figures(_single_title(_one_viewport(text)), page), page)
         pages[page] = (text, fixed)
     # every "Fig. N.M" in the prose links to its figure, on the same page or another chapter's
     where = {num: (page, fig_id) for page, (_, fixed) in pages.items() for num, fig_id in figure_ids(fixed).items()}

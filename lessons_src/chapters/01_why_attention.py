@@ -19,6 +19,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 
 from transformer_course.attention import (
     MultiHeadAttention,
@@ -38,7 +39,12 @@ from transformer_course.tasks.why_attention import (
     one_informative_token_data,
     steps_to_reach,
 )
-from transformer_course.utils import count_parameters, set_seed, show_source
+from transformer_course.utils import (
+    Table,
+    count_parameters,
+    set_seed,
+    show_source,
+)
 
 # %%
 _ = set_seed(0)
@@ -126,7 +132,7 @@ show_source(GRUClassifier)
 # all positions at once, with the queries, keys and values as the rows of $Q$, $K$ and $V$, the
 # weighted averages are the rows of
 #
-# $$\operatorname{softmax}\big(QK^\top / \sqrt{d_k}\big)\, V ,$$
+# $$\operatorname{softmax}\big(QK^\top / \sqrt{d_k}\big)\, V ,$$ (eq-01-1)
 #
 # where $d_k$ is the length of the query and key vectors (chapter 04 explains the division by
 # $\sqrt{d_k}$). The model below uses the course's `MultiHeadAttention` (with one head) as a black
@@ -263,17 +269,31 @@ def fmt_steps(step: int | None) -> str:
     return "-" if step is None else str(step)  # "-": not by step 300
 
 
-print(f"length {SEQ_LEN}, checked every 10 steps")
-print(f"{'':<6}{'first >= 0.95':^16}{'at step 300':^18}")
-print(f"{'rate':<6}{'GRU':>5}{'attention':>11}{'GRU':>7}{'attention':>11}")
-for lr in LEARNING_RATES:
-    gru_at, attn_at = sweep["gru", lr], sweep["attention", lr]
-    gru_end = runs["gru", SEQ_LEN, lr][1][-1][1]
-    attn_end = runs["attention", SEQ_LEN, lr][1][-1][1]
-    print(
-        f"{lr:<6}{fmt_steps(gru_at):>5}{fmt_steps(attn_at):>11}"
-        f"{gru_end:>7.3f}{attn_end:>11.3f}"
+rows = [
+    (
+        lr,
+        fmt_steps(sweep["gru", lr]),
+        fmt_steps(sweep["attention", lr]),
+        runs["gru", SEQ_LEN, lr][1][-1][1],
+        runs["attention", SEQ_LEN, lr][1][-1][1],
     )
+    for lr in LEARNING_RATES
+]
+display(
+    Table(
+        [
+            "rate",
+            "GRU ≥ 0.95",
+            "attention ≥ 0.95",
+            "GRU at 300",
+            "attention at 300",
+        ],
+        rows,
+        formats=dict.fromkeys(["GRU at 300", "attention at 300"], ".3f"),
+        caption=f"length {SEQ_LEN}, checked every 10 steps: first step at "
+        "≥ 0.95, and accuracy at step 300",
+    )
+)
 
 best_lr = {  # fewest steps; on a tie, the smaller rate
     kind: min(
@@ -335,25 +355,31 @@ ax.legend(loc="center right", fontsize=12)
 plt.show()
 
 # %%
-print("rate 0.1, last position's weights, mean")
-print(f"{'step':<6}{'largest':>9}{'on position 0':>15}")
-for step, big, w0 in saturation[::10]:
-    print(f"{step:<6}{big:>9.3f}{w0:>15.3f}")
 with torch.no_grad():  # the model of the table, after 300 steps
     runs["attention", SEQ_LEN, 0.1][0](test_tokens)
     last = runs["attention", SEQ_LEN, 0.1][0].attn_weights[:, -1]
 largest_300 = last.max(dim=-1).values.mean()
-print(f"{300:<6}{largest_300:>9.3f}{last[:, 0].mean():>15.3f}")
+rows = [*saturation[::10], (300, largest_300.item(), last[:, 0].mean().item())]
+display(
+    Table(
+        ["step", "largest", "on position 0"],
+        rows,
+        formats=dict.fromkeys(["largest", "on position 0"], ".3f"),
+        caption="rate 0.1, last position's weights, mean",
+    )
+)
 # per sequence, the position with the largest weight
 wins = torch.bincount(last.argmax(dim=-1), minlength=SEQ_LEN)
-print("after 300 steps, position with the largest")
-print("weight (number of sequences):")
-print("  " + ", ".join(f"{p} ({n})" for p, n in enumerate(wins) if n))
+Table(
+    ["position", "sequences"],
+    [(p, n) for p, n in enumerate(wins.tolist()) if n],
+    caption="after 300 steps, the position with the largest weight",
+)
 
 # %% [markdown]
 # At rate 0.1 the last position's softmax saturates within 10 steps (Fig. 1.2): its largest weight
 # is 0.994 on average at step 10 and 1.000 from step 20 on, while its weight on position 0 drops
-# from 0.057 to 0.000 by step 10 and is still 0.000 after 300 steps. The last line shows where
+# from 0.057 to 0.000 by step 10 and is still 0.000 after 300 steps. The second table shows where
 # the weight went: position 10, in all 1000 sequences. A choice that is the same in every
 # sequence is made by position alone, whatever the tokens are, and here it is the wrong
 # position. It stays wrong because the derivative of a softmax weight $p_i$ with respect to a
@@ -467,9 +493,8 @@ fig.tight_layout()
 plt.show()
 
 # %%
-print("seed 0, first step at >= 0.95")
-print(f"{'length':<7}{'GRU':>5}{'attention':>10}{'low':>7}{'below':>7}")
 reach = {}
+rows = []
 for seq_len in LENGTHS:
     reach[seq_len] = {
         kind: steps_to_reach(fine[kind, seq_len], 0.95)
@@ -480,9 +505,17 @@ for seq_len in LENGTHS:
     lowest, below = "-", "-"  # "-" if it did not get there in 100 steps
     if gru_at is not None:
         after = [acc for step, acc in fine["gru", seq_len] if step >= gru_at]
-        lowest = f"{min(after):.3f}"
-        below = str(sum(acc < 0.95 for acc in after))
-    print(f"{seq_len:<7}{gru_at!s:>5}{attn_at!s:>10}{lowest:>7}{below:>7}")
+        lowest = min(after)
+        below = sum(acc < 0.95 for acc in after)
+    rows.append((seq_len, gru_at, attn_at, lowest, below))
+display(
+    Table(
+        ["length", "GRU", "attention", "low", "below"],
+        rows,
+        formats={"low": ".3f"},
+        caption="seed 0, first step at ≥ 0.95",
+    )
+)
 for seq_len in LENGTHS:  # which steps, where there were any
     gru_at = reach[seq_len]["gru"]
     dips = [
@@ -532,20 +565,32 @@ def median(values: list[int | None]) -> int | None:
     return ordered[len(ordered) // 2]
 
 
-print(f"first step at >= 0.95, seeds 0 to {SEEDS[-1]}")
 for kind, name in (("gru", "GRU"), ("attention", "self-attention")):
-    print(f"{name}, rate {best_lr[kind]}")
-    print(f"{'length':<7}" + "".join(f"{s:>4}" for s in SEEDS) + "  median")
+    rows = []
     for seq_len in LENGTHS:
         steps = reach_by_seed[kind, seq_len]
-        row = "".join(f"{'-' if s is None else s:>4}" for s in steps)
-        print(f"{seq_len:<7}{row}{median(steps)!s:>8}")
-print("median of the GRU / median of attention:")
+        row = ["-" if s is None else s for s in steps]
+        rows.append((seq_len, *row, median(steps)))
+    display(
+        Table(
+            ["length", *(f"seed {s}" for s in SEEDS), "median"],
+            rows,
+            caption=f"{name}, rate {best_lr[kind]}: first step at ≥ 0.95",
+        )
+    )
+rows = []
 for seq_len in LENGTHS:
     m_gru = median(reach_by_seed["gru", seq_len])
     m_attn = median(reach_by_seed["attention", seq_len])
-    ratio = "-" if m_gru is None or m_attn is None else f"{m_gru / m_attn:.1f}"
-    print(f"  length {seq_len:<4}{ratio}")
+    ratio = "-" if m_gru is None or m_attn is None else m_gru / m_attn
+    rows.append((seq_len, ratio))
+display(
+    Table(
+        ["length", "GRU median / attention median"],
+        rows,
+        formats={"GRU median / attention median": ".1f"},
+    )
+)
 faster = sum(
     a is not None and (g is None or a < g)
     for seq_len in LENGTHS
@@ -554,8 +599,10 @@ faster = sum(
     )
 )
 pairs = len(LENGTHS) * len(SEEDS)
-print("pairs of runs (same length and seed) in which")
-print(f"attention needed fewer steps: {faster} of {pairs}")
+print(
+    f"attention needed fewer steps in {faster} of {pairs} pairs of runs "
+    "(same length and seed)"
+)
 
 # %% tags=["hide-input"] caption="Steps each model needed to reach 95 % held-out accuracy, against the length of the sequence (logarithmic axis): one dot per seed, 0 to 4, and a line through the median of the five. The GRU's median grows from 26 steps at length 10 to 88 at length 100, attention's from 11 to 24; at every length and seed, attention needed fewer steps." alt="Scatter plot with lines, x axis sequence length 10, 20, 40, 100 on a log scale, y axis steps from 0 to about 125. Red dots and line for the GRU rise from about 26 at length 10 to 88 at length 100, with dots spread from 61 to 120 at length 100. Blue dots and line for self-attention rise slowly from 11 to 24, with one dot at 53 at length 100. Every blue dot lies below the red dots of its length."
 fig, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -588,7 +635,7 @@ plt.show()
 # 9). The attention model's median grows too, from 11 to 24, but more slowly, so the GRU's
 # median divided by attention's does not shrink with the length and grows from 20 tokens on: 2.4 at lengths 10 and 20, 2.8 at 40 and
 # 3.7 at 100. In every pair of runs with the same length and seed attention needed fewer steps
-# (last lines; Fig. 1.5 draws the table). Both rates were chosen at
+# (last line; Fig. 1.5 draws the first two tables). Both rates were chosen at
 # length 20; at length 100 another rate might suit either model better.
 #
 # A comparison of two different models mixes the path with everything else that differs between
@@ -633,14 +680,19 @@ for seq_len in LENGTHS:
         )
         grads[kind, seq_len] = gradient_per_position(model, tokens, labels)
 
-print("before training, gradient at token 0")
-print("divided by the gradient at the last token:")
-print(f"{'length':<8}{'GRU':>9}{'(per step)':>12}{'attention':>11}")
+rows = []
 for seq_len in LENGTHS:
     gru = grads["gru", seq_len][0] / grads["gru", seq_len][-1]
     per_step = gru ** (1 / (seq_len - 1))  # average factor per step back
     attn = grads["attention", seq_len][0] / grads["attention", seq_len][-1]
-    print(f"{seq_len:<8}{gru:>9.1e}{per_step:>12.2f}{attn:>11.2f}")
+    rows.append((seq_len, gru.item(), per_step.item(), attn.item()))
+Table(
+    ["length", "GRU", "(per step)", "attention"],
+    rows,
+    formats={"GRU": ".1e", "(per step)": ".2f", "attention": ".2f"},
+    caption="before training, gradient at token 0 divided by the gradient "
+    "at the last token",
+)
 
 # %% tags=["hide-input"] caption="How strongly the loss pulls on the embedding at each position of a 40-token sequence, before training (log scale). For the GRU it shrinks by about the same factor with every step back from the last position; for self-attention it is about the same at every position except the last." alt="A line plot with a logarithmic y axis from about 1e-10 to 1e-1, position 0 to 39 on the x axis. The GRU line falls steadily from about 0.1 at position 39 to below 1e-9 at position 0. The self-attention line stays between about 3e-3 and 7e-3 at positions 0 to 38 and rises to about 3e-2 at position 39."
 fig, ax = plt.subplots(figsize=(6.6, 3.6))
@@ -710,13 +762,25 @@ fig.tight_layout()
 plt.show()
 
 # %%
-print("GRU during training: gradient at token 0")
-print("divided by the gradient at the last token")
-print(f"{'':<6}{'length 40':^18}{'length 100':^18}")
-print(f"{'step':<6}{'ratio':>9}{'accuracy':>9}{'ratio':>9}{'accuracy':>9}")
-for (step, r40, a40), (_, r100, a100) in zip(during[40], during[100]):
-    if step % 10 == 0:
-        print(f"{step:<6}{r40:>9.1e}{a40:>9.3f}{r100:>9.1e}{a100:>9.3f}")
+rows = [
+    (step, r40, a40, r100, a100)
+    for (step, r40, a40), (_, r100, a100) in zip(during[40], during[100])
+    if step % 10 == 0
+]
+display(
+    Table(
+        ["step", "ratio, 40", "accuracy, 40", "ratio, 100", "accuracy, 100"],
+        rows,
+        formats={
+            "ratio, 40": ".1e",
+            "accuracy, 40": ".3f",
+            "ratio, 100": ".1e",
+            "accuracy, 100": ".3f",
+        },
+        caption="GRU during training, lengths 40 and 100; ratio: gradient at "
+        "token 0 divided by the gradient at the last token",
+    )
+)
 print("first check with accuracy above 0.2:")
 for seq_len in (40, 100):
     step, ratio, acc = next(r for r in during[seq_len] if r[2] > 0.2)
@@ -833,13 +897,15 @@ torch.nn.init.zeros_(average.W_q.bias)
 average.W_q.requires_grad_(False)
 acc_average = train_sentences(average)[-1][1]
 
-print(f"{'linear classifier on':<33}{'accuracy':>9}")
-for name, acc in (
-    ("token 1", acc_linear),
-    ("the average of all tokens", acc_average),
-    ("token 1 after learned attention", acc_attend),
-):
-    print(f"{name:<33}{acc:>9.3f}")
+Table(
+    ["linear classifier on", "accuracy"],
+    [
+        ("token 1", acc_linear),
+        ("the average of all tokens", acc_average),
+        ("token 1 after learned attention", acc_attend),
+    ],
+    formats={"accuracy": ".3f"},
+)
 
 # %% [markdown]
 # The learned attention step takes the same linear classifier from a coin flip to nearly always
@@ -876,10 +942,17 @@ with torch.no_grad():
     new_token = weights @ x0[0]  # (DIM,): the weighted average of the tokens
     package_token, _ = scaled_dot_product_attention(q[:, None], k, x0)
 
-print(f"label {int(sent_y[0])} sentence")
-print(f"{'j':<3}{'token j':<25}{'score':>6}{'weight':>7}")
-for j in range(NUM_TOKENS):
-    print(f"{j:<3}{fmt(x0[0, j])}{scores[j]:>6.2f}{weights[j]:>7.2f}")
+rows = [
+    (j, fmt(x0[0, j]), scores[j].item(), weights[j].item())
+    for j in range(NUM_TOKENS)
+]
+display(
+    Table(
+        ["j", "token j", "score", "weight"],
+        rows,
+        formats={"score": ".2f", "weight": ".2f"},
+    )
+)
 print(f"new token 1: {fmt(new_token)}")
 print(
     "the package's function gives the same new token:",
@@ -946,14 +1019,19 @@ plt.show()
 flipped = x0.clone()
 flipped[:, 0] = -flipped[:, 0]  # token 0 = [-1, -1, -1, -1]: label 0
 d_k = attend.W_k.out_features
-print(f"{'token 0':<16}{'score':>7}{'weight':>8}{'P(label 1)':>11}")
+rows = []
 for name, sentence in (("as drawn", x0), ("flipped", flipped)):
     with torch.no_grad():
         query = attend.W_q(sentence[:, 1])
         score = (attend.W_k(sentence[:, 0]) * query).sum() / math.sqrt(d_k)
         p_label_1 = torch.softmax(attend(sentence), dim=-1)[0, 1]
     weight = attend.attn_weights[0, 0]  # token 0's weight in that call
-    print(f"{name:<16}{score:>7.2f}{weight:>8.2f}{p_label_1:>11.2f}")
+    rows.append((name, score.item(), weight.item(), p_label_1.item()))
+Table(
+    ["token 0", "score", "weight", "P(label 1)"],
+    rows,
+    formats=dict.fromkeys(["score", "weight", "P(label 1)"], ".2f"),
+)
 
 # %% [markdown]
 # The score changes sign, the weight drops to almost nothing, and the model's answer flips with
@@ -1000,23 +1078,36 @@ for place, informative, (x_test, y_test) in (
     sum_right = (x_test.sum(dim=(1, 2)) > 0).long() == y_test
     where_acc["sum", place] = sum_right.float().mean().item()
 
-print(f"{'informative token at':<22}{'position 0':>11}{'random':>8}")
-for kind, name in (
-    ("linear", "whole-sentence linear"),
-    ("attention", "attention -> linear"),
-    ("sum", "sign of the sum"),
-):
-    at_0, at_random = where_acc[kind, "position 0"], where_acc[kind, "random"]
-    print(f"{name:<22}{at_0:>11.3f}{at_random:>8.3f}")
+display(
+    Table(
+        ["informative token at", "position 0", "random"],
+        [
+            (name, where_acc[kind, "position 0"], where_acc[kind, "random"])
+            for kind, name in (
+                ("linear", "whole-sentence linear"),
+                ("attention", "attention -> linear"),
+                ("sum", "sign of the sum"),
+            )
+        ],
+        formats=dict.fromkeys(["position 0", "random"], ".3f"),
+    )
+)
 
 # the linear model trained on random positions: its weights for label 1
 # minus those for label 0, one row per position, one column per feature
 w_diff = (linear_model[1].weight[1] - linear_model[1].weight[0]).detach()
 w_diff = w_diff.reshape(NUM_TOKENS, DIM)
-print("whole-sentence linear, random position:")
-print("weight for label 1 minus weight for label 0")
-print(f"  mean per position: {fmt(w_diff.mean(dim=1))[1:-1]}")
-print(f"  all 32, from {w_diff.min():.2f} to {w_diff.max():.2f}")
+position_names = [str(p) for p in range(NUM_TOKENS)]
+display(
+    Table(
+        position_names,
+        [w_diff.mean(dim=1).tolist()],
+        formats=dict.fromkeys(position_names, ".2f"),
+        caption="whole-sentence linear, random position: weight for label 1 "
+        "minus weight for label 0, mean per position",
+    )
+)
+print(f"all 32 differences, from {w_diff.min():.2f} to {w_diff.max():.2f}")
 
 # where the attention model trained on random positions looks
 where = x_any.abs().eq(1).all(dim=-1).float().argmax(dim=1)
@@ -1024,21 +1115,27 @@ with torch.no_grad():
     right = attn_model_2(x_any).argmax(dim=-1) == y_any
 # per sentence: is the most-weighted token the informative one?
 picked = attn_model_2.attn_weights.argmax(dim=1) == where
-print("sentences in which attention's largest")
-print("weight is on the informative token:")
+rows = []
 for label in (1, 0):
     of_label = y_any == label
-    print(
-        f"  label {label}: {int(picked[of_label].sum())} "
-        f"of {int(of_label.sum())}"
+    rows.append((label, int(of_label.sum()), int(picked[of_label].sum())))
+display(
+    Table(
+        ["label", "sentences", "largest weight on the token"],
+        rows,
+        caption="attention -> linear, random position: sentences in which "
+        "its largest weight is on the informative token",
     )
+)
 at_1 = where == 1  # the query is computed from the informative token itself
-print(f"informative token at position 1: {int(at_1.sum())}")
-print(f"  sentences, accuracy {right[at_1].float().mean():.3f}")
+print(f"informative token at position 1: {int(at_1.sum())} sentences")
+print(f"  accuracy {right[at_1].float().mean():.3f}")
 with torch.no_grad():  # the query's two parts in those sentences
     from_token = (x_any[at_1, 1] @ attn_model_2.W_q.weight.T).norm(dim=-1)
-print(f"  their query: |b_q| = {attn_model_2.W_q.bias.norm():.2f},")
-print(f"  mean |W_q x_1| = {from_token.mean():.2f}")
+print(
+    f"  their query: |b_q| = {attn_model_2.W_q.bias.norm():.2f}, "
+    f"mean |W_q x_1| = {from_token.mean():.2f}"
+)
 
 # %% [markdown]
 # With the token in a fixed place, the linear model is perfect. With the place random it cannot
@@ -1063,10 +1160,8 @@ print(f"  mean |W_q x_1| = {from_token.mean():.2f}")
 # sentences (`w, 1` and `w, 0`).
 
 # %%
-print(
-    f"{'seed':<5}{'pos. 0':>7}{'random':>7}{'|b_q|':>11}{'w, 1':>6}{'w, 0':>6}"
-)
 acc_by_seed = {}  # {(place, seed): accuracy}
+rows = []
 for seed in range(10):
     for place, informative in (("position 0", 0), ("random", None)):
         torch.manual_seed(seed)
@@ -1079,12 +1174,21 @@ for seed in range(10):
     # (2000,): each sentence's weight on its informative token
     w_token = model.attn_weights[torch.arange(len(where)), where]
     b_q = f"{b_q_start:.2f}→{model.W_q.bias.norm():.2f}"
-    print(
-        f"{seed:<5}{acc_by_seed['position 0', seed]:>7.3f}"
-        f"{acc_by_seed['random', seed]:>7.3f}{b_q:>11}"
-        f"{w_token[y_any == 1].mean():>6.2f}"
-        f"{w_token[y_any == 0].mean():>6.2f}"
+    rows.append(
+        (
+            seed,
+            acc_by_seed["position 0", seed],
+            acc_by_seed["random", seed],
+            b_q,
+            w_token[y_any == 1].mean().item(),
+            w_token[y_any == 0].mean().item(),
+        )
     )
+Table(
+    ["seed", "pos. 0", "random", "|b_q|", "w, 1", "w, 0"],
+    rows,
+    formats={"pos. 0": ".3f", "random": ".3f", "w, 1": ".2f", "w, 0": ".2f"},
+)
 
 # %% [markdown]
 # With the token at position 0, every seed reads it (0.987 to 0.994). With the token at a random
@@ -1178,14 +1282,20 @@ def layer_macs(layer: str, n: int, d: int) -> int:
 
 
 d = 512
-print(f"attention / recurrent layer, d = {d}")
-print(f"{'n':>6}{'plain RNN':>11}{'GRU':>7}{'LSTM':>7}")
+layers = ("plain RNN", "GRU", "LSTM")
+rows = []
 for n in (50, 512, 1024, 4096):
     ratios = [
         layer_macs("attention", n, d) / layer_macs(layer, n, d)
-        for layer in ("plain RNN", "GRU", "LSTM")
+        for layer in layers
     ]
-    print(f"{n:>6}{ratios[0]:>11.2f}{ratios[1]:>7.2f}{ratios[2]:>7.2f}")
+    rows.append((n, *ratios))
+Table(
+    ["n", *layers],
+    rows,
+    formats=dict.fromkeys(layers, ".2f"),
+    caption=f"attention / recurrent layer, d = {d}",
+)
 
 # %% [markdown]
 # Attention's $4nd^2 + 2n^2d$ is below the GRU's $6nd^2$ exactly when $2n^2d < 2nd^2$, that is
@@ -1260,10 +1370,11 @@ print("GRU, length 40, learning rate 0.01")
 print(f"  first step at >= 0.95: {steps_to_reach(curve, 0.95)}")
 highest = max(acc for _, acc in curve)
 print(f"  highest accuracy, checked every 10 steps: {highest:.3f}")
-print(f"{'step':>6}{'accuracy':>10}{'gradient ratio, token 0 / last':>33}")
-for step, acc in curve:
-    if step % 100 == 0:
-        print(f"{step:>6}{acc:>10.3f}{ratio_at[step]:>33.1e}")
+Table(
+    ["step", "accuracy", "gradient ratio, token 0 / last"],
+    [(step, acc, ratio_at[step]) for step, acc in curve if step % 100 == 0],
+    formats={"accuracy": ".3f", "gradient ratio, token 0 / last": ".1e"},
+)
 
 # %% [markdown] tags=["solution"]
 # At 0.01 the GRU (seed 0) does not reach 95 % within 600 steps, more than eleven times the 52 it needed at

@@ -28,10 +28,11 @@ import math
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 from matplotlib.patches import Arc
 from torch import nn
 
-from transformer_course.utils import count_parameters, set_seed
+from transformer_course.utils import Table, count_parameters, set_seed
 
 # %%
 set_seed(0)
@@ -73,7 +74,7 @@ print(torch.equal(gram, torch.eye(len(vocab))))
 # An embedding gives every token a short, *dense* vector instead: a matrix $E$ of shape
 # `(V, d)` whose row $i$ is the vector of token $i$,
 #
-# $$e_i = E[i, :].$$
+# $$e_i = E[i, :].$$ (eq-02-1)
 #
 # Here $d = 2$, so that we can draw the rows (Fig. 2.1), and we write the numbers by hand, choosing
 # them so that the two animals point in nearly the same direction; in a real model they are learned.
@@ -97,7 +98,7 @@ print("row of 'dog':", E[token_to_id["dog"]])
 # Two rows are similar when they point the same way. The **cosine similarity** measures
 # exactly that, the cosine of the angle $\theta$ between them:
 #
-# $$\cos\theta = \frac{a \cdot b}{\|a\|\,\|b\|} \in [-1, 1].$$
+# $$\cos\theta = \frac{a \cdot b}{\|a\|\,\|b\|} \in [-1, 1].$$ (eq-02-2)
 #
 # It is 1 for vectors pointing the same way, 0 for orthogonal ones (like any two one-hot
 # vectors) and −1 for opposite ones; the lengths of the vectors do not matter. Dividing each
@@ -107,9 +108,13 @@ print("row of 'dog':", E[token_to_id["dog"]])
 # %%
 unit_E = F.normalize(E, dim=-1)  # each row divided by its length
 cos_E = unit_E @ unit_E.T
-print(" " * 6 + "".join(f"{w:>7}" for w in vocab))
-for w, row in zip(vocab, cos_E.tolist()):
-    print(f"{w:>6}" + "".join(f"{c:7.2f}" for c in row))
+display(
+    Table(
+        ["", *vocab],
+        [(w, *row) for w, row in zip(vocab, cos_E.tolist())],
+        formats=dict.fromkeys(vocab, ".2f"),
+    )
+)
 cat_id = token_to_id["cat"]
 for other in ["dog", "car"]:
     c = cos_E[cat_id, token_to_id[other]]
@@ -485,7 +490,7 @@ plt.show()
 # whose 8B model has 4,096 numbers per row.
 
 # %%
-print("table size, at 4 bytes per number (float32):")
+rows = []
 for name, V, d in [
     ("word2vec, Google News", 3_000_000, 300),
     ("BERT-base", 30_522, 768),
@@ -494,10 +499,13 @@ for name, V, d in [
     ("Llama 3 8B", 128_256, 4096),
 ]:
     n = V * d
-    print(
-        f"{name:>22}: {V:>9,} x {d:>4} = {n / 1e6:6.1f} M numbers "
-        f"= {4 * n / 2**20:6.0f} MiB"
-    )
+    rows.append((name, V, d, n / 1e6, 4 * n / 2**20))
+Table(
+    ["model", "V", "d", "M numbers", "MiB"],
+    rows,
+    formats={"V": ",", "M numbers": ".1f", "MiB": ".0f"},
+    caption="table size, at 4 bytes per number (float32)",
+)
 
 # %% [markdown]
 # ## A real, pretrained embedding table
@@ -516,6 +524,7 @@ tokenizer, model = load_minilm()
 # word_embeddings is an nn.Embedding, like ours
 table = model.embeddings.word_embeddings.weight.detach()
 total = count_parameters(model)
+rows = []
 for name, layer in [
     ("token table", model.embeddings.word_embeddings),
     ("position table", model.embeddings.position_embeddings),
@@ -523,8 +532,15 @@ for name, layer in [
 ]:
     V, d = layer.weight.shape
     n = layer.weight.numel()
-    print(f"{name:>14}: {V:>6,} x {d} = {n:>10,} ({n / total:5.1%})")
-print(f"{'whole model':>14}: {total:>21,}")
+    rows.append((name, V, d, n, n / total))
+display(
+    Table(
+        ["table", "rows", "d", "parameters", "share"],
+        rows,
+        formats={"rows": ",", "parameters": ",", "share": ".1%"},
+    )
+)
+print(f"whole model: {total:,} parameters")
 
 # %% [markdown]
 # Half of this small model is its token table; the position and segment tables add 0.9 %.
@@ -865,9 +881,14 @@ order_sentences = [
 ]
 order_emb = embed_sentences(order_sentences, tokenizer, model)
 order_cos = order_emb @ order_emb.T
-print(f"{'':34} {'vs S0':>6} {'vs S1':>6}")
-for k, text in enumerate(order_sentences):
-    print(f"S{k} {text:31} {order_cos[k, 0]:6.3f} {order_cos[k, 1]:6.3f}")
+Table(
+    ["", "sentence", "vs S0", "vs S1"],
+    [
+        (f"S{k}", text, order_cos[k, 0].item(), order_cos[k, 1].item())
+        for k, text in enumerate(order_sentences)
+    ],
+    formats={"vs S0": ".3f", "vs S1": ".3f"},
+)
 
 # %% [markdown]
 # S0 and S1 say different things (who chases whom is swapped), yet their similarity is 0.991,
@@ -990,17 +1011,28 @@ def as_predicted(c: Cosines) -> bool:
     return cat[1] < cat[0] and car[1] > car[0]
 
 
-print("dim=4   cos(dog, cat)           cos(dog, car)")
-print("seed    first corpus -> mixed   first corpus -> mixed")
+columns = [
+    "seed",
+    "cos(dog, cat) first",
+    "cos(dog, cat) mixed",
+    "cos(dog, car) first",
+    "cos(dog, car) mixed",
+]
+rows = []
 held = 0
 for seed in range(10):
     c = both_runs(4, seed)
     cat, car = c["dog", "cat"], c["dog", "car"]
-    print(
-        f"{seed:>4} {cat[0]:13.3f} -> {cat[1]:6.3f}"
-        f" {car[0]:15.3f} -> {car[1]:6.3f}"
-    )
+    rows.append((seed, *cat, *car))
     held += as_predicted(c)
+display(
+    Table(
+        columns,
+        rows,
+        formats=dict.fromkeys(columns[1:], ".3f"),
+        caption="dim=4, trained on the first corpus and on the mixed one",
+    )
+)
 print(f"dim=4: the prediction held for {held} of 10 seeds")
 print("dim=2: the seeds of 0 to 19 where the prediction fails")
 for seed in range(20):

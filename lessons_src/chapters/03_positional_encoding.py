@@ -38,11 +38,12 @@ import math
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 from torch import nn
 
 from transformer_course.attention import scaled_dot_product_attention
 from transformer_course.positional import PositionalEncoding, sinusoidal_table
-from transformer_course.utils import set_seed, show_source
+from transformer_course.utils import Table, set_seed, show_source
 
 # %%
 set_seed(0)
@@ -192,7 +193,7 @@ print(f"expected along {n_dirs} random directions: {n_dirs / 384:.2%}")
 # PE_{(pos,\,2i)} &= \sin(pos\cdot\omega_i), \\
 # PE_{(pos,\,2i+1)} &= \cos(pos\cdot\omega_i).
 # \end{aligned}
-# $$
+# $$ (eq-03-1)
 #
 # Dimensions $2i$ and $2i+1$ form a pair that shares one angle, so $d_\text{model}$ must be even.
 # Pair 0 turns fastest (one turn every $2\pi$ positions); each following pair turns more
@@ -557,11 +558,11 @@ print(
 # &\sin(p\,\omega_i)\sin(r\,\omega_i) + \cos(p\,\omega_i)\cos(r\,\omega_i) \\
 # &\qquad = \cos\big((r-p)\,\omega_i\big),
 # \end{aligned}
-# $$
+# $$ (eq-03-2)
 #
 # so, summed over the $d_\text{model}/2$ pairs,
 #
-# $$PE_p \cdot PE_r = \sum_{i} \cos\big((r - p)\,\omega_i\big):$$
+# $$PE_p \cdot PE_r = \sum_{i} \cos\big((r - p)\,\omega_i\big):$$ (eq-03-3)
 #
 # a function of the distance $r - p$ only, largest ($d_\text{model}/2$) at distance 0. Position
 # 100 relates to position 110 the way position 300 relates to 310.
@@ -604,7 +605,7 @@ plt.show()
 # &\qquad - 2\,PE_p \cdot PE_r \\
 # &= d_\text{model} - 2\,PE_p \cdot PE_r :
 # \end{aligned}
-# $$
+# $$ (eq-03-4)
 #
 # it too depends only on the distance $\Delta = |r - p|$, and the closest pair of positions
 # is the pair whose dot product is largest. We compute it for every distance $\Delta$ up to
@@ -755,11 +756,16 @@ W_q, W_k = torch.randn(2, d_model, d_model, dtype=torch.float64, generator=g)
 W_q, W_k = W_q / math.sqrt(d_model), W_k / math.sqrt(d_model)
 print("plain:  PE_p . PE_(p+5)")
 print("mapped: (W_q PE_p) . (W_k PE_(p+5))")
-print(f"{'p':>3} | {'plain':>7} | {'mapped':>7}")
+rows = []
 for p in (0, 10, 300):
     plain = table512[p] @ table512[p + 5]
     mapped = (W_q @ table512[p]) @ (W_k @ table512[p + 5])
-    print(f"{p:>3} | {plain:7.3f} | {mapped:7.3f}")
+    rows.append((p, plain.item(), mapped.item()))
+Table(
+    ["p", "plain", "mapped"],
+    rows,
+    formats=dict.fromkeys(["plain", "mapped"], ".3f"),
+)
 
 # %% [markdown]
 # The encodings alone give the same dot product at the three places; through the maps, the
@@ -785,7 +791,7 @@ for p in (0, 10, 300):
 #   &= \mathbf q^{\mathsf T} M_p^{\mathsf T} M_r\, \mathbf k \\
 # &= \mathbf q^{\mathsf T} M_{r-p}\, \mathbf k :
 # \end{aligned}
-# $$
+# $$ (eq-03-5)
 #
 # the score depends on the contents $\mathbf q$, $\mathbf k$, and on the positions only
 # through $r - p$. In a picture (Fig. 3.5), for one pair of a query and a key: moving both by
@@ -898,9 +904,12 @@ for p in places:
     terms["score"].append((q_vec + pe_p) @ (k_vec + pe_r))
 print("encoding added instead, offset +5:")
 print("(q + PE_p) . (k + PE_r), r = p + 5:")
-print(f"{'':>9} |" + " |".join(f"{'p = ' + str(p):>8}" for p in places))
-for name, values in terms.items():
-    print(f"{name:>9} |" + " |".join(f"{v:8.2f}" for v in values))
+columns = [f"p = {p}" for p in places]
+Table(
+    ["", *columns],
+    [(name, *(v.item() for v in values)) for name, values in terms.items()],
+    formats=dict.fromkeys(columns, ".2f"),
+)
 
 # %% [markdown]
 # With the encoding added, the same offset gives different scores at different places. Of
@@ -1048,7 +1057,7 @@ print(
 # beyond some $\pm K$ clipped to $\pm K$. T5 (Raffel et al., 2020) keeps only a number, one
 # learned $b$ per head for each *bucket* of offsets, the buckets widening with distance:
 #
-# $$\text{score}(t, s) = \mathbf q_t \cdot \mathbf k_s + b_{s-t}$$
+# $$\text{score}(t, s) = \mathbf q_t \cdot \mathbf k_s + b_{s-t}$$ (eq-03-6)
 #
 # T5 leaves out the division by $\sqrt{d}$, folding it into its initialisation. ALiBi learns nothing: in a causal model it sets $b_{s-t} = -m\,(t - s)$, a
 # penalty that grows linearly with distance, with a fixed slope $m$ per head. Clipping and
@@ -1152,8 +1161,6 @@ def correct(model: LookBack, ids: torch.Tensor, target: torch.Tensor):
 test16 = sequences(torch.Generator().manual_seed(1), 500, 16)
 test64 = sequences(torch.Generator().manual_seed(2), 500, 64)
 seen = TRAIN_LEN - BACK  # test64 columns 0..12 are the positions 3..15
-print("accuracy   | length 16 | length 64")
-print(f"{'positions':>10} | {'3-15':>9} | {'3-15':>6} | {'16-63':>6}")
 acc, per_position, models = {}, {}, {}
 for positions in ["none", "sinusoidal", "rotary", "bias"]:
     model_lb = models[positions] = train(positions)
@@ -1164,8 +1171,15 @@ for positions in ["none", "sinusoidal", "rotary", "bias"]:
         ok64[:, :seen].mean().item(),
         ok64[:, seen:].mean().item(),
     )
-    a16, a_seen, a_new = acc[positions]
-    print(f"{positions:>10} | {a16:9.2f} | {a_seen:6.2f} | {a_new:6.2f}")
+columns = ["length 16: 3-15", "length 64: 3-15", "length 64: 16-63"]
+display(
+    Table(
+        ["positions", *columns],
+        [(kind, *accuracies) for kind, accuracies in acc.items()],
+        formats=dict.fromkeys(columns, ".2f"),
+        caption="accuracy",
+    )
+)
 counts = F.one_hot(test16[0], V).sum(dim=1)  # how often each token occurs
 guess = (counts.argmax(dim=-1, keepdim=True) == test16[1]).float().mean()
 print(f"guessing the most frequent token: {guess:.2f}")
@@ -1223,24 +1237,33 @@ for seed in (0, 1, 2):
             runs["weight"].append(to_target(m))
 curves = {name: torch.stack(c) for name, c in runs.items()}  # (3 seeds, 61)
 parts = [(3, 15), (16, 52), (53, 63)]
-print("mean over each part of the curve, for seeds 0, 1, 2:")
-print(f"{'positions':>9} | {'sinusoidal':^14} | {'weight t->t-3':^17} | none")
-for lo, hi in parts:
-    cols = slice(lo - BACK, hi - BACK + 1)  # curve index i is position i + 3
-    row = [
-        " ".join(f"{v:.{digits}f}" for v in curves[name][:, cols].mean(dim=1))
-        for name, digits in (("sinusoidal", 2), ("weight", 3), ("none", 2))
-    ]
-    print(f"{f'{lo}-{hi}':>9} | " + " | ".join(row))
+
+
+def part_rows(parts, names):
+    """One row per part and seed: the part's positions, the seed, and the
+    mean of each named curve over the part."""
+    rows = []
+    for lo, hi in parts:
+        cols = slice(lo - BACK, hi - BACK + 1)  # index i is position i + 3
+        means = [curves[name][:, cols].mean(dim=1).tolist() for name in names]
+        for seed, values in enumerate(zip(*means)):
+            rows.append((f"{lo}-{hi}" if seed == 0 else "", seed, *values))
+    return rows
+
+
+display(
+    Table(
+        ["positions", "seed", "sinusoidal", "weight t→t-3", "none"],
+        part_rows(parts, ("sinusoidal", "weight", "none")),
+        formats={"sinusoidal": ".2f", "weight t→t-3": ".3f", "none": ".2f"},
+    )
+)
 print(f"(uniform attention over 64 keys: {1 / 64:.3f})")
-print(f"{'positions':>9} | {'rotary':^14} | {'bias':^14}".rstrip())
-for lo, hi in [(3, 15), (16, 63)]:
-    cols = slice(lo - BACK, hi - BACK + 1)
-    row = [
-        " ".join(f"{v:.2f}" for v in curves[name][:, cols].mean(dim=1))
-        for name in ("rotary", "bias")
-    ]
-    print(f"{f'{lo}-{hi}':>9} | " + " | ".join(row))
+Table(
+    ["positions", "seed", "rotary", "bias"],
+    part_rows([(3, 15), (16, 63)], ("rotary", "bias")),
+    formats={"rotary": ".2f", "bias": ".2f"},
+)
 
 # %% [markdown]
 # Without positions the model is right 20 % of the time, no better than guessing each

@@ -9,7 +9,7 @@
 # $$\begin{aligned}
 # &\operatorname{Attention}(Q, K, V)\\
 # &\qquad = \operatorname{softmax}\!\left(\frac{QK^{\mathsf T}}{\sqrt{d_k}}\right)V
-# \end{aligned}$$
+# \end{aligned}$$ (eq-04-1)
 #
 # with $Q \in \mathbb{R}^{L_q \times d_k}$ (one row per query), $K \in \mathbb{R}^{L_k \times d_k}$,
 # $V \in \mathbb{R}^{L_k \times d_v}$, and the softmax taken over each row, that is over the keys.
@@ -28,6 +28,7 @@ import time
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -43,7 +44,7 @@ from transformer_course.tasks.why_attention import (
     steps_to_reach,
     train_classifier,
 )
-from transformer_course.utils import set_seed, show_source
+from transformer_course.utils import Table, set_seed, show_source
 
 # %%
 g = set_seed(0)
@@ -225,7 +226,7 @@ for d in (64, 256, 1024):
 # \frac{\partial w_j}{\partial s_i} &= w_j(\delta_{ij} - w_i),\\
 # \frac{\partial L}{\partial s_i} &= \sum_j g_j \frac{\partial w_j}{\partial s_i}
 # = w_i\,(g_i - w\cdot g).
-# \end{aligned}$$
+# \end{aligned}$$ (eq-04-2)
 #
 # If the softmax is saturated, $w$ is nearly one-hot: for the winning key $w_i \approx 1$ and
 # $g_i - w\cdot g \approx g_i - g_i = 0$; for every other key $w_i \approx 0$. So the whole
@@ -282,15 +283,26 @@ def score_statistics(
 dims = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 stats = {d: score_statistics(d) for d in dims}
 for name, title in (("raw", "unscaled"), ("scaled", "scaled by 1/sqrt(d_k)")):
-    print(f"{title}:")
-    print("               largest  gradient  median")
-    print("  d_k variance  weight    < 0.01  of rest")
-    for d in dims:
-        s = stats[d]
-        print(
-            f"{d:5d} {s[f'var_{name}']:8.2f} {s[f'max_w_{name}']:7.2f}"
-            f" {s[f'stuck_{name}']:9.0%} {s[f'rest_{name}']:8.2f}"
+    fields = [f"{key}_{name}" for key in ("var", "max_w", "stuck", "rest")]
+    display(
+        Table(
+            [
+                "d_k",
+                "variance",
+                "largest weight",
+                "gradient < 0.01",
+                "median of rest",
+            ],
+            [(d, *(stats[d][field] for field in fields)) for d in dims],
+            formats={
+                "variance": ".2f",
+                "largest weight": ".2f",
+                "gradient < 0.01": ".0%",
+                "median of rest": ".2f",
+            },
+            caption=title,
         )
+    )
 
 # %% tags=["remove-cell"]
 for d in dims:
@@ -448,15 +460,17 @@ def mean_final(scale: bool, lr: float) -> float:
 
 
 names = ((True, "scaled"), (False, "unscaled"))
-print("learning rate      " + "".join(f"{lr:>7}" for lr in rates))
-print("runs at 95% accuracy within 300 steps")
-for scale, name in names:
-    row = "".join(f"{f'{n_reached(scale, lr)}/8':>7}" for lr in rates)
-    print(f"  {name:<17}{row}")
-print("mean accuracy after 300 steps")
-for scale, name in names:
-    row = "".join(f"{mean_final(scale, lr):7.2f}" for lr in rates)
-    print(f"  {name:<17}{row}")
+display(
+    Table(
+        ["version", "learning rate", "runs at 95%", "mean accuracy"],
+        [
+            (name, lr, f"{n_reached(scale, lr)}/8", mean_final(scale, lr))
+            for scale, name in names
+            for lr in rates
+        ],
+        formats={"mean accuracy": ".2f"},
+    )
+)
 # the best rate: the most runs at 95%, then the best mean accuracy
 best = {
     scale: max(
@@ -477,27 +491,52 @@ print(f"best rate: scaled {best[True]}, unscaled {best[False]}")
 # %%
 for scale, name in names:
     lr = best[scale]
-    print(f"{name}, learning rate {lr}")
-    print("     largest  gradient   steps      weight")
-    print("run   weight    < 0.01  to 95%  acc.  on 0")
-    for run in range(8):
-        largest, stuck = before[scale, run]
-        steps = reached[scale, lr, run]
-        print(
-            f"{run:3d} {largest:8.2f} {stuck:9.0%} {steps or '-':>7}"
-            f" {final[scale, lr, run]:5.2f} {on_first[scale, lr, run]:5.2f}"
+    display(
+        Table(
+            [
+                "run",
+                "largest weight",
+                "gradient < 0.01",
+                "steps to 95%",
+                "accuracy",
+                "weight on 0",
+            ],
+            [
+                (
+                    run,
+                    *before[scale, run],  # largest weight, share stuck
+                    reached[scale, lr, run] or "-",
+                    final[scale, lr, run],
+                    on_first[scale, lr, run],
+                )
+                for run in range(8)
+            ],
+            formats={
+                "largest weight": ".2f",
+                "gradient < 0.01": ".0%",
+                "accuracy": ".2f",
+                "weight on 0": ".2f",
+            },
+            caption=f"{name}, learning rate {lr}",
         )
+    )
 
 slow = [
     run for run in range(8) if (reached[False, best[False], run] or 0) > 100
 ]
-print("unscaled runs over 100 steps, accuracy:")
 steps_shown = [step for step, _ in curves[False, best[False], slow[0]]]
-for part in (slice(0, 7), slice(7, None)):  # steps 0-150, 175-300
-    print("step " + "".join(f"{step:5d}" for step in steps_shown[part]))
-    for run in slow:
-        accs = [acc for _, acc in curves[False, best[False], run]][part]
-        print(f"run {run}" + "".join(f"{acc:5.2f}" for acc in accs))
+held_out = {
+    f"run {run}": [acc for _, acc in curves[False, best[False], run]]
+    for run in slow
+}
+display(
+    Table(
+        ["step", *held_out],
+        zip(steps_shown, *held_out.values()),
+        formats=dict.fromkeys(held_out, ".2f"),
+        caption="unscaled runs over 100 steps, accuracy",
+    )
+)
 
 # %% tags=["hide-input"] caption="Held-out accuracy of the eight runs at each version's best learning rate, measured every 25 steps, one colour per run (the same colour in both panels). Top: with the division by √dₖ, every run jumps from chance to 1.00 by step 25 and stays there, so the eight lines lie almost on top of each other. Bottom: without it, six runs reach 1.00, between step 25 and step 225, two of them, runs 1 and 5, only after a long plateau, at 0.35 or less until step 200 (run 1) and step 175 (run 5), as printed above; run 0 levels off near 0.64 and run 4 stays at chance." alt="Two line plots stacked, held-out accuracy from 0 to 1 against training step from 0 to 300, a grey dotted line at chance (0.125), and a legend of eight colours for runs 0 to 7 below them. Top, scaled, learning rate 0.001: eight lines that all jump from about 0.12 to 1.0 at step 25 and stay there. Bottom, unscaled, learning rate 0.003: six lines reach 1.0, at steps 25, 50, 75 and 150, and two at step 225 after creeping along between 0.1 and 0.35; one line levels off near 0.64 from step 50 on; one stays near chance throughout."
 fig, axes = plt.subplots(2, 1, figsize=(6.4, 6.6), sharex=True, sharey=True)
@@ -852,6 +891,7 @@ print(f"two matrices plus the output: {2 * matrix_mib + output_mib:.0f} MiB")
 
 
 # %% tags=["hide-input"]
+# PeakMemory, which measures the most memory a computation holds at once
 import weakref
 
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -915,14 +955,22 @@ memory = {
     for key, step in steps.items()
     for n in lengths
 }
-print("peak memory    three lines      fused")
-print("     n           MiB  / 4n²       MiB")
-for n in lengths:
-    naive_mib, fused_mib = (memory[key, n] / 2**20 for key in steps)
-    print(
-        f"{n:6d} {naive_mib:13.2f} {memory['naive', n] / (4 * n * n):6.2f}"
-        f" {fused_mib:10.3f}"
+display(
+    Table(
+        ["n", "three lines MiB", "/ 4n²", "fused MiB"],
+        [
+            (
+                n,
+                memory["naive", n] / 2**20,
+                memory["naive", n] / (4 * n * n),
+                memory["fused", n] / 2**20,
+            )
+            for n in lengths
+        ],
+        formats={"three lines MiB": ".2f", "/ 4n²": ".2f", "fused MiB": ".3f"},
+        caption="peak memory",
     )
+)
 
 # FlashAttention computes the same attention as the three lines
 check = torch.Generator().manual_seed(0)
@@ -943,9 +991,9 @@ assert gap < 1e-5
 #
 # Now the time. Times depend on the machine and vary from run to run, so we run each function
 # ten times at each length, show the fastest run, and list the lengths at which even the
-# slowest of the fused function's ten runs beat the fastest of the three lines'. Two more
-# lines time $QK^{\mathsf T}$ alone at the two longest lengths, once with a fresh result on
-# every call, as in the table, and once written into a matrix allocated beforehand
+# slowest of the fused function's ten runs beat the fastest of the three lines'. A second
+# table times $QK^{\mathsf T}$ alone at the two longest lengths, once with a fresh result on
+# every call, as in the first table, and once written into a matrix allocated beforehand
 # (`torch.matmul(q, kᵀ, out=buffer)`).
 
 
@@ -979,16 +1027,29 @@ def growth(n: int, key: str) -> str:
 
 
 columns = ("naive", "fused", "product")
-names_shown = ("three lines", "fused", "QKᵀ alone")
-print(" " * 4 + "".join(f"{name:>13}" for name in names_shown))
-print(f"{'n':>4}" + f"{'ms':>6} {'growth':>6}" * 3)
+rows = []
 for n in lengths:
-    print(
-        f"{n:4d}"
-        + "".join(
-            f"{1000 * cost[key, n]:7.2f}{growth(n, key):>6}" for key in columns
-        )
+    row = [n]
+    for key in columns:  # the time in ms, then its growth
+        row += [1000 * cost[key, n], growth(n, key)]
+    rows.append(row)
+display(
+    Table(
+        [
+            "n",
+            "three lines ms",
+            "growth",
+            "fused ms",
+            "growth",
+            "QKᵀ alone ms",
+            "growth",
+        ],
+        rows,
+        formats=dict.fromkeys(
+            ["three lines ms", "fused ms", "QKᵀ alone ms"], ".2f"
+        ),
     )
+)
 ratio = cost["naive", 4096] / cost["fused", 4096]
 print(f"three lines / fused at n = 4096: {ratio:.1f}")
 # where was the fused function's slowest run faster than the three
@@ -996,8 +1057,8 @@ print(f"three lines / fused at n = 4096: {ratio:.1f}")
 clear = [n for n in lengths if runs["fused", n][-1] < cost["naive", n]]
 print("slowest fused < fastest three lines at")
 print("  n =", clear)
-print("QKᵀ, fresh result / into the buffer:")
 # QK^T into a fresh result (as above) against a buffer allocated once
+buffer_ms = []
 for n in (2048, 4096):
     q, k = (torch.randn(1, 1, n, 64, generator=g) for _ in range(2))
     buffer = torch.empty(1, 1, n, n)
@@ -1009,10 +1070,14 @@ for n in (2048, 4096):
         t0 = time.perf_counter()
         torch.matmul(q, k.transpose(-2, -1), out=buffer)
         reused.append(time.perf_counter() - t0)
-    print(
-        f"  n = {n}: {1000 * min(fresh):5.2f} ms /"
-        f" {1000 * min(reused):5.2f} ms"
+    buffer_ms.append((n, 1000 * min(fresh), 1000 * min(reused)))
+display(
+    Table(
+        ["n", "QKᵀ fresh ms", "QKᵀ buffer ms"],
+        buffer_ms,
+        formats={"QKᵀ fresh ms": ".2f", "QKᵀ buffer ms": ".2f"},
     )
+)
 # 32 times the tokens take more than 32 times as long
 assert cost["naive", 4096] > 32 * cost["naive", 128]
 
@@ -1061,8 +1126,8 @@ plt.show()
 # fused function does all the arithmetic of the three lines but never writes an $n \times n$
 # matrix, and keeps growing about fourfold. What sets the three lines apart is the
 # $n \times n$ matrices, 16 MiB each at 2048 tokens and 64 MiB at 4096: memory has to be found
-# for each of them on every call, and each is written and read in full. The last two lines
-# separate the first of these costs for $QK^{\mathsf T}$: the gap between a fresh result and
+# for each of them on every call, and each is written and read in full. The last table
+# separates the first of these costs for $QK^{\mathsf T}$: the gap between a fresh result and
 # the buffer allocated beforehand is what obtaining fresh memory costs, at that length, on
 # this machine: in the run shown here, nothing to speak of at 2048 and about half of the time
 # of $QK^{\mathsf T}$ at 4096. Where such a jump comes, and how large it is, depends on the

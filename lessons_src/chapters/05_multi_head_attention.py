@@ -13,7 +13,7 @@
 # \text{head}_i = \operatorname{Attention}(Q_i,\, K_i,\, V_i) \\
 # \operatorname{MultiHead} = [\text{head}_1, \dots, \text{head}_h]\,W^O
 # \end{gathered}
-# $$
+# $$ (eq-05-1)
 #
 # where $[\dots]$ concatenates the heads' outputs side by side.
 # In self-attention $Q$, $K$ and $V$ are all the input $X$ (one row per token). Each head works on
@@ -33,6 +33,7 @@ import time
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 from torch import nn
 
 from transformer_course.attention import (
@@ -42,7 +43,12 @@ from transformer_course.attention import (
 from transformer_course.diagrams import multi_head
 from transformer_course.plotting import plot_attention, plot_attention_grid
 from transformer_course.pretrained import load_minilm
-from transformer_course.utils import count_parameters, set_seed, show_source
+from transformer_course.utils import (
+    Table,
+    count_parameters,
+    set_seed,
+    show_source,
+)
 
 # %%
 g = set_seed(0)
@@ -63,7 +69,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")
 # Drawn with the sizes of the worked example below (a batch of one sentence of 3 tokens,
 # $d_\text{model} = 8$, 2 heads; $d_\text{head}$ is what chapter 04 called $d_k$):
 
-# %% tags=["hide-input"] caption="Multi-head attention with $d_\\text{model} = 8$ and 2 heads: the projected features 0–3 go to head 0 and 4–7 to head 1, each head attends on its own, the heads' outputs are put side by side again and $W_O$ maps them back to $d_\\text{model}$. The shapes on the right follow one batch of 3 tokens." alt="A top-to-bottom flow chart. Input x of shape (1, 3, 8) feeds three boxes W_Q, W_K, W_V. Each has its own arrow into a box 'split the features' holding a strip of 8 feature cells: features 0 to 3 in red, 4 to 7 in green; shape (1, 2, 3, 4), d_head = 8/2 = 4. A red box 'head 0' and a green box 'head 1' compute softmax(Q_i K_i^T / sqrt(d_head)) V_i. Both feed 'concatenate', again a red and a green block of 4 features, shape (1, 3, 8), then W_O with output shape (1, 3, 8)."
+# %% tags=["hide-input"] caption="Multi-head attention with $d_\\text{model} = 8$ and 2 heads: the projected features 0–3 go to head 0 and 4–7 to head 1, each head attends on its own, the heads' outputs are put side by side again and $W^O$ maps them back to $d_\\text{model}$. The shapes on the right follow one batch of 3 tokens." alt="A top-to-bottom flow chart. Input x of shape (1, 3, 8) feeds three boxes W^Q, W^K, W^V. Each has its own arrow into a box 'split the features' holding a strip of 8 feature cells: features 0 to 3 in red, 4 to 7 in green; shape (1, 2, 3, 4), d_head = 8/2 = 4. A red box 'head 0' and a green box 'head 1' compute softmax(Q_i K_i^T / sqrt(d_head)) V_i. Both feed 'concatenate', again a red and a green block of 4 features, shape (1, 3, 8), then W^O with output shape (1, 3, 8)."
 multi_head(batch=1, length=3, d_model=8, num_heads=2)
 plt.show()
 
@@ -287,16 +293,23 @@ print(
     "parameters:",
     ", ".join(f"{heads_name(h)} {n_params[h]:,}" for h in heads_tried),
 )
-print("accuracy on token 0 / token 1 (chance 0.03), one run per seed")
-print("seed" + "".join(f"{heads_name(h):>14}" for h in heads_tried))
-runs = {}
+runs, rows = {}, []
 for seed in seeds:
-    row = f"{seed:4d}"
+    row = [seed]
     for h in heads_tried:
         runs[h, seed] = train_lookups(h, seed)
         acc = runs[h, seed][1]
-        row += f"   {acc[0]:.2f} / {acc[1]:.2f}"
-    print(row)
+        row.append(f"{acc[0]:.2f} / {acc[1]:.2f}")
+    rows.append(row)
+display(
+    Table(
+        ["seed", *map(heads_name, heads_tried)],
+        rows,
+        caption=(
+            "accuracy on token 0 / token 1 (chance 0.03), one run per seed"
+        ),
+    )
+)
 both = {
     h: sum(bool(runs[h, s][1].min() >= 0.99) for s in seeds)
     for h in heads_tried
@@ -452,20 +465,31 @@ print(
 
 # %%
 L_long = 1024
-print(
-    f"{'heads':>5} {'d_head':>6} {'parameters':>11} {'W_q,k,v,o MACs':>14}"
-    f" {'QK^T+AV MACs':>14} {'weights (fp32)':>14}"
-)
+rows = []
 for h in (1, 2, 4, 12):
     n_p = count_parameters(MinimalMultiHeadAttention(768, h))
     d_h = 768 // h
     proj = 4 * L_long * 768 * 768  # W_q, W_k, W_v, W_o
     macs = 2 * h * L_long * L_long * d_h  # QK^T and weights @ V
     scores_mib = 4 * h * L_long * L_long / 2**20
-    print(
-        f"{h:5d} {d_h:6d} {n_p:11,} {proj:14,} {macs:14,}"
-        f" {scores_mib:10.0f} MiB"
-    )
+    rows.append((h, d_h, n_p, proj, macs, scores_mib))
+Table(
+    [
+        "heads",
+        "d_head",
+        "parameters",
+        "W_q,k,v,o MACs",
+        "QK^T+AV MACs",
+        "weights (fp32) MiB",
+    ],
+    rows,
+    formats={
+        "parameters": ",",
+        "W_q,k,v,o MACs": ",",
+        "QK^T+AV MACs": ",",
+        "weights (fp32) MiB": ".0f",
+    },
+)
 
 # %% [markdown]
 # Twelve heads store 48 MiB of weights per layer
@@ -496,8 +520,6 @@ def scale_softmax(scores: torch.Tensor, d_h: int) -> torch.Tensor:
 
 seq = torch.randn(1, L_long, 768)
 parts = ("QK^T", "scale+softmax", "AV", "whole layer")
-print("milliseconds, one sequence of 1024 tokens, d_model = 768")
-print(f"{'heads':>5} {'d_head':>6}" + "".join(f"{p:>15}" for p in parts))
 ms = {}
 for h in (1, 12, 48):
     layer_h, d_h = MultiHeadAttention(768, h).eval(), 768 // h
@@ -515,7 +537,14 @@ for h in (1, 12, 48):
             (layer_h, seq),
         )
         ms[h] = {p: best_ms(*call) for p, call in zip(parts, calls)}
-    print(f"{h:5d} {d_h:6d}" + "".join(f"{ms[h][p]:15.0f}" for p in parts))
+display(
+    Table(
+        ["heads", "d_head", *parts],
+        [(h, 768 // h, *(ms[h][p] for p in parts)) for h in ms],
+        formats=dict.fromkeys(parts, ".0f"),
+        caption="milliseconds, one sequence of 1024 tokens, d_model = 768",
+    )
+)
 # the last head count, 48: one L x L score matrix per head
 assert scores_h.shape == (1, 48, L_long, L_long)
 
@@ -629,16 +658,20 @@ cases = {
         {"key_padding_mask": ~real_keys},
     ),
 }
-print(f"{'case':28s} {'max |out diff|':>15s} {'max |weight diff|':>18s}")
+rows = []
 for name, (args, our_kw, their_kw) in cases.items():
     out_a, w_a = ours(*args, **our_kw)
     out_b, w_b = theirs(*args, **their_kw)  # w_b: averaged over heads
     d_out = (out_a - out_b).abs().max().item()
     d_w = (w_a.mean(dim=1) - w_b).abs().max().item()
-    print(
-        f"{name:28s} {'below 1e-6' if d_out < 1e-6 else d_out:>15}"
-        f" {'below 1e-6' if d_w < 1e-6 else d_w:>18}"
+    rows.append(
+        (
+            name,
+            "below 1e-6" if d_out < 1e-6 else d_out,
+            "below 1e-6" if d_w < 1e-6 else d_w,
+        )
     )
+Table(["case", "max |out diff|", "max |weight diff|"], rows)
 
 # %% [markdown]
 # The fused path gives the same outputs. It calls
@@ -734,19 +767,19 @@ patterns = {
     "same word": same_word,
     "[CLS]": to_cls,
 }
-print(
-    f"{'pattern':15s} {'strongest head':>15s} {'its score':>10s}"
-    f" {'mean of all 72':>15s}"
-)
-best = {}
+best, rows = {}, []
 for name, score in patterns.items():
     layer, head = divmod(score.argmax().item(), n_heads)
     best[name] = (layer, head)
     where = f"layer {layer}, head {head}"
-    print(
-        f"{name:15s} {where:>15s} {score[layer, head].item():10.2f}"
-        f" {score.mean().item():15.2f}"
+    rows.append((name, where, score[layer, head].item(), score.mean().item()))
+display(
+    Table(
+        ["pattern", "strongest head", "its score", "mean of all 72"],
+        rows,
+        formats={"its score": ".2f", "mean of all 72": ".2f"},
     )
+)
 print(
     "heads with more than half their weight on [CLS]:",
     int((to_cls > 0.5).sum()),
@@ -1015,16 +1048,23 @@ for also in (False, True):
 # each.
 
 # %% tags=["solution"]
-print("worst of the 3 tokens: accuracy per run (chance 0.03)")
-print("seed" + "".join(f"{heads_name(h):>10}" for h in (1, 2, 3, 4)))
 three = {}
 for seed in range(4):
-    row = f"{seed:4d}"
     for h in (1, 2, 3, 4):
         _, acc3, w3 = train_lookups(h, seed, n_lookups=3, d_model=48)
         three[h, seed] = acc3, w3
-        row += f"{acc3.min():10.2f}"
-    print(row)
+heads_shown = [heads_name(h) for h in (1, 2, 3, 4)]
+display(
+    Table(
+        ["seed", *heads_shown],
+        [
+            (seed, *(three[h, seed][0].min().item() for h in (1, 2, 3, 4)))
+            for seed in range(4)
+        ],
+        formats=dict.fromkeys(heads_shown, ".2f"),
+        caption="worst of the 3 tokens: accuracy per run (chance 0.03)",
+    )
+)
 for seed in range(4):
     acc3, w3 = three[3, seed]
     if acc3.min() < 0.99:  # where do the three heads look?
@@ -1070,17 +1110,20 @@ scores2 = {
     "previous token": att2[:, :, j, j - 1].mean(-1),
     "same word": (att2 * same2).sum(-1)[:, :, repeated2].mean(-1),
 }
-print(
-    f"{'pattern':15s} {'strongest head':>15s} {'its score':>10s}"
-    f" {'cat sentence':>15s}"
-)
+rows = []
 for name, score in scores2.items():
     layer, head = divmod(score.argmax().item(), n_heads)
     here, cats = f"layer {layer}, head {head}", "layer {}, head {}"
-    print(
-        f"{name:15s} {here:>15s} {score[layer, head]:10.2f}"
-        f" {cats.format(*best[name]):>15s}"
+    rows.append(
+        (name, here, score[layer, head].item(), cats.format(*best[name]))
     )
+display(
+    Table(
+        ["pattern", "strongest head", "its score", "cat sentence"],
+        rows,
+        formats={"its score": ".2f"},
+    )
+)
 layer, head = best["same word"]
 print(f"layer {layer}, head {head}: weight on the other occurrences")
 for q in range(m):

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -37,7 +38,12 @@ from transformer_course.attention import MultiHeadAttention
 from transformer_course.diagrams import feed_forward, norm_axes, norm_placement
 from transformer_course.layers import LayerNorm, PositionwiseFeedForward
 from transformer_course.transformer import EncoderLayer
-from transformer_course.utils import count_parameters, set_seed, show_source
+from transformer_course.utils import (
+    Table,
+    count_parameters,
+    set_seed,
+    show_source,
+)
 
 # %%
 g = set_seed(0)
@@ -51,7 +57,7 @@ torch.set_printoptions(precision=4, sci_mode=False)
 # values, and the projections around it are linear. The **feed-forward network** (FFN) is where a
 # Transformer layer computes a non-linear function of each position's vector:
 #
-# $$\operatorname{FFN}(x) = \max(0,\; xW_1 + b_1)\,W_2 + b_2 .$$
+# $$\operatorname{FFN}(x) = \max(0,\; xW_1 + b_1)\,W_2 + b_2 .$$ (eq-06-1)
 #
 # Two linear maps with a ReLU between them (Fig. 6.1): $W_1$ widens the vector from $d_\text{model}$
 # to $d_\text{ff}$ numbers (four times as many in the 2017 paper: 512 → 2048), the ReLU sets the
@@ -72,7 +78,7 @@ plt.show()
 # \operatorname{FFN}(x) &= \sum_{j=1}^{d_\text{ff}} h_j\, v_j \;+\; b_2,\\
 # h_j &= \max(0,\; x \cdot k_j + b_{1,j}).
 # \end{aligned}
-# $$
+# $$ (eq-06-2)
 #
 # Hidden unit $j$ measures how well $x$ matches its key. If the match is positive, the unit
 # adds its value to the output, scaled by the match $h_j$; otherwise it adds nothing. In trained
@@ -166,16 +172,22 @@ print("shuffled positions in, the same shuffle out:", shuffled)
 n_attn = count_parameters(MultiHeadAttention(512, 8))
 n_ffn = count_parameters(PositionwiseFeedForward(512, 2048))
 n_norm = count_parameters(LayerNorm(512))
-print(
-    f"{'layer':10} {'attention':>11} {'feed-forward':>13}"
-    f" {'layer norms':>12} {'FFN share':>10}"
-)
+rows = []
 for name, n_attentions, n_norms in (("encoder", 1, 2), ("decoder", 2, 3)):
     total = n_attentions * n_attn + n_ffn + n_norms * n_norm
-    print(
-        f"{name:10} {n_attentions * n_attn:11,} {n_ffn:13,}"
-        f" {n_norms * n_norm:12,} {n_ffn / total:10.1%}"
+    rows.append(
+        (name, n_attentions * n_attn, n_ffn, n_norms * n_norm, n_ffn / total)
     )
+Table(
+    ["layer", "attention", "feed-forward", "layer norms", "FFN share"],
+    rows,
+    formats={
+        "attention": ",",
+        "feed-forward": ",",
+        "layer norms": ",",
+        "FFN share": ".1%",
+    },
+)
 
 # %% [markdown]
 # Two thirds of an encoder layer is its FFN, and so is two thirds of a GPT block, which has the
@@ -200,9 +212,14 @@ parts = {
     "output layer (tied)": 0,
 }
 total = sum(parts.values())
-for name, n in parts.items():
-    print(f"{name:26} {n:12,} {n / total:7.2%}")
-print(f"{'total':26} {total:12,}")
+rows = [(name, n, n / total) for name, n in parts.items()]
+display(
+    Table(
+        ["part", "parameters", "share"],
+        [*rows, ("total", total, "")],
+        formats={"parameters": ",", "share": ".2%"},
+    )
+)
 with torch.device("meta"):
     hf_gpt2 = GPT2LMHeadModel(GPT2Config())
 print(f"Hugging Face's GPT-2 small: {count_parameters(hf_gpt2):,} parameters")
@@ -410,17 +427,33 @@ for name, residual, init in (
     ("residual, He init", True, "He"),
 ):
     report[name] = stack_report(residual, init)
-print(f"{'gradient of W1':22} {'block 1':>9} {'block 30':>9}")
-for name, (grads, _, _) in report.items():
-    print(f"{name:22} {grads[0]:9.1e} {grads[-1]:9.1e}")
-print()
-print(f"{'outputs alike':22} {'after 3':>9} {'30':>9}")
-for name, (_, cos, _) in report.items():
-    print(f"{name:22} {cos[2]:9.2f} {cos[-1]:9.2f}")
-print()
-print(f"{'mean length':22} {'after 3':>9} {'30':>9}")
-for name, (_, _, length) in report.items():
-    print(f"{name:22} {length[2]:9.1e} {length[-1]:9.1e}")
+display(
+    Table(
+        ["gradient of W1", "block 1", "block 30"],
+        [
+            (name, grads[0], grads[-1])
+            for name, (grads, _, _) in report.items()
+        ],
+        formats={"block 1": ".1e", "block 30": ".1e"},
+    )
+)
+display(
+    Table(
+        ["outputs alike", "after 3", "after 30"],
+        [(name, cos[2], cos[-1]) for name, (_, cos, _) in report.items()],
+        formats={"after 3": ".2f", "after 30": ".2f"},
+    )
+)
+display(
+    Table(
+        ["mean length", "after 3", "after 30"],
+        [
+            (name, length[2], length[-1])
+            for name, (_, _, length) in report.items()
+        ],
+        formats={"after 3": ".1e", "after 30": ".1e"},
+    )
+)
 zero_bias_length = report["plain, zero biases"][2]
 print(
     "zero biases: the length is multiplied by",
@@ -459,7 +492,7 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
     plt.show()
 
 # %% [markdown]
-# The first two rows separate the weights from the biases. With zero biases the length falls by
+# The first two rows of each table separate the weights from the biases. With zero biases the length falls by
 # a factor of 0.230 per block, close to the argument's 0.236, to $5.6 \times 10^{-19}$ after 30 blocks. Its
 # gradients are tiny everywhere (the loss's gradient is proportional to an output that small),
 # but block 1's is about as large as block 30's ($2.8 \times 10^{-38}$ and $2.4 \times 10^{-38}$). The gradient of a block's
@@ -483,7 +516,7 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 # $\cos\theta \mapsto \bigl(\sin\theta + (\pi - \theta)\cos\theta\bigr)/\pi$, and the
 # scale of the weights does not enter it, so the zero-bias stack and the He stack, both ReLU
 # stacks without biases, should follow the same curve. One stack 64 units wide scatters around
-# it (0.73 and 0.57 after 3 blocks in the table), so here are both over five random seeds of the
+# it (0.73 and 0.57 after 3 blocks in the *outputs alike* table), so here are both over five random seeds of the
 # weights, next to the map applied to each pair of inputs:
 
 
@@ -500,13 +533,17 @@ mapped = []
 for _ in range(depth):
     c = relu_cosine_map(c)
     mapped.append(c.mean().item())
-print(f"{'outputs alike':24} {'after 3':>10} {'30':>10}")
-print(f"{'ReLU map, infinite width':24} {mapped[2]:10.2f} {mapped[-1]:10.2f}")
+rows = [("ReLU map, infinite width", mapped[2], mapped[-1])]
 for name, init in (("zero biases", "zero bias"), ("He init", "He")):
     cos = [stack_report(False, init, seed)[1] for seed in range(5)]
     after_3 = f"{min(c[2] for c in cos):.2f}-{max(c[2] for c in cos):.2f}"
     after_30 = f"{min(c[-1] for c in cos):.2f}-{max(c[-1] for c in cos):.2f}"
-    print(f"{f'{name}, seeds 0-4':24} {after_3:>10} {after_30:>10}")
+    rows.append((f"{name}, seeds 0-4", after_3, after_30))
+Table(
+    ["outputs alike", "after 3", "after 30"],
+    rows,
+    formats={"after 3": ".2f", "after 30": ".2f"},
+)
 
 
 # %% [markdown]
@@ -523,7 +560,7 @@ for name, init in (("zero biases", "zero bias"), ("He init", "He")):
 # with every initialisation: with He initialisation the stream and the gradients blow up, as
 # we see next), and they keep the input visible to every later layer.
 #
-# The table's "residual, He init" rows show the price. With He initialisation each residual block adds a branch about as
+# The "residual, He init" rows of the three tables show the price. With He initialisation each residual block adds a branch about as
 # large as the stream itself, and the stream's mean length grows from 8.05 to $1.9 \times 10^{5}$ over 30
 # blocks, close to a factor of $\sqrt2$ per block; its gradients grow with it ($6.8 \times 10^{8}$). And it
 # keeps less of the difference between the inputs: its two outputs have a similarity of 0.32
@@ -551,7 +588,7 @@ for name, init in (("zero biases", "zero bias"), ("He init", "He")):
 # \mu &= \frac1d \sum_{i=1}^d x_i,\\
 # \sigma^2 &= \frac1d \sum_{i=1}^d (x_i - \mu)^2 .
 # \end{aligned}
-# $$
+# $$ (eq-06-3)
 #
 # Two details matter if the numbers are to match PyTorch (and the pretrained models that use
 # LayerNorm): $\sigma^2$
@@ -623,9 +660,13 @@ for name, t in (
     ln_t = nn.LayerNorm(t.numel(), eps=eps)
     d_std = (layer_norm_std_eps(t) - ln_t(t)).abs().max().item()
     rows.append((name, d_std))
-print(f"{'input':22s} {'max |std+eps - torch|':>21s}")
-for name, d_std in rows:
-    print(f"{name:22s} {d_std:21.4f}")
+display(
+    Table(
+        ["input", "max |std+eps - torch|"],
+        rows,
+        formats={"max |std+eps - torch|": ".4f"},
+    )
+)
 tiny_torch = nn.LayerNorm(4, eps=eps)(v / 1000).detach()
 tiny_std = layer_norm_std_eps(v / 1000)
 print("tiny vector, torch:   ", tiny_torch)
@@ -642,12 +683,17 @@ print(f"ratio: {(tiny_std / tiny_torch)[0]:.2f}")
 # standard deviation) show the difference:
 
 # %%
-print(f"{'spread':>8} {'output std, torch':>18} {'std+eps':>8}")
+rows = []
 for spread in (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6):
     t = spread * torch.randn(384, generator=g)
     out_torch = nn.LayerNorm(384, eps=eps)(t).detach()
     out_std = layer_norm_std_eps(t)
-    print(f"{spread:8.0e} {out_torch.std():18.2f} {out_std.std():8.2f}")
+    rows.append((spread, out_torch.std().item(), out_std.std().item()))
+Table(
+    ["spread", "output std, torch", "std+eps"],
+    rows,
+    formats={"spread": ".0e", "output std, torch": ".2f", "std+eps": ".2f"},
+)
 
 # %% [markdown]
 # With $\sigma + \varepsilon$ a spread down to about $10^{-4}$ comes out at nearly unit size, and
@@ -830,17 +876,29 @@ def stream_norms(
 streams, added = {}, {}
 for p in ("none", "post", "pre"):
     streams[p], added[p] = stream_norms(p)
-print(f"{'layers passed':14}", " ".join(f"{i:5d}" for i in range(0, 25, 4)))
-for name, p in (
-    ("no norm", "none"),
-    ("post-norm", "post"),
-    ("pre-norm", "pre"),
-):
-    print(f"{name:14}", " ".join(f"{n:5.2f}" for n in streams[p][::4]))
+shown = {"no norm": "none", "post-norm": "post", "pre-norm": "pre"}
+display(
+    Table(
+        ["layers passed", *shown],
+        [
+            (i, *(streams[p][i] for p in shown.values()))
+            for i in range(0, 25, 4)
+        ],
+        formats=dict.fromkeys(shown, ".2f"),
+    )
+)
 print(f"sqrt(32) = {math.sqrt(32):.2f}")
-print("what a layer adds to the stream (mean length), layer 1 and layer 24:")
-for name, p in (("no norm", "none"), ("pre-norm", "pre")):
-    print(f"  {name:12} {added[p][0]:5.2f} {added[p][-1]:5.2f}")
+display(
+    Table(
+        ["", "layer 1", "layer 24"],
+        [
+            (name, added[p][0], added[p][-1])
+            for name, p in (("no norm", "none"), ("pre-norm", "pre"))
+        ],
+        formats={"layer 1": ".2f", "layer 24": ".2f"},
+        caption="what a layer adds to the stream (mean length)",
+    )
+)
 
 # %% tags=["remove-cell"]
 # Post-norm's vectors have length sqrt(d) after every layer; pre-norm's
@@ -860,7 +918,7 @@ assert streams["none"][-1] > 1.5 * streams["pre"][-1]
 # Why does the placement matter for training? Post-norm is known to be touchy. The 2017 paper
 # trains with a learning-rate **warmup** (4000 steps of a linearly growing learning rate), as does
 # BERT, and without one deep post-norm models train much worse or not at all (Xiong et al., 2020,
-# *On Layer Normalization in the Transformer Architecture*; Liu et al., 2020, *Understanding the
+# *On Layer Normalization in the Transformer Architecture*; Liu et al., 2020b, *Understanding the
 # Difficulty of Training Transformers*). GPT-2 moved the norm onto the branch, "similar to a
 # pre-activation residual network" (He et al., 2016) in its paper's words, without giving another
 # reason. The placement was not new: Google's tensor2tensor code already used it for translation
@@ -884,11 +942,12 @@ assert streams["none"][-1] > 1.5 * streams["pre"][-1]
 # One run could be luck, so each model is trained five times, with five random seeds for the
 # initial weights and the batches.
 #
-# The task's settings and three helpers are in the cell below: `reversal_batch` draws 32
+# The task's settings and three helpers are in the folded cell below: `reversal_batch` draws 32
 # random sequences and their reversals, `mean_cosine_similarity` is the similarity measure, and
 # `first_step_below_1` finds a run's first step with a loss below 1.
 
 # %% tags=["hide-input"]
+# the task's settings and three helpers
 VOCAB, LENGTH, D_MODEL, LAYERS = 12, 8, 32, 12
 SEEDS, STEPS = (0, 1, 2, 3, 4), 150
 
@@ -1001,6 +1060,7 @@ def train_reversal(
 # late:
 
 # %% tags=["hide-input"]
+# the 25 training runs, and the tables of what they measured
 VARIANTS = {"post-norm": "post", "pre-norm": "pre", "no norm": "none"}
 jobs = [(name, LAYERS, s) for name in VARIANTS for s in SEEDS]
 jobs += [(name, 3, s) for name in ("post-norm", "pre-norm") for s in SEEDS]
@@ -1008,36 +1068,46 @@ runs = {}
 for name, layers, s in jobs:
     runs[name, layers, s] = train_reversal(VARIANTS[name], s, layers=layers)
 
-print(f"{'random seed':25}" + "".join(f"{s:6d}" for s in SEEDS))
-print(f"first step with a loss below 1 (-: not within {STEPS} steps)")
-for name, layers, _ in jobs[:: len(SEEDS)]:
-    cells = [first_step_below_1(runs[name, layers, s][0]) for s in SEEDS]
-    print(
-        f"  {f'{layers} layers, {name}':23}"
-        + "".join(f"{c:>6}" for c in cells)
+per_seed = [f"seed {s}" for s in SEEDS]
+display(
+    Table(
+        ["", *per_seed],
+        [
+            (
+                f"{layers} layers, {name}",
+                *(first_step_below_1(runs[name, layers, s][0]) for s in SEEDS),
+            )
+            for name, layers, _ in jobs[:: len(SEEDS)]
+        ],
+        caption=(
+            f"first step with a loss below 1 (-: not within {STEPS} steps)"
+        ),
     )
-for title, step in (
-    ("token similarity before training", 0),
-    ("token similarity after 2 steps", 2),
-):
-    print(title)
-    for name in VARIANTS:
-        cells = [runs[name, LAYERS, s][1][step] for s in SEEDS]
-        print(
-            f"  {f'{LAYERS} layers, {name}':23}"
-            + "".join(f"{c:6.2f}" for c in cells)
+)
+per_run = {  # title: what to read off a run's (losses, similarities)
+    "token similarity before training": lambda run: run[1][0],
+    "token similarity after 2 steps": lambda run: run[1][2],
+    "highest loss in the first 10 steps": lambda run: max(run[0][:10]),
+    f"highest loss after step 100 (of {STEPS})": lambda run: max(
+        run[0][100:STEPS]
+    ),
+}
+for title, value in per_run.items():
+    rows = [
+        (
+            f"{LAYERS} layers, {name}",
+            *(value(runs[name, LAYERS, s]) for s in SEEDS),
         )
-for title, first, last in (
-    ("highest loss in the first 10 steps", 0, 10),
-    (f"highest loss after step 100 (of {STEPS})", 100, STEPS),
-):
-    print(title)
-    for name in VARIANTS:
-        cells = [max(runs[name, LAYERS, s][0][first:last]) for s in SEEDS]
-        print(
-            f"  {f'{LAYERS} layers, {name}':23}"
-            + "".join(f"{c:6.2f}" for c in cells)
+        for name in VARIANTS
+    ]
+    display(
+        Table(
+            ["", *per_seed],
+            rows,
+            formats=dict.fromkeys(per_seed, ".2f"),
+            caption=title,
         )
+    )
 
 # %% tags=["hide-input"] caption="Five training runs per variant of a 12-layer encoder on sequence reversal, Adam at 3e-3 without warmup. Top: the training loss; pre-norm (orange) passes a loss of 1 after about 40 steps in every run, the model without norms (grey) a little later and less steadily (a spike at the start, noise near the end), post-norm (blue) much later or not at all. Bottom: how alike the final token vectors of a probe batch are, for post- and pre-norm; post-norm's become nearly identical within two steps." alt="Two stacked line plots sharing an x axis of training steps 0 to 150, five thin lines per variant. Top: cross-entropy; the lines start near 2.5, except the five grey no-norm lines, which jump to between about 4 and 6.5 at step 2 or 3 and are back near 2.5 by step 10; the five orange pre-norm lines fall steeply between steps 20 and 50 to near 0; the grey lines fall just after them, between steps 25 and 60, and grow noisy again after step 100, one rising to about 0.7 at the end; the blue post-norm lines stay near the dotted guessing line at 2.48 much longer: three fall between steps 60 and 100, one between 120 and 150, and one stays flat to the end. Bottom: mean cosine similarity of the blue and orange runs only; the blue lines jump to about 1 within two steps; four come down slowly as their runs start to learn, one stays at 1 to the end; the orange lines rise to about 0.9 by step 10 and fall to near 0 by step 40."
 colors = {"no norm": "0.6", "post-norm": "tab:blue", "pre-norm": "tab:orange"}
@@ -1083,7 +1153,7 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
     plt.show()
 
 # %% [markdown]
-# The table gives the steps, and the top panel of Fig. 6.6 shows the same picture: pre-norm passes a
+# The first table gives the steps, and the top panel of Fig. 6.6 shows the same picture: pre-norm passes a
 # loss of 1 at step 36 to 44 in all five runs. Post-norm passes a loss of 1 about twice as late in
 # three runs (step 81 to 83), more than three times as late in a fourth (138), and never leaves the
 # plateau of guessing within 150 steps in the fifth. The controls say more. With 3 layers the
@@ -1112,17 +1182,17 @@ with plt.rc_context({"font.size": 14, "legend.fontsize": 13}):
 # unchanged to the final norm, are a likely part of it.
 #
 # This fits the analyses cited above: in post-norm, the stack amplifies early parameter updates
-# (Liu et al., 2020), so the first steps must be small, and a warmup makes them small
+# (Liu et al., 2020b), so the first steps must be small, and a warmup makes them small
 # (exercise 3). A warmup also has a second job: in the first steps Adam's estimate of each
 # gradient's variance rests on a handful of gradients, so its step sizes are unreliable (Liu et
-# al., 2020, *On the Variance of the Adaptive Learning Rate and Beyond*, who show it on a
+# al., 2020a, *On the Variance of the Adaptive Learning Rate and Beyond*, who show it on a
 # Transformer for translation). Both variants here use the same Adam without warmup, so that
 # reason alone cannot explain the gap between them; but it may matter more for post-norm, whose
 # stack amplifies every early update, and this experiment does not tell the two causes apart.
 #
 # Pre-norm's forgiveness has a price. Its stream grows (from 5.82 to 11.66 over 24 layers in the
 # stream table above, at initialisation) while each layer's contribution stays about the same size (1.63 at layer
-# 1, 2.04 at layer 24), so every later layer changes a smaller share of the stream. Liu et al. (2020) describe the trade-off: a heavy
+# 1, 2.04 at layer 24), so every later layer changes a smaller share of the stream. Liu et al. (2020b) describe the trade-off: a heavy
 # dependence of each layer's output on its branch, as in post-norm, makes training unstable, yet a
 # light one, as in pre-norm, "limits the model potential and leads to inferior trained models".
 # Takase et al. (2022, *On Layer Normalizations and Residual Connections in Transformers*) note
@@ -1267,11 +1337,18 @@ def backward_factors(width: int, x: torch.Tensor) -> tuple[float, float]:
 
 predicted = math.sqrt(1 / 18)
 print(f"predicted factor per block: sqrt(1/18) = {predicted:.3f}")
-print(f"{'measured':10} {'gradient at the input':>22} {'gradient of W1':>15}")
+rows = []
 for width in (16, 64, 256):
     x_w = inputs if width == d else torch.randn(32, width, generator=g)
     to_input, of_w1 = backward_factors(width, x_w)
-    print(f"{f'd = {width}':10} {to_input:22.3f} {of_w1:15.3f}")
+    rows.append((f"d = {width}", to_input, of_w1))
+display(
+    Table(
+        ["measured", "gradient at the input", "gradient of W1"],
+        rows,
+        formats={"gradient at the input": ".3f", "gradient of W1": ".3f"},
+    )
+)
 from_block_30 = grads_plain[-1] * predicted ** (depth - 1)
 print("d = 64, gradient of W1 at block 1:")
 print(
@@ -1307,28 +1384,39 @@ warm = {
     for p in ("post", "pre")
     for s in SEEDS
 }
-print(f"{'random seed':30}" + "".join(f"{s:6d}" for s in SEEDS))
-print("first step with a loss below 1")
+rows = []
 for name, table in (
     ("post-norm, no warmup", {s: runs["post-norm", LAYERS, s] for s in SEEDS}),
     ("post-norm, warmup over 50", {s: warm["post", s] for s in SEEDS}),
     ("pre-norm, no warmup", {s: runs["pre-norm", LAYERS, s] for s in SEEDS}),
     ("pre-norm, warmup over 50", {s: warm["pre", s] for s in SEEDS}),
 ):
-    cells = [first_step_below_1(table[s][0]) for s in SEEDS]
-    print(f"  {name:28}" + "".join(f"{c:>6}" for c in cells))
-print("post-norm with warmup, token similarity")
-for step in (0, 2):
-    cells = [warm["post", s][1][step] for s in SEEDS]
-    print(
-        f"  {f'after {step} steps':28}" + "".join(f"{c:6.2f}" for c in cells)
+    rows.append((name, *(first_step_below_1(table[s][0]) for s in SEEDS)))
+display(
+    Table(
+        ["", *per_seed],
+        rows,
+        caption="first step with a loss below 1",
     )
+)
+rows = [
+    (f"after {step} steps", *(warm["post", s][1][step] for s in SEEDS))
+    for step in (0, 2)
+]
 # the rate reaches its full size at step 50: the highest similarity on the
 # way up
 cells = [
     max(v for t, v in warm["post", s][1].items() if t <= 50) for s in SEEDS
 ]
-print(f"  {'highest, steps 0 to 50':28}" + "".join(f"{c:6.2f}" for c in cells))
+rows.append(("highest, steps 0 to 50", *cells))
+display(
+    Table(
+        ["", *per_seed],
+        rows,
+        formats=dict.fromkeys(per_seed, ".2f"),
+        caption="post-norm with warmup, token similarity",
+    )
+)
 
 # %% [markdown] tags=["solution"]
 # With warmup post-norm learns in every run, and in each one sooner than without it (the

@@ -43,6 +43,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 from torch import nn
 
 from transformer_course.attention import MultiHeadAttention
@@ -63,7 +64,12 @@ from transformer_course.transformer import (
     TransformerConfig,
     copy_weights_to_torch,
 )
-from transformer_course.utils import count_parameters, set_seed, show_source
+from transformer_course.utils import (
+    Table,
+    count_parameters,
+    set_seed,
+    show_source,
+)
 
 # %%
 g = set_seed(0)
@@ -589,7 +595,7 @@ for vocab, d in ((VOCAB, d_model), (37_000, 512)):
 #
 # With $d = d_\text{model}$, a vocabulary of $V$ tokens and biases everywhere:
 #
-# * one multi-head attention has four $d \times d$ projections ($W_Q, W_K, W_V, W_O$), each with a
+# * one multi-head attention has four $d \times d$ projections ($W^Q, W^K, W^V, W^O$), each with a
 #   bias: $4(d^2 + d)$;
 # * the feed-forward network is $d \to d_\text{ff} \to d$: $2\,d\,d_\text{ff} + d_\text{ff} + d$;
 # * a layer norm has a gain and a bias: $2d$;
@@ -648,14 +654,14 @@ def counted(part) -> int:
     )
 
 
-table = pd.DataFrame(
-    [(part, f, n, counted(m)) for part, f, n, m in rows],
-    columns=["part", "formula", "by formula", "counted"],
-)
 n_model = count_parameters(model)
-table.loc[len(table)] = ["total", "", table["by formula"].sum(), n_model]
-table["share"] = (table["counted"] / n_model).map("{:.2%}".format)
-print(table.to_string(index=False))
+counts = [(part, f, n, counted(m)) for part, f, n, m in rows]
+counts.append(("total", "", sum(n for _, _, n, _ in counts), n_model))
+Table(
+    ["part", "formula", "by formula", "counted", "share"],
+    [(*row, row[-1] / n_model) for row in counts],
+    formats={"share": ".2%"},
+)
 
 # %% [markdown]
 # PyTorch's layers hold exactly the same number of parameters (they differ only in how the
@@ -1062,14 +1068,20 @@ plt.show()
 
 # %%
 head_weights = [layer.cross_attn_weights[0] for layer in model.decoder.layers]
-print("writes   layer 0, heads 0-3   layer 1, heads 0-3   layer 1 mean")
+rows = []
 for r, tok in enumerate(show_tokens(labels_f[0]).split()):
     peaks = [
-        "".join(f"{'fabled'[w[h, r].argmax()]:>3}" for h in range(num_heads))
+        " ".join("fabled"[w[h, r].argmax()] for h in range(num_heads))
         for w in head_weights
     ]
     mean_peak = "fabled"[head_weights[1][:, r].mean(0).argmax()]
-    print(f"{tok:>6}   {peaks[0]:<21}{peaks[1]:<21}{mean_peak:>3}")
+    rows.append((tok, *peaks, mean_peak))
+display(
+    Table(
+        ["writes", "layer 0, heads 0-3", "layer 1, heads 0-3", "layer 1 mean"],
+        rows,
+    )
+)
 w00 = head_weights[0][0]  # layer 0, head 0
 print("layer 0, head 0, weight on the letter being written, per row:")
 print(
@@ -1202,15 +1214,28 @@ for model_seed, factor in ((0, False), (1, True), (1, False)):
     run_losses = train(m, reversal_batch)  # the stream seeded TRAIN_SEED
     runs.append((model_seed, factor, run_losses, accuracy_of(m)))
     trained[model_seed, factor] = m
-print("                              mean loss, steps")
-print("model seed  sqrt(d) factor  151-250   551-600   reversed")
+rows = []
 for model_seed, factor, run_losses, acc in runs:
     early = sum(run_losses[150:250]) / 100
     late = sum(run_losses[550:600]) / 50
-    print(
-        f"{model_seed:>10}  {'with' if factor else 'without':>14}"
-        f"  {early:7.3f}   {late:7.3f}   {acc:8.1%}"
+    rows.append(
+        (model_seed, "with" if factor else "without", early, late, acc)
     )
+Table(
+    [
+        "model seed",
+        "sqrt(d) factor",
+        "loss, steps 151-250",
+        "loss, steps 551-600",
+        "reversed",
+    ],
+    rows,
+    formats={
+        "loss, steps 151-250": ".3f",
+        "loss, steps 551-600": ".3f",
+        "reversed": ".1%",
+    },
+)
 
 # %% [markdown]
 # Without the factor, the token vectors start at about a quarter of the positions' size (0.180

@@ -48,6 +48,7 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from IPython.display import display
 from torch.utils.data import DataLoader
 
 from transformer_course.masking import make_seq2seq_masks
@@ -80,6 +81,7 @@ from transformer_course.tokenization import CharTokenizer
 from transformer_course.training import fit, warmup_decay
 from transformer_course.transformer import Transformer, TransformerConfig
 from transformer_course.utils import (
+    Table,
     count_parameters,
     get_device,
     set_seed,
@@ -117,11 +119,8 @@ print("training on:", device)
 
 # %%
 example_date = dt.date(2021, 7, 14)
-showcase = pd.DataFrame(
-    [(name, render_date(example_date, name).source) for name in FORMATS],
-    columns=["format", "source"],
-)
-print(showcase.to_string(index=False))
+showcase = [(name, render_date(example_date, name).source) for name in FORMATS]
+display(Table(["format", "source"], showcase))
 print("target:", render_date(example_date, "iso").target)
 
 # %% [markdown]
@@ -435,7 +434,7 @@ show_source(teacher_forced_logits)
 # **Label smoothing** (used in the original Transformer, with $\varepsilon = 0.1$) trains
 # against a softened target: instead of probability 1 on the label, the target distribution is
 #
-# $$q_k = (1 - \varepsilon)\,[k = \text{label}] + \frac{\varepsilon}{K}$$
+# $$q_k = (1 - \varepsilon)\,[k = \text{label}] + \frac{\varepsilon}{K}$$ (eq-09-1)
 #
 # over the $K$ classes. The model is then never pushed to be infinitely sure (logits growing
 # without bound), which tends to help generalisation and calibration (Müller, Kornblith and
@@ -455,7 +454,7 @@ show_source(teacher_forced_logits)
 # &= (1 - \varepsilon)\,(-\log p_\text{label}) \\
 # &\quad + \varepsilon \cdot \frac{1}{K}\sum_k (-\log p_k),
 # \end{aligned}
-# $$
+# $$ (eq-09-2)
 #
 # the usual loss, weighted $1 - \varepsilon$, plus the cross-entropy with the uniform
 # distribution, weighted $\varepsilon$. In code, with padding left out of the sum and of the
@@ -487,7 +486,7 @@ show_source(sequence_loss)
 # %%
 labels_d = labels.to(device)
 K = len(tgt_tok)
-print("ε     by hand  package  PyTorch")
+by_eps = []
 for eps in (0.0, 0.1):
     mine = smoothed_loss(logits, labels_d, PAD, eps)
     package = sequence_loss(logits, labels_d, PAD, label_smoothing=eps)
@@ -497,10 +496,12 @@ for eps in (0.0, 0.1):
         ignore_index=PAD,
         label_smoothing=eps,
     )
-    print(
-        f"{eps:<4}  {mine.item():7.4f}  {package.item():7.4f}  "
-        f"{ref.item():7.4f}"
-    )
+    by_eps.append((eps, mine.item(), package.item(), ref.item()))
+Table(
+    ["ε", "by hand", "package", "PyTorch"],
+    by_eps,
+    formats=dict.fromkeys(["by hand", "package", "PyTorch"], ".4f"),
+)
 
 # %% tags=["remove-cell"]
 for eps in (0.0, 0.1):
@@ -684,7 +685,7 @@ plt.show()
 #
 # $$
 # \mathrm{lr}(s) = \mathrm{peak} \cdot \frac{s + 1}{W},
-# $$
+# $$ (eq-09-3)
 #
 # and after it, for $s \ge W$, with $c(s)$ falling from 1 to 0 along a half cosine,
 #
@@ -693,12 +694,12 @@ plt.show()
 # \mathrm{lr}(s) &= \mathrm{peak} \cdot \bigl(r + (1 - r)\, c(s)\bigr),\\
 # c(s) &= \tfrac{1}{2}\Bigl(1 + \cos \frac{\pi\,(s - W)}{T - W}\Bigr).
 # \end{aligned}
-# $$
+# $$ (eq-09-4)
 #
 # Chapter 06 gave the two reasons to warm up: Adam's first steps rest on estimates of the
-# gradient's size made from very few gradients (Liu et al., 2020, *On the Variance of the
+# gradient's size made from very few gradients (Liu et al., 2020a, *On the Variance of the
 # Adaptive Learning Rate and Beyond*), and a *post-norm* stack like ours and the paper's
-# amplifies its early updates (Liu et al., 2020), so that deep post-norm stacks train much
+# amplifies its early updates (Liu et al., 2020b), so that deep post-norm stacks train much
 # worse without a warmup (Xiong et al., 2020). Ours has only two layers per stack; exercise 2
 # measures what leaving the warmup out costs it. The decay at the end lets the weights settle.
 #
@@ -706,7 +707,7 @@ plt.show()
 #
 # $$
 # \mathrm{lr}(n) = d_\text{model}^{-1/2} \cdot \min\bigl(n^{-1/2},\; n \cdot W^{-3/2}\bigr):
-# $$
+# $$ (eq-09-5)
 #
 # the same linear warmup, then a decay with $1/\sqrt{n}$. For our $d_\text{model} = 64$ its
 # peak would be several times ours (printed below), so Fig. 9.3 scales it to our peak
@@ -916,11 +917,12 @@ below_lnK = next(i for i, x in enumerate(history.loss, 1) if x < math.log(K))
 print(f"first step with a training loss below ln K: {below_lnK}")
 print(f"training loss, mean of the last 50 steps: {final_train:.4f}")
 print(f"floor (entropy of the smoothed target):    {floor:.4f}")
-print("                       above the floor")
-print("step  validation loss  validation  training")
-for s, v, x in zip(history.eval_steps, val_curve, excess):
-    train_x = np.mean(history.loss[s - 25 : s]) - floor
-    print(f"{s:4}  {v:15.4f}  {x:10.4f}  {train_x:8.4f}")
+by_step = [
+    (s, v, x, np.mean(history.loss[s - 25 : s]) - floor)
+    for s, v, x in zip(history.eval_steps, val_curve, excess)
+]
+columns = ["step", "validation loss", "validation excess", "training excess"]
+display(Table(columns, by_step, formats=dict.fromkeys(columns[1:], ".4f")))
 last_100 = np.array(history.loss[-100:]) - floor
 print(
     f"last 100 steps, one step's training excess: "
@@ -1097,13 +1099,19 @@ starts = {
     "weights x 0.01": small_out,
     "x 0.01, bias log-freq": freq_out,
 }
-print("training loss         step 1  steps 1-10  steps 21-30  steps 41-50")
+ranges = [(0, 10), (20, 30), (40, 50)]
+by_start = []
 for name, m in starts.items():
     curve = np.array(train_steps(m, 50).loss)
-    print(
-        f"{name:21} {curve[0]:6.3f}  {curve[:10].mean():10.3f}"
-        f"  {curve[20:30].mean():11.3f}  {curve[40:].mean():11.3f}"
-    )
+    means = [curve[a:b].mean() for a, b in ranges]
+    by_start.append((name, curve[0], *means))
+columns = ["start", "step 1", "steps 1-10", "steps 21-30", "steps 41-50"]
+Table(
+    columns,
+    by_start,
+    formats=dict.fromkeys(columns[1:], ".3f"),
+    caption="training loss",
+)
 
 # %% [markdown]
 # The zeroed copy avoids the hockey stick (its first ten steps average 2.618 against 2.880), but
@@ -1176,15 +1184,13 @@ predicted = translate(
     model, [x.source for x in per_format], src_tok, tgt_tok, device=device
 )
 ok = ["✓" if p == x.target else "✗" for p, x in zip(predicted, per_format)]
-table = pd.DataFrame(
-    {
-        "ok": ok,
-        "input": [x.source for x in per_format],
-        "prediction": predicted,
-        "target": [x.target for x in per_format],
-    }
+Table(
+    ["ok", "input", "prediction", "target"],
+    [
+        (mark, x.source, p, x.target)
+        for mark, p, x in zip(ok, predicted, per_format)
+    ],
 )
-print(table.to_string(index=False))
 
 # %% [markdown]
 # ## Exact-match accuracy on the held-out set
@@ -1260,7 +1266,13 @@ ood["correct"] = ood["wrong"].map(len) == 0
 summary = ood.groupby("format", sort=False).agg(
     exact_match=("correct", "mean"), example=("example", "first")
 )
-print(summary.to_string(formatters={"exact_match": "{:.1%}".format}))
+display(
+    Table(
+        ["format", "exact match", "example"],
+        summary.itertuples(),
+        formats={"exact match": ".1%"},
+    )
+)
 print(
     f"all six formats: {ood['correct'].mean():.1%} exact match "
     f"({(~ood['correct']).sum()} mistakes out of {len(ood)})"
@@ -1286,7 +1298,7 @@ print(
     "number of predictions with this field wrong "
     "(a prediction can have several):"
 )
-print(fields_wrong.to_string())
+display(Table(["format", *cols], fields_wrong.itertuples()))
 print("\ntwo mistakes of each format:")
 for name in UNSEEN_FORMATS:
     rows = ood[(ood["format"] == name) & ~ood["correct"]].head(2)
@@ -1486,7 +1498,13 @@ share = pd.DataFrame(
     index=[f"output {f}" for f in fields],
     columns=[f"source {f}" for f in fields],
 )
-print(share.round(2).to_string())
+display(
+    Table(
+        ["", *share.columns],
+        share.itertuples(),
+        formats=dict.fromkeys(share.columns, ".2f"),
+    )
+)
 # the matching field's share, averaged per format
 diag = pd.DataFrame(
     np.diagonal(last, axis1=1, axis2=2), columns=fields
@@ -1688,7 +1706,13 @@ def run_250(eps: float) -> dict[str, float]:
 
 runs = pd.DataFrame({f"ε = {eps}": run_250(eps) for eps in (0.1, 0.0)}).T
 cap = 1 - EPS + EPS / K
-print(runs.round(3).to_string())
+display(
+    Table(
+        ["smoothing", *runs.columns],
+        runs.itertuples(),
+        formats=dict.fromkeys(runs.columns, ".3f"),
+    )
+)
 print(f"smoothed target for the label: {cap:.3f}")
 print(f"held-out exact match of the 800-step run: {accuracy:.3f}")
 p800 = mean_p_correct(model)
@@ -1741,8 +1765,14 @@ warm = pd.DataFrame(
 warm["cost of none"] = warm["warmup 1"] - warm["warmup 80"]
 gain_5 = warm["warmup 1"] - warm["warmup 5"]
 warm["share 5 recovers"] = gain_5 / warm["cost of none"]
-print("validation loss after 100 steps at peak learning rate 1e-2:")
-print(warm.round(3).to_string())
+display(
+    Table(
+        ["model", *warm.columns],
+        warm.itertuples(),
+        formats=dict.fromkeys(warm.columns, ".3f"),
+        caption="validation loss after 100 steps at peak learning rate 1e-2",
+    )
+)
 for a, nf in archs.items():
     w_80, w_1 = short_run(nf, 80, 3e-3), short_run(nf, 1, 3e-3)
     print(
@@ -1839,8 +1869,12 @@ ft = pd.DataFrame(
     },
     index=["trained model", "fine-tuned copy"],
 )
-print("exact match:")
-print(ft.to_string(formatters=dict.fromkeys(ft, "{:.1%}".format)))
+Table(
+    ["model", *ft.columns],
+    ft.itertuples(),
+    formats=dict.fromkeys(ft.columns, ".1%"),
+    caption="exact match",
+)
 
 # %% [markdown] tags=["solution"]
 # Before fine-tuning, the model gets almost none of the new format right (0.1 %): like

@@ -29,6 +29,7 @@ import time
 
 import matplotlib.pyplot as plt
 import torch
+from IPython.display import display
 
 from transformer_course.attention import KVCache
 from transformer_course.diagrams import gpt_model, kv_cache
@@ -62,6 +63,7 @@ from transformer_course.train_gpt import (
 from transformer_course.training import param_groups, warmup_decay
 from transformer_course.transformer import EncoderLayer
 from transformer_course.utils import (
+    Table,
     count_parameters,
     print_wrapped,
     set_seed,
@@ -369,14 +371,19 @@ parts = {
     "4 blocks": sum(p.numel() for p in model.blocks.parameters()),
     "final LayerNorm": sum(p.numel() for p in model.norm.parameters()),
 }
-for name, n in parts.items():
-    print(f"{name:32} {n:>9,}")
-print(f"{'total':32} {count_parameters(model):>9,}")
 # each block: qkv (d x 3d) and proj (d x d) with biases, two MLP matrices
 # d*4d (+ biases), two LayerNorms
 d = config.d_model
 per_block = 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 4 * d
-print(f"{'4 blocks, by the formula':32} {4 * per_block:>9,}")
+Table(
+    ["part", "parameters"],
+    [
+        *parts.items(),
+        ("total", count_parameters(model)),
+        ("4 blocks, by the formula", 4 * per_block),
+    ],
+    formats={"parameters": ","},
+)
 
 # %% tags=["remove-cell"]
 # the output head is the token embedding itself (tied), so it adds nothing
@@ -465,9 +472,9 @@ def stream_std(m: GPT, x: torch.Tensor) -> float:
 
 
 x_rand = torch.randint(0, 96, (8, 64), generator=g)
-print(f"{'blocks':>6} {'scaled':>8} {'plain 0.02':>11}")
+depths = (1, 4, 16, 48)
 stds = []
-for n_layer in (1, 4, 16, 48):
+for n_layer in depths:
     set_seed(0)
     deep = GPT(GPTConfig(vocab_size=96, n_layer=n_layer, n_head=4))
     scaled = stream_std(deep, x_rand)
@@ -476,7 +483,13 @@ for n_layer in (1, 4, 16, 48):
             b.attn.proj.weight.normal_(0.0, 0.02)
             b.mlp.proj.weight.normal_(0.0, 0.02)
     stds.append((scaled, stream_std(deep, x_rand)))
-    print(f"{n_layer:>6} {stds[-1][0]:>8.3f} {stds[-1][1]:>11.3f}")
+display(
+    Table(
+        ["blocks", "scaled", "plain 0.02"],
+        [(n, *pair) for n, pair in zip(depths, stds)],
+        formats={"scaled": ".3f", "plain 0.02": ".3f"},
+    )
+)
 print(
     f"48 blocks vs 1: {stds[-1][0] / stds[0][0]:.1f} times (scaled), "
     f"{stds[-1][1] / stds[0][1]:.1f} times (plain)"
@@ -681,8 +694,11 @@ show_source(evaluate)
 steps = [0, 25, 50, 500, 999, 1000]
 # what train() sets
 lrs = [3e-3 * warmup_decay(s, 50, 1000, min_ratio=0.1) for s in steps]
-print("step          " + "".join(f"{s:>9}" for s in steps))
-print("learning rate " + "".join(f"{v:9.1e}" for v in lrs))
+Table(
+    ["step", "learning rate"],
+    zip(steps, lrs),
+    formats={"learning rate": ".1e"},
+)
 
 # %% tags=["remove-cell"]
 assert lrs[2] == max(lrs) and abs(lrs[-1] - 3e-4) < 1e-12
@@ -881,11 +897,16 @@ by_position = window_losses(model).mean(0)  # average over the windows
 bands = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 32), (33, 64))
 band_loss = [by_position[lo - 1 : hi].mean().item() for lo, hi in bands]
 names = [f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in bands]
-print(f"{'characters of context':22}" + "".join(f"{n:>6}" for n in names))
-print(f"{'validation loss':22}" + "".join(f"{x:6.2f}" for x in band_loss))
-# the yardstick on the same characters as the first column
+display(
+    Table(
+        ["context", "validation loss"],
+        zip(names, band_loss),
+        formats={"validation loss": ".2f"},
+    )
+)
+# the yardstick on the same characters as the first row
 first = -pairs.log()[xs[:, 0], ys[:, 0]].mean().item()
-print(f"previous character only: {first:.2f} on the first column's characters")
+print(f"previous character only: {first:.2f} on the first row's characters")
 # one character: above the yardstick; two: below it
 assert band_loss[1] < bigram_loss < band_loss[0]
 assert first < band_loss[0]
@@ -1014,10 +1035,13 @@ variants = {
 }
 for name, edit in variants.items():
     parts_loss[name] = window_losses(train_300(edit)).mean().item()
-print("after 300 steps, validation loss (nats/char)")
-for name, loss in parts_loss.items():
-    print(f"  {name:24} {loss:.3f}")
-print(f"  {'previous character only':24} {bigram_loss:.3f}")
+display(
+    Table(
+        ["after 300 steps", "nats/char"],
+        [*parts_loss.items(), ("previous character only", bigram_loss)],
+        formats={"nats/char": ".3f"},
+    )
+)
 # each part removed costs more than 0.1 nats/char in these runs
 assert all(v > with_pos + 0.1 for v in list(parts_loss.values())[1:])
 
@@ -1077,12 +1101,20 @@ assert record["val_loss"] <= 1.6 and big_tok.chars == tok.chars
 big_val = evaluate(big, val_ids, max_windows=1024)
 big_train = evaluate(big, train_ids, max_windows=256)
 small_train = evaluate(model, train_ids, max_windows=256)
-print(f"{'':13} {'training':>9} {'validation':>11} {'perplexity':>11}")
-for name, tr, va in (
-    ("small model", small_train, val_loss),
-    ("larger model", big_train, big_val),
-):
-    print(f"{name:13} {tr:9.3f} {va:11.3f} {math.exp(va):11.2f}")
+by_model = [
+    (name, tr, va, math.exp(va))
+    for name, tr, va in (
+        ("small model", small_train, val_loss),
+        ("larger model", big_train, big_val),
+    )
+]
+display(
+    Table(
+        ["model", "training", "validation", "perplexity"],
+        by_model,
+        formats={"training": ".3f", "validation": ".3f", "perplexity": ".2f"},
+    )
+)
 # the gap between validation and training loss is wider for the larger model
 assert big_val - big_train > val_loss - small_train
 
@@ -1109,9 +1141,11 @@ assert abs(big_val - record["val_loss"]) < 0.03
 
 # %%
 hist = record["history"]
-print(f"{'step':>5} {'training':>9} {'validation':>11}")
-for st, tr, va in zip(hist["step"], hist["train_loss"], hist["val_loss"]):
-    print(f"{st:>5} {tr:9.2f} {va:11.2f}")
+Table(
+    ["step", "training", "validation"],
+    zip(hist["step"], hist["train_loss"], hist["val_loss"]),
+    formats={"training": ".2f", "validation": ".2f"},
+)
 
 # %% [markdown]
 # Both losses fall to the end: the validation loss from 2.01 at step 1000 to 1.67 at step
@@ -1273,11 +1307,12 @@ with torch.no_grad():
     last = big(contexts)[:, -1]  # the next-character logits after each
 keep = torch.isfinite(top_p_filter(last, 0.9))
 sizes = keep.sum(-1)
-print("characters kept by top-p 0.9   positions")
+by_size = []
 for lo, hi in ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 96)):
     n = int(((sizes >= lo) & (sizes <= hi)).sum())
     span = f"{lo}" if lo == hi else f"{lo} to {hi}"
-    print(f"{span:>28} {n:11}")
+    by_size.append((span, n))
+display(Table(["characters kept", "positions"], by_size))
 for i in (int(sizes.argmin()), int(sizes.argmax())):
     end = big_tok.decode(contexts[i, -36:])
     print(f"keeps {int(sizes[i]):2} after ...{end!r}")
@@ -1474,7 +1509,7 @@ assert n_cached == 2 * c.n_layer * 128 * c.d_model
 # dominate at this size, and attention adds a $t^2$ term), with it a constant amount plus
 # attention over $t$ cached keys. For 127 new characters after a one-character prompt, that
 # is $1 + 2 + \dots + 127 = 8{,}128$ positions through the model without the cache against
-# 127 with it, 64 times the work. The measured speed-up (the last column) stays far below
+# 127 with it, 64 times the work. The measured speed-up (the column speed-up) stays far below
 # that: a step's time is not set by its arithmetic alone, and both paths also pay a fixed
 # cost per step for running every layer's operations. In every row the cache gives the same
 # tokens.
@@ -1493,20 +1528,22 @@ def timed(fn, *args, repeats=9, **kwargs):
 
 one = torch.tensor([big_tok.encode("\n")])
 generate(big, one, 8, use_cache=True)  # a first call, to warm up
-print(
-    f"{'new tokens':>10} {'no cache':>10} {'KV cache':>10} {'speed-up':>9}"
-    f" {'same tokens':>12}"
-)
+timings = []
 # a 1-character prompt + 127 new ones fill the 128 positions
 for n in (32, 64, 127):
     t_plain, a = timed(generate, big, one, n, use_cache=False)
     t_cache, b = timed(generate, big, one, n, use_cache=True)
     same = torch.equal(a, b)
     speedup = t_plain / t_cache
-    print(
-        f"{n:>10} {t_plain:>9.2f}s {t_cache:>9.2f}s {speedup:>8.1f}x"
-        f" {same!s:>12}"
+    timings.append((n, t_plain, t_cache, speedup, same))
+seconds = ["no cache (s)", "KV cache (s)"]
+display(
+    Table(
+        ["new tokens", *seconds, "speed-up", "same tokens"],
+        timings,
+        formats={**dict.fromkeys(seconds, ".2f"), "speed-up": ".1f"},
     )
+)
 assert same  # 127 new tokens: the cache gives the same tokens
 assert speedup > 1.3  # and is clearly faster
 
@@ -1713,12 +1750,19 @@ assert long_nll[:, 16:].mean() >= long_nll[:, :16].mean()  # no better
 # %% tags=["solution", "nbval-ignore-output"]
 wide = train_300(n_layer=1, d_model=256, d_ff=4 * 256)  # d_ff = 4 x d_model
 wide_loss = window_losses(wide).mean().item()
-print(f"{'after 300 steps':24}{'parameters':>11}{'nats/char':>11}")
-for name, m, loss in (
-    ("4 blocks of width 128", base, with_pos),
-    ("1 block of width 256", wide, wide_loss),
-):
-    print(f"{name:24}{count_parameters(m):11,}{loss:11.3f}")
+display(
+    Table(
+        ["after 300 steps", "parameters", "nats/char"],
+        [
+            (name, count_parameters(m), loss)
+            for name, m, loss in (
+                ("4 blocks of width 128", base, with_pos),
+                ("1 block of width 256", wide, wide_loss),
+            )
+        ],
+        formats={"parameters": ",", "nats/char": ".3f"},
+    )
+)
 
 
 def by_part(m: GPT) -> dict[str, int]:
@@ -1737,11 +1781,17 @@ def by_part(m: GPT) -> dict[str, int]:
     }
 
 
-print(f"\n{'parameters':29}{'4 x 128':>9}{'1 x 256':>9}{'change':>9}")
 narrow_parts, wide_parts = by_part(base), by_part(wide)
-for name, n in narrow_parts.items():
-    w = wide_parts[name]
-    print(f"{name:29}{n:9,}{w:9,}{w - n:+9,}")
+display(
+    Table(
+        ["parameters", "4 x 128", "1 x 256", "change"],
+        [
+            (name, n, wide_parts[name], wide_parts[name] - n)
+            for name, n in narrow_parts.items()
+        ],
+        formats={"4 x 128": ",", "1 x 256": ",", "change": "+,"},
+    )
+)
 assert wide_loss < with_pos
 assert sum(wide_parts.values()) == count_parameters(wide)
 

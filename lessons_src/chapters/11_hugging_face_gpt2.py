@@ -35,6 +35,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 import transformers
+from IPython.display import display
 from tokenizers import pre_tokenizers
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -60,6 +61,7 @@ from transformer_course.tasks.python_docs import (
 from transformer_course.tasks.shakespeare import load_shakespeare, split_plays
 from transformer_course.train_gpt import evaluate, load_checkpoint
 from transformer_course.utils import (
+    Table,
     count_parameters,
     set_seed,
     show_source,
@@ -659,15 +661,19 @@ print(
     f"held-out documentation: {len(probes['documentation']):,} characters; "
     f"everyday English: {len(probes['everyday English'].split())} words"
 )
-print("characters per token")
-print(f"{'':16} {'ours (2k)':>9} {'SmolLM2 (49k)':>13}")
 ratios = {}
 for name, s in probes.items():
     ratios[name] = (
         len(s) / len(bpe.encode(s).ids),
         len(s) / len(smol_tok(s)["input_ids"]),
     )
-    print(f"{name:16} {ratios[name][0]:9.2f} {ratios[name][1]:13.2f}")
+display(
+    Table(
+        ["characters per token", "ours (2k)", "SmolLM2 (49k)"],
+        [(name, *r) for name, r in ratios.items()],
+        formats=dict.fromkeys(["ours (2k)", "SmolLM2 (49k)"], ".2f"),
+    )
+)
 for w in (" statement", " grandmother", " photosynthesis"):
     print(f"{w!r}")
     print(f"  ours:    {' '.join(bpe.encode(w).tokens)}")
@@ -868,11 +874,22 @@ def kept_by_top_p(p: torch.Tensor, top_p: float = 0.9) -> int:
 
 sure_at = int(chosen.values.argmax())  # the step where it is surest
 sure_probs = step_probs[sure_at]
-print(f"{'':14}{'top token':>10}{'top-p = 0.9 keeps':>19}{'top 20 hold':>13}")
 rows = {"first token": first_probs, f"token {sure_at + 1}": sure_probs}
-for where, p in rows.items():
-    top20 = p.topk(20).values.sum()
-    print(f"{where:14}{p.max():10.3f}{kept_by_top_p(p):19}{top20:13.3f}")
+display(
+    Table(
+        ["position", "top token", "top-p = 0.9 keeps", "top 20 hold"],
+        [
+            (
+                where,
+                p.max().item(),
+                kept_by_top_p(p),
+                p.topk(20).values.sum().item(),
+            )
+            for where, p in rows.items()
+        ],
+        formats={"top token": ".3f", "top 20 hold": ".3f"},
+    )
+)
 order = first_probs.argsort(descending=True)  # ranks, for the figure
 n_top_p = kept_by_top_p(first_probs)
 at_07 = (first_probs.log() / 0.7).softmax(-1)  # temperature 0.7
@@ -1157,14 +1174,21 @@ for i in starts:
 chars_ours = len(starts) * (block - 1)
 ours_nats, smol_nats = nll_ours / chars_ours, nll_smol / chars_smol
 win_nats, same_nats = nll_win / chars_win, nll_same / chars_win
-print(f"{'per character':18} {'nats':>5} {'bits':>5} {'chars':>6}")
-for name, nats, n in (
-    ("ours, windows", ours_nats, chars_ours),
-    ("ours, same chars", same_nats, chars_win),
-    ("SmolLM2, windows", win_nats, chars_win),
-    ("SmolLM2, whole", smol_nats, chars_smol),
-):
-    print(f"{name:18} {nats:5.3f} {nats / math.log(2):5.2f} {n:6,}")
+display(
+    Table(
+        ["per character", "nats", "bits", "characters"],
+        [
+            (name, nats, nats / math.log(2), n)
+            for name, nats, n in (
+                ("ours, windows", ours_nats, chars_ours),
+                ("ours, same chars", same_nats, chars_win),
+                ("SmolLM2, windows", win_nats, chars_win),
+                ("SmolLM2, whole", smol_nats, chars_smol),
+            )
+        ],
+        formats={"nats": ".3f", "bits": ".2f", "characters": ","},
+    )
+)
 print("ours / SmolLM2:")
 print(f"  whole passage   {ours_nats / smol_nats:.2f}")
 print(f"  same windows    {same_nats / win_nats:.2f}")
@@ -1768,10 +1792,16 @@ for t in gguf.GGUFReader(gguf_path).tensors:
     entry[2] += int(t.n_bytes)
     if kind == "Q8_0":
         in_q8.append(t.name)
-print("format tensors     weights  bits    MB")
-for kind, (n, weights, nbytes) in formats.items():
-    bits = 8 * nbytes / weights  # per weight
-    print(f"{kind:6} {n:7} {weights:11,} {bits:5.1f} {nbytes / 1e6:5.1f}")
+display(
+    Table(
+        ["format", "tensors", "weights", "bits per weight", "MB"],
+        [
+            (kind, n, weights, 8 * nbytes / weights, nbytes / 1e6)
+            for kind, (n, weights, nbytes) in formats.items()
+        ],
+        formats={"weights": ",", "bits per weight": ".1f", "MB": ".1f"},
+    )
+)
 print("in Q8_0:", *in_q8)
 tensor_mb = sum(entry[2] for entry in formats.values()) / 1e6
 file_mb = gguf_path.stat().st_size / 1e6
@@ -1986,8 +2016,7 @@ print("such as:", doc[dash_only[0] - 1], "\n        ", doc[dash_only[0]])
 # **4. Grouped-query attention or multi-head?** Turn our layer-0 `Attention` into ordinary
 # multi-head attention with 9 key/value heads: build it from a config with `n_kv_head=9` and
 # give it the same query and output weights, and key and value weights in which each of the 3
-# heads is repeated for its group. Predict first: does the output on `seen["h"]` change, and by
-# what factor do the key/value weights and the KV cache grow?
+# heads is repeated for its group. Predict first: does the output on `seen["h"]` change?
 
 # %% tags=["solution"]
 from dataclasses import replace
@@ -2018,9 +2047,10 @@ print(f"same output up to a max difference of {d:.0g}")
 # %% [markdown] tags=["solution"]
 # The output does not change, up to float32 rounding (here the largest difference is exactly
 # 0). Grouped-query attention *is* multi-head attention in which the 3 query heads of a group see the same key and value, so copying each
-# key/value head 3 times computes the same thing. What grows is the storage: the key and value
-# weights, and the KV cache with them, become 3 times larger, 34,560 instead of 11,520 numbers
-# per token. Going the other way, a trained multi-head model cannot simply be cut down to
+# key/value head 3 times computes the same thing, with key and value weights, and a KV cache, 3
+# times larger (34,560 instead of 11,520 numbers per token, as computed in the chapter). The
+# converse does not hold: 9 key/value heads trained freely can compute what 3 shared ones
+# cannot, and grouping trades that freedom for the smaller cache. Going the other way, a trained multi-head model cannot simply be cut down to
 # fewer key/value heads without changing what it computes; Ainslie et al. (2023) averaged the
 # heads of each group and trained a little further.
 
@@ -2108,13 +2138,19 @@ def one_in_q8_0(model: GPT, keep: str) -> GPT:
 
 all_q4 = perplexity_ours(quantise(ours, q4_1), windows)
 print(f"every matrix in Q4_1: perplexity {all_q4:.4f}")
-print(f"{'in Q8_0':26}{'weights':>9}{'perplexity':>11}{'gain':>8}")
-gains = {}
+gains, rows = {}, []
 for name, w in ours.state_dict().items():
     if w.dim() == 2 and name != "lm_head.weight":  # the head is tok_emb
         ppl_q = perplexity_ours(one_in_q8_0(ours, name), windows)
         gains[name] = all_q4 - ppl_q
-        print(f"{name:26}{w.numel():9,}{ppl_q:11.4f}{gains[name]:8.4f}")
+        rows.append((name, w.numel(), ppl_q, gains[name]))
+display(
+    Table(
+        ["in Q8_0", "weights", "perplexity", "gain"],
+        rows,
+        formats={"weights": ",", "perplexity": ".4f", "gain": ".4f"},
+    )
+)
 ranked = sorted(gains, key=gains.get, reverse=True)
 print("largest gains:", *(name.removesuffix(".weight") for name in ranked[:3]))
 

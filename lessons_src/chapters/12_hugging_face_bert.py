@@ -106,6 +106,7 @@ from transformer_course.train_mlm import (
 )
 from transformer_course.training import accuracy
 from transformer_course.utils import (
+    Table,
     count_parameters,
     get_device,
     set_seed,
@@ -324,6 +325,13 @@ display(view)
 it_row = pair_att[3][0, 1, pair_tokens.index("it")]
 assert pair_tokens[int(it_row.argmax())] == "umbrella"
 
+# %% [markdown]
+# <p class="course-view-caption"><b>View 12.1</b> bertviz's head view of MiniLM's layer 3 on the
+# pair "I left my umbrella on the train." / "Where can I collect it?", head 1 selected. A line
+# joins a token on the left (the query) to a token on the right (the key), darker for a larger
+# weight. Hover over a token to see only its lines; click a coloured square to switch a head on
+# or off; the menus choose the layer and which sentence's tokens attend to which.</p>
+
 # %% tags=["remove-cell"]
 # each query's attention weights add up to 1, in every head of the layer
 assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
@@ -442,6 +450,12 @@ display(view)
 for layer, head in [(3, 1), (5, 11)]:
     it_row = coref_att[layer][0, head, coref_tokens.index("it")]
     assert coref_tokens[int(it_row.argmax())] == "animal"
+
+# %% [markdown]
+# <p class="course-view-caption"><b>View 12.2</b> bertviz's model view of MiniLM on "The animal
+# didn't cross the street because it was too tired.": one thumbnail per head, its 6 layers in
+# rows and 12 heads in columns, each drawn like View 12.1 (queries left, keys right). Click a
+# thumbnail to enlarge it.</p>
 
 # %% tags=["remove-cell"]
 # in every layer and head, each query's weights add up to 1
@@ -849,12 +863,18 @@ headers = [
     ("model", "top 5"),
     ("5 most", "frequent"),
 ]
-print("accuracy at the chosen positions, by kind of position:")
-print(" " * 15 + "".join(f"{a:>10s}" for a, _ in headers))
-print(f"{'kind':8s}{'number':>7s}" + "".join(f"{b:>10s}" for _, b in headers))
-for kind, m in kinds.items():
-    accs = "".join(f"{acc_at[name][kind]:10.1%}" for name in guesses)
-    print(f"{kind:8s}{int(m.sum()):7d}{accs}")
+names = [f"{a} {b}" for a, b in headers]
+display(
+    Table(
+        ["kind", "number", *names],
+        [
+            (kind, int(m.sum()), *(acc_at[name][kind] for name in guesses))
+            for kind, m in kinds.items()
+        ],
+        formats=dict.fromkeys(names, ".1%"),
+        caption="Accuracy at the chosen positions, by kind of position",
+    )
+)
 print("at [MASK], the model minus the baseline, position by position:")
 for col, baseline in (
     ("model, top 1", f"always {most_frequent_token!r}"),
@@ -958,14 +978,16 @@ print(
     f"{mlm_record['mask_prob']:.0%} of positions chosen, "
     f"{mlm_record['train_cpu_seconds'] / 60:.0f} min of CPU time"
 )
-print("step    loss  [MASK] top 1  top 5")
-for s, loss, a1, a5 in zip(
-    mlm_hist["step"],
-    mlm_hist["loss_last20"],
-    mlm_hist["mask_top1"],
-    mlm_hist["mask_top5"],
-):
-    print(f"{s:5d}  {loss:6.2f}  {a1:12.1%}  {a5:5.1%}")
+Table(
+    ["step", "loss", "[MASK] top 1", "top 5"],
+    zip(
+        mlm_hist["step"],
+        mlm_hist["loss_last20"],
+        mlm_hist["mask_top1"],
+        mlm_hist["mask_top5"],
+    ),
+    formats={"loss": ".2f", "[MASK] top 1": ".1%", "top 5": ".1%"},
+)
 
 # %% [markdown]
 # The loss is the mean of the last 20 steps' losses; top 1 and top 5 are measured as in the
@@ -1021,9 +1043,11 @@ long_acc = {
         torch.isin(target, top5_frequent)[at_mask].float().mean().item(),
     ),
 }
-print(f"at the {int(at_mask.sum())} [MASK] positions   top 1   top 5")
-for name, (acc1, acc5) in long_acc.items():
-    print(f"{name:30s}{acc1:7.1%}{acc5:8.1%}")
+Table(
+    [f"at the {int(at_mask.sum())} [MASK] positions", "top 1", "top 5"],
+    [(name, *accs) for name, accs in long_acc.items()],
+    formats={"top 1": ".1%", "top 5": ".1%"},
+)
 
 # %% tags=["remove-cell"]
 assert (
@@ -1474,15 +1498,23 @@ bow_dev = {
 BOW_WD = max(bow_dev, key=lambda wd: (bow_dev[wd], wd))
 
 
-def print_grid(title: str, scores: dict, chosen) -> None:
+def show_grid(title: str, scores: dict, chosen) -> None:
     """Dev accuracy for each value of a setting, and the value chosen."""
-    print(title)
-    print("   ", "   ".join(f"{v:g}: {a:.1%}" for v, a in scores.items()))
-    print(f"    -> chosen {chosen:g}")
+    values = [f"{v:g}" for v in scores]
+    display(
+        Table(
+            ["", *values],
+            [["dev accuracy", *scores.values()]],
+            formats=dict.fromkeys(values, ".1%"),
+            caption=f"{title}; chosen: {chosen:g}",
+        )
+    )
 
 
-print_grid(
-    "dev accuracy by weight decay (ties go to the larger):", bow_dev, BOW_WD
+show_grid(
+    "Bag of words, dev accuracy by weight decay (ties go to the larger)",
+    bow_dev,
+    BOW_WD,
 )
 bow = reviews.fit_bag_of_words(train.texts, train.labels, weight_decay=BOW_WD)
 acc_bow_train = accuracy(bow.predict(train.texts), train.labels)
@@ -1584,10 +1616,8 @@ probe_dev = {
     for wd in (1e-4, 1e-3, 1e-2)
 }
 PROBE_WD = max(probe_dev, key=probe_dev.get)
-print_grid(
-    "k-NN, dev accuracy by k (ties go to the smaller k):", knn_dev, KNN_K
-)
-print_grid("linear probe, dev accuracy by weight decay:", probe_dev, PROBE_WD)
+show_grid("k-NN, dev accuracy by k (ties go to the smaller k)", knn_dev, KNN_K)
+show_grid("Linear probe, dev accuracy by weight decay", probe_dev, PROBE_WD)
 
 # %% [markdown]
 # What the nearest neighbour of a review is: the first five dev reviews, each with the most
@@ -1697,11 +1727,20 @@ print(
     f"{EPOCHS} epochs of {math.ceil(len(train) / BATCH_SIZE)} batches: "
     f"{n_steps} steps per candidate"
 )
-print(f"{'candidate':40s} {'trainable':>9s}   dev accuracy, epochs 1, 2")
-for name, (clf, history) in selection.items():
-    dev_accs = "  ".join(f"{a:.1%}" for a in history.evals["dev_accuracy"])
-    n_trainable = count_parameters(clf) / 1e6
-    print(f"{name:40s} {n_trainable:7.1f} M   {dev_accs}")
+display(
+    Table(
+        ["candidate", "trainable (M)", "dev, epoch 1", "dev, epoch 2"],
+        [
+            (name, count_parameters(clf) / 1e6, *history.evals["dev_accuracy"])
+            for name, (clf, history) in selection.items()
+        ],
+        formats={
+            "trainable (M)": ".1f",
+            "dev, epoch 1": ".1%",
+            "dev, epoch 2": ".1%",
+        },
+    )
+)
 final_dev = {n: selection[n][1].evals["dev_accuracy"][-1] for n in CANDIDATES}
 best_name = max(final_dev, key=final_dev.get)  # a tie goes to the first
 FROZEN, LR = CANDIDATES[best_name]
@@ -2475,19 +2514,44 @@ print(
     f"the first {len(rankings)} test reviews, "
     f"{n_words.mean():.1f} tokens each on average (without [CLS], [SEP])"
 )
-print(
-    f"{'ranking by':22s} {'top-1 = occlusion top-1':>24s} "
-    f"{'top-3 overlap':>14s}"
-)
 for name in ("attention", "rollout"):
     agreement[name] = [
         sum(top_k_overlap(r[name], r["occlusion"], k) for r in rankings)
         / len(rankings)
         for k in (1, 3)
     ]
-    print(f"{name:22s} {agreement[name][0]:24.0%} {agreement[name][1]:14.0%}")
 chance = [(1 / n_words).mean().item(), (3 / n_words).mean().item()]
-print(f"{'random ranking':22s} {chance[0]:24.0%} {chance[1]:14.0%}")
+# the same test with punctuation tokens left out of every ranking
+is_word = [
+    torch.tensor([any(c.isalnum() for c in t) for t in r["tokens"]])
+    for r in rankings
+]
+words_only = {
+    name: [
+        sum(
+            top_k_overlap(r[name][w], r["occlusion"][w], k)
+            for r, w in zip(rankings, is_word)
+        )
+        / len(rankings)
+        for k in (1, 3)
+    ]
+    for name in ("attention", "rollout")
+}
+n_kept = torch.tensor([float(w.sum()) for w in is_word])
+words_chance = [(1 / n_kept).mean().item(), (3 / n_kept).mean().item()]
+columns = ["top-1 = occlusion's", "top-3 overlap"]
+punct_columns = [f"{c}, no punctuation" for c in columns]
+display(
+    Table(
+        ["ranking by", *columns, *punct_columns],
+        [
+            ("attention", *agreement["attention"], *words_only["attention"]),
+            ("rollout", *agreement["rollout"], *words_only["rollout"]),
+            ("random ranking", *chance, *words_chance),
+        ],
+        formats=dict.fromkeys(columns + punct_columns, ".0%"),
+    )
+)
 print(
     "attention's top-1 agreement is "
     f"{agreement['attention'][0] / chance[0]:.1f} times chance"
@@ -2499,27 +2563,6 @@ for name in ("attention", "rollout", "occlusion"):
         f"{t!r} x{c}" for t, c in favourites
     )
     print(textwrap.fill(line, 78, subsequent_indent=" " * 24))
-# the same test with punctuation tokens left out of every ranking
-is_word = [
-    torch.tensor([any(c.isalnum() for c in t) for t in r["tokens"]])
-    for r in rankings
-]
-print("punctuation left out of every ranking:")
-for name in ("attention", "rollout"):
-    words_only = [
-        sum(
-            top_k_overlap(r[name][w], r["occlusion"][w], k)
-            for r, w in zip(rankings, is_word)
-        )
-        / len(rankings)
-        for k in (1, 3)
-    ]
-    print(f"{name:22s} {words_only[0]:24.0%} {words_only[1]:14.0%}")
-n_kept = torch.tensor([float(w.sum()) for w in is_word])
-print(
-    f"{'random ranking':22s} {(1 / n_kept).mean():24.0%} "
-    f"{(3 / n_kept).mean():14.0%}"
-)
 
 # %% tags=["remove-cell"]
 # "related to what the model uses, but not the reason": well above chance,

@@ -52,6 +52,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import torch
+from IPython.display import display
 from torch import nn
 
 from transformer_course.instruct import (
@@ -70,6 +71,7 @@ from transformer_course.tasks.dates import (
 )
 from transformer_course.training import fit, warmup_decay
 from transformer_course.utils import (
+    Table,
     count_parameters,
     get_device,
     set_seed,
@@ -188,9 +190,11 @@ def score(answers, examples):
 
 
 def show(answers, examples, n=6):
-    for a, e in list(zip(answers, examples))[:n]:
-        mark = "ok" if a == e.target else "--"
-        print(f"{mark} {e.source[:30]!r:33} {e.target}  {a[:24]!r}")
+    rows = [
+        ("✓" if a == e.target else "✗", e.source, e.target, repr(a))
+        for a, e in list(zip(answers, examples))[:n]
+    ]
+    display(Table(["", "question", "right answer", "model's answer"], rows))
 
 
 def only_a_date(a):
@@ -357,10 +361,11 @@ for e in splits.train:
 print("instruction tokens over the 128 training examples:")
 for n, k in sorted(n_instr.items()):
     print(f"  {n} tokens in {k} examples")
-print(" position  token          label")
-for i in range(len(pieces) - 14, len(pieces)):
-    label = ex["labels"][i]
-    print(f"{i:9}  {pieces[i]!r:14} {label if label != IGNORE else '-100'}")
+last = range(len(pieces) - 14, len(pieces))
+Table(
+    ["position", "token", "label"],
+    [(i, repr(pieces[i]), ex["labels"][i]) for i in last],
+)
 
 # %% tags=["remove-cell"]
 assert [p == "answer" for p in parts] == [x != IGNORE for x in ex["labels"]]
@@ -461,7 +466,7 @@ plt.show()
 # W' &= W + \frac{\alpha}{r}\, B A, \\
 # A &\in \mathbb{R}^{r \times d_\text{in}},\quad B \in \mathbb{R}^{d_\text{out} \times r}.
 # \end{aligned}
-# $$
+# $$ (eq-13-1)
 #
 # The input goes two ways (Fig. 13.2): through the frozen $W$, and through the narrow path $A$ then
 # $B$, whose output is scaled by $\alpha / r$ and added to $W x$:
@@ -1034,9 +1039,14 @@ print(
 # rounding:
 
 # %%
-print("step   fit   SFTTrainer")
-for k in range(STEPS):
-    print(f"{k + 1:4} {history.loss[k]:7.3f} {sft_loss[k]:8.3f}")
+rows = [(k + 1, history.loss[k], sft_loss[k]) for k in range(STEPS)]
+display(
+    Table(
+        ["step", "fit", "SFTTrainer"],
+        rows,
+        formats=dict.fromkeys(["fit", "SFTTrainer"], ".3f"),
+    )
+)
 gaps = [abs(a - b) for a, b in zip(history.loss, sft_loss)]
 print(f"difference at step 1, before any update: {gaps[0]:.1e}")
 print(f"largest of the 16 differences: {max(gaps):.1e}")
@@ -1153,10 +1163,17 @@ def convention(a, e):
 print("formats with a two-digit year:")
 print("  " + ", ".join(sorted(TWO_DIGIT_YEAR)))
 wrong = [(a, e) for a, e in zip(after_peft, splits.test) if a != e.target]
-for a, e in wrong:
-    fields = ",".join(wrong_fields(a, e.target))
-    kind = "convention" if convention(a, e) else ""
-    print(f"{e.source!r:28} {e.target}  {a!r:12}  {fields:14} {kind}")
+rows = [
+    (
+        e.source,
+        e.target,
+        repr(a),
+        ", ".join(wrong_fields(a, e.target)),
+        "convention" if convention(a, e) else "",
+    )
+    for a, e in wrong
+]
+display(Table(["question", "right", "answer", "wrong fields", "kind"], rows))
 counts = Counter(f for a, e in wrong for f in wrong_fields(a, e.target))
 n_conv = sum(convention(a, e) for a, e in wrong)
 print(f"{len(wrong)} mistakes; wrong fields:", dict(counts))
@@ -1320,34 +1337,23 @@ def right(a, words):
     return any(w in a.lower() for w in words)
 
 
-print(f"{'question':32} before after")
-changed = []
+rows, changed = [], []
 for (q, words), a, b in zip(general.items(), general_before, general_after):
-    marks = ["ok" if right(x, words) else "--" for x in (a, b)]
-    short_q = textwrap.shorten(q, 30, placeholder="…")
-    print(f"{short_q:32} {marks[0]:6} {marks[1]}")
+    marks = ["✓" if right(x, words) else "✗" for x in (a, b)]
+    rows.append((q, *marks))
     if marks[0] != marks[1]:
         changed.append(q)
+display(Table(["question", "before", "after"], rows))
 for name, answers in (("before", general_before), ("after", general_after)):
     n = sum(right(a, w) for a, w in zip(answers, general.values()))
     print(f"right {name}: {n} of {len(general)}", end="; ")
 same = sum(a == b for a, b in zip(general_before, general_after))
 print(f"word for word the same: {same}")
+rows = []
 for q in ["What is the capital of France?", *changed]:
     i = list(general).index(q)
-    print(q)
-    for label, a in (
-        ("before", general_before[i]),
-        ("after", general_after[i]),
-    ):
-        print(
-            textwrap.fill(
-                a,
-                78,
-                initial_indent=f"  {label + ':':8}",
-                subsequent_indent=" " * 10,
-            )
-        )
+    rows += [(q, "before", general_before[i]), ("", "after", general_after[i])]
+Table(["question", "tuning", "answer"], rows)
 
 # %% [markdown]
 # Perplexity on the Python documentation rose by 0.5 %, from 15.19 to 15.27. On the 12
@@ -1383,13 +1389,19 @@ def wilson(p, n, z=1.96):
     return centre - half, centre + half
 
 
-for name, p in (
-    ("before", em_before),
-    ("few-shot", em_hinted),
-    ("after", em_peft),
-):
-    low, high = wilson(p, N_TEST)
-    print(f"{name:8} {p:6.1%}  95 % interval {low:.1%} to {high:.1%}")
+rows = [
+    (name, p, *wilson(p, N_TEST))
+    for name, p in (
+        ("before", em_before),
+        ("few-shot", em_hinted),
+        ("after", em_peft),
+    )
+]
+Table(
+    ["model", "exact match", "95 % interval from", "to"],
+    rows,
+    formats=dict.fromkeys(["exact match", "95 % interval from", "to"], ".1%"),
+)
 
 # %% [markdown]
 # The intervals of the untuned model, with either prompt, lie below the interval of the tuned
@@ -1399,12 +1411,15 @@ for name, p in (
 # comparing intervals:
 
 # %%
-for name, earlier in (("before", before), ("few-shot", hinted)):
-    gained, lost, p_value = paired_changes(earlier, after_peft, splits.test)
-    print(
-        f"{name:8} -> after: {gained:2} wrong to right, "
-        f"{lost} right to wrong, p = {p_value:.1e}"
-    )
+rows = [
+    (name, *paired_changes(earlier, after_peft, splits.test))
+    for name, earlier in (("before", before), ("few-shot", hinted))
+]
+Table(
+    ["against", "wrong → right", "right → wrong", "p"],
+    rows,
+    formats={"p": ".1e"},
+)
 
 # %% [markdown]
 # Paired, the gain is one-sided: 23 test questions that the untuned model got wrong are right
@@ -1584,14 +1599,20 @@ with torch.inference_mode():
             loss_of.setdefault(part, []).append(loss)
 n_all_tokens = sum(len(v) for v in loss_of.values())
 total_loss = sum(sum(v) for v in loss_of.values())
-print("part              tokens  share  mean loss  share of the loss")
-for part, losses in loss_of.items():
-    share = len(losses) / n_all_tokens
-    mean = sum(losses) / len(losses)
-    of_loss = sum(losses) / total_loss
-    print(
-        f"{part:16} {len(losses):7} {share:6.0%} {mean:10.2f} {of_loss:18.0%}"
-    )
+Table(
+    ["part", "tokens", "share", "mean loss", "share of the loss"],
+    [
+        (
+            part,
+            len(v),
+            len(v) / n_all_tokens,
+            sum(v) / len(v),
+            sum(v) / total_loss,
+        )
+        for part, v in loss_of.items()
+    ],
+    formats={"share": ".0%", "mean loss": ".2f", "share of the loss": ".0%"},
+)
 
 # %% [markdown] tags=["solution"]
 # Before tuning, the system message is by far the hardest part to predict (7.07 per token), then

@@ -13,7 +13,8 @@ Where each idea lives:
 ================  =================================================  ==========
 module            what it holds                                      chapter
 ================  =================================================  ==========
-``utils``         ``set_seed``, ``get_device``, ``check_token_ids``  all
+``utils``         ``set_seed``, ``get_device``, ``check_token_ids``,  all
+                  ``Table`` (results as an HTML table)
 ``plotting``      figure defaults, attention heatmaps with token     all
                   labels
 ``pretrained``    ``load_minilm``, ``load_smollm2`` (offline,        02, 05,

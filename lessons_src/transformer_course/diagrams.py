@@ -286,7 +286,7 @@ def multi_head(
     batch: int = 2, length: int = 10, d_model: int = 512, num_heads: int = 8
 ) -> Figure:
     """Multi-head attention as tensor shapes: project, split the features into
-    heads (coloured by head), attend per head, concatenate, W_O."""
+    heads (coloured by head), attend per head, concatenate, W^O."""
     for name, value in (
         ("batch", batch),
         ("length", length),
@@ -335,7 +335,7 @@ def multi_head(
     for x, (name, color) in zip(
         xs, (("Q", "query"), ("K", "key"), ("V", "value"))
     ):
-        _box(ax, x, ys[1], 0.9, 0.55, f"W_{name}", COLORS[color])
+        _box(ax, x, ys[1], 0.9, 0.55, f"$W^{name}$", COLORS[color])
         _arrow(ax, (cx, ys[0] - 0.28), (x, ys[1] + 0.28))
         # q, k and v each go through the split on their own
         _arrow(ax, (x, ys[1] - 0.28), (x, ys[2] + 0.5))
@@ -381,7 +381,7 @@ def multi_head(
     _text(ax, cx, ys[4] + 0.25, "concatenate", ha="center", va="center")
     _feature_strip(ax, cx, ys[4] - 0.2, wide - 0.3, d_model, h)
     shape(ys[4], (B, L, h * d_head), f"{h} × {d_head} = {d_model}")
-    _box(ax, cx, ys[5], 2.6, 0.55, "W_O", COLORS["linear"], weight="bold")
+    _box(ax, cx, ys[5], 2.6, 0.55, "$W^O$", COLORS["linear"], weight="bold")
     _arrow(ax, (cx, ys[4] - 0.5), (cx, ys[5] + 0.28))
     shape(ys[5], (B, L, d_model), "output, like x")
     return fig

@@ -10,7 +10,7 @@ import os
 import platform
 import random
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -278,6 +278,111 @@ def print_wrapped(text: str, width: int = 78) -> None:
             line, width, subsequent_indent=indent, break_on_hyphens=False
         )
         print("\n".join(parts))
+
+
+class Table:
+    """Rows of results that a notebook shows as an HTML table (its cells wrap
+    on a narrow screen) and a console prints as aligned text.
+
+    ``columns`` names the columns; each row has one value per column. A
+    number is right-aligned and written with ``formats[column]`` (a format
+    spec such as ``".1%"``) where one is given, else with ``str``. Show one
+    with ``display(table)``, or as the last line of a cell.
+    """
+
+    def __init__(
+        self,
+        columns: Sequence[str],
+        rows: Iterable[Sequence[object]],
+        *,
+        formats: dict[str, str] | None = None,
+        caption: str | None = None,
+    ) -> None:
+        self.columns = [str(c) for c in columns]
+        if not self.columns:
+            raise ValueError("a Table needs at least one column name")
+        self.rows = [list(row) for row in rows]
+        for i, row in enumerate(self.rows):
+            if len(row) != len(self.columns):
+                raise ValueError(
+                    f"row {i} has {len(row)} values for {len(self.columns)} "
+                    f"columns {self.columns}; give one value per column"
+                )
+        self.formats = dict(formats or {})
+        unknown = sorted(set(self.formats) - set(self.columns))
+        if unknown:
+            raise ValueError(
+                f"formats names {unknown}, which are not columns; the columns "
+                f"are {self.columns}"
+            )
+        self.caption = caption
+
+    @staticmethod
+    def _is_number(value: object) -> bool:
+        return isinstance(value, (int, float, np.number)) and not isinstance(
+            value, bool
+        )
+
+    def _cell(self, column: str, value: object) -> str:
+        spec = self.formats.get(column)
+        if spec is not None and self._is_number(value):
+            return format(value, spec)
+        return str(value)
+
+    def _text_rows(self) -> list[list[str]]:
+        return [
+            [self._cell(c, v) for c, v in zip(self.columns, row)]
+            for row in self.rows
+        ]
+
+    def _right(self) -> list[bool]:
+        """A column is right-aligned when every value in it is a number."""
+        return [
+            bool(self.rows)
+            and all(self._is_number(row[j]) for row in self.rows)
+            for j in range(len(self.columns))
+        ]
+
+    def __repr__(self) -> str:
+        cells = [self.columns, *self._text_rows()]
+        widths = [
+            max(len(r[j]) for r in cells) for j in range(len(self.columns))
+        ]
+        right = self._right()
+        lines = [self.caption] if self.caption else []
+        for r in cells:
+            parts = [
+                v.rjust(w) if rj else v.ljust(w)
+                for v, w, rj in zip(r, widths, right)
+            ]
+            lines.append("  ".join(parts).rstrip())
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        right = self._right()
+
+        def cell(tag: str, value: str, rj: bool) -> str:
+            style = "text-align:right" if rj else "text-align:left"
+            return f'<{tag} style="{style}">{escape(value)}</{tag}>'
+
+        head = "".join(cell("th", c, rj) for c, rj in zip(self.columns, right))
+        body = "".join(
+            "<tr>"
+            + "".join(cell("td", v, rj) for v, rj in zip(r, right))
+            + "</tr>"
+            for r in self._text_rows()
+        )
+        caption = (
+            f"<caption>{escape(self.caption)}</caption>"
+            if self.caption
+            else ""
+        )
+        return (
+            f'<table class="course-table">{caption}'
+            f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        )
 
 
 def show_source(obj: object):  # -> IPython.display.Code

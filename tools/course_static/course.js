@@ -243,16 +243,22 @@
       const outer = container.parentNode;
       const math = outer.classList && outer.classList.contains("math") && outer.childElementCount === 1 ? outer : container;
       if (math.parentNode.classList && math.parentNode.classList.contains("course-glue")) return;
-      const next = math.nextSibling;
-      if (!next || next.nodeType !== Node.TEXT_NODE) return;
-      const m = next.nodeValue.match(/^[.,;:!?)’”]+/);
-      if (!m) return;
+      const next = math.nextSibling, prev = math.previousSibling;
+      const after = next && next.nodeType === Node.TEXT_NODE ? next.nodeValue.match(/^[.,;:!?)’”%]+/) : null;
+      const before = prev && prev.nodeType === Node.TEXT_NODE ? prev.nodeValue.match(/[(\[‘“]+$/) : null;
+      if (!after && !before) return;
       const span = document.createElement("span");
       span.className = "course-glue";
       math.parentNode.insertBefore(span, math);
+      if (before) {
+        span.appendChild(document.createTextNode(before[0]));
+        prev.nodeValue = prev.nodeValue.slice(0, -before[0].length);
+      }
       span.appendChild(math);
-      span.appendChild(document.createTextNode(m[0]));
-      next.nodeValue = next.nodeValue.slice(m[0].length);
+      if (after) {
+        span.appendChild(document.createTextNode(after[0]));
+        next.nodeValue = next.nodeValue.slice(after[0].length);
+      }
     });
   }
   function start() {
@@ -264,13 +270,18 @@
 })();
 
 // On a phone, the lines of a printed output that are not part of a table (a label and its value, a
-// sentence) wrap at the column's edge, so that the value at the end of a long line is seen without
-// scrolling; the lines of a table (columns padded apart, a printed tensor, a grid of tokens) keep
-// their layout, and the box scrolls sideways for them.
+// sentence) wrap at the column's edge, each continuation indented under the value it continues, so
+// that the value at the end of a long line is seen without scrolling; the lines of a table (three or
+// more columns padded apart, a printed tensor, a grid of tokens) keep their layout, and the box
+// scrolls sideways for them.
 (function () {
+  // the runs of two or more spaces between words of a line (after its indentation)
+  function gaps(line) {
+    return (line.trim().match(/\S\s{2,}(?=\S)/g) || []).length;
+  }
   function tableLines(lines) {
     const keep = lines.map(function (l) {
-      return /\S\s{2,}\S/.test(l) || /^\s*tensor\(|^\s+\[/.test(l);
+      return gaps(l) >= 2 || /^\s*tensor\(|^\s+\[/.test(l);
     });
     // a grid: two or more neighbouring lines split into the same number (3+) of fields
     const fields = lines.map(function (l) { return l.trim() ? l.trim().split(/\s+/).length : 0; });
@@ -278,6 +289,13 @@
       if (fields[i] >= 3 && fields[i] === fields[i + 1]) keep[i] = keep[i + 1] = true;
     }
     return keep;
+  }
+  // where a wrapped line's continuation starts: under the value of "label   value", else under
+  // the line's own indentation (two columns further for a continued sentence)
+  function hang(line) {
+    const m = line.match(/^(\s*\S.*?\S?\s{2,})\S/);
+    if (m && gaps(line) === 1 && m[1].length <= 26) return m[1].length;
+    return line.length - line.trimStart().length + 2;
   }
   function mark() {
     document.querySelectorAll(".bd-article div.cell_output pre").forEach(function (pre) {
@@ -296,11 +314,38 @@
       lines.forEach(function (line, i) {
         const span = document.createElement("span");
         if (keep[i]) span.className = "course-keep";
-        span.textContent = line + (i + 1 < lines.length ? "\n" : "");
+        else if (line.trim()) {
+          span.className = "course-hang";
+          span.style.setProperty("--course-hang", hang(line) + "ch");
+        }
+        span.textContent = line;
         pre.appendChild(span);
+        if (i + 1 < lines.length) pre.appendChild(document.createTextNode("\n"));
       });
     });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
   else mark();
+})();
+
+// A number and its unit stay on one line ("76.0 %", "65 M", "90 MiB", "2.5 s"): the space between
+// them in the prose becomes a non-breaking one.
+(function () {
+  const UNIT = /(\d) (%|[kMG]i?B\b|[kMGT]\b|ms\b|s\b|px\b|pt\b)/g;
+  function keep() {
+    document.querySelectorAll(".bd-article p, .bd-article li, .bd-article figcaption, .bd-article td, .bd-article th").forEach(function (el) {
+      const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT, {
+        acceptNode: function (t) {
+          return t.parentElement.closest("code, pre, mjx-container, .math, script, style") ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT;
+        },
+      });
+      let t;
+      while ((t = walk.nextNode())) {
+        if (UNIT.test(t.nodeValue)) t.nodeValue = t.nodeValue.replace(UNIT, "$1\u00a0$2");
+        UNIT.lastIndex = 0;
+      }
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", keep);
+  else keep();
 })();
