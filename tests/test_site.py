@@ -260,14 +260,14 @@ def test_figure_numbers_in_the_prose_link_to_their_figures():
     page = (
         '<figure class="align-default" id="id7"><img alt="x" src="a.png">'
         '<figcaption><p><span class="caption-number">Fig. 4.2 </span>A figure.</p></figcaption></figure>'
-        "<p>As Fig. 4.2 shows, and Fig. 7.6 too, but not Fig. 9.9.</p>"
+        "<p>As Fig. 4.2 shows, and Fig.\n7.6 too, but not Fig. 9.9.</p>"
         "<p>In <code>Fig. 4.2</code> and <a href='x'>Fig. 4.2</a> nothing changes.</p>"
     )
     ids = course_site.figure_ids(page)
     assert ids == {"4.2": "id7"}
     linked = course_site.link_figures(page, {"4.2": "#id7", "7.6": "07_x.html#id3"})
-    assert '<a class="reference internal" href="#id7">Fig. 4.2</a> shows' in linked
-    assert '<a class="reference internal" href="07_x.html#id3">Fig. 7.6</a> too' in linked
+    assert '<a class="reference internal" href="#id7">Fig.&#160;4.2</a> shows' in linked
+    assert '<a class="reference internal" href="07_x.html#id3">Fig.&#160;7.6</a> too' in linked  # across a line
     assert "not Fig. 9.9." in linked  # no such figure: left as text
     assert linked.count('href="#id7"') == 1  # not in the caption, the code or the existing link
 
@@ -284,3 +284,16 @@ def test_a_chapter_numbers_its_equations_in_order():
     assert '<span class="eqno">(5.1)</span>' in out and '<span class="eqno">(5.2)</span>' in out
     assert '<span class="std">(5.2)</span></a>' in out
     assert course_site._chapter_equations(page, Path("references.html")) == page
+
+
+def test_a_chapter_numbers_its_result_tables():
+    import course_site
+
+    page = (
+        '<table class="course-table"><caption>dev accuracy by k</caption><thead></thead></table>'
+        '<table class="course-table"><thead></thead></table>'
+    )
+    out = course_site._chapter_tables(page, Path("12_hugging_face_bert.html"))
+    assert '<span class="caption-number">Table 12.1 </span><span class="caption-text">Dev accuracy by k' in out
+    assert '<span class="caption-number">Table 12.2 </span><span class="caption-text"></span></caption><thead>' in out
+    assert course_site._chapter_tables(page, Path("intro.html")) == page

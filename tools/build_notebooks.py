@@ -42,7 +42,10 @@ SOLUTION_METADATA = {"code_prompt_show": "Show the solution", "code_prompt_hide"
 SOURCE_PROMPT = "Show the package’s code: {}", "Hide the package’s code: {}"
 # A cell whose code is folded but whose output shows (tag ``hide-input``: the drawing code of a
 # figure, mostly) says what its toggle holds, like the two kinds above.
-FIGURE_CODE_PROMPT = {"code_prompt_show": "Show the code that draws the figure", "code_prompt_hide": "Hide the code"}
+FIGURE_CODE_PROMPT = {
+    "code_prompt_show": "Show the code that draws the figure",
+    "code_prompt_hide": "Hide the code that draws the figure",
+}
 CODE_PROMPT = {"code_prompt_show": "Show the code", "code_prompt_hide": "Hide the code"}
 
 

@@ -438,6 +438,24 @@ def _chapter_equations(text: str, page: Path) -> str:
     )
 
 
+def _chapter_tables(text: str, page: Path) -> str:
+    """A chapter's result tables (``transformer_course.utils.Table``) numbered in order, like its
+    figures: "Table 5.2", then the table's own caption, if it has one, from a capital letter."""
+    m = re.match(r"(\d\d)_", page.name)
+    if not m:
+        return text
+    chapter = str(int(m.group(1)))
+    count = iter(range(1, 10_000))
+
+    def number(t: re.Match) -> str:
+        label = f'<span class="caption-number">Table {chapter}.{next(count)} </span>'
+        caption = t.group(2) or ""
+        caption = caption[:1].upper() + caption[1:]
+        return f'{t.group(1)}<caption>{label}<span class="caption-text">{caption}</span></caption>'
+
+    return re.sub(r'(<table class="course-table">)(?:<caption>(.*?)</caption>)?', number, text)
+
+
 def figure_ids(text: str) -> dict[str, str]:
     """A page's figures, as numbered on it ("10.3"), to their element ids: each numbered caption
     closes the last ``<figure ... id=...>`` opened before it."""
@@ -478,9 +496,9 @@ def link_figures(text: str, targets: dict[str, str]) -> str:
             continue
         if prose > 0 and not open_tags and "Fig." in part:
             parts[i] = re.sub(
-                r"\bFig\. (\d+\.\d+|A\.\d+)\b",
+                r"\bFig\.\s+(\d+\.\d+|A\.\d+)\b",  # a line of the source may end after "Fig."
                 lambda f: (
-                    f'<a class="reference internal" href="{targets[f.group(1)]}">{f.group(0)}</a>'
+                    f'<a class="reference internal" href="{targets[f.group(1)]}">Fig.&#160;{f.group(1)}</a>'
                     if f.group(1) in targets
                     else f.group(0)
                 ),
@@ -536,7 +554,9 @@ def _finish_pages(app: Any, exception: Exception | None) -> None:
     pages = {}
     for page in out.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
-        fixed = _chapter_equations(_chapter_figures(_single_title(_one_viewport(text)), page), page)
+        fixed = _chapter_tables(
+            _chapter_equations(_chapter_figures(_single_title(_one_viewport(text)), page), page), page
+        )
         pages[page] = (text, fixed)
     # every "Fig. N.M" in the prose links to its figure, on the same page or another chapter's
     where = {num: (page, fig_id) for page, (_, fixed) in pages.items() for num, fig_id in figure_ids(fixed).items()}

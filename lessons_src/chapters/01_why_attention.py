@@ -47,6 +47,7 @@ from transformer_course.utils import (
 )
 
 # %%
+# the same random numbers on every run
 _ = set_seed(0)
 
 # %% tags=["remove-cell"]

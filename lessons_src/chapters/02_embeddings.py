@@ -35,8 +35,9 @@ from torch import nn
 from transformer_course.utils import Table, count_parameters, set_seed
 
 # %%
+# the same random numbers on every run
 set_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
+torch.set_printoptions(precision=4, sci_mode=False)  # 4 decimals
 
 # %% [markdown]
 # ## From tokens to ids to vectors
@@ -313,12 +314,15 @@ optimisers = {
         p, lr=0.1, weight_decay=0.01
     ),
 }
-for name, make in optimisers.items():
-    print(f"{name:>34}: {rows_moved_by_step_2(make)}")
+moved = {name: rows_moved_by_step_2(make) for name, make in optimisers.items()}
 sparse_adam = rows_moved_by_step_2(
     lambda p: torch.optim.SparseAdam(p, lr=0.1), sparse=True
 )
-print(f"{'SparseAdam (sparse=True gradients)':>34}: {sparse_adam}")
+moved["SparseAdam (sparse=True gradients)"] = sparse_adam
+Table(
+    ["optimiser", "rows that step 2 changed"],
+    [(name, ", ".join(rows)) for name, rows in moved.items()],
+)
 
 # %% [markdown]
 # So "a batch's gradient touches only its rows" is always true, but "a step changes only

@@ -46,8 +46,9 @@ from transformer_course.positional import PositionalEncoding, sinusoidal_table
 from transformer_course.utils import Table, set_seed, show_source
 
 # %%
+# the same random numbers on every run
 set_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
+torch.set_printoptions(precision=4, sci_mode=False)  # 4 decimals
 
 # %% [markdown]
 # ## Without positions, order is lost
@@ -562,7 +563,7 @@ print(
 #
 # so, summed over the $d_\text{model}/2$ pairs,
 #
-# $$PE_p \cdot PE_r = \sum_{i} \cos\big((r - p)\,\omega_i\big):$$ (eq-03-3)
+# $$PE_p \cdot PE_r = \sum_{i} \cos\big((r - p)\,\omega_i\big){:}$$ (eq-03-3)
 #
 # a function of the distance $r - p$ only, largest ($d_\text{model}/2$) at distance 0. Position
 # 100 relates to position 110 the way position 300 relates to 310.
@@ -603,7 +604,7 @@ plt.show()
 # \begin{aligned}
 # |PE_p - PE_r|^2 &= |PE_p|^2 + |PE_r|^2 \\
 # &\qquad - 2\,PE_p \cdot PE_r \\
-# &= d_\text{model} - 2\,PE_p \cdot PE_r :
+# &= d_\text{model} - 2\,PE_p \cdot PE_r{:}
 # \end{aligned}
 # $$ (eq-03-4)
 #
@@ -789,7 +790,7 @@ Table(
 # \begin{aligned}
 # (M_p\, \mathbf q) \cdot (M_r\, \mathbf k)
 #   &= \mathbf q^{\mathsf T} M_p^{\mathsf T} M_r\, \mathbf k \\
-# &= \mathbf q^{\mathsf T} M_{r-p}\, \mathbf k :
+# &= \mathbf q^{\mathsf T} M_{r-p}\, \mathbf k{:}
 # \end{aligned}
 # $$ (eq-03-5)
 #

@@ -47,8 +47,9 @@ from transformer_course.tasks.why_attention import (
 from transformer_course.utils import Table, set_seed, show_source
 
 # %%
+# the same random numbers on every run (g: a seeded torch.Generator)
 g = set_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
+torch.set_printoptions(precision=4, sci_mode=False)  # 4 decimals
 
 # %% [markdown]
 # A Python dictionary does a *hard* lookup: the query must equal one key exactly, and you get that
@@ -1121,17 +1122,17 @@ plt.show()
 # memory table, these numbers change from machine to machine and from run to run (rerun the
 # cell and yours will differ). For short sequences fixed costs (starting the operations,
 # allocating their results) weigh heavily, and the time grows more slowly than $n^2$. In the
-# run shown here, the last doubling costs the three lines far more than fourfold, and
-# $QK^{\mathsf T}$ alone too, though it only computes the scores and writes them out; the
-# fused function does all the arithmetic of the three lines but never writes an $n \times n$
-# matrix, and keeps growing about fourfold. What sets the three lines apart is the
+# run shown here, the last doubling costs the three lines far more than fourfold, while the
+# fused function, which does all the arithmetic of the three lines but never writes an
+# $n \times n$ matrix, keeps growing about fourfold. What sets the three lines apart is the
 # $n \times n$ matrices, 16 MiB each at 2048 tokens and 64 MiB at 4096: memory has to be found
 # for each of them on every call, and each is written and read in full. The last table
 # separates the first of these costs for $QK^{\mathsf T}$: the gap between a fresh result and
 # the buffer allocated beforehand is what obtaining fresh memory costs, at that length, on
 # this machine: in the run shown here, nothing to speak of at 2048 and about half of the time
-# of $QK^{\mathsf T}$ at 4096. Where such a jump comes, and how large it is, depends on the
-# machine and on its memory allocator; the memory table does not depend on the machine's
+# of a fresh $QK^{\mathsf T}$ at 4096. That cost is not the same from call to call, so the
+# fresh product at 4096 need not take the same time in the two tables. Where such a jump
+# comes, and how large it is, depends on the machine and on its memory allocator; the memory table does not depend on the machine's
 # speed: it follows from the shapes (with this PyTorch version's choice of kernels). In
 # Fig. 4.8 the two memory lines show the difference in growth as a difference in slope: on
 # log-log scales the three lines' memory rises twice as steeply as the fused function's.

@@ -46,8 +46,9 @@ from transformer_course.utils import (
 )
 
 # %%
+# the same random numbers on every run (g: a seeded torch.Generator)
 g = set_seed(0)
-torch.set_printoptions(precision=4, sci_mode=False)
+torch.set_printoptions(precision=4, sci_mode=False)  # 4 decimals
 
 # %% [markdown]
 # ## The position-wise feed-forward network

@@ -58,6 +58,7 @@ from transformer_course.transformer import (
 from transformer_course.utils import set_seed, show_source
 
 # %%
+# the same random numbers on every run (g: a seeded torch.Generator)
 g = set_seed(0)
 
 # %% [markdown]
@@ -305,7 +306,8 @@ print("tgt_mask is the mask combined above:", torch.equal(tgt_mask, dec_self))
 # Inside attention the mask acts on the scores, just before the softmax. The recipe of the
 # package's `scaled_dot_product_attention` (chapter 04), in three lines: replace every blocked
 # score by the most negative finite float, so that its exponential is exactly 0; take the
-# softmax; and set the weights of a row with no allowed key to 0 (why, check 3 shows).
+# softmax; and set the weights of a row with no allowed key to 0 (why, check 3 shows). Fig. 8.2
+# draws the weights it gives for one head.
 
 
 # %%
@@ -506,7 +508,7 @@ assert enc_change == 0 and dec_change == 0  # exactly, not just small
 # Run the decoder once over the whole input (as in training), and again over each prefix of it,
 # the first $t+1$ tokens only (as when generating). With the causal mask, the logits at the
 # positions the prefix contains must agree. Without it, every position of the full pass has
-# also read the tokens after $t$. The grids show the largest difference of the logits at each
+# also read the tokens after $t$. The grids of Fig. 8.4 show the largest difference of the logits at each
 # position (columns) for each prefix (rows), for the first sentence. (Chapter 07 checked one
 # layer with one change; this is the whole encoder–decoder, every prefix.)
 
@@ -885,8 +887,8 @@ print(f"real positions, left vs right padding: max change {change:.2f}")
 # of 1. The fix is to count positions from the first real token, `attention_mask.cumsum(-1) - 1`,
 # which is how Hugging Face's `generate` builds its `position_ids` for a left-padded batch
 # (chapter 11 generates for such a batch). At the pads the count gives $-1$; we clamp it to 0,
-# as Hugging Face's `generate` does in the version this course installs (older versions put 1
-# there; any value works, since nothing reads a pad position). Our model
+# as recent versions of Hugging Face's `generate` do (older ones put 1 there; any value works,
+# since nothing reads a pad position). Our model
 # always numbers positions $0, 1, 2, \dots$, so we run its decoder by hand with explicit
 # positions, and, as a control, once more without the padding part of the mask:
 

@@ -71,6 +71,7 @@ from transformer_course.utils import (
 )
 
 # %%
+# the same random numbers on every run (g: a seeded torch.Generator)
 g = set_seed(0)
 
 # %% [markdown]

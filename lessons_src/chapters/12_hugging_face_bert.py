@@ -134,7 +134,7 @@ def _rounded_view(name: str):
 head_view, model_view = _rounded_view("head_view"), _rounded_view("model_view")
 
 # %%
-torch.set_printoptions(precision=4, sci_mode=False)
+torch.set_printoptions(precision=4, sci_mode=False)  # 4 decimals
 
 tokenizer, bert = load_minilm(
     attn_implementation="eager", output_attentions=True
@@ -215,7 +215,7 @@ assert special == {
 
 
 # %% tags=["hide-input"]
-# a table with one column per token, wrapped at 78 characters
+# print_aligned: rows of values under each other, one column per token
 def print_aligned(rows: dict[str, list], width: int = 78) -> None:
     """Print rows of values under each other, one column per token, in
     blocks no wider than ``width``.

@@ -283,10 +283,21 @@
     const keep = lines.map(function (l) {
       return gaps(l) >= 2 || /^\s*tensor\(|^\s+\[/.test(l);
     });
-    // a grid: two or more neighbouring lines split into the same number (3+) of fields
-    const fields = lines.map(function (l) { return l.trim() ? l.trim().split(/\s+/).length : 0; });
+    // a grid: two or more neighbouring lines split into the same number (3+) of fields that start
+    // in the same columns (at least half of them), padded apart somewhere: two sentences of the
+    // same shape ("KV cache, 3 heads: …" over "KV cache, 9 heads: …") are not one
+    function starts(l) {
+      const at = [];
+      l.replace(/\S+/g, function (w, i) { at.push(i); return w; });
+      return at;
+    }
+    const fields = lines.map(starts);
     for (let i = 0; i + 1 < lines.length; i++) {
-      if (fields[i] >= 3 && fields[i] === fields[i + 1]) keep[i] = keep[i + 1] = true;
+      const a = fields[i], b = fields[i + 1];
+      if (a.length < 3 || a.length !== b.length) continue;
+      if (!/\S\s{2,}\S/.test(lines[i]) && !/\S\s{2,}\S/.test(lines[i + 1])) continue;  // words, not columns
+      const same = a.filter(function (x, k) { return k > 0 && x === b[k]; }).length;
+      if (2 * same >= a.length - 1) keep[i] = keep[i + 1] = true;
     }
     return keep;
   }
@@ -348,4 +359,40 @@
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", keep);
   else keep();
+})();
+
+// A result table (course-table): a value without a space (a number, a date, a name) stays whole on
+// one line; text with spaces wraps between its words. A table still too wide scrolls in its box.
+(function () {
+  function keepWhole() {
+    document.querySelectorAll(".bd-article table.course-table td, .bd-article table.course-table th").forEach(function (cell) {
+      if (!/\s/.test(cell.textContent.trim())) cell.classList.add("course-whole");
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", keepWhole);
+  else keepWhole();
+})();
+
+// On a narrow screen a display formula wider than the column is set smaller until it fits, down to
+// 70 % of its size; one that would need more still scrolls, with its shadow at the edge.
+(function () {
+  function fitFormulas() {
+    document.querySelectorAll('.bd-article mjx-container[display="true"]').forEach(function (m) {
+      m.style.fontSize = "";
+      const box = m.closest("div.math") || m.parentElement;
+      const avail = m.clientWidth || box.clientWidth;
+      const need = m.scrollWidth;
+      if (need > avail + 1) {
+        const ratio = avail / need;
+        if (ratio >= 0.7) m.style.fontSize = Math.floor(ratio * 98) + "%";
+      }
+    });
+  }
+  function start() {
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) MathJax.startup.promise.then(fitFormulas);
+    setTimeout(fitFormulas, 1200);
+    window.addEventListener("resize", fitFormulas);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
 })();
