@@ -164,7 +164,10 @@ def citation_forms(text: str) -> list[Cite]:
             cited, _, then = (part.strip() for part in form.partition(" + "))
             m = re.fullmatch(r"(.+?),? ((?:19|20)\d\d[a-z]?)", cited)
             if m is None:
-                cites.append(Cite(re.compile(rf"(?<!\w){_words(cited)}(?![\w-])"), label, titles[label], once=True))
+                # not inside a longer name: "Llama 3" is not cited in "Llama 3.1"
+                cites.append(
+                    Cite(re.compile(rf"(?<!\w){_words(cited)}(?![\w-]|\.\d)"), label, titles[label], once=True)
+                )
                 continue
             authors, year = m.groups()
             who = _words(authors)
@@ -439,8 +442,8 @@ def _chapter_equations(text: str, page: Path) -> str:
 
 
 def _chapter_tables(text: str, page: Path) -> str:
-    """A chapter's result tables (``transformer_course.utils.Table``) numbered in order, like its
-    figures: "Table 5.2", then the table's own caption, if it has one, from a capital letter."""
+    """A chapter's captioned result tables (``transformer_course.utils.Table``) numbered in order, like
+    its figures: "Table 5.2", then the caption, from a capital letter where it starts with a word."""
     m = re.match(r"(\d\d)_", page.name)
     if not m:
         return text
@@ -448,9 +451,12 @@ def _chapter_tables(text: str, page: Path) -> str:
     count = iter(range(1, 10_000))
 
     def number(t: re.Match) -> str:
+        if not t.group(2):  # a table the prose introduces, without a caption of its own
+            return t.group(0)
         label = f'<span class="caption-number">Table {chapter}.{next(count)} </span>'
-        caption = t.group(2) or ""
-        caption = caption[:1].upper() + caption[1:]
+        caption = t.group(2)
+        if re.match(r"[a-z]+(?:[\s,;:]|$)", caption):  # a word, not a name such as "dim=4"
+            caption = caption[:1].upper() + caption[1:]
         return f'{t.group(1)}<caption>{label}<span class="caption-text">{caption}</span></caption>'
 
     return re.sub(r'(<table class="course-table">)(?:<caption>(.*?)</caption>)?', number, text)

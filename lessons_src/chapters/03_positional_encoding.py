@@ -992,10 +992,21 @@ bar.ax.tick_params(labelsize=big)
 plt.show()
 
 # %%
-print("mean cosine at distance 1 .. 12:")
-for name, mat in [("sinusoidal", sin_cos), ("learned", learned_cos)]:
-    by_k = [mat.diagonal(k).mean().item() for k in range(1, 13)]
-    print(f"{name:>10}:", " ".join(f"{c:.2f}" for c in by_k))
+display(
+    Table(
+        ["distance", "sinusoidal", "learned"],
+        [
+            (
+                k,
+                sin_cos.diagonal(k).mean().item(),
+                learned_cos.diagonal(k).mean().item(),
+            )
+            for k in range(1, 13)
+        ],
+        formats={"sinusoidal": ".2f", "learned": ".2f"},
+        caption="mean cosine similarity of two positions, by their distance",
+    )
+)
 for name, mat in [("sinusoidal", sin_cos), ("learned", learned_cos)]:
     lowest = int(mat.argmin())
     by_distance = torch.stack([mat.diagonal(k).mean() for k in range(1, n)])

@@ -6,10 +6,7 @@
 # chosen (its **value**); a query is compared with all keys, the comparisons become weights that sum to
 # one, and the answer is the weighted average of the values. Here we take its formula apart:
 #
-# $$\begin{aligned}
-# &\operatorname{Attention}(Q, K, V)\\
-# &\qquad = \operatorname{softmax}\!\left(\frac{QK^{\mathsf T}}{\sqrt{d_k}}\right)V
-# \end{aligned}$$ (eq-04-1)
+# $$\operatorname{Attention}(Q, K, V) = \operatorname{softmax}\!\left(\frac{QK^{\mathsf T}}{\sqrt{d_k}}\right)V$$ (eq-04-1)
 #
 # with $Q \in \mathbb{R}^{L_q \times d_k}$ (one row per query), $K \in \mathbb{R}^{L_k \times d_k}$,
 # $V \in \mathbb{R}^{L_k \times d_v}$, and the softmax taken over each row, that is over the keys.
@@ -215,7 +212,7 @@ for d in (64, 256, 1024):
 # notes that without the scale, dot-product attention falls behind additive attention (a small
 # network that scores each pair, exercise 4) for large $d_k$, and suspects the cause is a
 # softmax pushed into regions where its gradients are extremely small. To see what that does,
-# take $\sigma^2 = 1$ (another value multiplies every score by $\sigma^2$) and draw 1000 queries
+# take $\sigma^2 = 1$ (exercise 5 asks what another value would change) and draw 1000 queries
 # with 16 keys each, for $d_k$ from 1 to 1024. For each, with and without the division by
 # $\sqrt{d_k}$, we measure the variance of the scores, the average largest weight of the
 # softmax, and the gradient that the softmax passes back to its scores, $\partial L/\partial s$,
@@ -771,9 +768,8 @@ print(f"cosine of cat and mat: {cos:.2f}")
 # feature, *animal*, costs nothing, because the query's entry for it is 0: the two vectors
 # have a cosine of only 0.71, yet the query of "mat" scores the key of "cat" exactly as high as its own
 # (6.25 each). A dot product is not a cosine (chapter 02): it rewards agreement but does not
-# penalise what the key has on top, and it grows with the length of the vectors. A key that is
-# longer in the query's direction can even score
-# higher than the query's own key (exercise 2).
+# penalise what the key has on top, and it grows with the length of the vectors (exercise 2
+# asks what that allows).
 #
 # ## Why separate queries and keys?
 #

@@ -40,7 +40,6 @@ import math
 from collections import Counter, OrderedDict
 
 import matplotlib.pyplot as plt
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from IPython.display import display
@@ -507,8 +506,7 @@ with torch.no_grad():
     logits = model(src, tgt_in, src_mask, tgt_mask, memory_mask)
 for handle in handles:
     handle.remove()
-columns = ["module", "output shape", "attention weights"]
-print(pd.DataFrame(trace, columns=columns).to_string(index=False))
+Table(["module", "output shape", "attention weights"], trace)
 
 # %% [markdown]
 # The logits have shape `(batch, L_tgt, vocabulary)`: at every target position, one score per

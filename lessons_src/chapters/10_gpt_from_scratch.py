@@ -127,9 +127,9 @@ print(
 )
 print(f"validation: {len(val_ids) / len(text):.1%} of the text, starting with")
 print(repr(val_text[:60]))
-line = "If music be the food of love, play on"  # Twelfth Night's first line
 
 # %% tags=["remove-cell"]
+line = "If music be the food of love, play on"  # Twelfth Night's first line
 assert line in val_text and line not in train_text
 
 # %% tags=["remove-cell"]

@@ -1222,8 +1222,8 @@ assert smol_nats < ours_nats and same_nats < win_nats and same_nats < ours_nats
 # %% [markdown]
 # ## From GPT-2 to a modern decoder
 #
-# SmolLM2 uses the design of Llama (Touvron et al., 2023), which many open models share, with
-# grouped-query attention, which Llama 2 added in its two largest models (Touvron et al., 2023,
+# SmolLM2 uses the design of Llama (Touvron et al., 2023a), which many open models share, with
+# grouped-query attention, which Llama 2 added in its two largest models (Touvron et al., 2023b,
 # *Llama 2*). Next
 # to our GPT (GPT-2's design at a smaller size), read off the two configs:
 

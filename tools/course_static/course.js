@@ -335,8 +335,26 @@
       });
     });
   }
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", mark);
-  else mark();
+  // on a phone, an output whose kept lines are a little too wide is set smaller until they fit
+  // (down to 75 %), so that the numbers at their ends show; a wider one scrolls
+  function fit() {
+    if (window.innerWidth > 600) return;
+    document.querySelectorAll(".bd-article div.cell_output pre").forEach(function (pre) {
+      if (pre.dataset.courseFit) return;
+      pre.dataset.courseFit = "1";
+      const ratio = pre.clientWidth / pre.scrollWidth;
+      if (ratio < 1 && ratio >= 0.75) {
+        const size = parseFloat(getComputedStyle(pre).fontSize);
+        pre.style.fontSize = (size * ratio * 0.98).toFixed(2) + "px";
+      }
+    });
+  }
+  function start() {
+    mark();
+    fit();
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
 })();
 
 // A number and its unit stay on one line ("76.0 %", "65 M", "90 MiB", "2.5 s"): the space between
@@ -378,13 +396,16 @@
 (function () {
   function fitFormulas() {
     document.querySelectorAll('.bd-article mjx-container[display="true"]').forEach(function (m) {
-      m.style.fontSize = "";
+      // MathJax sets the formula's own size (about 127 %, to match the text's letters): scale that
+      if (m.dataset.courseSize === undefined) m.dataset.courseSize = m.style.fontSize || "";
+      m.style.fontSize = m.dataset.courseSize;
       const box = m.closest("div.math") || m.parentElement;
       const avail = m.clientWidth || box.clientWidth;
       const need = m.scrollWidth;
       if (need > avail + 1) {
         const ratio = avail / need;
-        if (ratio >= 0.7) m.style.fontSize = Math.floor(ratio * 98) + "%";
+        const own = parseFloat(m.dataset.courseSize) || 100;
+        if (ratio >= 0.7) m.style.fontSize = Math.floor(own * ratio * 0.98) + "%";
       }
     });
   }
