@@ -324,14 +324,17 @@ def correct_loop_row(pos: int, d_model: int) -> torch.Tensor:
     return row
 
 
-def show(t: torch.Tensor) -> str:
-    return " ".join(f"{v:+.4f}" for v in t.tolist())
-
-
 module_row = sinusoidal_table(10, d_small)[pos]
-print("copied loop:", show(copied_loop_row(pos, d_small)))
-print("fixed loop: ", show(correct_loop_row(pos, d_small)))
-print("module:     ", show(module_row))
+columns = {
+    "copied loop": copied_loop_row(pos, d_small).tolist(),
+    "fixed loop": correct_loop_row(pos, d_small).tolist(),
+    "module": module_row.tolist(),
+}
+Table(
+    ["dimension", *columns],
+    [(i, *(col[i] for col in columns.values())) for i in range(d_small)],
+    formats=dict.fromkeys(columns, "+.4f"),
+)
 
 # %% tags=["remove-cell"]
 assert torch.allclose(correct_loop_row(pos, d_small).float(), module_row)

@@ -359,7 +359,7 @@ print(f"mean length of an output vector: {h1.norm(dim=-1).mean():.2f}")
 # the biases' part does not, so after a few blocks the output is almost entirely the biases' part: the stack
 # forgets its input.
 #
-# The control: the same plain stack with **He initialisation**, variance
+# The control: the same plain stack with **He initialisation** (He et al., 2015), variance
 # $2/\mathrm{fan}_\mathrm{in}$ for the layer before the ReLU (to make up for the half it zeroes)
 # and $1/\mathrm{fan}_\mathrm{in}$ for the one after, zero biases, so that a block keeps the size
 # of its input. A third plain stack keeps the default weights but zeroes the biases, to see the

@@ -262,9 +262,8 @@ two_plus_one(
 # the pads come after the last real token, so the causal rule already hides them from every
 # real query. The padding part only changes the pad rows, whose outputs nothing uses. It
 # earns its keep where pads do *not* sit in the future: with padding on the left (below), and in
-# the attentions that have no causal rule at all, the encoder's and the cross-attention. (For
-# several sequences packed into one row, exercise 1, what must be hidden is the other sequence,
-# and the rule that hides it is "same sequence", not padding.)
+# the attentions that have no causal rule at all, the encoder's and the cross-attention.
+# (Exercise 1 meets a third case: several sequences packed into one row.)
 
 # %%
 real_rows = tgt_in[1] != PAD
@@ -1287,10 +1286,12 @@ for name, out in [("packed mask", packed), ("causal mask only", causal_only)]:
 # is enough; so it is here, where the stack has no positional encoding.
 
 # %% [markdown]
-# **2. Break the causal mask on purpose.** Recompute check 2's grid with `off_by_one` in place
-# of `causal_mask`. Predict first, from the graphs of Fig. 8.3: for a prefix of $t+1$ tokens,
-# which positions now differ from the full pass? Which would differ in a model with four decoder
-# layers? (`reach` answers that without a model.)
+# **2. Break the causal mask on purpose.** The proof above says that a mask leaking one position
+# leaks $L$ positions after $L$ layers. Check it on the model: recompute check 2's grid with
+# `off_by_one` in place of `causal_mask` and list, for each prefix of $t+1$ tokens, the
+# positions that now differ from the full pass. Do they match the rule for this model's depth?
+# Then list, with `reach` and without a model, the last token each output reaches in a stack
+# of four layers.
 
 
 # %% tags=["solution"]

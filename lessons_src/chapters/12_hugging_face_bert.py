@@ -1414,7 +1414,7 @@ for seed in range(5):
 #
 # ### The protocol: a dev split, several seeds, the test set once
 #
-# A comparison that would pass review follows three rules.
+# A comparison that a sceptical reader of a paper would accept follows three rules.
 #
 # 1. **Every setting we tune is chosen on a development (dev) split** carved out of the training
 #    reviews: which layers to freeze, the learning rate, the baselines' $k$ and weight decay. The
@@ -2743,7 +2743,7 @@ del base, minilm
 # * A freshly loaded classification head is random, and transformers' load report says so: its
 #   "confidence" is noise and its accuracy is chance. The head itself is a dozen lines on our
 #   own encoder (`[CLS]`, pooler, linear layer) and gives Hugging Face's scores.
-# * An evaluation that would pass review chooses every tuned setting on a dev split, reports mean ±
+# * An evaluation a sceptical reader accepts chooses every tuned setting on a dev split, reports mean ±
 #   standard deviation over seeds, and uses the test set once. Here: bag of words 72 % < a linear
 #   probe on frozen embeddings 82 % (sentiment is linearly decodable, although the single nearest
 #   review shared a dev review's label only 54.7 % of the time)

@@ -336,14 +336,14 @@
     });
   }
   // on a phone, an output whose kept lines are a little too wide is set smaller until they fit
-  // (down to 75 %), so that the numbers at their ends show; a wider one scrolls
+  // (down to 70 %), so that the numbers at their ends show; a wider one scrolls
   function fit() {
     if (window.innerWidth > 600) return;
     document.querySelectorAll(".bd-article div.cell_output pre").forEach(function (pre) {
       if (pre.dataset.courseFit) return;
       pre.dataset.courseFit = "1";
       const ratio = pre.clientWidth / pre.scrollWidth;
-      if (ratio < 1 && ratio >= 0.75) {
+      if (ratio < 1 && ratio >= 0.7) {
         const size = parseFloat(getComputedStyle(pre).fontSize);
         pre.style.fontSize = (size * ratio * 0.98).toFixed(2) + "px";
       }
