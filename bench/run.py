@@ -1976,20 +1976,16 @@ def _render_machine(results: dict) -> list[str]:
     # which sections ran where: the main run's CPU, and those measured again later (on whatever the machine was)
     main = f"{m['cpu']}, {m['cores']} cores, {m['torch_threads']} PyTorch threads"
     where: dict[str, list[str]] = {}
-    dates: dict[str, str] = {main: results["date"]}
     sc = results.get("scaling") or {}
     prec = results.get("precision") or {}
 
-    def add(name: str, section: str, date: str | None = None) -> None:
+    def add(name: str, section: str) -> None:
         where.setdefault(name, []).append(section)
-        if date:
-            dates[name] = date
 
     if sc.get("device") and sc["device"]["cpu"] != m["cpu"]:
         add(
             f"{sc['device']['cpu']}, {sc['device']['cores']} cores, {sc['threads']} PyTorch threads",
             "attention's cost",
-            sc.get("date"),
         )
     else:
         add(main, "attention's cost")
@@ -2004,19 +2000,17 @@ def _render_machine(results: dict) -> list[str]:
         add(
             main if cpu["device"]["cpu"] == m["cpu"] else name.replace("threads", "PyTorch threads"),
             "precision, compilation and the limit",
-            cpu.get("date"),
         )
     chk = results.get("cpu_checks")
     if chk:
         name = f"{chk['device']['cpu']}, {chk['device']['cores']} cores, {THREADS} PyTorch threads"
-        add(main if chk["device"]["cpu"] == m["cpu"] else name, "the profile and the autocast check", chk.get("date"))
+        add(main if chk["device"]["cpu"] == m["cpu"] else name, "the profile and the autocast check")
     extra = results.get("extra_checks")
     if extra:
         name = f"{extra['device']['cpu']}, {extra['device']['cores']} cores, {THREADS} PyTorch threads"
         add(
             main if extra["device"]["cpu"] == m["cpu"] else name,
             "the online softmax, the graph break and the copy's bandwidth",
-            extra.get("date"),
         )
     add(main, "the side-by-side comparisons")
     nm = results.get("notebooks_machine")
@@ -2026,12 +2020,11 @@ def _render_machine(results: dict) -> list[str]:
             if nm["cpu"] == m["cpu"]
             else f"{nm['cpu']}, {nm['cores']} cores, {nm['torch_threads']} PyTorch threads",
             "the chapters' run times",
-            results.get("notebooks_date"),
         )
     ddp = results.get("ddp") or {}
     if ddp.get("device") and ddp["device"]["cpu"] != m["cpu"]:
         d = ddp["device"]
-        add(f"{d['cpu']}, {d['cores']} cores, {THREADS} PyTorch threads", "several processes", ddp.get("date"))
+        add(f"{d['cpu']}, {d['cores']} cores, {THREADS} PyTorch threads", "several processes")
     elif ddp:
         add(main, "several processes")
     lines = ["## The machines", "", "| device | what was measured on it |", "|---|---|"]

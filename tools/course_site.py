@@ -400,17 +400,19 @@ def _single_title(text: str) -> str:
     return re.sub(r"<title>(.+?) &#8212; \1</title>", r"<title>\1</title>", text, count=1)
 
 
+def _chapter_of(page: Path) -> str | None:
+    """A chapter page's number as a reader writes it ("5" for 05_...), or None for another page."""
+    m = re.match(r"(\d\d)_", page.name)
+    return str(int(m.group(1))) if m else None
+
+
 def _chapter_figures(text: str, page: Path) -> str:
     """ "Fig. 3" on chapter 05's page -> "Fig. 5.3": a figure number a reader can cite across the
     book."""
-    m = re.match(r"(\d\d)_", page.name)
-    if m:
-        chapter = str(int(m.group(1)))
-    elif page.stem == "performance":  # the appendix: "Fig. A.1"
-        chapter = "A"
-    elif page.stem == "intro":  # the front page's one picture needs no number
+    if page.stem == "intro":  # the front page's one picture needs no number
         return re.sub(r'<span class="caption-number">Fig\. [\d.]+ </span>', "", text)
-    else:
+    chapter = _chapter_of(page) or ("A" if page.stem == "performance" else None)  # the appendix: "Fig. A.1"
+    if chapter is None:
         return text
     count = iter(range(1, 10_000))
     return re.sub(
@@ -423,10 +425,9 @@ def _chapter_figures(text: str, page: Path) -> str:
 def _chapter_equations(text: str, page: Path) -> str:
     """A chapter's equations numbered in order on its page, like its figures: the third on chapter
     05's page is "(5.3)" (Sphinx numbers them across the whole book); a link to one reads the same."""
-    m = re.match(r"(\d\d)_", page.name)
-    if not m:
+    chapter = _chapter_of(page)
+    if chapter is None:
         return text
-    chapter = str(int(m.group(1)))
     number: dict[str, str] = {}  # Sphinx's number -> the page's
 
     def renumber(eq: re.Match) -> str:
@@ -444,10 +445,9 @@ def _chapter_equations(text: str, page: Path) -> str:
 def _chapter_tables(text: str, page: Path) -> str:
     """A chapter's captioned result tables (``transformer_course.utils.Table``) numbered in order, like
     its figures: "Table 5.2", then the caption, from a capital letter where it starts with a word."""
-    m = re.match(r"(\d\d)_", page.name)
-    if not m:
+    chapter = _chapter_of(page)
+    if chapter is None:
         return text
-    chapter = str(int(m.group(1)))
     count = iter(range(1, 10_000))
 
     def number(t: re.Match) -> str:
