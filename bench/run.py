@@ -59,7 +59,7 @@ H200_BYTES_PER_S = 4.8e12
 THREADS = 2
 # Budgets of issue #8: seconds per chapter (default and exceptions) and for the whole book.
 BUDGET_DEFAULT, BUDGET_LONG, BUDGET_BOOK = 180, 240, 900
-LONG_CHAPTERS = ("10", "11", "12", "13")  # 11 and 13 load a 135M-parameter model (13 trains it twice)
+LONG_CHAPTERS = ("10", "11", "14")  # 11 and 14 load a 135M-parameter model (14 trains it twice)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -130,7 +130,7 @@ CHAPTER_METRICS = {
         ("validation loss (nats/char), trained in the notebook", "val_loss", "history.wall_seconds"),
         ("validation loss (nats/char), shipped checkpoint", "big_val", "record['train_seconds']"),
     ],
-    "12": [
+    "13": [
         ("dev accuracy, untrained classification head", "dev_untrained", None),
         ("test accuracy, bag-of-words logistic regression (mean of 3 seeds)", "summary['bag of words'][0]", None),
         (
@@ -156,15 +156,18 @@ def _metrics_cell(chapter: str):
     )
 
 
-def run_notebooks() -> list[dict]:
-    """Execute every notebook as nbval does (fresh kernel, course environment), time it, and read
-    back the chapter's headline figures (``CHAPTER_METRICS``) from the kernel afterwards."""
+def run_notebooks(chapters: list[str] | None = None) -> list[dict]:
+    """Execute every notebook (or those of ``chapters``, numbers such as "12") as nbval does (fresh
+    kernel, course environment), time it, and read back the chapter's headline figures
+    (``CHAPTER_METRICS``) from the kernel afterwards."""
     import nbformat
     from nbclient import NotebookClient
 
     rows = []
     for nb_path in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
         chapter = nb_path.name[:2]
+        if chapters is not None and chapter not in chapters:
+            continue
         nb = nbformat.read(nb_path, as_version=4)
         n_cells = len(nb.cells)
         nb.cells.append(_metrics_cell(chapter))
@@ -4583,6 +4586,9 @@ def main() -> None:
         action="store_true",
         help="show the chapter run times even when they do not cover every chapter",
     )
+    parser.add_argument(
+        "--chapters", nargs="+", metavar="NN", help="with --only-notebooks: time only these chapters (e.g. 12 13)"
+    )
     parser.add_argument("--only-ddp", action="store_true", help="measure only one vs two processes, then render")
     parser.add_argument(
         "--only-notebooks", action="store_true", help="time only the chapters' notebooks (after an edit), then render"
@@ -4694,11 +4700,19 @@ def main() -> None:
     elif args.only_notebooks:
         os.environ.update(_course_env())
         print("1-2. notebooks ...", flush=True)
-        notebooks = run_notebooks()
+        notebooks = run_notebooks(args.chapters)
+        date = time.strftime("%Y-%m-%d")
+        if args.chapters:  # the others keep their rows; rows of notebooks that no longer exist go
+            existing = {p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb")}
+            timed = {row["notebook"] for row in notebooks}
+            kept = [r for r in previous.get("notebooks", []) if r["notebook"] in existing - timed]
+            notebooks = sorted(kept + notebooks, key=lambda r: r["notebook"])
+            since = previous.get("notebooks_date", "?")
+            date = f"{since}; chapters {', '.join(args.chapters)} on {date}"
         results = {
             **previous,
             "notebooks": notebooks,
-            "notebooks_date": time.strftime("%Y-%m-%d"),
+            "notebooks_date": date,
             "notebooks_machine": machine(),  # may differ from the main run's
         }
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")

@@ -852,7 +852,7 @@ assert torch.allclose(pooled[s], hidden[s, : n_real[s]].mean(dim=0), atol=1e-6)
 # cosine is 0.965. The course's
 # `embed_sentences(texts, tokenizer, model)` does all the steps at once: tokenize, run the
 # model, mean-pool with the mask, and scale each vector to length 1, so that a dot product is
-# a cosine. Chapter 12 lists the package's mean pooling and uses `embed_sentences` to search
+# a cosine. Chapter 13 lists the package's mean pooling and uses `embed_sentences` to search
 # a collection of texts by meaning.
 
 # %%

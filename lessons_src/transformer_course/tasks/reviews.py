@@ -1,4 +1,4 @@
-"""Sentiment classification of short reviews (chapter 12).
+"""Sentiment classification of short reviews (chapter 13).
 
 * ``load_sentiment_reviews()``: the course's own data set, 1,050 short English
   reviews written for the course (``data/sentiment_reviews.csv``), half

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 13 — Instruction tuning with LoRA
+# # 14 — Instruction tuning with LoRA
 #
 # Chapter 11 loaded SmolLM2-135M-Instruct, a model that already follows instructions in a chat
 # format. Chapter 09 trained a small Transformer from scratch to rewrite dates such as
@@ -113,7 +113,7 @@ print(f"weights from {source}: {base.dtype}, on {device}")
 # the century. `make_splits` keeps the *dates* of the held-out set out of the training set in
 # every format, so a correct held-out answer cannot be remembered, only worked out. We take 128 training examples, ask in plain words, and keep two
 # sets of 40 dates out of training: a *dev* set, on which we watch the training run, and a
-# *test* set, scored before tuning and once after it (chapter 12's rule: settings are judged on
+# *test* set, scored before tuning and once after it (chapter 13's rule: settings are judged on
 # a dev split, the test set is used once). `make_splits` draws the test dates first, so asked
 # for more test dates it returns the same 40 and then new ones; the next 40 of those that are
 # not training dates form the dev set.
@@ -317,7 +317,7 @@ show_source(chat_example)
 # user's header), the typed date, the template's markers that close the question and open the
 # answer, and the answer. `token_parts` finds the parts from where each token sits in the
 # rendered text. In the tokens printed below, `Ċ` is the newline: byte-level BPE writes the
-# newline byte as `Ċ`, as it writes the space as `Ġ` (chapter 11). Fig. 13.1, after them, draws
+# newline byte as `Ċ`, as it writes the space as `Ġ` (chapter 11). Fig. 14.1, after them, draws
 # the newline as ⏎ and the space as ␣:
 
 
@@ -467,9 +467,9 @@ plt.show()
 # W' &= W + \frac{\alpha}{r}\, B A, \\
 # A &\in \mathbb{R}^{r \times d_\text{in}},\quad B \in \mathbb{R}^{d_\text{out} \times r}.
 # \end{aligned}
-# $$ (eq-13-1)
+# $$ (eq-14-1)
 #
-# The input goes two ways (Fig. 13.2): through the frozen $W$, and through the narrow path $A$ then
+# The input goes two ways (Fig. 14.2): through the frozen $W$, and through the narrow path $A$ then
 # $B$, whose output is scaled by $\alpha / r$ and added to $W x$:
 
 # %% tags=["hide-input"] caption="A LoRA layer. The input x goes through the frozen pretrained matrix W (grey) and, in parallel, through A, which maps it down to r numbers, and B, which maps those back up to $d_\\text{out}$; the update is scaled by $\\alpha/r$ and added to Wx. Only A and B (orange) are trained; B starts at zero, so the layer starts as W alone." alt="A diagram read from left to right. A vector x on the left splits into two paths. The upper path is a large grey square labelled W, d_out by d_in, frozen. The lower path is a wide, flat orange box A, r by d_in, followed by a tall, thin orange box B, d_out by r, then a multiplication by alpha over r. The two paths meet at a plus sign, whose output is h; below the diagram, the formula h = Wx + (alpha/r) BAx."
@@ -1101,7 +1101,7 @@ bottom.set_xlabel("step")
 plt.show()
 
 # %% [markdown]
-# In the bottom panel of Fig. 13.3, the gap between the two runs stays between about 2e-7 and 2e-5
+# In the bottom panel of Fig. 14.3, the gap between the two runs stays between about 2e-7 and 2e-5
 # and does not grow with training. It is about 1e-5 already at step 1, before any update, when both
 # models are the pretrained model itself ($B = 0$) reading the same tokens: the two
 # implementations round their float32 computations of the loss differently, and that, not the

@@ -1,0 +1,2042 @@
+# %% [markdown]
+# # 13 — Fine-tuning BERT: a classifier, and how to judge it
+#
+# Chapter 12 ran the weights of a pretrained BERT, all-MiniLM-L6-v2, in the course's own
+# encoder. This chapter puts that encoder to work and asks how far to trust the results:
+#
+# * **sentence embeddings**: mean pooling, cosine similarity, a tiny semantic search;
+# * **classification, honestly**: why a freshly loaded classifier is a coin toss; then a fair
+#   comparison of baselines, from a bag of words to a linear probe, with fine-tuning by our own
+#   loop and by Hugging Face's `Trainer`: settings chosen on a dev split, three seeds per result
+#   (one for the `Trainer`'s cross-check), the test set used once, and a paired bootstrap to
+#   tell which differences the 200 test reviews can support;
+# * **attention across layers** (rollout), and what attention does not explain, tested against
+#   deleting tokens one at a time;
+# * **a bigger BERT, on a GPU**: what changes with `bert-base-uncased`.
+#
+# The model is the one of chapter 12: MiniLM, a BERT of 6 layers, 384 features and 22.7 million
+# parameters, which the sentence-transformers project fine-tuned so that the *mean* of its
+# token vectors makes a good sentence vector. As we shall see, that leaves its `[CLS]` pooler
+# untrained.
+
+# %% tags=["remove-cell"]
+import warnings
+
+# tqdm's "IProgress not found" notice, printed when transformers is imported
+warnings.filterwarnings("ignore", message="IProgress not found")
+from datasets.utils.logging import (
+    disable_progress_bar as disable_datasets_progress_bar,
+)
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()
+disable_datasets_progress_bar()
+
+# %%
+import math
+import re
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from types import SimpleNamespace
+
+import matplotlib.pyplot as plt
+import torch
+from datasets import Dataset
+from IPython.display import display
+from transformers import (
+    AutoModelForSequenceClassification,
+    DataCollatorWithPadding,
+    PrinterCallback,
+    Trainer,
+    TrainingArguments,
+    pipeline,
+)
+
+from transformer_course.bert import (
+    BertConfig,
+    BertEncoder,
+    cosine_similarity,
+    semantic_search,
+)
+from transformer_course.hf_bert import bert_from_hf
+from transformer_course.pretrained import (
+    embed_sentences,
+    load_minilm,
+    mean_pool,
+    minilm_path,
+)
+from transformer_course.tasks import reviews
+from transformer_course.training import accuracy
+from transformer_course.utils import (
+    Table,
+    count_parameters,
+    get_device,
+    set_seed,
+    show_source,
+)
+
+# %% [markdown]
+# MiniLM as chapter 12 loaded it: Hugging Face's `BertModel` (asked to return its attention
+# weights, which the last section reads) and its tokenizer, and the same weights in the
+# course's `BertEncoder` (`bert_from_hf`, chapter 12), which we use wherever the encoder's
+# output is all we need.
+
+# %%
+torch.set_printoptions(precision=4, sci_mode=False)  # 4 decimals
+
+tokenizer, bert = load_minilm(
+    attn_implementation="eager", output_attentions=True
+)
+ours = bert_from_hf(bert)
+cfg = bert.config
+print(
+    f"{cfg.num_hidden_layers} layers, d_model {cfg.hidden_size}: "
+    f"{count_parameters(ours):,} parameters in our encoder"
+)
+
+# %% [markdown]
+# ## Sentence embeddings
+#
+# Chapter 02 built sentence vectors from MiniLM: **mean pooling**, the average of the last
+# layer's token vectors over the real tokens only (the attention mask keeps padding out), and
+# `embed_sentences`, which tokenises, runs the model, mean-pools and normalises. Here is the
+# package's `mean_pool`:
+
+# %%
+show_source(mean_pool)
+
+# %% [markdown]
+# Chapter 02 showed that a plain mean, padding included, turns the vector. The same check on
+# *our* encoder, the `BertEncoder` that runs MiniLM's weights: the sentence alone, and the same
+# sentence padded next to a longer one (padding positions have vectors too: their queries
+# attend to the real tokens, only their keys are masked).
+
+# %% tags=["nbval-ignore-output"]
+short_text = "Padding must not change me."
+long_text = (
+    "A much longer neighbour forces several padding tokens into the batch."
+)
+alone = tokenizer([short_text], return_tensors="pt")
+with_long = tokenizer(
+    [short_text, long_text], padding=True, return_tensors="pt"
+)
+with torch.no_grad():
+    h_alone = ours(**alone).last_hidden_state
+    h_padded = ours(**with_long).last_hidden_state
+e_alone = mean_pool(h_alone, alone["attention_mask"])[0]
+e_padded = mean_pool(h_padded, with_long["attention_mask"])[0]
+e_naive = h_padded[0].mean(dim=0)
+n_pad = int((with_long["attention_mask"][0] == 0).sum())
+masked_change = (e_alone - e_padded).abs().max().item()
+plain_change = (e_alone - e_naive).abs().max().item()
+print(
+    f"{n_pad} padding tokens; largest change of a coordinate:\n"
+    f"masked mean {masked_change:.1e}, plain mean {plain_change:.2f}"
+)
+assert masked_change < 1e-5 and plain_change > 0.1
+
+# %% [markdown]
+# The masked mean moves by float32 rounding only; the plain mean moves by 2.48 in one
+# coordinate. Two embeddings are compared, as in chapter 02, by their **cosine**. We run
+# `embed_sentences` with *our* encoder; its vectors have length 1, so a dot product is a
+# cosine.
+
+# %%
+examples = [
+    "A man is playing the guitar.",
+    "Someone strums an acoustic guitar on stage.",
+    "The stock market fell sharply today.",
+    "Share prices dropped at the opening bell.",
+    "My cat sleeps on the sofa all afternoon.",
+    "The kitten naps on the couch.",
+]
+# the names the figure gives them
+short_names = ["guitar 1", "guitar 2", "stocks 1", "stocks 2", "cat", "kitten"]
+for name, text in zip(short_names, examples):
+    print(f"{name:9s} {text}")
+emb = embed_sentences(examples, tokenizer, ours)
+sim = cosine_similarity(emb, emb)
+
+# %% tags=["remove-cell"]
+assert torch.allclose(emb.norm(dim=1), torch.ones(6), atol=1e-5)
+for i in (0, 2, 4):
+    assert sim[i].topk(2).indices[1] == i + 1
+
+# %% tags=["hide-input"] caption="Cosine similarity between the MiniLM embeddings of the six sentences printed above, three pairs of paraphrases (guitar, stocks, cat and kitten). The three bright 2 by 2 blocks on the diagonal are the pairs (0.58, 0.53 and 0.62); sentences on different topics score between -0.07 and 0.10 (the colours are clipped at 0, so negative cosines look like 0)." alt="A 6 by 6 heatmap, rows and columns labelled guitar 1, guitar 2, stocks 1, stocks 2, cat and kitten, with the value written in each cell. The diagonal is 1.00. The paraphrase pairs (guitar, stock market, cat) form three bright 2 by 2 blocks along the diagonal with 0.58, 0.53 and 0.62 off the diagonal; every other cell is dark, between -0.07 and 0.10."
+fig, ax = plt.subplots(figsize=(6.5, 5))
+im = ax.imshow(sim, cmap="viridis", vmin=0, vmax=1)
+ax.set_xticks(range(6), short_names, rotation=45, ha="right")
+ax.set_yticks(range(6), short_names)
+for i in range(6):
+    for j in range(6):
+        value = f"{sim[i, j]:.2f}"
+        color = "black" if sim[i, j] > 0.6 else "white"
+        ax.text(j, i, value, ha="center", va="center", fontsize=8, color=color)
+fig.colorbar(im, ax=ax)
+ax.set_title("cosine similarity of sentence embeddings")
+plt.show()
+
+# %% [markdown]
+# The paraphrases share few words ("sleeps on the sofa" / "naps on the couch") and still
+# score far higher than unrelated pairs (Fig. 13.1). That is what makes **semantic search** work:
+# embed a collection once, embed each query, return the closest entries. Here are 30 short help-desk
+# answers and three questions worded differently from any of them; after each hit, the words it
+# shares with the query.
+
+# %%
+corpus = [
+    (
+        "Charge your laptop battery between 20 and 80 percent "
+        "to make it last longer."
+    ),
+    "Restart the router if the wifi keeps dropping.",
+    "Back up your photos to an external drive once a month.",
+    "Update the operating system to get the latest security fixes.",
+    "Use a password manager so that every account gets a different password.",
+    "Clean the keyboard with compressed air, never with water.",
+    "Water tomato plants at the base in the early morning.",
+    "Prune roses in late winter, just before new growth starts.",
+    "Compost vegetable scraps, but not meat or dairy.",
+    "Move houseplants away from cold windows in winter.",
+    "Knead bread dough for ten minutes until it is smooth and elastic.",
+    "Rest a steak for five minutes after cooking so the juices settle.",
+    "Store fresh herbs in a glass of water in the fridge.",
+    "Add salt to pasta water only once it is boiling.",
+    "Walk your dog at least twice a day and let it sniff around.",
+    "Cats need fresh water every day, even if they eat wet food.",
+    "Take your puppy to the vet for its first vaccinations at eight weeks.",
+    "Brush long-haired cats several times a week to prevent knots.",
+    "Book train tickets early, prices rise closer to the travel date.",
+    "Keep a copy of your passport separate from the original.",
+    "Pack a small first-aid kit for hiking trips.",
+    "Check whether your destination needs a visa before you book.",
+    "Pay off the card with the highest interest rate first.",
+    "Put a little money aside every month for emergencies.",
+    "Compare energy suppliers once a year to avoid paying too much.",
+    "Warm up for ten minutes before running to avoid injuries.",
+    "Drink water regularly during long bike rides.",
+    "Stretch your shoulders if you sit at a desk all day.",
+    "Sleep at least seven hours before an exam.",
+    "Review your notes the same evening you take them.",
+]
+queries = [
+    "How do I look after the power pack of my notebook computer?",
+    "What paperwork do I need for going abroad?",
+    "When should my young dog get jabs?",
+]
+corpus_emb = embed_sentences(corpus, tokenizer, ours)
+query_emb = embed_sentences(queries, tokenizer, ours)
+hits = semantic_search(query_emb, corpus_emb, top_k=3)
+
+
+def words(text: str) -> set[str]:
+    return set(re.findall(r"[a-z']+", text.lower()))
+
+
+for q, row in zip(queries, hits):
+    print(q)
+    for idx, score in row:
+        shared = ", ".join(sorted(words(q) & words(corpus[idx]))) or "none"
+        hit = f"   {score:.2f}  {corpus[idx]} [shared: {shared}]"
+        print(textwrap.fill(hit, 78, subsequent_indent=" " * 9))
+
+# %% [markdown]
+# No query shares a single word with the answer it found: "power pack of my notebook computer"
+# found "laptop battery", "paperwork ... abroad" found "visa", "young dog" and "jabs" found
+# "puppy" and "vaccinations". A bag of words, which can only count shared words, has nothing to
+# count for any of these three answers; for the third query, the one entry that shares its
+# word "dog" is the walking tip, which the embedding ranks second. (For millions of entries one replaces the exhaustive `topk` by an
+# approximate nearest-neighbour index, but the idea is this one.)
+#
+# ## Classification, honestly
+#
+# A common pitfall: classify sentiment with
+# `BertForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)` straight
+# away and report the probability it gives the predicted class as its confidence. Such a
+# model has never seen a
+# labelled review: `from_pretrained` adds a classification layer that the checkpoint does not
+# contain and fills it with **random numbers**. transformers says so when it loads the model, in
+# a warning that is easy to scroll past. So that probability is not a confidence; it is noise.
+# Let us measure
+# that, with the same kind of model built on MiniLM.
+#
+# `MODEL` below names the MiniLM checkpoint; every classifier in this section loads from it
+# (*A bigger BERT, on a GPU* lists what else to change for another BERT).
+
+# %%
+MODEL = minilm_path()
+LABELS = reviews.LABELS  # ("negative", "positive"): label id 0 and 1
+print(LABELS)
+
+
+def fresh_classifier(seed: int, **kwargs):
+    """MiniLM with a new, randomly initialised 2-way classification head
+    (the pitfall above); ``kwargs`` go to ``from_pretrained``.
+    """
+    set_seed(seed)
+    return AutoModelForSequenceClassification.from_pretrained(
+        MODEL,
+        num_labels=2,
+        id2label=dict(enumerate(LABELS)),
+        label2id={label: i for i, label in enumerate(LABELS)},
+        **kwargs,
+    )
+
+
+# %% [markdown]
+# transformers' warning is its *load report*: which tensors the model needed but the
+# checkpoint did not have (**missing**), and which the checkpoint had but the model did not use
+# (**unexpected**). transformers logs it as a warning when a model loads;
+# `output_loading_info=True` returns the same report as a dictionary, which we print:
+
+# %%
+untrained, load_report = fresh_classifier(0, output_loading_info=True)
+for kind in ("missing_keys", "unexpected_keys"):
+    print(f"{kind}: {sorted(load_report[kind])}")
+print(untrained.classifier)
+pooler_bias = untrained.bert.pooler.dense.bias
+print(f"pooler bias: largest |value| {pooler_bias.abs().max().item():g}")
+
+# %% [markdown]
+# `classifier.weight` and `classifier.bias` are missing from the checkpoint, so
+# `from_pretrained` initialised them at random; in this checkpoint nothing else is missing or
+# left over. The head
+# reads `[CLS]`
+# through the pooler and then this new linear layer. In this checkpoint even the pooler was
+# never trained: its bias is still exactly zero, as it was initialised, where training through
+# the pooler would have moved it (sentence-transformers, which trained this checkpoint last,
+# reads the mean of the token vectors instead). Two untrained layers
+# stand between BERT and the answer.
+#
+# That head is a dozen lines on top of the course's own encoder: read the final vector of
+# `[CLS]`, pass it through the pooler, dropout, and a linear layer to
+# one score per label. With the pooler's and the classifier's weights copied from the model
+# just loaded, it must give the same scores as Hugging Face's
+# `BertForSequenceClassification`:
+
+
+# %%
+class OurBertClassifier(torch.nn.Module):
+    """The course's ``BertEncoder`` with BERT's classification head."""
+
+    def __init__(self, encoder: BertEncoder, num_labels: int = 2) -> None:
+        super().__init__()
+        d = encoder.config.d_model
+        self.encoder = encoder
+        self.pooler = torch.nn.Linear(d, d)
+        self.dropout = torch.nn.Dropout(0.1)
+        self.classifier = torch.nn.Linear(d, num_labels)
+
+    def forward(self, **batch) -> torch.Tensor:
+        h = self.encoder(**batch).last_hidden_state  # (batch, tokens, d)
+        pooled = torch.tanh(self.pooler(h[:, 0]))  # the [CLS] vector
+        return self.classifier(self.dropout(pooled))  # (batch, labels)
+
+
+our_clf = OurBertClassifier(ours).eval()
+our_clf.pooler.load_state_dict(untrained.bert.pooler.dense.state_dict())
+our_clf.classifier.load_state_dict(untrained.classifier.state_dict())
+two_reviews = tokenizer(
+    ["I loved it.", "The plot was thin, but the acting saved it."],
+    padding=True,
+    return_tensors="pt",
+)
+with torch.no_grad():
+    our_logits = our_clf(**two_reviews)
+    hf_logits = untrained.eval()(**two_reviews).logits
+head_diff = (our_logits - hf_logits).abs().max().item()
+print("our head's scores:", our_logits)
+print(f"max |ours - BertForSequenceClassification| = {head_diff:.1e}")
+
+# %% tags=["remove-cell"]
+assert head_diff < 1e-4
+
+# %% [markdown]
+# Back to Hugging Face's classifier: one enthusiastic sentence, with five different random
+# seeds for its head:
+
+# %%
+example_text = "I love how this transformer model works! It's amazing!"
+for seed in range(5):
+    label, p = reviews.classify_sentiment(
+        example_text, fresh_classifier(seed), tokenizer
+    )
+    print(f"seed {seed}: {label}, confidence {p:.2f}")
+
+# %% [markdown]
+# The "answer" depends on the random seed, and every "confidence" is about 0.5. To judge a
+# classifier we need labelled data it has not trained on. The course ships one:
+# `sentiment_reviews.csv`, 1,050 short English reviews written for the course, half positive,
+# half negative, about restaurants, films, books, gadgets, hotels, apps, shops and services, with
+# a fixed train/test split stored in the file. Some are easy, many are not: negations ("I
+# wouldn't call it comfortable", "Not bad at all; in fact, I'd call it excellent"), reviews that
+# praise first and complain last or the other way round, and verdicts with no opinion word at all
+# ("The box is already back in the post"). Words that *usually* signal one side appear on both
+# ("Great location, terrible room"; "The hours flew by"), so that counting them is not enough.
+# In the file's split many subjects fall on one side of it only (the three kettle reviews, say, are
+# all training reviews), but not all: movers, museums and coats of paint have reviews on both
+# sides of the split.
+#
+# ### The protocol: a dev split, several seeds, the test set once
+#
+# A comparison that a sceptical reader of a paper would accept follows three rules.
+#
+# 1. **Every setting we tune is chosen on a development (dev) split** carved out of the training
+#    reviews: which layers to freeze, the learning rate, the baselines' $k$ and weight decay. The
+#    rest (batch size, the fine-tuning's weight decay and warm-up, the number of epochs, the
+#    maximum of 64 tokens per review, freezing the embeddings, the baselines' optimiser settings,
+#    the grids themselves) are fixed in advance. If we chose them
+#    by looking at the test accuracy, the test set would become part of training and its
+#    accuracy an optimistic estimate. The dev split is drawn review by review, not by subject,
+#    so two reviews of one subject can land on both sides of it. That can move dev accuracy
+#    either way: a method may profit from a training review of the same subject and the same
+#    opinion, or a method that copies the label of the most similar review may be misled by
+#    one of the same subject and the opposite opinion. Dev accuracy only has to rank the
+#    choices.
+# 2. **The test set is used once, at the end**, for all models together.
+# 3. **Several seeds.** On 200 test reviews one review is half a point, and a single run of
+#    fine-tuning depends on the random head, the order of the batches and dropout. Here a seed
+#    fixes all of that *and* which 150 training reviews form the dev split, so every method,
+#    the baselines included, is trained on a different 700 reviews per seed. We report the mean
+#    and standard deviation over 3 seeds.
+
+# %%
+train_full, test = reviews.load_sentiment_reviews()
+SEEDS, N_DEV = (0, 1, 2), 150
+splits = {s: reviews.train_dev_split(train_full, N_DEV, seed=s) for s in SEEDS}
+train, dev = splits[0]
+print(
+    f"train file: {len(train_full)} reviews -> train {len(train)} "
+    f"+ dev {len(dev)} ({sum(dev.labels)} positive)"
+)
+print(f"test file: {len(test)} reviews ({sum(test.labels)} positive)")
+for text, y in list(zip(dev.texts, dev.labels))[:6]:
+    line = f"  {LABELS[y]:8s} {text}"
+    print(textwrap.fill(line, 78, subsequent_indent=" " * 11))
+print(
+    "reviews in both training and test: "
+    f"{len(set(train_full.texts) & set(test.texts))}; "
+    f"in both train and dev: {len(set(train.texts) & set(dev.texts))}"
+)
+
+# %% tags=["remove-cell"]
+assert not set(train_full.texts) & set(test.texts)
+assert not set(train.texts) & set(dev.texts)
+assert sum(train_full.labels) * 2 == len(train_full)
+assert sum(test.labels) * 2 == len(test)
+assert len({tuple(splits[s][1].texts) for s in SEEDS}) == 3
+
+# %%
+probs_untrained = reviews.predict_proba(untrained, tokenizer, dev.texts)
+dev_untrained = accuracy(probs_untrained.argmax(dim=1), dev.labels)
+n_positive = int(probs_untrained.argmax(dim=1).sum())
+p_positive = probs_untrained[:, 1]
+print(f"untrained head: dev accuracy {dev_untrained:.1%}")
+print(f"predicts 'positive' for {n_positive} of {len(dev)} reviews")
+print(f"P(positive) between {p_positive.min():.2f} and {p_positive.max():.2f}")
+
+# %% [markdown]
+# Chance level, as expected: on a balanced set, a coin scores 50%.
+#
+# ### Baseline 1: logistic regression on a bag of words
+#
+# Before fine-tuning a 22-million-parameter model, the honest question is how far something
+# simple gets. The classic baseline counts the words of each review and fits a logistic
+# regression: one weight per word, $P(\text{positive}) = \sigma(\sum_w \text{count}_w\, v_w + b)$.
+# It is fitted in plain torch. Its one setting, the strength of the L2 penalty, is
+# chosen on the dev split:
+
+# %%
+show_source(reviews.fit_bag_of_words)
+
+# %%
+bow_dev = {
+    wd: accuracy(
+        reviews.fit_bag_of_words(
+            train.texts, train.labels, weight_decay=wd
+        ).predict(dev.texts),
+        dev.labels,
+    )
+    for wd in (0, 1e-5, 1e-4, 1e-3, 1e-2)
+}
+# a tie goes to the larger penalty, the simpler model
+BOW_WD = max(bow_dev, key=lambda wd: (bow_dev[wd], wd))
+
+
+def show_grid(title: str, scores: dict, chosen) -> None:
+    """Dev accuracy for each value of a setting, and the value chosen."""
+    values = [f"{v:g}" for v in scores]
+    display(
+        Table(
+            ["", *values],
+            [["dev accuracy", *scores.values()]],
+            formats=dict.fromkeys(values, ".1%"),
+            caption=f"{title}; chosen: {chosen:g}",
+        )
+    )
+
+
+show_grid(
+    "Bag of words, dev accuracy by weight decay (ties go to the larger)",
+    bow_dev,
+    BOW_WD,
+)
+bow = reviews.fit_bag_of_words(train.texts, train.labels, weight_decay=BOW_WD)
+acc_bow_train = accuracy(bow.predict(train.texts), train.labels)
+pos_words, neg_words = bow.top_words(8)
+print(
+    f"vocabulary {len(bow.vocab)} words; train accuracy {acc_bow_train:.1%}, "
+    f"dev accuracy {bow_dev[BOW_WD]:.1%}"
+)
+# in how many positive and how many negative training reviews a word occurs
+doc_freq_by_label = [
+    Counter(
+        w
+        for text, y in zip(train.texts, train.labels)
+        if y == label
+        for w in set(reviews.words(text))
+    )
+    for label in (0, 1)
+]
+print("(in how many positive / negative training reviews each word occurs)")
+for side, top in (("positive", pos_words), ("negative", neg_words)):
+    line = f"most {side} words: " + ", ".join(
+        f"{w} {doc_freq_by_label[1][w]}/{doc_freq_by_label[0][w]}" for w in top
+    )
+    print(textwrap.fill(line, 78, subsequent_indent=" " * 4))
+# in how many training reviews each word occurs
+doc_freq = doc_freq_by_label[0] + doc_freq_by_label[1]
+n_once = sum(c == 1 for c in doc_freq.values())
+n_twice_at_most = sum(c <= 2 for c in doc_freq.values())
+share_once = n_once / len(doc_freq)
+share_two = n_twice_at_most / len(doc_freq)
+print(
+    f"of the {len(doc_freq):,} words, {share_once:.0%} occur in one "
+    f"training review, {share_two:.0%} in at most two"
+)
+
+# %% tags=["remove-cell"]
+# the bag of words fits the training reviews and falls well short on dev
+assert (
+    acc_bow_train > 0.95
+    and bow_dev[BOW_WD] < 0.85
+    and acc_bow_train - bow_dev[BOW_WD] > 0.1
+)
+
+# %% [markdown]
+# The grid brackets the best value: no penalty at all does worse (72.7 %), and 1e-5 ties with
+# 1e-4 (76.0 %), the larger of which is chosen. With it the model fits the training reviews
+# perfectly and gets only about three in four dev reviews right. Most of its strongest weights are cues that recur on one side of the training reviews
+# ("half" in 18 negative reviews and 1 positive one, "warm" in 9 positive ones and no negative
+# one); a few are accidents of two or three reviews ("forty" in 2 negative ones, "fault" in 2
+# positive ones and 1 negative one). With 700 varied reviews most words occur in one or two
+# reviews, so much of the vocabulary gives such a model little to learn from, and word counts
+# cannot see negation or a "but" that turns a review around ("Great location, terrible room"). A pretrained encoder brings what the counts lack: it has read far more text
+# than we could label, and it reads words in context.
+#
+# ### Baselines 2 and 3: frozen sentence embeddings
+#
+# The cheapest way to use the encoder is not to train it at all: embed every review once
+# (the mean-pooled MiniLM vectors of *Sentence embeddings*, here from our own `BertEncoder`) and put a simple
+# classifier on the frozen vectors. Two such classifiers answer different questions:
+#
+# * **k nearest neighbours** with cosine similarity: label a review by a vote of the most similar
+#   training reviews. This asks whether reviews *close* in embedding space share their sentiment.
+# * A **linear probe**: logistic regression on the 384 numbers of the embedding, the same
+#   `fit_logistic_regression` that the bag of words uses. This asks whether sentiment is
+#   *linearly decodable* from the embedding, even if it is not what makes two vectors close.
+#
+# The embeddings are computed once for all 1,050 reviews and reused for every seed and setting.
+
+# %%
+show_source(reviews.knn_predict)
+
+# %%
+all_texts = train_full.texts + test.texts
+all_emb = embed_sentences(all_texts, tokenizer, ours)
+emb_of = dict(zip(all_texts, all_emb))
+
+
+def embeddings(split) -> torch.Tensor:
+    return torch.stack([emb_of[t] for t in split.texts])
+
+
+knn_dev = {
+    k: accuracy(
+        reviews.knn_predict(
+            embeddings(dev), embeddings(train), train.labels, k
+        ),
+        dev.labels,
+    )
+    for k in (1, 5, 15, 45, 135, 405)
+}
+KNN_K = max(knn_dev, key=knn_dev.get)
+probe_dev = {
+    wd: accuracy(
+        reviews.fit_logistic_regression(
+            embeddings(train), train.labels, wd
+        ).predict(embeddings(dev)),
+        dev.labels,
+    )
+    for wd in (1e-4, 1e-3, 1e-2)
+}
+PROBE_WD = max(probe_dev, key=probe_dev.get)
+show_grid("k-NN, dev accuracy by k (ties go to the smaller k)", knn_dev, KNN_K)
+show_grid("Linear probe, dev accuracy by weight decay", probe_dev, PROBE_WD)
+
+# %% [markdown]
+# What the nearest neighbour of a review is: the first five dev reviews, each with the most
+# similar training review (cosine similarity of the embeddings) and both labels.
+
+# %%
+dev_unit = torch.nn.functional.normalize(embeddings(dev), dim=1)
+train_unit = torch.nn.functional.normalize(embeddings(train), dim=1)
+sim, nearest = (dev_unit @ train_unit.T).max(dim=1)
+for i in range(5):
+    j = int(nearest[i])
+    for line in (
+        f"dev   ({LABELS[dev.labels[i]]}) {dev.texts[i]}",
+        f"  nearest ({LABELS[train.labels[j]]}, {sim[i]:.2f}) "
+        + train.texts[j],
+    ):
+        print(textwrap.fill(line, 78, subsequent_indent=" " * 6))
+same = [train.labels[int(j)] == y for j, y in zip(nearest, dev.labels)]
+print(f"same label as the nearest neighbour: {sum(same) / len(same):.1%}")
+
+# %% [markdown]
+# Two of the five have a nearest neighbour of the other label, and in both it is a review of
+# the same thing: a book read to the end or given up, a car wash. Over the whole dev split the
+# nearest neighbour shares the review's label 54.7 % of the time, barely above a coin toss.
+#
+# ### Fine-tuning MiniLM
+#
+# Fine-tuning trains the network itself, pretrained encoder and new head together, on the
+# labelled reviews, with a small learning rate so that the pretrained weights move only a little.
+# `reviews.fine_tune` runs the course's training loop (`fit`, chapter 09) on batches of reviews:
+# AdamW, a learning rate that warms up and then decays linearly (the schedule BERT was fine-tuned
+# with), gradient clipping, one progress bar, and the dev accuracy after every epoch.
+
+# %%
+show_source(reviews.fine_tune)
+
+# %% [markdown]
+# What to freeze is one of the choices. The embeddings are 11.9 of the 22.7 million
+# parameters, 11.7 million of them the word table, and the training reviews use only a small part
+# of the vocabulary (both counted below, after the listing). We freeze them in every candidate, a choice made in advance rather than
+# on the dev split. The reason is a risk, not something tested here: updating only the rows of
+# words that occur in training could move them away from the rows of words that only the test
+# reviews contain. Freezing the lower layers as well
+# makes each step cheaper (no backward pass through them) and leaves fewer parameters to overfit
+# 700 reviews, but lets the model adapt less. `freeze_lower` does both:
+
+# %%
+show_source(reviews.freeze_lower)
+
+# %% [markdown]
+# Three candidates, each trained on the 700 training reviews of seed 0 with a schedule of two
+# epochs, the low end of the 2 to 4 epochs usually used to fine-tune BERT, fixed in advance.
+# The dev accuracy after each epoch shows whether the second epoch
+# helps; the candidate with the best dev accuracy at the end of its schedule is the one the
+# test set will see, trained exactly so.
+
+# %%
+EPOCHS, BATCH_SIZE = 2, 16
+CANDIDATES = {
+    "embeddings frozen, lr 1e-4": (0, 1e-4),
+    "embeddings + layers 0-2 frozen, lr 1e-4": (3, 1e-4),
+    "embeddings + layers 0-2 frozen, lr 3e-4": (3, 3e-4),
+}
+used = {i for ids in tokenizer(train.texts)["input_ids"] for i in ids}
+print(
+    f"the training reviews use {len(used):,} "
+    f"of the {tokenizer.vocab_size:,} vocabulary entries"
+)
+emb_module = untrained.bert.embeddings  # the model loaded from MODEL
+print(
+    f"embeddings: {count_parameters(emb_module) / 1e6:.1f} M parameters, "
+    f"of which the word table "
+    f"{emb_module.word_embeddings.weight.numel() / 1e6:.1f} M"
+)
+
+
+def fine_tuned(
+    seed: int, frozen_layers: int, lr: float, epochs: int, data
+) -> tuple:
+    """A fresh classifier (head drawn with ``seed``) fine-tuned on
+    ``data = (train, dev)``; (model, history).
+    """
+    generator = set_seed(seed)
+    clf = fresh_classifier(seed).to(get_device())
+    clf = reviews.freeze_lower(clf, frozen_layers)
+    history = reviews.fine_tune(
+        clf,
+        tokenizer,
+        data[0].texts,
+        data[0].labels,
+        epochs=epochs,
+        batch_size=BATCH_SIZE,
+        lr=lr,
+        generator=generator,
+        dev=data[1],
+    )
+    return clf, history
+
+
+selection, ft_seconds = {}, {}
+for name, (frozen_layers, lr) in CANDIDATES.items():
+    t0 = time.process_time()  # CPU time of this process
+    selection[name] = fine_tuned(0, frozen_layers, lr, EPOCHS, splits[0])
+    ft_seconds[name] = time.process_time() - t0
+n_steps = len(selection[name][1].loss)
+print(
+    f"{EPOCHS} epochs of {math.ceil(len(train) / BATCH_SIZE)} batches: "
+    f"{n_steps} steps per candidate"
+)
+display(
+    Table(
+        ["candidate", "trainable (M)", "dev, epoch 1", "dev, epoch 2"],
+        [
+            (name, count_parameters(clf) / 1e6, *history.evals["dev_accuracy"])
+            for name, (clf, history) in selection.items()
+        ],
+        formats={
+            "trainable (M)": ".1f",
+            "dev, epoch 1": ".1%",
+            "dev, epoch 2": ".1%",
+        },
+    )
+)
+final_dev = {n: selection[n][1].evals["dev_accuracy"][-1] for n in CANDIDATES}
+best_name = max(final_dev, key=final_dev.get)  # a tie goes to the first
+FROZEN, LR = CANDIDATES[best_name]
+margin = final_dev[best_name] - max(
+    a for n, a in final_dev.items() if n != best_name
+)
+print(f"chosen on the dev split: {best_name}")
+train_probs = reviews.predict_proba(
+    selection[best_name][0], tokenizer, train.texts
+)
+acc_ft_train = accuracy(train_probs.argmax(dim=1), train.labels)
+print(
+    f"its accuracy on its {len(train)} training reviews: {acc_ft_train:.1%}, "
+    f"on dev: {final_dev[best_name]:.1%}"
+)
+print(
+    f"its lead at the end of the schedule: {margin:.1%}, "
+    f"{round(margin * len(dev))} of {len(dev)} dev reviews"
+)
+
+# %% tags=["nbval-ignore-output"]
+print("CPU time per candidate:")
+for name in CANDIDATES:
+    print(f"  {name:40s} {ft_seconds[name]:3.0f} s")
+
+# frozen means untouched: is each layer of a frozen candidate still exactly
+# the checkpoint's (as in `untrained`) after training?
+frozen_name, (n_frozen, _) = next(
+    (name, c) for name, c in CANDIDATES.items() if c[0] > 0
+)
+frozen_run = selection[frozen_name][0].bert
+unchanged = [
+    all(
+        torch.equal(p.cpu(), q)
+        for p, q in zip(
+            frozen_run.encoder.layer[k].parameters(),
+            untrained.bert.encoder.layer[k].parameters(),
+        )
+    )
+    for k in range(n_frozen + 1)
+]
+print(
+    f"{frozen_name}\n  unchanged by training: layer "
+    + ", ".join(f"{k} {u}" for k, u in enumerate(unchanged))
+)
+# the frozen layers are exactly the checkpoint's; the first trained one moved
+assert unchanged == [True] * n_frozen + [False]
+
+# %% [markdown]
+# Freezing does what it says: layers 0-2 of that candidate are exactly the checkpoint's after
+# training, and layer 3, which trained, has moved.
+#
+# After two epochs the candidates are within one of the 150 dev reviews of each other (87.3 %
+# against 86.7 %). The second epoch matters for the candidates with frozen lower layers (80.0 %
+# and 82.0 % after one epoch, 86.7 % after two) and not for the first (87.3 % after both); at
+# the end, freezing the lower half of the encoder costs one dev review, and the larger learning
+# rate changes nothing. The first candidate wins by that single review: a margin that another
+# seed, or another dev split, could reverse. Unlike the bag of words (100.0 % on its training
+# reviews, 76.0 % on dev), it does not fit its training reviews perfectly: 93.3 % of them against
+# 87.3 % of the dev reviews. It goes to the test set exactly as it ran here, two epochs; its
+# training loss step by step, and its dev accuracy at the start and after each epoch:
+
+# %%
+losses = selection[best_name][1].loss
+steps_per_epoch = len(losses) // EPOCHS
+# dev accuracy: the untrained head (the same head, before step 1), then
+# after each epoch
+dev_curve = [dev_untrained] + selection[best_name][1].evals["dev_accuracy"]
+warmup_steps = max(1, int(0.1 * len(losses)))
+print(f"warm-up: the learning rate rises over the first {warmup_steps} steps")
+print(f"mean loss of steps 1-10: {sum(losses[:10]) / 10:.2f}")
+for e in range(EPOCHS):
+    epoch_losses = losses[e * steps_per_epoch : (e + 1) * steps_per_epoch]
+    print(
+        f"epoch {e + 1}: mean of its last 10 batches "
+        f"{sum(epoch_losses[-10:]) / 10:.2f}, single batches "
+        f"{min(epoch_losses):.2f} to {max(epoch_losses):.2f}"
+    )
+print("dev accuracy before training, after epochs 1, 2:")
+print("   ", "  ".join(f"{a:.1%}" for a in dev_curve))
+
+# %% tags=["hide-input"] caption="Training loss of the chosen candidate over its two epochs: the loss of each batch (light blue) and its mean over the last 10 batches (orange), with ln 2, the loss of a coin toss, dashed; in green, on the right axis, the dev accuracy before training and after each epoch. The mean starts at ln 2, falls to about 0.56 by the end of the first epoch and to about 0.3 by the end of the second; single batches range from about 0.1 to 0.86. The dev accuracy jumps in epoch 1 and stays flat in epoch 2." alt="A line chart of cross-entropy against step, 1 to 88, with a dotted vertical line at step 44 (end of epoch 1) and a dashed horizontal line at 0.69. A noisy light blue line and a smooth orange line start at 0.69 and fall to about 0.3 by step 88, the light line spiking to 0.86 just before step 44 and to 0.7 near step 80. A dotted green line through three dots, on a right axis from 0.4 to 1.0, goes from about 0.47 at step 0 to about 0.87 at step 44 and stays there at step 88."
+steps = torch.arange(1, len(losses) + 1)
+window = 10
+smooth = torch.tensor(losses).unfold(0, window, 1).mean(dim=1)
+fig, ax = plt.subplots(figsize=(6.9, 4.0))
+ax.plot(steps, losses, alpha=0.35, label="loss of each batch")
+ax.plot(
+    steps[window - 1 :], smooth, label=f"mean of the last {window} batches"
+)
+for e in range(1, EPOCHS):
+    ax.axvline(e * len(losses) / EPOCHS, color="grey", lw=0.5, ls=":")
+ax.axhline(
+    math.log(2), color="grey", lw=0.8, ls="--", label="ln 2: a coin toss"
+)
+ax.set_xlabel("step (dotted line: end of epoch 1)")
+ax.set_ylabel("cross-entropy")
+ax.set_title(f"fine-tuning MiniLM on {len(train)} reviews: {best_name}")
+ax_dev = ax.twinx()
+ax_dev.plot(
+    [e * steps_per_epoch for e in range(EPOCHS + 1)],
+    dev_curve,
+    "o:",
+    color="C2",
+    label="dev accuracy (right axis)",
+)
+ax_dev.set_ylim(0.4, 1.0)
+ax_dev.set_ylabel("dev accuracy")
+lines = ax.get_legend_handles_labels()
+lines_dev = ax_dev.get_legend_handles_labels()
+ax.legend(
+    lines[0] + lines_dev[0],
+    lines[1] + lines_dev[1],
+    fontsize=9,
+    ncol=2,
+    loc="upper center",
+    bbox_to_anchor=(0.5, -0.2),
+)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# How to read Fig. 13.2. The first 10 steps average 0.69, ln 2: with a random head, and a learning
+# rate that is still rising over the 8 warm-up steps, the model starts as a coin toss. Single
+# batches are noisy (16 reviews each: in epoch 1 they range from 0.26 to 0.86), so read the
+# mean: 0.56 over the last 10 batches of epoch 1, 0.30 over those of epoch 2. The dev accuracy
+# (green, right axis) tells the rest: 47.3 % before training, 87.3 % after epoch 1 and 87.3 %
+# again after epoch 2. The second epoch lowers the training loss and leaves dev accuracy where
+# it was: on dev, no sign in this run that it helped, nor that it hurt.
+#
+# ### The loop, written out
+#
+# `reviews.fine_tune` hands its loop to the course's `fit` (chapter 09), which adds the
+# progress bar and the dev evaluation. Written out, the loop is short: each epoch shuffles the
+# reviews and cuts them into batches; each batch is tokenised and padded to its longest review;
+# given `labels`, the model returns the cross-entropy; a step is backward, gradient clipping,
+# AdamW and the schedule (warm-up, then a linear decay). Started from the same seed as the chosen
+# candidate, its first five steps must give that candidate's first five losses:
+
+
+# %%
+from transformer_course.training import param_groups, warmup_decay
+
+
+def fine_tune_by_hand(model, texts, labels, epochs, lr, generator, steps):
+    """The loop of ``reviews.fine_tune``, stopped after ``steps`` steps;
+    returns their losses.
+    """
+    per_epoch = math.ceil(len(texts) / BATCH_SIZE)
+    total = epochs * per_epoch
+    warmup = max(1, int(0.1 * total))  # warm-up over 10 % of the steps
+    opt = torch.optim.AdamW(param_groups(model, 0.01), lr=lr)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: warmup_decay(s, warmup, total, 0.0, decay="linear")
+    )
+    losses = []
+    model.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(texts), generator=generator).tolist()
+        for i in range(0, len(texts), BATCH_SIZE):
+            idx = order[i : i + BATCH_SIZE]
+            batch = tokenizer(
+                [texts[j] for j in idx],
+                padding=True,
+                truncation=True,
+                max_length=64,
+                return_tensors="pt",
+            ).to(get_device())
+            y = torch.tensor([labels[j] for j in idx], device=get_device())
+            loss = model(**batch, labels=y).loss
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            if len(losses) == steps:
+                return losses
+    return losses
+
+
+hand_generator = set_seed(0)  # as fine_tuned(0, ...) does
+by_hand = reviews.freeze_lower(fresh_classifier(0).to(get_device()), FROZEN)
+hand_losses = fine_tune_by_hand(
+    by_hand, train.texts, train.labels, EPOCHS, LR, hand_generator, steps=5
+)
+chosen_losses = selection[best_name][1].loss[:5]
+print(
+    "first 5 losses, written out:", "  ".join(f"{x:.4f}" for x in hand_losses)
+)
+print(
+    "the chosen candidate's run: ",
+    "  ".join(f"{x:.4f}" for x in chosen_losses),
+)
+del by_hand
+
+# %% tags=["remove-cell"]
+# the same computation, step for step
+assert all(abs(a - b) < 1e-4 for a, b in zip(hand_losses, chosen_losses))
+
+# %% [markdown]
+# ### The same fine-tuning, the Hugging Face way
+#
+# The loop above fits on a page; in practice most people use Hugging Face's
+# **`Trainer`**, which runs the same loop (AdamW, a linear schedule with warm-up, gradient
+# clipping; mixed precision when asked, with `fp16=True` or `bf16=True`; several GPUs when
+# there are some) from a `TrainingArguments` object. The data goes in as a **`datasets.Dataset`**, tokenised with `map`; a
+# **`DataCollatorWithPadding`** pads each batch to its own longest review (as our loop
+# does); a **metric function** turns predictions into accuracy, here on the dev split
+# after every epoch (`eval_strategy="epoch"`), as our loop does. Same split, same choices, same
+# seed, and a two-epoch schedule of the same shape (its warm-up starts from 0, one step behind
+# ours):
+
+
+# %%
+def as_dataset(split) -> Dataset:
+    ds = Dataset.from_dict({"text": split.texts, "label": split.labels})
+    return ds.map(
+        lambda batch: tokenizer(batch["text"], truncation=True, max_length=64),
+        batched=True,
+        remove_columns=["text"],
+    )
+
+
+def compute_metrics(eval_pred) -> dict[str, float]:
+    logits, labels = eval_pred
+    return {"accuracy": float((logits.argmax(axis=-1) == labels).mean())}
+
+
+hf_train, hf_dev = as_dataset(train), as_dataset(dev)
+print(hf_train)
+
+# %% [markdown]
+# The `Trainer` logs, after each epoch, the training loss, the dev loss and the metric:
+
+# %%
+steps_total = EPOCHS * math.ceil(len(hf_train) / BATCH_SIZE)
+with tempfile.TemporaryDirectory() as out_dir:
+    args = TrainingArguments(
+        output_dir=out_dir,
+        num_train_epochs=EPOCHS,
+        learning_rate=LR,
+        per_device_train_batch_size=BATCH_SIZE,
+        per_device_eval_batch_size=64,
+        weight_decay=0.01,
+        lr_scheduler_type="linear",
+        warmup_steps=max(1, int(0.1 * steps_total)),
+        max_grad_norm=1.0,
+        seed=0,
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_strategy="epoch",  # the mean training loss of each epoch
+        report_to="none",
+        disable_tqdm=True,  # no progress bar
+        # pinned memory speeds up copies to a GPU; there is none on a CPU
+        dataloader_pin_memory=torch.cuda.is_available(),
+    )
+    set_seed(0)
+    hf_clf = reviews.freeze_lower(fresh_classifier(0), FROZEN)
+    trainer = Trainer(
+        model=hf_clf,
+        args=args,
+        train_dataset=hf_train,
+        eval_dataset=hf_dev,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        compute_metrics=compute_metrics,
+    )
+    # keep the logs in trainer.state.log_history instead of printing them
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+hf_clf.eval()
+# everything it logged stays in trainer.state.log_history, a list of dicts
+print("trainer.state.log_history, one line per epoch:")
+for h in trainer.state.log_history:
+    if "loss" in h:
+        print(f"  epoch {h['epoch']:.0f}: training loss {h['loss']:.3f}")
+    if "eval_accuracy" in h:
+        print(
+            f"  epoch {h['epoch']:.0f}: dev loss {h['eval_loss']:.3f}, "
+            f"dev accuracy {h['eval_accuracy']:.1%}"
+        )
+print(f"{trainer.state.global_step} steps, as in our loop")
+dev_trainer = [
+    h["eval_accuracy"]
+    for h in trainer.state.log_history
+    if "eval_accuracy" in h
+]
+dev_loop = selection[best_name][1].evals["dev_accuracy"]
+print("dev accuracy after epochs 1, 2:")
+for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
+    print(f"  {name:9s}", "  ".join(f"{a:.1%}" for a in accs))
+
+# %% [markdown]
+# The `Trainer`'s log gives the mean training loss of each epoch (0.607, then 0.326) and the
+# dev loss after it (0.322, then 0.282): both fall, so the second epoch has not started to
+# overfit. The two runs share the seed, the split and the shape of the schedule, and agree after
+# the first
+# epoch (87.3 % each); after the second the `Trainer`'s model is 2 points ahead, 3 of 150 dev
+# reviews.
+# They are not the same run: the `Trainer` draws its own batch order and dropout from the seed.
+# The test set below puts its model next to our loop's three seeds.
+#
+# As in chapter 11, `save_pretrained` writes the model and its tokenizer into one folder. New
+# here: a `pipeline` loads the model straight from that folder, for the task
+# `text-classification`, and the
+# configuration now holds the label names we gave `from_pretrained` (`id2label`), so the
+# pipeline answers with `negative` or `positive` rather than a label id:
+
+# %%
+new_reviews = [
+    "The battery died after two days and support never replied.",
+    "Friendly staff, spotless rooms, and breakfast until noon.",
+    "I was sure I would hate it, but it won me over.",
+]
+with tempfile.TemporaryDirectory() as saved:
+    hf_clf.save_pretrained(saved)
+    tokenizer.save_pretrained(saved)
+    print(sorted(p.name for p in Path(saved).iterdir()))
+    classify = pipeline("text-classification", model=saved)
+    results = classify(new_reviews)
+for text, r in zip(new_reviews, results):
+    print(f"{r['label']:8s} {r['score']:.2f}  {text}")
+
+# %% [markdown]
+# ### The test set, once
+#
+# Everything is chosen; now each method is trained on each seed's 700 training reviews with the
+# settings picked on seed 0's dev split, and evaluated on the 200 test reviews. Seed 0's
+# fine-tuned model is the chosen candidate itself, already trained during the selection; seeds 1
+# and 2 train it afresh.
+
+# %%
+methods = [
+    "untrained head",
+    "bag of words",
+    f"k-NN on embeddings (k = {KNN_K})",
+    "linear probe on embeddings",
+    "fine-tuned MiniLM (our loop)",
+]
+test_acc = {name: [] for name in methods}
+# which test reviews each method got right, one row per seed
+right = {name: [] for name in methods}
+test_y = torch.tensor(test.labels)
+ft_models = {}
+probe_only = knn_only = 0  # reviews one of the two gets right, not the other
+for s in SEEDS:
+    tr, _ = splits[s]
+    x_tr, x_test = embeddings(tr), embeddings(test)
+    untrained_s = fresh_classifier(s)
+    p_untrained = reviews.predict_proba(untrained_s, tokenizer, test.texts)
+    pred_untrained = p_untrained.argmax(dim=1)
+    bow_s = reviews.fit_bag_of_words(tr.texts, tr.labels, weight_decay=BOW_WD)
+    pred_bow = bow_s.predict(test.texts)
+    pred_knn = reviews.knn_predict(x_test, x_tr, tr.labels, KNN_K)
+    probe_s = reviews.fit_logistic_regression(x_tr, tr.labels, PROBE_WD)
+    pred_probe = probe_s.predict(x_test)
+    probe_right = pred_probe == torch.tensor(test.labels)
+    knn_right = pred_knn == torch.tensor(test.labels)
+    probe_only += int((probe_right & ~knn_right).sum())
+    knn_only += int((knn_right & ~probe_right).sum())
+    if s == 0:  # the same run as the chosen candidate's
+        ft_models[s] = selection[best_name][0]
+    else:
+        ft_models[s] = fine_tuned(s, FROZEN, LR, EPOCHS, splits[s])[0]
+    p_ft = reviews.predict_proba(ft_models[s], tokenizer, test.texts)
+    pred_ft = p_ft.argmax(dim=1)
+    preds = [pred_untrained, pred_bow, pred_knn, pred_probe, pred_ft]
+    for name, pred_s in zip(methods, preds):
+        test_acc[name].append(accuracy(pred_s, test.labels))
+        right[name].append(pred_s.cpu() == test_y)
+acc_trainer = accuracy(
+    reviews.predict_proba(hf_clf, tokenizer, test.texts).argmax(dim=1),
+    test.labels,
+)
+summary = {name: reviews.mean_std(accs) for name, accs in test_acc.items()}
+print(
+    f"test accuracy on {len(test)} reviews, "
+    f"mean ± standard deviation over seeds {SEEDS}:"
+)
+short_name = {  # for the table
+    methods[2]: f"k-NN (k = {KNN_K})",
+    methods[3]: "linear probe",
+    methods[4]: "fine-tuned (our loop)",
+}
+for name, (mean, sd) in summary.items():
+    per_seed = ", ".join(f"{a:.1%}" for a in test_acc[name])
+    print(
+        f"  {short_name.get(name, name):21s} {mean:6.1%} ± {sd:4.1%}  "
+        f"({per_seed})"
+    )
+print(f"  {'fine-tuned (Trainer)':21s} {acc_trainer:6.1%}   (seed 0 only)")
+probe_minus_knn = [
+    p - k
+    for p, k in zip(
+        test_acc["linear probe on embeddings"],
+        test_acc[f"k-NN on embeddings (k = {KNN_K})"],
+    )
+]
+print(
+    "probe minus k-NN, seed by seed: "
+    + ", ".join(f"{d:+.1%}" for d in probe_minus_knn)
+)
+ft_minus_probe = [
+    f - p
+    for f, p in zip(
+        test_acc["fine-tuned MiniLM (our loop)"],
+        test_acc["linear probe on embeddings"],
+    )
+]
+print(
+    "fine-tuning minus probe, seed by seed: "
+    + ", ".join(f"{d:+.1%}" for d in ft_minus_probe)
+    + f"; mean {sum(ft_minus_probe) / len(ft_minus_probe):+.1%}"
+)
+print(
+    f"test reviews where the two disagree, {len(SEEDS)} seeds together: "
+    f"{probe_only + knn_only}"
+)
+print(f"    the probe right in {probe_only}, k-NN right in {knn_only}")
+
+# %% tags=["remove-cell"]
+# the claims of the list below the figure
+assert all(d > 0 for d in ft_minus_probe)  # "ahead on every seed"
+# "small ... not established": the mean paired difference stays small
+assert abs(sum(probe_minus_knn) / len(probe_minus_knn)) < 0.05
+ft_mean, ft_sd = summary["fine-tuned MiniLM (our loop)"]
+probe_mean, probe_sd = summary["linear probe on embeddings"]
+assert ft_mean - ft_sd > probe_mean + probe_sd  # the spreads do not overlap
+
+# %% tags=["hide-input"] caption="Test accuracy of every method on the 200 test reviews: one dot per seed (the seeds drawn one above another, so that equal scores stay visible), the mean and standard deviation in red, chance (0.5) dashed, and the `Trainer`'s seed-0 model as an orange cross on the fine-tuning row. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.88; the spreads of the probe and of fine-tuning do not overlap." alt="A dot plot with five rows, from bottom to top: untrained, bag of words, k-NN (k = 45), linear probe, fine-tuned; test accuracy from 0.5 to 0.89 on the horizontal axis. Each row has three blue dots at slightly different heights and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.88. An orange cross above the top row marks the Trainer's model at 0.875."
+fig, ax = plt.subplots(figsize=(5.6, 3.6))
+names = list(test_acc)
+short = {  # row labels short enough to read on a phone
+    "untrained head": "untrained",
+    "bag of words": "bag of words",
+    f"k-NN on embeddings (k = {KNN_K})": f"k-NN (k = {KNN_K})",
+    "linear probe on embeddings": "linear probe",
+    "fine-tuned MiniLM (our loop)": "fine-tuned",
+}
+for i, name in enumerate(names):
+    ax.scatter(
+        test_acc[name],
+        # seeds side by side in height, so that equal accuracies stay visible
+        [i - 0.12, i, i + 0.12],
+        color="C0",
+        s=18,
+        zorder=3,
+        label="one seed" if i == 0 else None,
+    )
+    mean, sd = summary[name]
+    ax.errorbar(
+        mean,
+        i,
+        xerr=sd,
+        fmt="|",
+        color="C3",
+        markersize=14,
+        capsize=4,
+        label="mean ± sd" if i == 0 else None,
+    )
+ax.scatter(
+    acc_trainer,
+    names.index("fine-tuned MiniLM (our loop)") + 0.3,
+    marker="x",
+    color="C1",
+    s=30,
+    zorder=3,
+    label="Trainer, seed 0",
+)
+ax.axvline(0.5, color="grey", lw=0.8, ls="--")
+ax.set_yticks(range(len(names)), [short[n] for n in names])
+ax.set_xlabel(f"test accuracy ({len(test)} reviews)")
+ax.set_title("3 seeds each (the Trainer: seed 0 only)")
+ax.legend(loc="upper left")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What the numbers say (Fig. 13.3):
+#
+# * The **untrained head** is at chance, on every seed.
+# * The **bag of words** is 8 to 16 points behind every method that learns from the encoder's
+#   output, k-NN, the probe and fine-tuning (71.8 % against 80.0 % to 87.8 %). The reviews
+#   were written so that counting words is not enough, so the size of this gap belongs to
+#   this data set.
+# * **k-NN on the embeddings** needs many neighbours to work: on the dev split, the single nearest
+#   training review gave 54.7 %, barely above chance; a vote of 45 reached 73.3 %, 135 did no
+#   better and 405 did worse (68.7 %), so the grid brackets its best value. In the five dev
+#   examples shown with their neighbours, both mistakes came from a review of the same thing
+#   with the opposite opinion. A weak 1-NN score does not mean that sentiment is missing from
+#   the embeddings.
+# * The **linear probe** asks that directly, on the same frozen embeddings, and finds sentiment
+#   linearly decodable (81.7 %). It beats k-NN on every seed, by 1.0 to 2.5 points: each seed
+#   trains both on the same reviews, so these paired differences are the fair comparison. But
+#   three signs alone would all agree one time in four by chance. Counted review by review, over
+#   the three seeds together the two disagree on 82 test reviews, 46 in the probe's favour and
+#   36 in k-NN's: a net 10 reviews of 600. The gap is small and consistent in this run, not
+#   established (the next section puts a number on that).
+# * **Fine-tuning** (87.8 %) is ahead of the probe by 6.2 points on average, and ahead on every
+#   seed. This comparison does not say *why*: the probe reads the mean of the frozen token
+#   vectors, while the fine-tuned model trains the encoder and reads `[CLS]` through the pooler
+#   (exercise 1 compares those vectors under a probe). Separating "the encoder adapts" from
+#   "another vector is read" takes another run: fine-tuning with a head that reads the mean of
+#   the token vectors, which exercise 3 runs for one seed.
+# * The `Trainer`'s seed-0 model (87.5 %) is one review ahead of our loop's seed-0 model
+#   (87.0 %) and within the range of its three seeds (87.0 % to 89.0 %).
+# * The standard deviations are 1.0 to 2.2 points: a difference of that size, from one seed,
+#   would not be worth reporting. They measure how much a result moves with the seed (the
+#   head, the order of the batches, the dev split); they do not measure how much it would move
+#   on another 200 reviews. That is the next question.
+#
+# ### How sure? The test set's own error, and paired comparisons
+#
+# The 200 test reviews are a sample of the reviews the classifier could meet. An accuracy $p$
+# measured on $n$ independent reviews has a **standard error** of $\sqrt{p(1-p)/n}$: about 2.3
+# points at $p = 0.88$ and $n = 200$. A score of 88 % on these 200 reviews is therefore
+# compatible with a true accuracy a few points higher or lower, whatever the seeds do.
+#
+# Two methods scored on the *same* reviews can be compared more sharply than two separate
+# standard errors suggest, because many reviews are easy (both right) or hard (both wrong) for
+# both, and only the reviews where they differ carry information. The **paired bootstrap**
+# (Koehn, 2004) uses that: draw 200 test reviews *with replacement* from the 200, compute the
+# difference of the two methods' accuracies on that resample, and repeat 10,000 times. The
+# spread of those differences is the sampling error of the difference; the share of resamples in
+# which the first method does not come out ahead is an estimate of how often a gap like ours
+# could arise on another test set drawn the same way although the methods are equal (a one-sided
+# p-value). Each method's score per review is its mean over the three seeds, so seeds and reviews
+# are both in the comparison:
+
+
+# %%
+def paired_bootstrap(right_a, right_b, n_resamples=10_000, seed=0):
+    """Accuracy of A minus B on the test set, and that difference on
+    ``n_resamples`` resamples of the reviews (drawn with replacement).
+    ``right_a``, ``right_b``: (seeds, reviews) booleans, right or wrong.
+    """
+    gap = right_a.float().mean(0) - right_b.float().mean(0)  # per review
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(len(gap), (n_resamples, len(gap)), generator=g)
+    return gap.mean().item(), gap[idx].mean(dim=1)
+
+
+right = {name: torch.stack(rows) for name, rows in right.items()}
+n_test = len(test)
+display(
+    Table(
+        ["method", "mean", "sd over seeds", "standard error, 200 reviews"],
+        [
+            (
+                short_name.get(name, name),
+                mean,
+                sd,
+                math.sqrt(mean * (1 - mean) / n_test),
+            )
+            for name, (mean, sd) in summary.items()
+        ],
+        formats={
+            "mean": ".1%",
+            "sd over seeds": ".1%",
+            "standard error, 200 reviews": ".1%",
+        },
+        caption="Test accuracy: the seeds' spread, the test set's error",
+    )
+)
+comparisons = [  # (A, B): does A beat B?
+    ("fine-tuned MiniLM (our loop)", "linear probe on embeddings"),
+    ("linear probe on embeddings", f"k-NN on embeddings (k = {KNN_K})"),
+    (f"k-NN on embeddings (k = {KNN_K})", "bag of words"),
+    ("bag of words", "untrained head"),
+]
+rows, not_ahead = [], {}
+for a, b in comparisons:
+    gap, resampled = paired_bootstrap(right[a], right[b])
+    low, high = resampled.quantile(torch.tensor([0.025, 0.975])).tolist()
+    not_ahead[a, b] = int((resampled <= 0).sum())
+    label = f"{short_name.get(a, a)} − {short_name.get(b, b)}"
+    rows.append((label, gap, f"{low:+.1%} to {high:+.1%}", not_ahead[a, b]))
+display(
+    Table(
+        [
+            "A − B",
+            "gap",
+            "middle 95 % of the resamples",
+            "resamples with A ≤ B",
+        ],
+        rows,
+        formats={"gap": "+.1%"},
+        caption="Paired bootstrap over the 200 test reviews, 10,000 resamples",
+    )
+)
+
+# %% tags=["remove-cell"]
+# the claims below: fine-tuning's lead and the encoder's over the bag of
+# words hold in nearly every resample; the probe's lead over k-NN does not
+ft_probe = ("fine-tuned MiniLM (our loop)", "linear probe on embeddings")
+probe_knn = ("linear probe on embeddings", f"k-NN on embeddings (k = {KNN_K})")
+knn_bow = (f"k-NN on embeddings (k = {KNN_K})", "bag of words")
+bow_untrained = ("bag of words", "untrained head")
+assert max(not_ahead[c] for c in (ft_probe, knn_bow, bow_untrained)) < 125
+assert not_ahead[probe_knn] > 1000
+
+# %% [markdown]
+# Read the first table row by row: for every method, the test set's own standard error (2.3 to
+# 3.5 points) is larger than the spread over seeds (1.0 to 2.2 points). With 200 test reviews,
+# which reviews happen to be in the test set moves a score more than the seed does.
+#
+# Paired, the comparisons are sharper than two separate errors of about 2.5 points would
+# suggest. Fine-tuning's lead over the probe, 6.2 points, keeps the middle 95 % of its resamples
+# between +1.7 and +10.8 points, and only 34 of the 10,000 resamples put the probe level or
+# ahead: a lead that another test set drawn the same way would very likely show too. The lead of
+# k-NN, the weaker of the two embedding baselines, over the bag of words (8.2 points) is nearly
+# as clear, 71 resamples of 10,000. The probe's lead over k-NN (1.7 points) is not: its middle
+# 95 % runs from −2.8 to +6.0 points, and k-NN draws level or ahead in 2,388 resamples, almost
+# one in four. That is the "small, consistent, not established" of the list above, now
+# measured. Two cautions. The bootstrap treats the 200 test reviews as a random sample of the
+# reviews one cares about; written for this course, they are that only approximately. And the
+# more comparisons a page makes, the likelier one of them looks convincing by chance. Four are
+# made here; the three clear ones (the bag of words beats the untrained head in every resample)
+# would stay clear if each were held to a four times stricter standard: fewer than 125
+# resamples of 10,000 instead of 500.
+#
+# The confusion matrices of seed 0, the bag of words next to fine-tuning (Fig. 13.4):
+
+# %%
+bow0 = reviews.fit_bag_of_words(
+    splits[0][0].texts, splits[0][0].labels, weight_decay=BOW_WD
+)
+clf = ft_models[0]
+probs = reviews.predict_proba(clf, tokenizer, test.texts)
+pred = probs.argmax(dim=1)
+cm = reviews.confusion_matrix(pred, test.labels)
+acc_ft_seed0 = test_acc["fine-tuned MiniLM (our loop)"][0]
+
+# %%
+cm_bow = reviews.confusion_matrix(bow0.predict(test.texts), test.labels)
+for name, m in (("bag of words", cm_bow), ("fine-tuned MiniLM", cm)):
+    print(
+        f"{name}: {int(m[0, 1])} negative reviews called positive,\n"
+        f"    {int(m[1, 0])} positive reviews called negative"
+    )
+# read off the matrix, with "positive" as the label to find
+tp, fp, fn = cm[1, 1].item(), cm[0, 1].item(), cm[1, 0].item()
+precision, recall = tp / (tp + fp), tp / (tp + fn)
+f1 = 2 * precision * recall / (precision + recall)
+print(
+    f"fine-tuned MiniLM, label positive: precision {precision:.3f}, "
+    f"recall {recall:.3f}, F1 {f1:.3f}"
+)
+
+# %% tags=["hide-input"] caption="Confusion matrices on the 200 test reviews, seed 0 (rows: true label, columns: predicted). Left, the bag of words makes 29 mistakes on each side. Right, fine-tuned MiniLM makes 15 mistakes on negative reviews and 11 on positive ones." alt="Two 2 by 2 matrices side by side. Left, bag of words, 71.0%: negative row 71 correct, 29 predicted positive; positive row 29 predicted negative, 71 correct. Right, fine-tuned MiniLM, 87.0%: negative row 85 correct and 15 predicted positive; positive row 11 predicted negative and 89 correct."
+shared_max = max(cm_bow.max().item(), cm.max().item())  # one colour scale
+fig, axes = plt.subplots(1, 2, figsize=(6.9, 3.2))
+reviews.plot_confusion_matrix(
+    cm_bow,
+    ax=axes[0],
+    title=f"bag of words: {test_acc['bag of words'][0]:.1%}",
+    vmax=shared_max,
+)
+reviews.plot_confusion_matrix(
+    cm,
+    ax=axes[1],
+    title=f"fine-tuned MiniLM: {acc_ft_seed0:.1%}",
+    vmax=shared_max,
+)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The bag of words errs as often on one side as on the other, 29 and 29 times; fine-tuning errs
+# less on both, and more on negative reviews (15) than on positive ones (11). The same matrix
+# gives the metrics many benchmarks report instead of accuracy, for one label taken as the one
+# to find: **precision**, the share of reviews called positive that are positive; **recall**,
+# the share of positive reviews called positive; and **F1**, their harmonic mean. The reviews the
+# fine-tuned model of seed 0 still gets wrong, with the probability it gave to the *true*
+# label:
+
+# %%
+wrong = [
+    (probs[i, y].item(), text, LABELS[y])
+    for i, (text, y) in enumerate(zip(test.texts, test.labels))
+    if pred[i] != y
+]
+for p_true, text, y in sorted(wrong):
+    line = f"  {p_true:.2f}  ({y})  {text}"
+    print(textwrap.fill(line, 78, subsequent_indent=" " * 8))
+
+# %% [markdown]
+# Many of them are the hard cases the data set was written to contain: praise words in a
+# complaint ("I really liked the trailer.", "The smile at reception was the warmest thing in the
+# room."), verdicts that need world knowledge ("The pharmacist spotted a clash between two of my
+# medicines." is good news), idioms ("Save your money.", "Good luck getting anyone on the
+# phone."). Others are plainly worded ("The puzzle book kept me happily busy for weeks."). Some
+# mistakes are confident: the first two give the true label 0.05 and 0.07, so a high
+# probability from this model does not guarantee a right answer.
+#
+# Finally, the `classify_sentiment(text)` of this section's first example, returning a label and
+# a probability, now from a model that has learned the task.
+
+
+# %%
+def classify_sentiment(text: str) -> tuple[str, float]:
+    """("negative" or "positive", probability of that label) from the
+    fine-tuned model.
+    """
+    return reviews.classify_sentiment(text, clf, tokenizer)
+
+
+for text in [example_text] + new_reviews:
+    label, p = classify_sentiment(text)
+    print(f"{label} ({p:.2f}): {text}")
+
+# %% [markdown]
+# The review that turns around halfway ("I was sure I would hate it, but it won me over.") is
+# wrong here: seed 0's model calls it negative (0.60), while the `Trainer`'s model, in the
+# pipeline above, called it positive (0.67). Two runs of the same recipe disagree on it: on a
+# review like this the outcome depends on the run. More (and more varied) labelled reviews or a
+# larger model (*A bigger BERT, on a GPU*) may help; this chapter does not test which.
+
+# %% [markdown]
+# ## Attention across layers, and what attention does not explain
+#
+# ### Attention rollout
+#
+# One attention map is one step of one layer. By the last layer a token's vector has been
+# mixed six times, and the residual connection (chapter 06) carries each token's own vector
+# past every attention. **Attention rollout** (Abnar & Zuidema, 2020) follows the mixing
+# through the layers with two simplifications: average the heads of each layer, $A$, and count
+# the residual path as half of the mix, $\hat A = \tfrac12 I + \tfrac12 A$; then multiply the
+# layers, $R = \hat A_L \cdots \hat A_2 \hat A_1$. Row $i$ of $R$ sums to 1 and estimates which
+# share of token $i$'s final vector comes from each input token. Attention is the only place
+# where tokens exchange information (the feed-forward layers work on each token alone), so the
+# routes are right; what rollout ignores is how much travels along each route: the sizes of the
+# value vectors, $W^O$ and the feed-forward layers.
+#
+# A hand example with a known answer first: two tokens, and in every layer both attend only to
+# token 0. Then $\hat A = \begin{pmatrix}1 & 0\\ \tfrac12 & \tfrac12\end{pmatrix}$: token 1 keeps
+# half of itself per layer, so after $L$ layers its share of itself is $2^{-L}$.
+
+# %%
+from transformer_course.interpret import (
+    attention_rollout,
+    leave_one_out,
+    plot_attention_flow,
+    top_k_overlap,
+)
+from transformer_course.plotting import plot_attention
+
+# both tokens put all their attention on token 0
+to_first = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+for n_layers in (1, 2, 6):
+    r = attention_rollout([to_first] * n_layers)
+    print(
+        f"{n_layers} layer(s): token 1 = {r[1, 0]:.4f} x token 0 "
+        f"+ {r[1, 1]:.4f} x token 1  (2^-{n_layers} = {2**-n_layers:.4f})"
+    )
+
+# %% tags=["hide-input"]
+show_source(attention_rollout)
+
+# %% [markdown]
+# Now MiniLM, on the coreference sentence of chapter 12, whose heads in layers 3 and 5 let "it"
+# look at "animal". First, the last layer's attention averaged over its heads (Fig. 13.5);
+# below it, the rollout through all six layers, as a heatmap and as flow (each token's three
+# largest sources).
+
+# %%
+coref = "The animal didn't cross the street because it was too tired."
+coref_batch = tokenizer(coref, return_tensors="pt")
+coref_tokens = tokenizer.convert_ids_to_tokens(coref_batch["input_ids"][0])
+with torch.no_grad():
+    coref_att = bert(**coref_batch).attentions  # one tensor per layer
+# (tokens, tokens): row = final token, column = input token
+rollout = attention_rollout(coref_att)[0]
+last_mean = coref_att[-1][0].mean(0)
+cls_col = last_mean[:, 0]
+print(
+    "last layer, mean of the heads, weight on [CLS]: "
+    f"{cls_col.min():.2f} to {cls_col.max():.2f} over the 16 rows"
+)
+own = rollout.diagonal()
+print(
+    "share of a token's own input in its final vector: "
+    f"mean {own.mean():.2f} (min {own.min():.2f}, max {own.max():.2f})"
+)
+for t in ("[CLS]", "it"):
+    q = coref_tokens.index(t)
+    top = rollout[q].topk(3)
+    top_vk = zip(top.values.tolist(), top.indices.tolist())
+    sources = ", ".join(f"{coref_tokens[k]} {v:.2f}" for v, k in top_vk)
+    print(f"rollout of {t!r}: " + sources)
+ranked = rollout.sort(dim=-1, descending=True)
+print(
+    f"over all {len(coref_tokens)} rows, the 1st, 2nd and 3rd largest share:"
+)
+for r in range(3):
+    source = Counter(coref_tokens[k] for k in ranked.indices[:, r].tolist())
+    values = ranked.values[:, r]
+    print(
+        f"  {r + 1}: {values.min():.2f} to {values.max():.2f}, from "
+        + ", ".join(f"{t} ({c} rows)" for t, c in source.most_common())
+    )
+
+# %% tags=["hide-input"] caption="MiniLM on 'The animal didn't cross the street because it was too tired.' Top: the last layer's attention, averaged over its 12 heads. Bottom: the rollout through all 6 layers (rows: final tokens, columns: input tokens). Both are dominated by the [CLS] column; in the rollout every row gives it between 0.5 and 0.7, and the row of 'it' shows nothing special under 'animal'." alt="Two 16 by 16 heatmaps stacked, each with its own colour bar. Top, last layer, mean of the heads: a bright first column ([CLS]) with values up to about 0.6, fainter columns under 'animal', 'street' and 'tired', the rest dark. Bottom, rollout: an almost uniformly bright first column around 0.6, a faint column under [SEP], a faint diagonal, everything else dark."
+fig, axes = plt.subplots(2, 1, figsize=(6.2, 10.5))
+plot_attention(
+    last_mean, coref_tokens, ax=axes[0], title="last layer, mean of the heads"
+)
+plot_attention(
+    rollout, coref_tokens, ax=axes[1], title="rollout through 6 layers"
+)
+for ax in axes:
+    ax.set_xlabel("input token")
+    ax.set_ylabel("token")
+fig.tight_layout()
+plt.show()
+
+# %% tags=["remove-cell"]
+assert torch.allclose(
+    rollout.sum(-1), torch.ones(len(coref_tokens)), atol=1e-5
+)
+
+# %% [markdown]
+# The pattern is already there in the last layer alone (Fig. 13.5, top): every row gives `[CLS]`
+# between 0.26 and 0.59 of its weight. Rollout (bottom) compounds it: every token's row puts its
+# largest share there, 0.57 to 0.67, followed in every row by `[SEP]` (0.08 to 0.10) and then by
+# small shares of 0.04 to 0.06 (the full stop in 14 rows, "the" in 2), and the row of "it" says
+# nothing about "animal". These
+# are chapter 05's parking heads, compounded. A head that parks on `[CLS]` moves little
+# information (its "no-op"), but rollout counts weights, not information, and multiplies them
+# over six layers. The same few tokens therefore come out on top whatever the sentence says;
+# the experiment below leaves `[CLS]` and `[SEP]` out of every ranking for that reason, and
+# runs a second time with the punctuation left out as well. As flow (Fig. 13.6):
+
+# %% tags=["hide-input"] caption="The rollout of the sentence as flow: each token's three largest sources, lines under 0.05 left out. Every token's thick line goes to [CLS] and a thin one to [SEP]; only the full stop has a third line, to itself." alt="A flow diagram with the 16 tokens of the sentence listed twice, queries on the left and keys on the right. A thick line runs from every token on the left to [CLS] on the right, a thin line from every token to [SEP], and one very thin horizontal line from the full stop to itself."
+ax = plot_attention_flow(
+    rollout,
+    coref_tokens,
+    top_k=3,
+    min_weight=0.05,
+    title="rollout: each token's 3 largest sources above 0.05",
+    fontsize=14,
+)
+plt.show()
+
+# %% [markdown]
+# ### What attention does not explain: an experiment
+#
+# A tempting reading of these pictures: the tokens the classifier's `[CLS]` attends to are the
+# tokens its decision rests on. Jain & Wallace (2019, *Attention is not Explanation*) compared
+# the attention weights of recurrent and convolutional encoders with other measures of
+# importance, gradients and leaving words out, and found them often weakly related; they also
+# found very different attention weights that give the same predictions. Wiegreffe & Pinter (2019, *Attention is not not Explanation*)
+# answered that whether attention explains a prediction depends on what one means by
+# "explanation", and that those alternative weights, searched for one example at a time, were
+# given too much freedom. We run a test of our own on the classifier fine-tuned above, on the
+# first 50 test reviews (occlusion runs the model once more for every token of a review). The
+# model has already been chosen and evaluated; this looks inside it and chooses nothing, so it is
+# analysis after the evaluation, not a second comparison of models on the test set.
+#
+# The other measure is **leave-one-out occlusion**: delete one token, classify the shorter
+# review again and see how far the probability of the model's answer falls. That measures what
+# the model *does* without the token; attention only says where `[CLS]` looked. For each of these 50
+# reviews we rank its tokens (not `[CLS]` and `[SEP]`) three ways, by the last layer's attention
+# from `[CLS]` (heads averaged), by the rollout row of `[CLS]`, and by occlusion, and count how
+# often the top token agrees, and how many of the top three are shared. A random ranking of $n$
+# tokens matches the top token with probability $1/n$ and shares, on average, a fraction $k/n$
+# of the top $k$; that is the line to beat.
+
+# %% tags=["hide-input"]
+show_source(leave_one_out)
+
+# %%
+# the default fused kernel does not return attention weights
+clf.set_attn_implementation("eager")
+N_REVIEWS = 50
+rankings = []
+for text in test.texts[:N_REVIEWS]:
+    enc = tokenizer(text, return_tensors="pt").to(get_device())
+    with torch.no_grad():
+        att_clf = clf(**enc, output_attentions=True).attentions
+    # every token but [CLS] and [SEP]
+    words = slice(1, enc["input_ids"].shape[1] - 1)
+    review_tokens = tokenizer.convert_ids_to_tokens(enc["input_ids"][0])
+    ranking = {
+        "tokens": review_tokens[words],
+        "attention": att_clf[-1][0, :, 0].mean(0)[words].cpu(),
+        "rollout": attention_rollout(att_clf)[0, 0, words],
+        "occlusion": leave_one_out(clf, enc["input_ids"])[words],
+    }
+    rankings.append(ranking)
+n_words = torch.tensor([len(r["tokens"]) for r in rankings], dtype=torch.float)
+agreement = {}
+print(
+    f"the first {len(rankings)} test reviews, "
+    f"{n_words.mean():.1f} tokens each on average (without [CLS], [SEP])"
+)
+for name in ("attention", "rollout"):
+    agreement[name] = [
+        sum(top_k_overlap(r[name], r["occlusion"], k) for r in rankings)
+        / len(rankings)
+        for k in (1, 3)
+    ]
+chance = [(1 / n_words).mean().item(), (3 / n_words).mean().item()]
+# the same test with punctuation tokens left out of every ranking
+is_word = [
+    torch.tensor([any(c.isalnum() for c in t) for t in r["tokens"]])
+    for r in rankings
+]
+words_only = {
+    name: [
+        sum(
+            top_k_overlap(r[name][w], r["occlusion"][w], k)
+            for r, w in zip(rankings, is_word)
+        )
+        / len(rankings)
+        for k in (1, 3)
+    ]
+    for name in ("attention", "rollout")
+}
+n_kept = torch.tensor([float(w.sum()) for w in is_word])
+words_chance = [(1 / n_kept).mean().item(), (3 / n_kept).mean().item()]
+columns = ["top-1 = occlusion's", "top-3 overlap"]
+punct_columns = [f"{c}, no punctuation" for c in columns]
+display(
+    Table(
+        ["ranking by", *columns, *punct_columns],
+        [
+            ("attention", *agreement["attention"], *words_only["attention"]),
+            ("rollout", *agreement["rollout"], *words_only["rollout"]),
+            ("random ranking", *chance, *words_chance),
+        ],
+        formats=dict.fromkeys(columns + punct_columns, ".0%"),
+    )
+)
+print(
+    "attention's top-1 agreement is "
+    f"{agreement['attention'][0] / chance[0]:.1f} times chance"
+)
+for name in ("attention", "rollout", "occlusion"):
+    top_tokens = [r["tokens"][int(r[name].argmax())] for r in rankings]
+    favourites = Counter(top_tokens).most_common(5)
+    line = f"top token by {name:9s}: " + ", ".join(
+        f"{t!r} x{c}" for t, c in favourites
+    )
+    print(textwrap.fill(line, 78, subsequent_indent=" " * 24))
+
+# %% tags=["remove-cell"]
+# "related to what the model uses, but not the reason": well above chance,
+# well below always
+assert 2 * chance[0] < agreement["attention"][0] < 0.75
+
+# %% [markdown]
+# What the numbers show. The token that `[CLS]` attends to most in the last layer is the token
+# whose deletion matters most in 48 % of the reviews, 5.8 times as often as a random pick. So
+# attention is related to what the model uses, in line with Wiegreffe & Pinter's caution
+# against dismissing it. But in the other half of the reviews its favourite token is *not* the one the decision
+# rests on most, so a picture of attention cannot be read as the reason for a prediction, which
+# is Jain & Wallace's point. Rollout ranks the full stop first in every review, and the full
+# stop is occlusion's top token in only one of the 50 (2 %), so with the punctuation in the
+# ranking its top-1 agreement falls below chance. With the punctuation left out of every
+# ranking, rollout's top token is occlusion's in 40 % of the reviews, against 10 % for a random
+# pick and 48 % for attention, and its top three share on average 40 % of occlusion's top
+# three, against 29 % for a random ranking. Keep two
+# limits in mind: occlusion is itself one measure among several (a text with a word cut out is
+# not a natural text, and of two words that say the same thing, deleting either may change
+# little), and 50 reviews are a small sample, where one review is two percentage points.
+
+# %% [markdown]
+# One review, token by token:
+
+# %%
+example = rankings[0]
+top_by = {
+    name: example["tokens"][int(example[name].argmax())]
+    for name in ("attention", "rollout", "occlusion")
+}
+print(repr(test.texts[0]))
+print(
+    "top token by "
+    + ", ".join(f"{name}: {tok!r}" for name, tok in top_by.items())
+)
+enc0 = tokenizer(test.texts[0], return_tensors="pt").to(get_device())
+with torch.no_grad():
+    p_answer = clf(**enc0).logits.softmax(-1).max().item()
+print(
+    f"P(answer) {p_answer:.2f}; largest drop from deleting one token: "
+    f"{example['occlusion'].max():.4f}"
+)
+for tok in (top_by["attention"], top_by["occlusion"]):
+    k = example["tokens"].index(tok)
+    print(
+        f"{tok!r}: attention {example['attention'][k]:.2f}, "
+        f"drop in P(answer) when deleted {example['occlusion'][k]:+.4f}"
+    )
+
+# %% tags=["hide-input"] caption="The first test review, one row per token, scored three ways. Left: the last layer's attention from [CLS] (heads averaged), highest on 'flash'. Middle: the rollout from [CLS], highest on the full stop. Right: how far the probability of the model's answer drops when the token is deleted, between about -0.01 and 0.03, largest for 'but'." alt="Three horizontal bar charts side by side sharing the tokens of the review 'the coat isn't flashy, but it's the warmest i've ever owned.' as rows. Blue (attention): one long bar at 'flash', short ones elsewhere. Green (rollout): bars of similar length, the longest at the full stop. Red (drop when deleted): bars to both sides of zero, the longest to the right at 'but', then 'warm' and 't', the longest to the left at 'flash'."
+fig, axes = plt.subplots(
+    1, 3, figsize=(6.6, 0.32 * len(example["tokens"]) + 1.6), sharey=True
+)
+y = torch.arange(len(example["tokens"]))
+titles = {
+    "attention": "[CLS] attention\n(last layer)",
+    "rollout": "[CLS] rollout",
+    "occlusion": "drop in P(answer)\nwhen deleted",
+}
+for ax, name, color in zip(axes, titles, ("C0", "C2", "C3")):
+    ax.barh(y, example[name], color=color)
+    ax.set_title(titles[name], fontsize=11)
+    ax.axvline(0, color="grey", lw=0.5)
+    ax.xaxis.set_major_locator(plt.MaxNLocator(3))
+    ax.tick_params(labelsize=11)
+axes[0].set_yticks(y, example["tokens"])
+axes[0].invert_yaxis()
+fig.suptitle("the first test review", fontsize=11)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Read the three bars of each token in Fig. 13.7 side by side. The token `[CLS]` attends to most,
+# "flash", has a *negative* occlusion bar: deleting it *raises* P(answer) by 0.0073, so the token
+# that `[CLS]` looks at most (0.22) works, if anything, against the model's answer. And "but",
+# which gets little attention (0.03), is the
+# token whose deletion lowers P(answer) most: it announces the turn from "isn't flashy" to
+# "the warmest I've ever owned". Note the scale of the occlusion bars too: the
+# model gives its answer a probability of 0.94, and no single deletion lowers it by more than
+# 0.0318. That is why the test above compares rankings, not sizes; a token's effect is better
+# seen in the logits, or by deleting several tokens at once.
+
+# %% [markdown]
+# ## A bigger BERT, on a GPU
+#
+# In Colab, with internet access, replace the line `MODEL = minilm_path()` in the first code
+# cell of *Classification, honestly* by these lines, and run that section again from that cell
+# (the numbers will then differ from those discussed above):
+#
+# ```python
+# from transformers import AutoModel, AutoTokenizer
+#
+# MODEL = "bert-base-uncased"
+# tokenizer = AutoTokenizer.from_pretrained(MODEL)
+# ours = bert_from_hf(AutoModel.from_pretrained(MODEL))  # for the baselines
+# ```
+#
+# The classifiers load from `MODEL`; the k-NN and probe baselines embed with `ours`, so it must
+# be rebuilt from the same checkpoint. The tokenizer changes nothing here (the vocabulary is
+# the same, so the tokens and ids do not change), but it keeps the code right for any
+# checkpoint. What changes:
+#
+# * **Size.** `bert-base-uncased` has 12 layers of width 768 (12 heads of 64, feed-forward 3072):
+#   about 110 million parameters, 4.8 times MiniLM's, and about eight times the arithmetic per
+#   token. The numbers below come from the course's own `BertEncoder` with `bert-base-uncased`'s
+#   sizes (the defaults of `BertConfig`), with random weights: only the sizes matter here.
+# * **Time.** A step's time grows about as its arithmetic does, so on the same CPU expect a step
+#   of the candidate that trains every layer to take about eight times as long as MiniLM's (an
+#   estimate from the arithmetic, not a measurement). For the candidates with frozen layers the
+#   ratio depends on how many layers are frozen (next point). A GPU is the way out (Colab:
+#   *Runtime → Change runtime type → T4 GPU*): `get_device()` then returns `cuda`, and
+#   `.to(get_device())` in the fine-tuning code moves the model there.
+# * **What to freeze.** "Layers 0-2" are half of MiniLM's six layers but a quarter of
+#   bert-base's twelve. To freeze the same share, rescale the candidates: 0 or 6 of the 12 layers
+#   (the `3` in `CANDIDATES` becomes `6`).
+# * **The pooler.** `bert-base-uncased`'s pooler *was* trained (on next-sentence prediction, the
+#   second pre-training objective), so its `[CLS]` route to the classifier starts in better shape
+#   than MiniLM's.
+# * **Hyperparameters.** The recipe of the BERT paper for fine-tuning BERT-base is a learning
+#   rate of 2e-5 to 5e-5, 2 to 4 epochs and a batch size of 16 or 32. Its rates are 2 to 15
+#   times smaller than the two rates tried above (1e-4 and 3e-4), so change the candidates to
+#   rates from that range and let the dev split choose again.
+# * **Results.** Compare on the same split, over several seeds, before you conclude that one
+#   model is better.
+
+# %%
+# bert-base-uncased's sizes, random weights
+base = BertEncoder(BertConfig())
+
+
+def matmul_params(model: BertEncoder) -> int:
+    """Parameters used in matrix products per token: every layer's weights
+    (embeddings are lookups).
+    """
+    return sum(
+        p.numel()
+        for n, p in model.named_parameters()
+        if n.startswith("layers.")
+    )
+
+
+minilm = bert_from_hf(bert)  # MiniLM, whatever `ours` holds now
+n_base, n_mini = count_parameters(base), count_parameters(minilm)
+print(
+    f"bert-base-uncased encoder: {n_base / 1e6:.1f} M parameters, "
+    f"MiniLM: {n_mini / 1e6:.1f} M (ratio {n_base / n_mini:.1f})"
+)
+print(
+    "arithmetic per token, ratio: "
+    f"{matmul_params(base) / matmul_params(minilm):.1f}"
+)
+del base, minilm
+
+# %% [markdown]
+# ## Summary
+#
+# * Mean pooling over the attention mask gives sentence embeddings that right padding does not
+#   change (exercise 2 tries left padding); cosine similarity between them finds paraphrases
+#   that share few words, and a semantic search found answers that share no word with the
+#   question.
+# * A freshly loaded classification head is random, and transformers' load report says so: its
+#   "confidence" is noise and its accuracy is chance. The head itself is a dozen lines on our
+#   own encoder (`[CLS]`, pooler, linear layer) and gives Hugging Face's scores.
+# * An evaluation a sceptical reader accepts chooses every tuned setting on a dev split, reports mean ±
+#   standard deviation over seeds, and uses the test set once. Here: bag of words 72 % < a linear
+#   probe on frozen embeddings 82 % (sentiment is linearly decodable, although the single nearest
+#   review shared a dev review's label only 54.7 % of the time)
+#   < fine-tuning 88 %. Hugging Face's `Trainer`, with a `Dataset`, `DataCollatorWithPadding`
+#   and a metric function, lands within the range of our own loop's seeds (on seed 0, its one
+#   run). `save_pretrained` writes the model and its tokenizer to a folder, and `pipeline`
+#   loads it back as a ready-made classifier.
+# * Attention rollout multiplies the layers' head-averaged attention, each mixed with the identity
+#   for the residual path; in MiniLM it is dominated by `[CLS]`. Compared with deleting tokens, the
+#   classifier's `[CLS]` attention finds the most important token in 48 % of the reviews, 5.8
+#   times as often as chance, and misses it in the rest: a clue to check, not an explanation.
+#   Rollout puts the full stop first in every review; with punctuation left out, its top token
+#   is occlusion's in 40 % of the reviews, against 10 % for a random pick.
+# * *A bigger BERT, on a GPU* lists what to change to fine-tune `bert-base-uncased` instead:
+#   4.8 times the parameters and 8 times the arithmetic per token, and a smaller learning rate.
+
+# %% [markdown]
+# ## Exercises
+#
+# **1. Which vector to probe?** The linear probe of *Classification, honestly* read mean-pooled
+# embeddings.
+# Probe two other vectors of the same frozen MiniLM on seed 0's split (dev accuracy, the chosen
+# weight decay): the final vector of `[CLS]`, and the pooler's output (what the classification
+# head reads). Which carries sentiment best? Predict the order first, using what *Classification, honestly* found
+# out about this checkpoint's pooler.
+
+
+# %% tags=["solution"]
+@torch.inference_mode()
+def cls_and_pooler(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    out = [
+        bert(**tokenizer(texts[i : i + 64], padding=True, return_tensors="pt"))
+        for i in range(0, len(texts), 64)
+    ]
+    cls = torch.cat([o.last_hidden_state[:, 0] for o in out])
+    pooled = torch.cat([o.pooler_output for o in out])
+    return cls, pooled
+
+
+cls_train, pool_train = cls_and_pooler(train.texts)
+cls_dev, pool_dev = cls_and_pooler(dev.texts)
+probe_views = {
+    "mean of the token vectors": (embeddings(train), embeddings(dev)),
+    "[CLS] vector": (cls_train, cls_dev),
+    "pooler output": (pool_train, pool_dev),
+}
+view_acc = {}
+for name, (x_tr, x_dev) in probe_views.items():
+    probe = reviews.fit_logistic_regression(x_tr, train.labels, PROBE_WD)
+    view_acc[name] = accuracy(probe.predict(x_dev), dev.labels)
+for name, acc in view_acc.items():
+    print(f"linear probe on the {name:26s} dev accuracy {acc:.1%}")
+
+# %% [markdown] tags=["solution"]
+# The mean of the token vectors wins clearly (78.0 %): it is what all-MiniLM-L6-v2 was trained to
+# make meaningful. The `[CLS]` vector (70.7 %) and the pooler's output (69.3 %) are within two dev
+# reviews of each other: the pooler was never trained (its bias is still zero, as
+# *Classification, honestly* showed), so it is a random projection
+# of `[CLS]` followed by tanh, which adds nothing a linear probe could use. For a BERT
+# whose pooler *was* trained (on next-sentence prediction, like `bert-base-uncased`), the
+# comparison can come out differently: measure it.
+
+# %% tags=["remove-cell"]
+assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
+
+# %% [markdown]
+# **2. Left padding.** Hugging Face tokenizers can pad on the left (`tokenizer.padding_side =
+# "left"`, as decoder models need). Embed "Padding must not change me." in a batch with a
+# longer sentence, padded on the left, and compare with the sentence alone, as *Sentence embeddings* did for
+# right padding. Predict first: does the masked mean still agree? Then measure, and explain what
+# you find.
+
+# %% tags=["solution"]
+tokenizer.padding_side = "left"
+try:
+    left = tokenizer(
+        [short_text, long_text], padding=True, return_tensors="pt"
+    )
+finally:
+    tokenizer.padding_side = "right"
+with torch.no_grad():
+    h_left = ours(**left).last_hidden_state
+    e_left = mean_pool(h_left, left["attention_mask"])[0]
+print(
+    "first tokens of the left-padded row:",
+    tokenizer.convert_ids_to_tokens(left["input_ids"][0])[:4],
+)
+print(f"max |left-padded - alone| = {(e_left - e_alone).abs().max():.2f}")
+
+# %% [markdown] tags=["solution"]
+# It does not: the two embeddings differ by up to 0.49 in a coordinate. The mask removes the
+# padding *keys*, but the real tokens now sit behind the 7 padding tokens (*Sentence embeddings* counted
+# them), at positions 7, 8, ... instead of 0, 1, ..., and BERT adds a learned vector per
+# position: "[CLS] at position 7" is a different input. With right padding the real tokens keep
+# their positions. (Models with relative positions, or code that numbers the positions from the
+# first real token, avoid this.)
+
+# %% tags=["remove-cell"]
+assert left["attention_mask"][0, 0] == 0
+assert (e_left - e_alone).abs().max() > 0.05
+
+# %% [markdown]
+# **3. Which vector to fine-tune?** *Classification, honestly* fine-tuned a head that reads `[CLS]` through the
+# pooler, and its lead over the linear probe could come from training the encoder or from reading
+# another vector. Build a classifier on a fresh copy of our encoder (`bert_from_hf(bert)`) whose
+# head reads the mean of the final token vectors over the attention mask (`mean_pool`, from
+# *Sentence embeddings*), with no pooler: dropout and one linear layer. Fine-tune it with
+# `reviews.fine_tune` on seed 0's split, with the embeddings and layers 0-2 frozen and a
+# learning rate of 1e-4, the second candidate of *Classification, honestly* (which reached 86.7 % on dev), so
+# that only the head differs (it reads the mean, has no pooler, and its new linear layer starts
+# from PyTorch's default initialisation rather than BERT's). Predict first: is the dev accuracy higher, lower, or about the
+# same? (`fine_tune` and `predict_proba` expect a model that returns an object with `.logits`
+# and, given `labels`, `.loss`.)
+
+
+# %% tags=["solution"]
+class MeanPoolClassifier(torch.nn.Module):
+    """The course's ``BertEncoder``, read by the masked mean of its final
+    token vectors, then dropout and a linear layer.
+    """
+
+    def __init__(self, encoder: BertEncoder, num_labels: int = 2) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.dropout = torch.nn.Dropout(0.1)
+        self.classifier = torch.nn.Linear(encoder.config.d_model, num_labels)
+
+    def forward(self, labels=None, **batch):
+        h = self.encoder(**batch).last_hidden_state
+        pooled = mean_pool(h, batch["attention_mask"])  # (batch, d)
+        logits = self.classifier(self.dropout(pooled))
+        loss = None
+        if labels is not None:
+            loss = torch.nn.functional.cross_entropy(logits, labels)
+        return SimpleNamespace(logits=logits, loss=loss)
+
+
+mp_generator = set_seed(0)
+mp_clf = MeanPoolClassifier(bert_from_hf(bert)).to(get_device())
+mp_clf.encoder.embeddings.requires_grad_(False)
+for layer in mp_clf.encoder.layers[:3]:
+    layer.requires_grad_(False)
+mp_history = reviews.fine_tune(
+    mp_clf,
+    tokenizer,
+    train.texts,
+    train.labels,
+    epochs=EPOCHS,
+    batch_size=BATCH_SIZE,
+    lr=1e-4,
+    generator=mp_generator,
+    dev=dev,
+)
+same_name = frozen_name
+print("dev accuracy after epochs 1, 2 (seed 0, one run each):")
+for name, accs in (
+    (
+        "[CLS] through the pooler",
+        selection[same_name][1].evals["dev_accuracy"],
+    ),
+    ("mean of the token vectors", mp_history.evals["dev_accuracy"]),
+):
+    print(f"  {name:26s}", "  ".join(f"{a:.1%}" for a in accs))
+print(f"linear probe on the mean, encoder frozen: {probe_dev[PROBE_WD]:.1%}")
+mp_final = mp_history.evals["dev_accuracy"][-1]
+cls_final = selection[same_name][1].evals["dev_accuracy"][-1]
+print(
+    "training layers 3-5, the same mean read: "
+    f"{100 * (mp_final - probe_dev[PROBE_WD]):+.1f} points"
+)
+print(f"[CLS] and pooler instead: {100 * (cls_final - mp_final):+.1f} more")
+
+# %% [markdown] tags=["solution"]
+# In this run (seed 0, one run of each) the head that reads the mean ends at 82.7 % on dev,
+# against 86.7 % for the `[CLS]`-and-pooler head with the same frozen layers and learning rate:
+# lower, by 6 of the 150 dev reviews. It still ends above the linear probe, which reads the same
+# mean from the frozen encoder (78.0 %), by 4.7 dev points; but the two differ in more than the
+# trained top layers (the probe has its own optimiser, no dropout and another head), so this
+# pair cannot credit those points to the layers alone. The `[CLS]` head with its pooler, trained
+# along with the same layers, adds 4.0 more. One seed on 150 dev reviews cannot rank them firmly: the
+# protocol of *Classification, honestly* (three seeds, then the test set) would be the next step.
+
+# %% [markdown]
+# **4. Does the token type matter?** Chapter 12 showed that sentence B of a pair gets
+# token type 1, but every review in *Classification, honestly* was a single sentence A, of token type 0, and the type
+# vectors were frozen with the embeddings. Classify the 150 dev reviews of seed 0's split (the
+# test set has had its one use) with seed 0's fine-tuned model twice, once as usual and once with every token type set to 1 (as if each
+# review were sentence B), and count the predictions that change. Predict first: none, a few,
+# or many?
+
+# %% tags=["solution"]
+dev_enc = tokenizer(dev.texts, padding=True, return_tensors="pt")
+as_b = dict(dev_enc, token_type_ids=torch.ones_like(dev_enc["input_ids"]))
+with torch.no_grad():
+    p_as_a = clf(**dev_enc.to(get_device())).logits.softmax(-1).cpu()
+    p_as_b = clf(**{k: v.to(get_device()) for k, v in as_b.items()})
+    p_as_b = p_as_b.logits.softmax(-1).cpu()
+n_changed = int((p_as_a.argmax(1) != p_as_b.argmax(1)).sum())
+print(
+    f"predictions that change: {n_changed} of {len(dev)} "
+    f"({n_changed / len(dev):.0%})"
+)
+print(
+    "dev accuracy as sentence A "
+    f"{accuracy(p_as_a.argmax(1), dev.labels):.1%}, "
+    f"as sentence B {accuracy(p_as_b.argmax(1), dev.labels):.1%}"
+)
+shift = (p_as_a[:, 1] - p_as_b[:, 1]).abs()
+print(
+    f"change of P(positive): mean {shift.mean():.3f}, "
+    f"largest {shift.max():.3f}"
+)
+
+# %% [markdown] tags=["solution"]
+# The type-1 vector is a different vector added to every token, so the model's input does
+# change, and P(positive) moves (its mean and largest change are printed above); a prediction
+# changes only where that move carries P(positive) across 0.5. The first line counts those:
+# a few, 5 of the 150. The type-1 vector was never
+# trained on this task (the embeddings were frozen, and no training review had type 1): this
+# model was fine-tuned on type 0 only. A task with pairs (a question and a passage, two
+# reviews to compare) is fine-tuned on inputs that carry both types.
