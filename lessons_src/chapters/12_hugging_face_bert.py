@@ -24,10 +24,8 @@
 # `"model_type": "bert"`), only smaller: 6 layers instead of 12, 384 features instead of 768,
 # 12 heads of 32 instead of 12 heads of 64, about 22.7 million parameters instead of 110
 # million. It is *not* `bert-base-uncased` with layers removed (its width alone rules that out);
-# it has weights of its own. They were made in two steps: Microsoft's MiniLM (Wang et al., 2020) was *distilled* from a larger
-# teacher, trained to reproduce the teacher's self-attention, and the 6-layer version keeps
-# every second layer of the 12-layer one (`nreimers/MiniLM-L6-H384-uncased`). The
-# sentence-transformers project then fine-tuned it on over a billion pairs of related sentences
+# it has weights of its own, made as chapter 05 told: distilled from a larger teacher (Wang et
+# al., 2020), then fine-tuned by the sentence-transformers project on pairs of related sentences
 # so that *mean-pooled* token vectors of related sentences point the same way, which makes it
 # a good sentence encoder (chapter 13 uses it as one).
 
@@ -62,6 +60,7 @@ from transformer_course.bert import (
     BertEmbeddings,
     BertEncoder,
     BertForMLM,
+    cosine_similarity,
     mask_tokens,
     mlm_windows,
     pretrain_mlm,
@@ -182,7 +181,8 @@ assert special == {
 # %% [markdown]
 # ### Sentence pairs: token type ids
 #
-# BERT was pretrained on *pairs* of sentences (does sentence B follow sentence A?), and many
+# BERT was pretrained on *pairs* of sentences (does sentence B follow sentence A?; in the BERT
+# paper a "sentence" is any stretch of contiguous text, the two together up to 512 tokens), and many
 # tasks still take two texts: a question and a passage, two sentences to compare. A pair is
 # packed as `[CLS] A [SEP] B [SEP]`, and a second row of ids, the **token type ids** (also
 # called segment ids), says which sentence each token belongs to: 0 for A, 1 for B. The model
@@ -274,7 +274,8 @@ assert torch.equal(
 #
 # [bertviz](https://github.com/jessevig/bertviz)'s **head view**, used as in chapter 05, shows
 # one layer of the sentence pair below. New with a pair is the drop-down menu, which restricts
-# the lines to sentence A → B and so on. Start with **layer 3, head 1** (the second colour).
+# the lines to sentence A → B and so on. Start with **layer 3, head 1** (the second colour;
+# layers and heads are counted from 0, as in chapter 05).
 
 # %%
 with torch.no_grad():
@@ -512,7 +513,8 @@ plt.show()
 # it stands for", let alone understanding. That is what these heads do in these two sentences
 # of one small distilled model; it is not a rule for every head of every BERT. Clark et al.
 # (2019, *What Does BERT Look At?*) measured BERT-base's heads over an annotated corpus
-# (CoNLL-2012) and found one head, 5-4, whose strongest link from a mention goes to an
+# (CoNLL-2012) and found one head, 5-4 in the paper's numbering of BERT-base's heads (not
+# MiniLM's layer 5, head 4), whose strongest link from a mention goes to an
 # antecedent 65 % of the time: above string-matching baselines (27 % for the nearest mention,
 # 52 % for the nearest one with the same head word) and below a rule-based system (69 %). Either
 # way, attention maps are a good way to form hypotheses and a poor way to confirm them; measure,
@@ -531,9 +533,77 @@ plt.show()
 # | activation in the feed-forward network | ReLU | GELU |
 # | norm placement, $\varepsilon$ | post-norm, $10^{-5}$ | post-norm, $10^{-12}$ |
 #
+# Why each change:
+#
+# * **Learned positions** let pre-training find whatever code for position suits the task, as
+#   GPT-1 had done; the price is a fixed limit, one vector per position: BERT cannot read a
+#   513th token, and a longer text must be cut.
+# * **Token types** tell the model which of the two segments a token belongs to, which
+#   next-sentence prediction (below) and every task on pairs need.
+# * **The LayerNorm after the sum** hands the first layer inputs of a fixed scale, whatever the
+#   sizes of the three vectors added.
+# * **No $\sqrt{d_\text{model}}$.** Chapter 07's factor balanced a learned table against fixed
+#   sinusoids; BERT's three tables are learned together, and their rows come out at similar sizes
+#   (measured below), so multiplying the token vectors by $\sqrt{384} \approx 19.6$ would drown the
+#   positions.
+# * **GELU** is the smooth ReLU of chapter 06, which BERT took over from GPT-1.
+# * $\varepsilon$ only guards against dividing by zero; BERT's $10^{-12}$ is simply the value it was
+#   trained with, and using the same one is part of reproducing its numbers.
+#
 # The last two rows are already arguments of `transformer.EncoderLayer`
 # (`activation="gelu", norm_first=False, eps=1e-12`); the first four are about the embeddings,
-# the one new module:
+# the one new module. In a dozen lines:
+
+
+# %%
+class TinyBertEmbeddings(torch.nn.Module):
+    """BERT's input vectors: token + position + token type, then LayerNorm."""
+
+    def __init__(self, vocab: int, d: int, max_len: int = 512) -> None:
+        super().__init__()
+        self.token = torch.nn.Embedding(vocab, d)
+        self.position = torch.nn.Embedding(max_len, d)
+        self.token_type = torch.nn.Embedding(2, d)
+        self.norm = torch.nn.LayerNorm(d, eps=1e-12)
+        self.dropout = torch.nn.Dropout(0.1)
+
+    def forward(self, input_ids, token_type_ids):  # (batch, tokens) each
+        positions = torch.arange(input_ids.shape[1])
+        x = self.token(input_ids) + self.position(positions)
+        x = x + self.token_type(token_type_ids)
+        return self.dropout(self.norm(x))  # (batch, tokens, d)
+
+
+# MiniLM's four tables and its LayerNorm, copied in
+hf_emb = bert.embeddings
+tiny_emb = TinyBertEmbeddings(cfg.vocab_size, cfg.hidden_size).eval()
+tiny_emb.token.load_state_dict(hf_emb.word_embeddings.state_dict())
+tiny_emb.position.load_state_dict(hf_emb.position_embeddings.state_dict())
+tiny_emb.token_type.load_state_dict(hf_emb.token_type_embeddings.state_dict())
+tiny_emb.norm.load_state_dict(hf_emb.LayerNorm.state_dict())
+enc = tokenizer(
+    "The cat sat on the mat.", "It was asleep.", return_tensors="pt"
+)
+ids, types = enc["input_ids"], enc["token_type_ids"]
+with torch.no_grad():
+    tiny_diff = tiny_emb(ids, types) - hf_emb(
+        input_ids=ids, token_type_ids=types
+    )
+print(f"max |ours - MiniLM's embeddings|: {tiny_diff.abs().max():.1e}")
+for name, table in (
+    ("token", tiny_emb.token),
+    ("position", tiny_emb.position),
+    ("token type", tiny_emb.token_type),
+):
+    row_length = table.weight.norm(dim=1).mean()
+    print(f"{name:10s} table: mean length of a row {row_length:.2f}")
+
+# %% tags=["remove-cell"]
+assert tiny_diff.abs().max() < 1e-5
+
+# %% [markdown]
+# The package's `BertEmbeddings` is the same module, with checks of its input (an id outside
+# the vocabulary, a sequence longer than the position table) and names that match the checkpoint's:
 
 # %%
 show_source(BertEmbeddings)
@@ -599,10 +669,13 @@ print("max |ours - BertModel| after the embeddings and each layer:")
 print("   ", "  ".join(f"{d:.1e}" for d in layer_diff))
 print(f"max |ours - BertModel| of the last hidden state: {layer_diff[-1]:.1e}")
 print(f"max |ours - BertModel| of the attention weights: {att_diff:.1e}")
-assert max(layer_diff) <= 1e-4 and att_diff <= 1e-5
+largest = max(h.abs().max().item() for h in ref.hidden_states)
+print(f"largest |value| in BertModel's hidden states: {largest:.1f}")
+assert max(layer_diff) <= 1e-5 and att_diff <= 1e-5
 
 # %% [markdown]
-# The differences are float32 rounding (millionths, on activations of size about 1):
+# The differences are float32 rounding, a few millionths on hidden states whose values reach
+# about 10:
 # the course's encoder, written from scratch over the previous chapters, *is* this BERT. The
 # padding is really masked: no query gives any weight to a `[PAD]` key.
 
@@ -620,7 +693,7 @@ print(
 assert weight_on_pad == 0.0
 
 # %% [markdown]
-# ### How BERT learned: masked language modelling
+# ## How BERT learned: masked language modelling
 #
 # Where did weights that make this encoder useful come from? BERT was pre-trained on unlabelled
 # text with two objectives. The second, **next-sentence prediction** (NSP), is the sentence-pair
@@ -637,10 +710,13 @@ assert weight_on_pad == 0.0
 #   after pre-training);
 # * the loss is the cross-entropy at the chosen positions only.
 #
-# We cannot repeat MiniLM's pre-training on a CPU, but we can run the same recipe on the course's
-# own `BertEncoder`, small and freshly initialised, with a small corpus the course already has:
-# the prose paragraphs of Python's documentation (chapter 10's text without its code samples and
-# grammar rules). The last 10 % of the paragraphs are held out. We keep BERT's WordPiece
+# We cannot repeat MiniLM's pre-training on a CPU, but we can run the masked-LM recipe on the
+# course's own `BertEncoder`, small and freshly initialised. We leave next-sentence prediction
+# out, and with it the token types: RoBERTa (Liu et al., 2019) found that BERT pre-trains as
+# well or slightly better without it, on stretches of running text instead of sentence pairs,
+# which is what our windows are. The corpus is one the course already has: Python's
+# documentation, on which chapter 11 trained a tokenizer, here only its paragraphs of prose.
+# The last 10 % of the paragraphs are held out. We keep BERT's WordPiece
 # tokenizer but only the pieces that occur in the training paragraphs, so that the output layer
 # scores a few thousand entries instead of 30,522 (a held-out word that the kept pieces cannot
 # spell becomes `[UNK]`). `mlm_data` builds that vocabulary with `wordpiece_subset` and turns
@@ -962,11 +1038,12 @@ Table(
         mlm_hist["mask_top5"],
     ),
     formats={"loss": ".2f", "[MASK] top 1": ".1%", "top 5": ".1%"},
+    caption="The longer run, every 1,000 steps",
 )
 
 # %% [markdown]
-# The loss is the mean of the last 20 steps' losses; top 1 and top 5 are measured as in the
-# table above, at the same 651 held-out `[MASK]` positions. (The loss of this run is not
+# The loss is the mean of the last 20 steps' losses; top 1 and top 5 are measured as in
+# Table 12.1, at the same 651 held-out `[MASK]` positions. (The loss of this run is not
 # comparable with the 500-step run's: with 40 % of the tokens masked, each guess has less
 # context to go on, and the other settings differ too.)
 
@@ -995,8 +1072,10 @@ ax_acc.axhline(
 ax_acc.set_ylim(0, 60)
 ax_acc.set_ylabel("[MASK] accuracy (%)")
 ax_acc.set_xlabel("training step")
-# below the top-1 line, above the dashed one
-ax_acc.legend(loc="lower right", bbox_to_anchor=(1.0, 0.15))
+# under the chart, clear of every line
+ax_acc.legend(
+    loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3, fontsize=9
+)
 fig.tight_layout()
 plt.show()
 
@@ -1022,6 +1101,7 @@ Table(
     [f"at the {int(at_mask.sum())} [MASK] positions", "top 1", "top 5"],
     [(name, *accs) for name, accs in long_acc.items()],
     formats={"top 1": ".1%", "top 5": ".1%"},
+    caption="Both runs and the frequency baseline, held-out [MASK] positions",
 )
 
 # %% tags=["remove-cell"]
@@ -1087,9 +1167,11 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # After 12,000 steps the top guess at a `[MASK]` is the original token 34.9 % of the time,
 # against 7.5 % for always `'"'` (Fig. 12.4). The run's own table shows how it got there: slowly at
 # first (8.3 % at step 1,000, 10.6 % at 2,000, 15.0 % at 3,000), then a jump to 24.7 % at step
-# 4,000, and from step 7,000 on only 2.5 points more in 5,000 steps (32.4 % to 34.9 %), while
-# the training loss kept falling: 12,000 steps read the same 62,000 training tokens over and
-# over, and the model goes on fitting them while it gains only slowly on text it has not seen.
+# 4,000, and from step 7,000 on 2.5 points in 5,000 steps (32.4 % to 34.9 %), less than two
+# standard errors of an accuracy measured at 651 positions (about 1.9 points each): no clear
+# gain, while the training loss kept falling. 12,000 steps of 32 windows of 64 tokens read the
+# 62,000 training tokens about 390 times over, so a falling training loss says little about
+# text the model has not seen.
 # The longer-trained model guesses content words. Its top guess is right for *order* after "insertion", *raised* after
 # `"ValueError" is` and *value* after "return its"; the original is among its top 5 in 6 of
 # the 7 sentences. Most of its wrong guesses are words of the right field: for the items "in
@@ -1114,16 +1196,20 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 #   noun across `[SEP]`; but other tokens look at that noun too, and changing one word showed
 #   that such a head follows a heuristic rather than the meaning: measure before you interpret.
 # * BERT is the encoder of chapter 07 with learned position and token-type embeddings, an
-#   embedding LayerNorm, GELU and $\varepsilon = 10^{-12}$. The course's `BertEncoder` runs
+#   embedding LayerNorm (and so no $\sqrt{d_\text{model}}$ factor), GELU and
+#   $\varepsilon = 10^{-12}$. The course's `BertEncoder` runs
 #   MiniLM's weights and matches `BertModel` to a few millionths.
+# * A token's final vector depends on its sentence: exercise 3 finds "bank" by a river and
+#   "bank" of money apart, although they start from the same row of the token table.
 # * BERT learned by **masked language modelling**: 15 % of the tokens chosen, 80 / 10 / 10
 #   `[MASK]` / random / kept, the loss at the chosen positions. A 2-layer encoder of our own,
 #   pre-trained that way for 500 steps on Python's documentation, beats the most-frequent-token
 #   baseline on held-out text mostly where the input already held the answer; at `[MASK]` it is
 #   barely better. A longer run (12,000 steps, 40 % masking, a higher learning rate, no dropout)
-#   gets 34.9 % of held-out `[MASK]` positions right against 7.5 %, with most of its wrong
-#   guesses words of the right field. Converted to `BertForMaskedLM`, our model answers
-#   `pipeline("fill-mask")`.
+#   gets 34.9 % of held-out `[MASK]` positions right against 7.5 %; in the seven sentences
+#   shown, most of its wrong guesses are words of the right field. Converted to
+#   `BertForMaskedLM`, our model answers `pipeline("fill-mask")`. Next-sentence prediction, BERT's
+#   second objective, was left out, as RoBERTa showed it can be.
 #
 # ## Exercises
 #
@@ -1202,15 +1288,74 @@ print(
 # It does not trust it. At the 73 positions that show a random token, the top guess is that
 # token in only 9.6 % of them and the original in 26.0 %, below its 34.9 % at `[MASK]` (with
 # 73 positions, one standard error of the 26.0 % is about 5 points, so the gap is less than two
-# of them). The 80 / 10 / 10
-# rule taught it this: a visible token at a position that is scored is the original only half
-# of the time (kept) and a random one the other half, so the model learns to copy a token that
-# fits its context and to guess from the context where a token does not fit. That is why BERT's
-# recipe replaces some chosen tokens at random: every input token, not only `[MASK]`, gets a
-# vector that predicts the original word.
+# of them). This is what the 80 / 10 / 10 rule was designed for (the BERT paper gives
+# the reason): a visible token at a position that is scored is the original only half of the
+# time (kept) and a random one the other half, so copying what it sees is right only half the
+# time, and every
+# input token, not only `[MASK]`, must get a vector that predicts the original word. This page
+# does not test that the rule is the cause; a run trained with `[MASK]` at every chosen
+# position would.
 
 # %% tags=["remove-cell"]
 # the model mostly recovers the original rather than echoing the random token
 assert (long_top1 == target)[is_random].float().mean() > 2 * (
     (long_top1 == given)[is_random].float().mean()
 )
+
+# %% [markdown]
+# **3. One word, several vectors.** Chapter 02's embedding table gives "bank" one vector,
+# whatever the sentence. Run our encoder (`ours`) on "She sat on the bank of the river.", "He
+# paid the cheque into the bank.", "The bank raised its interest rates." and "We had a picnic
+# on the grassy bank.", and compare the final vectors of "bank" by their cosine similarity,
+# pair by pair. Do the same for the vectors the embedding layer hands to the first layer
+# (`hidden_states[0]`). Predict first: which pairs are closest in the final layer, and how far
+# apart are the input vectors?
+
+# %% tags=["solution"]
+bank_sentences = [
+    "She sat on the bank of the river.",
+    "He paid the cheque into the bank.",
+    "The bank raised its interest rates.",
+    "We had a picnic on the grassy bank.",
+]
+final_vecs, input_vecs = [], []
+for sentence in bank_sentences:
+    enc = tokenizer(sentence, return_tensors="pt")
+    where = tokenizer.convert_ids_to_tokens(enc["input_ids"][0]).index("bank")
+    with torch.no_grad():
+        out = ours(**enc)
+    final_vecs.append(out.last_hidden_state[0, where])
+    input_vecs.append(out.hidden_states[0][0, where])
+short = ["river", "cheque", "rates", "picnic"]
+for name, vecs in (("final layer", final_vecs), ("input", input_vecs)):
+    sims = cosine_similarity(torch.stack(vecs), torch.stack(vecs))
+    pairs_sim = {
+        f"{short[i]}/{short[j]}": sims[i, j].item()
+        for i in range(4)
+        for j in range(i + 1, 4)
+    }
+    line = f"{name}: " + ", ".join(
+        f"{k} {v:.2f}" for k, v in pairs_sim.items()
+    )
+    print(textwrap.fill(line, 78, subsequent_indent="    "))
+    if name == "final layer":
+        final_sims = pairs_sim
+
+# %% [markdown] tags=["solution"]
+# In the final layer the two river banks are closest (river/picnic 0.89), then the two banks of
+# money (cheque/rates 0.86); every pair that mixes the two senses is lower, 0.77 to 0.80. The
+# encoder, which read each whole sentence in both directions, has pulled the two senses apart,
+# although no one told it that "bank" has two. The input vectors are nearly the same, 0.96 to
+# 1.00: they are the same row of the token table, plus a position vector and a token-type
+# vector, and two of the four "bank"s stand at the same position (cheque and picnic: 1.00).
+# This is what "contextual" means: chapter 02's table gives a word one point in space, BERT
+# gives each occurrence its own.
+
+# %% tags=["remove-cell"]
+same_sense = min(final_sims["river/picnic"], final_sims["cheque/rates"])
+other = [
+    v
+    for k, v in final_sims.items()
+    if k not in ("river/picnic", "cheque/rates")
+]
+assert same_sense > max(other)

@@ -1,5 +1,5 @@
 """A text corpus: Python's own reference documentation (chapters 11, 12 and
-13, and the Performance appendix), and the course's character set.
+14, and the Performance appendix), and the course's character set.
 
 Every Python ships it in ``pydoc_data.topics``, so the course has a real
 English-and-code text of about a million characters without downloading
