@@ -23,11 +23,11 @@
 # embeddings, the same WordPiece vocabulary as `bert-base-uncased`, the checkpoint even says
 # `"model_type": "bert"`), only smaller: 6 layers instead of 12, 384 features instead of 768,
 # 12 heads of 32 instead of 12 heads of 64, about 22.7 million parameters instead of 110
-# million. It is *not* `bert-base-uncased` with layers removed (its width alone rules that out);
-# it has weights of its own, made as chapter 05 told: distilled from a larger teacher (Wang et
-# al., 2020), then fine-tuned by the sentence-transformers project on pairs of related sentences
-# so that *mean-pooled* token vectors of related sentences point the same way, which makes it
-# a good sentence encoder (chapter 13 uses it as one).
+# million. It is *not* `bert-base-uncased` with layers removed (its width alone rules that out).
+# It keeps every second layer of the 12-layer MiniLM, which Microsoft distilled from a larger
+# teacher (Wang et al., 2020); the sentence-transformers project then fine-tuned it on pairs of
+# related sentences so that *mean-pooled* token vectors of related sentences point the same way,
+# which makes it a good sentence encoder (chapter 13 uses it as one).
 
 # %% tags=["remove-cell"]
 import functools
@@ -60,7 +60,7 @@ from transformer_course.bert import (
     BertEmbeddings,
     BertEncoder,
     BertForMLM,
-    cosine_similarity,
+    BertMLMHead,
     mask_tokens,
     mlm_windows,
     pretrain_mlm,
@@ -315,8 +315,8 @@ assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 # %% [markdown]
 # The same picture as a static figure, Fig. 12.1, comes from `plot_attention_flow` (in the course's
 # `interpret` module): every token is written twice, as a query on the left and as a key on the
-# right, and a line joins a query to a key with a width and darkness proportional to the attention
-# weight; `top_k=2` keeps each query's two strongest links, of those above 0.05 (`min_weight=0.05`).
+# right, and a line joins a query to a key with a width proportional to the attention
+# weight (and darker, the larger the weight); `top_k=2` keeps each query's two strongest links, of those above 0.05 (`min_weight=0.05`).
 # At the top, layer 3, head 1; at the bottom, the mean of all 12 heads of layer 3. The head view
 # with every head switched on overlays one line per head, each drawn with an opacity of a twelfth of
 # its weight, so where many heads agree the bundle looks dark, roughly like this mean. The link from
@@ -542,17 +542,19 @@ plt.show()
 #   next-sentence prediction (below) and every task on pairs need.
 # * **The LayerNorm after the sum** hands the first layer inputs of a fixed scale, whatever the
 #   sizes of the three vectors added.
-# * **No $\sqrt{d_\text{model}}$.** Chapter 07's factor balanced a learned table against fixed
-#   sinusoids; BERT's three tables are learned together, and their rows come out at similar sizes
-#   (measured below), so multiplying the token vectors by $\sqrt{384} \approx 19.6$ would drown the
-#   positions.
+# * **No $\sqrt{d_\text{model}}$.** Chapter 07's factor balanced a learned token table, started
+#   small, against fixed sinusoids with entries up to 1. BERT's three tables are all learned, from
+#   the same small random start, so none needs scaling to match another. (After training, their
+#   rows have mean lengths of 1.07, 0.47 and 0.47, measured below: multiplying the token vectors
+#   by $\sqrt{384} \approx 19.6$ would now drown the positions.)
 # * **GELU** is the smooth ReLU of chapter 06, which BERT took over from GPT-1.
 # * $\varepsilon$ only guards against dividing by zero; BERT's $10^{-12}$ is simply the value it was
 #   trained with, and using the same one is part of reproducing its numbers.
 #
 # The last two rows are already arguments of `transformer.EncoderLayer`
 # (`activation="gelu", norm_first=False, eps=1e-12`); the first four are about the embeddings,
-# the one new module. In a dozen lines:
+# the one new module. Chapter 02 rebuilt its output by hand from MiniLM's three tables; as a
+# module, in a dozen lines:
 
 
 # %%
@@ -574,7 +576,7 @@ class TinyBertEmbeddings(torch.nn.Module):
         return self.dropout(self.norm(x))  # (batch, tokens, d)
 
 
-# MiniLM's four tables and its LayerNorm, copied in
+# MiniLM's three tables and its LayerNorm, copied in
 hf_emb = bert.embeddings
 tiny_emb = TinyBertEmbeddings(cfg.vocab_size, cfg.hidden_size).eval()
 tiny_emb.token.load_state_dict(hf_emb.word_embeddings.state_dict())
@@ -602,8 +604,8 @@ for name, table in (
 assert tiny_diff.abs().max() < 1e-5
 
 # %% [markdown]
-# The package's `BertEmbeddings` is the same module, with checks of its input (an id outside
-# the vocabulary, a sequence longer than the position table) and names that match the checkpoint's:
+# The package's `BertEmbeddings` is the same module, with names of its own (`word`, `norm`),
+# which loading MiniLM's weights renames:
 
 # %%
 show_source(BertEmbeddings)
@@ -619,8 +621,7 @@ show_source(BertEncoder)
 # %% [markdown]
 # Loading the weights is renaming: Hugging Face calls the query projection of layer 0
 # `encoder.layer.0.attention.self.query`, the course calls it `layers.0.self_attn.W_q`.
-# `bert_from_hf` reads the sizes from the Hugging Face config, renames every tensor and refuses
-# a checkpoint that does not fit exactly (a missing or surplus tensor, a wrong shape). The
+# `bert_from_hf` reads the sizes from the Hugging Face config and renames every tensor. The
 # **pooler**, a dense layer with tanh applied to the final `[CLS]` vector and used by
 # classification heads, is not part of the encoder and is left out.
 
@@ -701,7 +702,10 @@ assert weight_on_pad == 0.0
 # random one? It is a yes/no classifier on the final `[CLS]` vector, read through the pooler
 # (chapter 13 meets this pooler again). The main objective is **masked language
 # modelling** (MLM): hide some of the tokens and train the model to recover them from the
-# context on *both* sides (this is what makes BERT bidirectional; a GPT only sees the left). The
+# context on *both* sides (this is what makes BERT bidirectional; a GPT only sees the left).
+# Why hide tokens at all? In BERT every position attends to every other, itself included, so a
+# token the model is asked to predict must not be in its input, or the model learns to copy it
+# (exercise 3 measures how fast); a GPT hides what it predicts with the causal mask instead. The
 # recipe of the BERT paper:
 #
 # * choose 15 % of the token positions (never `[CLS]`, `[SEP]` or `[PAD]`);
@@ -822,6 +826,9 @@ assert (
 # the output layer's work.
 
 # %%
+show_source(BertMLMHead)
+
+# %%
 show_source(BertForMLM)
 
 # %% [markdown]
@@ -906,15 +913,14 @@ acc_at = {
     name: {k: hit[m].float().mean().item() for k, m in kinds.items()}
     for name, hit in guesses.items()
 }
-# one column per way of guessing, its name over two lines
-headers = [
-    ("model", "top 1"),
-    ("copy the", "input"),
-    ("always", repr(most_frequent_token)),
-    ("model", "top 5"),
-    ("5 most", "frequent"),
+# one column per way of guessing, in the order of `guesses`
+names = [
+    "model top 1",
+    "copy the input",
+    f"always {most_frequent_token!r}",
+    "model top 5",
+    "5 most frequent",
 ]
-names = [f"{a} {b}" for a, b in headers]
 display(
     Table(
         ["kind", "number", *names],
@@ -950,8 +956,7 @@ assert (
 #
 # The course's names map one to one onto Hugging Face's (*Our encoder is BERT* renamed them in the
 # other direction), so `to_hf_masked_lm` builds a `BertForMaskedLM` with the same configuration and
-# copies every tensor across; it refuses a model whose tensors do not all find a place. The two
-# must give the same scores:
+# copies every tensor across. The two must give the same scores:
 
 # %% tags=["nbval-ignore-output"]
 hf_mlm = to_hf_masked_lm(mlm)
@@ -1004,8 +1009,9 @@ for sentence, answer in fill_examples:
 # position, the standard error of the first gap is 1.0 point, so its top guess shows no lead
 # over always `'"'`; the second gap is four times its standard error (0.7 points), a real lead
 # but a small one. At `[MASK]` the model is barely better than guessing frequent tokens. In the
-# four sentences its guesses are frequent words and punctuation, never the held-out word. It has learned to copy what it sees
-# and roughly which frequent tokens fit where, not yet the vocabulary of the documentation.
+# four sentences its guesses are frequent words and punctuation, never the held-out word. It has
+# started to copy what it sees (about half the time at a kept position) and learned roughly which
+# frequent tokens fit where, not yet the vocabulary of the documentation.
 #
 # ### Pre-training for longer
 #
@@ -1047,7 +1053,7 @@ Table(
 # comparable with the 500-step run's: with 40 % of the tokens masked, each guess has less
 # context to go on, and the other settings differ too.)
 
-# %% tags=["hide-input"] caption="The longer pre-training of the same small BERT, every 1,000 steps. Top: the training loss (mean of the last 20 steps). Bottom: how often the top guess (circles) and the top five guesses (squares) at the 651 held-out [MASK] positions hold the original token, against always guessing the most frequent token, the quote mark (dashed, 7.5 %). Top-1 accuracy stays within about 3 points of that line for the first 2,000 steps, then climbs to about 35 %." alt="Two stacked line charts against training step, 1,000 to 12,000. Top: the loss falls steeply from about 4.5 to 2.3 by step 5,000, then slowly to about 1.3. Bottom, on a scale from 0 to 60 %: held-out top-1 accuracy at masked positions starts at about 8 %, just above a dashed horizontal line at 7.5 %, rises from step 3,000 to about 25 % at step 4,000 and then slowly to about 35 % at step 12,000; top-5 accuracy runs above it, from about 25 % to about 53 %."
+# %% tags=["hide-input"] caption="The longer pre-training of the same small BERT, every 1,000 steps. Top: the training loss (mean of the last 20 steps). Bottom: how often the top guess (circles) and the top five guesses (squares) at the 651 held-out [MASK] positions hold the original token, against always guessing the most frequent token, the quote mark (dashed, 7.5 %), and the five most frequent tokens for the top five (dotted, 22.4 %). Top-1 accuracy stays within about 3 points of that line for the first 2,000 steps, then climbs to about 35 %." alt="Two stacked line charts against training step, 1,000 to 12,000. Top: the loss falls steeply from about 4.5 to 2.3 by step 5,000, then slowly to about 1.3. Bottom, on a scale from 0 to 60 %: held-out top-1 accuracy at masked positions starts at about 8 %, just above a dashed horizontal line at 7.5 %, rises from step 3,000 to about 25 % at step 4,000 and then slowly to about 35 % at step 12,000; top-5 accuracy runs above it, from about 25 % to about 53 %, above a dotted line at 22.4 %."
 fig, (ax_loss, ax_acc) = plt.subplots(2, 1, figsize=(6.9, 5.2), sharex=True)
 ax_loss.plot(mlm_hist["step"], mlm_hist["loss_last20"], marker="o")
 ax_loss.set_ylabel("training loss")
@@ -1069,6 +1075,12 @@ ax_acc.axhline(
     linestyle="--",
     label='always the quote mark "',
 )
+ax_acc.axhline(
+    100 * acc_at["the 5 most frequent tokens"]["[MASK]"],
+    color="C1",
+    linestyle=":",
+    label="the 5 most frequent tokens",
+)
 ax_acc.set_ylim(0, 60)
 ax_acc.set_ylabel("[MASK] accuracy (%)")
 ax_acc.set_xlabel("training step")
@@ -1088,8 +1100,10 @@ plt.show()
 at_mask = kinds["[MASK]"]
 # (top 1, top 5) at the [MASK] positions of masked_heldout
 long_acc = {
-    "model after 500 steps": heldout_accuracy(mlm, mlm_tok, mlm_heldout_ids),
-    "model after 12,000 steps": heldout_accuracy(
+    "500 steps, 15 % masked, dropout": heldout_accuracy(
+        mlm, mlm_tok, mlm_heldout_ids
+    ),
+    "12,000 steps, 40 % masked, no dropout": heldout_accuracy(
         long_mlm, mlm_tok, mlm_heldout_ids
     ),
     "most frequent token(s)": (
@@ -1106,7 +1120,7 @@ Table(
 
 # %% tags=["remove-cell"]
 assert (
-    long_acc["model after 12,000 steps"][0]
+    long_acc["12,000 steps, 40 % masked, no dropout"][0]
     > 3 * long_acc["most frequent token(s)"][0]
 )
 
@@ -1167,11 +1181,10 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # After 12,000 steps the top guess at a `[MASK]` is the original token 34.9 % of the time,
 # against 7.5 % for always `'"'` (Fig. 12.4). The run's own table shows how it got there: slowly at
 # first (8.3 % at step 1,000, 10.6 % at 2,000, 15.0 % at 3,000), then a jump to 24.7 % at step
-# 4,000, and from step 7,000 on 2.5 points in 5,000 steps (32.4 % to 34.9 %), less than two
-# standard errors of an accuracy measured at 651 positions (about 1.9 points each): no clear
-# gain, while the training loss kept falling. 12,000 steps of 32 windows of 64 tokens read the
-# 62,000 training tokens about 390 times over, so a falling training loss says little about
-# text the model has not seen.
+# 4,000, and from step 7,000 on only 2.5 points more in 5,000 steps (32.4 % to 34.9 %), while
+# the training loss kept falling. 12,000 steps of 32 windows of 64 tokens read the 62,000
+# training tokens about 390 times over, so a falling training loss says little about text the
+# model has not seen.
 # The longer-trained model guesses content words. Its top guess is right for *order* after "insertion", *raised* after
 # `"ValueError" is` and *value* after "return its"; the original is among its top 5 in 6 of
 # the 7 sentences. Most of its wrong guesses are words of the right field: for the items "in
@@ -1184,8 +1197,11 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # neighbouring words.
 #
 # BERT-base was pre-trained on a corpus of 3.3 billion words, about 40 times over (a million
-# steps of 256 sequences, with next-sentence prediction as well). The masking, the code and the
-# conversion are the same at that scale.
+# steps of 256 sequences, with next-sentence prediction as well), masking 15 % of the tokens.
+# It drew each sequence's masks once, before training (each sequence was copied ten times with
+# different masks); drawing them afresh at every step, as `pretrain_mlm` does, is one of
+# RoBERTa's changes (Liu et al., 2019). The conversion to Hugging Face's classes is the same at
+# any scale.
 #
 # ## Summary
 #
@@ -1196,11 +1212,9 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 #   noun across `[SEP]`; but other tokens look at that noun too, and changing one word showed
 #   that such a head follows a heuristic rather than the meaning: measure before you interpret.
 # * BERT is the encoder of chapter 07 with learned position and token-type embeddings, an
-#   embedding LayerNorm (and so no $\sqrt{d_\text{model}}$ factor), GELU and
+#   embedding LayerNorm, no $\sqrt{d_\text{model}}$ factor, GELU and
 #   $\varepsilon = 10^{-12}$. The course's `BertEncoder` runs
 #   MiniLM's weights and matches `BertModel` to a few millionths.
-# * A token's final vector depends on its sentence: exercise 3 finds "bank" by a river and
-#   "bank" of money apart, although they start from the same row of the token table.
 # * BERT learned by **masked language modelling**: 15 % of the tokens chosen, 80 / 10 / 10
 #   `[MASK]` / random / kept, the loss at the chosen positions. A 2-layer encoder of our own,
 #   pre-trained that way for 500 steps on Python's documentation, beats the most-frequent-token
@@ -1303,59 +1317,56 @@ assert (long_top1 == target)[is_random].float().mean() > 2 * (
 )
 
 # %% [markdown]
-# **3. One word, several vectors.** Chapter 02's embedding table gives "bank" one vector,
-# whatever the sentence. Run our encoder (`ours`) on "She sat on the bank of the river.", "He
-# paid the cheque into the bank.", "The bank raised its interest rates." and "We had a picnic
-# on the grassy bank.", and compare the final vectors of "bank" by their cosine similarity,
-# pair by pair. Do the same for the vectors the embedding layer hands to the first layer
-# (`hidden_states[0]`). Predict first: which pairs are closest in the final layer, and how far
-# apart are the input vectors?
+# **3. Why mask at all?** BERT's attention lets every position see every other, itself
+# included. Train a fresh copy of the small model of *How BERT learned* (same configuration,
+# `BertForMLM`, AdamW at $10^{-3}$) for 100 steps to predict *every* token of windows cut from
+# the training text, with nothing masked: the labels are the input ids themselves. Predict
+# first: where does the training loss go, next to the 500-step masked run's, and how often is
+# the top guess right on held-out windows? What has the model learned?
 
 # %% tags=["solution"]
-bank_sentences = [
-    "She sat on the bank of the river.",
-    "He paid the cheque into the bank.",
-    "The bank raised its interest rates.",
-    "We had a picnic on the grassy bank.",
-]
-final_vecs, input_vecs = [], []
-for sentence in bank_sentences:
-    enc = tokenizer(sentence, return_tensors="pt")
-    where = tokenizer.convert_ids_to_tokens(enc["input_ids"][0]).index("bank")
-    with torch.no_grad():
-        out = ours(**enc)
-    final_vecs.append(out.last_hidden_state[0, where])
-    input_vecs.append(out.hidden_states[0][0, where])
-short = ["river", "cheque", "rates", "picnic"]
-for name, vecs in (("final layer", final_vecs), ("input", input_vecs)):
-    sims = cosine_similarity(torch.stack(vecs), torch.stack(vecs))
-    pairs_sim = {
-        f"{short[i]}/{short[j]}": sims[i, j].item()
-        for i in range(4)
-        for j in range(i + 1, 4)
-    }
-    line = f"{name}: " + ", ".join(
-        f"{k} {v:.2f}" for k, v in pairs_sim.items()
+generator = set_seed(0)
+peek = BertForMLM(
+    BertConfig(
+        vocab_size=len(mlm_tok),
+        d_model=128,
+        num_layers=2,
+        num_heads=4,
+        d_ff=512,
+        max_len=64,
     )
-    print(textwrap.fill(line, 78, subsequent_indent="    "))
-    if name == "final layer":
-        final_sims = pairs_sim
+)
+opt = torch.optim.AdamW(peek.parameters(), lr=1e-3)
+peek_losses = []
+for _ in range(100):
+    starts = torch.randint(
+        0, len(mlm_train_ids) - 64, (32,), generator=generator
+    )
+    x = mlm_windows(mlm_train_ids, starts, 64, mlm_tok.cls_token_id)
+    loss = peek.loss(x, labels=x)  # every position scored, nothing hidden
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    peek_losses.append(loss.item())
+with torch.inference_mode():
+    peek_acc = (peek(heldout).argmax(dim=-1) == heldout).float().mean().item()
+print(
+    "training loss: steps 1-10 "
+    f"{sum(peek_losses[:10]) / 10:.2f}, steps 91-100 "
+    f"{sum(peek_losses[-10:]) / 10:.2f}"
+)
+print(f"held-out windows, top guess = the input token: {peek_acc:.1%}")
 
 # %% [markdown] tags=["solution"]
-# In the final layer the two river banks are closest (river/picnic 0.89), then the two banks of
-# money (cheque/rates 0.86); every pair that mixes the two senses is lower, 0.77 to 0.80. The
-# encoder, which read each whole sentence in both directions, has pulled the two senses apart,
-# although no one told it that "bank" has two. The input vectors are nearly the same, 0.96 to
-# 1.00: they are the same row of the token table, plus a position vector and a token-type
-# vector, and two of the four "bank"s stand at the same position (cheque and picnic: 1.00).
-# This is what "contextual" means: chapter 02's table gives a word one point in space, BERT
-# gives each occurrence its own.
+# The loss falls from 7.02 (steps 1-10) to 0.74 (steps 91-100) in 100 steps, where the masked
+# run of *How BERT learned* was still at 5.24 after 500, and on held-out windows the top guess
+# is the input token 98.8 % of the time. The model has learned to copy: each position's own
+# token vector travels along the residual connections to the output layer, which shares its
+# matrix with the token table, so reading the input back out is easy, and nothing in this task
+# requires looking at the context. Hiding the target is what forces an encoder that sees both
+# sides to use them; a GPT gets the same effect from its causal mask and next-token targets.
 
 # %% tags=["remove-cell"]
-same_sense = min(final_sims["river/picnic"], final_sims["cheque/rates"])
-other = [
-    v
-    for k, v in final_sims.items()
-    if k not in ("river/picnic", "cheque/rates")
-]
-assert same_sense > max(other)
+# copying is far easier than the masked task, and almost always right
+assert sum(peek_losses[-10:]) / 10 < 0.5 * sum(mlm_losses[-20:]) / 20
+assert peek_acc > 0.9

@@ -80,7 +80,7 @@ from transformer_course.utils import (
 
 # %% [markdown]
 # MiniLM as chapter 12 loaded it: Hugging Face's `BertModel` (asked to return its attention
-# weights, which the last section reads) and its tokenizer, and the same weights in the
+# weights, which the section on attention reads) and its tokenizer, and the same weights in the
 # course's `BertEncoder` (`bert_from_hf`, chapter 12), which we use wherever the encoder's
 # output is all we need.
 
@@ -305,10 +305,10 @@ print(f"pooler bias: largest |value| {pooler_bias.abs().max().item():g}")
 # `from_pretrained` initialised them at random; in this checkpoint nothing else is missing or
 # left over. The head
 # reads `[CLS]`
-# through the pooler and then this new linear layer. In this checkpoint even the pooler was
-# never trained: its bias is still exactly zero, as it was initialised, where training through
+# through the pooler and then this new linear layer. In this checkpoint the pooler looks
+# untrained too: its bias is still exactly zero, as it was initialised, where training through
 # the pooler would have moved it (sentence-transformers, which trained this checkpoint last,
-# reads the mean of the token vectors instead). Two untrained layers
+# reads the mean of the token vectors instead). So one random layer, and most likely a second,
 # stand between BERT and the answer.
 #
 # That head is a dozen lines on top of the course's own encoder: read the final vector of
@@ -453,6 +453,8 @@ print(f"P(positive) between {p_positive.min():.2f} and {p_positive.max():.2f}")
 
 # %%
 show_source(reviews.fit_bag_of_words)
+
+# %%
 show_source(reviews.fit_logistic_regression)
 
 # %%
@@ -1147,7 +1149,7 @@ assert ft_mean - ft_sd > probe_mean + probe_sd  # the spreads do not overlap
 # %% tags=["hide-input"] caption="Test accuracy of every method on the 200 test reviews: one dot per seed, each seed's dots joined from row to row (blue, green and purple for seeds 0, 1 and 2, drawn one above another so that equal scores stay visible), the mean and standard deviation in red, chance (0.5) dashed, and the `Trainer`'s seed-0 model as an orange cross on the fine-tuning row. From the bottom: the untrained head at chance, the bag of words near 0.72, k-NN and the linear probe near 0.80 and 0.82, fine-tuning near 0.88; the spreads of the probe and of fine-tuning do not overlap." alt="A dot plot with five rows, from bottom to top: untrained, bag of words, k-NN (k = 45), linear probe, fine-tuned; test accuracy from 0.5 to 0.89 on the horizontal axis. Each row has three dots at slightly different heights, blue, green and purple, each colour joined to its dots in the rows above and below, and a red mean with error bars: around 0.51, 0.72, 0.80, 0.82 and 0.88. An orange cross above the top row marks the Trainer's model at 0.875."
 fig, ax = plt.subplots(figsize=(5.6, 3.6))
 names = list(test_acc)
-short = {  # row labels short enough to read on a phone
+short = {  # short row labels
     "untrained head": "untrained",
     "bag of words": "bag of words",
     f"k-NN on embeddings (k = {KNN_K})": f"k-NN (k = {KNN_K})",
@@ -1486,8 +1488,8 @@ show_source(attention_rollout)
 # %% [markdown]
 # Now MiniLM, on the coreference sentence of chapter 12, whose heads in layers 3 and 5 let "it"
 # look at "animal". First, the last layer's attention averaged over its heads (Fig. 13.5);
-# below it, the rollout through all six layers, as a heatmap and as flow (each token's three
-# largest sources).
+# below it, the rollout through all six layers, and, printed first, the three largest sources
+# of `[CLS]` and of "it" in the rollout.
 
 # %%
 coref = "The animal didn't cross the street because it was too tired."
@@ -1887,9 +1889,9 @@ for name, acc in view_acc.items():
 # %% [markdown] tags=["solution"]
 # The mean of the token vectors wins clearly (78.0 %): it is what all-MiniLM-L6-v2 was trained to
 # make meaningful. The `[CLS]` vector (70.7 %) and the pooler's output (69.3 %) are within two dev
-# reviews of each other: the pooler was never trained (its bias is still zero, as
-# *Classification, honestly* showed), so it is a random projection
-# of `[CLS]` followed by tanh, which adds nothing a linear probe could use. For a BERT
+# reviews of each other: the pooler looks untrained (its bias is still zero, as
+# *Classification, honestly* showed), and then it is a fixed projection of `[CLS]` followed by
+# tanh, which adds nothing a linear probe could use. For a BERT
 # whose pooler *was* trained (on next-sentence prediction, like `bert-base-uncased`), the
 # comparison can come out differently: measure it.
 
