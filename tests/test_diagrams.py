@@ -23,6 +23,11 @@ ALL = {
     "gpt2_vs_llama": diagrams.gpt2_vs_llama,
     "gpt_model": diagrams.gpt_model,
     "kv_cache": diagrams.kv_cache,
+    "bert_input": lambda: diagrams.bert_input(
+        ["[CLS]", "the", "cat", "sat", "[SEP]", "it", "slept", "[SEP]"],
+        [101, 1996, 4937, 2938, 102, 2009, 7771, 102],
+        [0, 0, 0, 0, 0, 1, 1, 1],
+    ),
 }
 
 
@@ -153,3 +158,25 @@ def test_kv_cache_appends_one_key_and_value_per_step():
     assert "3 keys" in labels and "q3" in labels
     with pytest.raises(ValueError, match="1 to 5 steps"):
         diagrams.kv_cache(steps=0)
+
+
+def test_bert_input_writes_ids_segments_and_positions():
+    fig = diagrams.bert_input(["[CLS]", "hi", "[SEP]"], [101, 7632, 102], [0, 0, 1], num_layers=4)
+    try:
+        shown = {t.get_text() for t in texts(fig)}
+        assert {"[CLS]", "hi", "101", "7632", "A", "B", "0", "1", "2", "4 encoder layers"} <= shown
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        ((["a", "b"], [1], [0, 0]), "as many token ids"),
+        ((["a"], [1], [2]), "must be 0 or 1"),
+        ((["a"] * 12, [1] * 12, [0] * 12), "do not fit"),
+    ],
+)
+def test_bert_input_refuses_what_it_cannot_draw(args, match):
+    with pytest.raises(ValueError, match=match):
+        diagrams.bert_input(*args)

@@ -55,6 +55,7 @@ from transformers import (
     pipeline,
 )
 
+from transformer_course import diagrams
 from transformer_course.bert import (
     BertConfig,
     BertEmbeddings,
@@ -128,7 +129,8 @@ assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 # %% [markdown]
 # ## WordPiece tokenisation
 #
-# BERT's tokenizer first lower-cases the text and strips accents (this is the *uncased* model),
+# Chapter 02 met this tokenizer; here is how it works. It first lower-cases the text and strips
+# accents (this is the *uncased* model),
 # splits it at spaces and punctuation, and then cuts every word into the longest pieces found
 # in a vocabulary of 30,522 entries. A piece that continues a word starts with `##`. Frequent
 # words are one piece; rare words become several, so almost every word is covered. A word that
@@ -533,13 +535,29 @@ plt.show()
 # | activation in the feed-forward network | ReLU | GELU |
 # | norm placement, $\varepsilon$ | post-norm, $10^{-5}$ | post-norm, $10^{-12}$ |
 #
+# The first four rows are BERT's input, drawn in Fig. 12.4 for a pair of short sentences: every
+# token adds three looked-up vectors, its own row of the token table, the vector of its segment
+# and the vector of its position, and the sum goes through a LayerNorm into the encoder.
+
+# %% tags=["hide-input"] caption="BERT's input for the pair 'the cat sat' / 'it slept', bottom-up. Each token looks up three vectors: its row of the token table (by its id), the token-type vector of its segment (A up to and including the first [SEP], B after it) and the vector of its position; the three are added, and the sum goes through LayerNorm and dropout into the six encoder layers." alt="A diagram with eight columns, one per token: [CLS], the, cat, sat, [SEP], it, slept, [SEP]. Above each token three stacked boxes: its id (101, 1996, 4937, 2938, 102, 2009, 7771, 102) in the row 'token (id)', A or B in the row '+ token type' (A for the first five, B for the last three), and 0 to 7 in the row '+ position'. Arrows lead from every column into one wide box 'the sum, then LayerNorm and dropout', and from it into a box '6 encoder layers'."
+pair_enc = tokenizer("the cat sat", "it slept")
+fig = diagrams.bert_input(
+    tokenizer.convert_ids_to_tokens(pair_enc["input_ids"]),
+    pair_enc["input_ids"],
+    pair_enc["token_type_ids"],
+    num_layers=cfg.num_hidden_layers,
+)
+plt.show()
+
+# %% [markdown]
 # Why each change:
 #
 # * **Learned positions** let pre-training find whatever code for position suits the task, as
 #   GPT-1 had done; the price is a fixed limit, one vector per position: BERT cannot read a
 #   513th token, and a longer text must be cut.
 # * **Token types** tell the model which of the two segments a token belongs to, which
-#   next-sentence prediction (below) and every task on pairs need.
+#   next-sentence prediction (below) relies on. They are a help, not a necessity: RoBERTa (Liu et
+#   al., 2019) keeps a single token type and still reads pairs, told apart by the `[SEP]` alone.
 # * **The LayerNorm after the sum** hands the first layer inputs of a fixed scale, whatever the
 #   sizes of the three vectors added.
 # * **No $\sqrt{d_\text{model}}$.** Chapter 07's factor balanced a learned token table, started
@@ -1179,7 +1197,7 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 
 # %% [markdown]
 # After 12,000 steps the top guess at a `[MASK]` is the original token 34.9 % of the time,
-# against 7.5 % for always `'"'` (Fig. 12.4). The run's own table shows how it got there: slowly at
+# against 7.5 % for always `'"'` (Fig. 12.5). The run's own table shows how it got there: slowly at
 # first (8.3 % at step 1,000, 10.6 % at 2,000, 15.0 % at 3,000), then a jump to 24.7 % at step
 # 4,000, and from step 7,000 on only 2.5 points more in 5,000 steps (32.4 % to 34.9 %), while
 # the training loss kept falling. 12,000 steps of 32 windows of 64 tokens read the 62,000
@@ -1277,8 +1295,8 @@ assert small_trophy[layer, head] > small_suitcase[layer, head]
 
 # %% [markdown]
 # **2. What does the model make of a random token?** Of the positions chosen for the loss, 10 %
-# get a random token instead of `[MASK]`. At the held-out positions of that kind (the table of
-# *How BERT learned* counted them), how often is the 12,000-step model's top guess the original
+# get a random token instead of `[MASK]`. At the held-out positions of that kind (Table 12.1
+# counted them), how often is the 12,000-step model's top guess the original
 # token, and how often the random token it was shown? Predict first: does the model trust its
 # input there?
 
@@ -1299,8 +1317,9 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# It does not trust it. At the 73 positions that show a random token, the top guess is that
-# token in only 9.6 % of them and the original in 26.0 %, below its 34.9 % at `[MASK]` (with
+# Mostly not. At the 73 positions that show a random token, the top guess is that token in
+# 9.6 % of them, about one time in ten (far more than chance among 2,550 entries, so the model
+# does sometimes take it at face value), and the original in 26.0 %, below its 34.9 % at `[MASK]` (with
 # 73 positions, one standard error of the 26.0 % is about 5 points, so the gap is less than two
 # of them). This is what the 80 / 10 / 10 rule was designed for (the BERT paper gives
 # the reason): a visible token at a position that is scored is the original only half of the
@@ -1348,6 +1367,7 @@ for _ in range(100):
     loss.backward()
     opt.step()
     peek_losses.append(loss.item())
+peek.eval()  # no dropout when measuring
 with torch.inference_mode():
     peek_acc = (peek(heldout).argmax(dim=-1) == heldout).float().mean().item()
 print(
@@ -1360,7 +1380,7 @@ print(f"held-out windows, top guess = the input token: {peek_acc:.1%}")
 # %% [markdown] tags=["solution"]
 # The loss falls from 7.02 (steps 1-10) to 0.74 (steps 91-100) in 100 steps, where the masked
 # run of *How BERT learned* was still at 5.24 after 500, and on held-out windows the top guess
-# is the input token 98.8 % of the time. The model has learned to copy: each position's own
+# is the input token 99.4 % of the time. The model has learned to copy: each position's own
 # token vector travels along the residual connections to the output layer, which shares its
 # matrix with the token table, so reading the input back out is easy, and nothing in this task
 # requires looking at the context. Hiding the target is what forces an encoder that sees both

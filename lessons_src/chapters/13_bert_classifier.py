@@ -16,7 +16,7 @@
 #
 # The model is the one of chapter 12: MiniLM, a BERT of 6 layers, 384 features and 22.6 million
 # parameters in our encoder (22.7 million in Hugging Face's `BertModel`, which adds the pooler), which the sentence-transformers project fine-tuned so that the *mean* of its
-# token vectors makes a good sentence vector. As we shall see, that leaves its `[CLS]` pooler
+# token vectors makes a good sentence vector. As we shall see, its `[CLS]` pooler looks
 # untrained.
 
 # %% tags=["remove-cell"]
@@ -772,8 +772,8 @@ assert unchanged == [True] * n_frozen + [False]
 # After two epochs the candidates are within one of the 150 dev reviews of each other (87.3 %
 # against 86.7 %). The second epoch matters for the candidates with frozen lower layers (80.0 %
 # and 82.0 % after one epoch, 86.7 % after two) and not for the first (87.3 % after both); at
-# the end, freezing the lower half of the encoder costs one dev review, and the larger learning
-# rate changes nothing. The first candidate wins by that single review: a margin that another
+# the end, freezing the lower half of the encoder costs one dev review, and with it frozen the
+# larger learning rate changes nothing. The first candidate wins by that single review: a margin that another
 # seed, or another dev split, could reverse. Unlike the bag of words (100.0 % on its training
 # reviews, 76.0 % on dev), it does not fit its training reviews perfectly: 93.3 % of them against
 # 87.3 % of the dev reviews. It goes to the test set exactly as it ran here, two epochs; its
@@ -1942,8 +1942,10 @@ assert (e_left - e_alone).abs().max() > 0.05
 # *Sentence embeddings*), with no pooler: dropout and one linear layer. Fine-tune it with
 # `reviews.fine_tune` on seed 0's split, with the embeddings and layers 0-2 frozen and a
 # learning rate of 1e-4, the second candidate of *Classification, honestly* (which reached 86.7 % on dev), so
-# that only the head differs (it reads the mean, has no pooler, and its new linear layer starts
-# from PyTorch's default initialisation rather than BERT's). Predict first: is the dev accuracy higher, lower, or about the
+# that mostly the head differs: it reads the mean, has no pooler, and its new linear layer starts
+# from PyTorch's default initialisation rather than BERT's; and in training the course's encoder
+# also applies dropout inside its feed-forward layers, where Hugging Face's BERT has none (in
+# eval mode the two give the same numbers). Predict first: is the dev accuracy higher, lower, or about the
 # same? (`fine_tune` and `predict_proba` expect a model that returns an object with `.logits`
 # and, given `labels`, `.loss`.)
 
@@ -2012,8 +2014,9 @@ print(f"[CLS] and pooler instead: {100 * (cls_final - mp_final):+.1f} more")
 # mean from the frozen encoder (78.0 %), by 4.7 dev points; but the two differ in more than the
 # trained top layers (the probe has its own optimiser, no dropout and another head), so this
 # pair cannot credit those points to the layers alone. The `[CLS]` head with its pooler, trained
-# along with the same layers, adds 4.0 more. One seed on 150 dev reviews cannot rank them firmly: the
-# protocol of *Classification, honestly* (three seeds, then the test set) would be the next step.
+# along with the same layers, adds 4.0 more, a gap that the extra dropout of the course's encoder
+# may share with the head. One seed on 150 dev reviews cannot rank them firmly: more seeds, on
+# dev (the test set has had its one use), would be the next step.
 
 # %% [markdown]
 # **4. Does the token type matter?** Chapter 12 showed that sentence B of a pair gets

@@ -1540,3 +1540,73 @@ def kv_cache(steps: int = 4) -> Figure:
         color=new,
     )
     return fig
+
+
+def bert_input(
+    tokens: list[str],
+    token_ids: list[int],
+    token_type_ids: list[int],
+    num_layers: int = 6,
+) -> Figure:
+    """BERT's input, bottom-up: each token's row of the token table (its
+    id), plus the token-type vector of its segment (A or B), plus the vector
+    of its position; the sum goes through LayerNorm into the encoder."""
+    n = len(tokens)
+    if not n or len(token_ids) != n or len(token_type_ids) != n:
+        raise ValueError(
+            "need as many token ids and token type ids as tokens (at least "
+            f"one); got {n} tokens, {len(token_ids)} ids, "
+            f"{len(token_type_ids)} token type ids"
+        )
+    if any(t not in (0, 1) for t in token_type_ids):
+        raise ValueError(
+            f"token type ids must be 0 or 1, got {token_type_ids}"
+        )
+    if num_layers <= 0:
+        raise ValueError(f"num_layers must be positive, got {num_layers}")
+    label_w = 1.45
+    col = (MAX_WIDTH_IN - label_w - 0.1) / n
+    if col < 0.5:
+        raise ValueError(
+            f"{n} tokens do not fit the figure's width: at most "
+            f"{int((MAX_WIDTH_IN - label_w - 0.1) / 0.5)}"
+        )
+    height = 4.3
+    fig, ax = _canvas(MAX_WIDTH_IN, height)
+    xs = [label_w + col * (i + 0.5) for i in range(n)]
+    bw, bh = col * 0.9, 0.42
+    rows = (  # y, label, colour, text of each box
+        (1.05, "token (id)", COLORS["query"], [str(i) for i in token_ids]),
+        (
+            1.65,
+            "+ token type",
+            COLORS["key"],
+            ["AB"[t] for t in token_type_ids],
+        ),
+        (2.25, "+ position", COLORS["value"], [str(i) for i in range(n)]),
+    )
+    for x, token in zip(xs, tokens):
+        _text(ax, x, 0.4, token, ha="center", va="center")
+        _arrow(ax, (x, 0.58), (x, 1.05 - bh / 2))
+    for y, label, color, labels in rows:
+        _text(ax, 0.1, y, label, va="center")
+        for x, text in zip(xs, labels):
+            _box(ax, x, y, bw, bh, text, color, size=MIN_FONT_PT)
+    mid = (xs[0] + xs[-1]) / 2
+    span = xs[-1] - xs[0] + bw
+    for x in xs:
+        _arrow(ax, (x, 2.25 + bh / 2), (x, 2.95 - 0.2))
+    _box(
+        ax,
+        mid,
+        2.95,
+        span,
+        0.4,
+        "the sum, then LayerNorm and dropout",
+        COLORS["norm"],
+    )
+    _arrow(ax, (mid, 3.15), (mid, 3.5))
+    _box(
+        ax, mid, 3.8, span, 0.55, f"{num_layers} encoder layers", COLORS["io"]
+    )
+    return fig
