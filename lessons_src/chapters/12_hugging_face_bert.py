@@ -1347,16 +1347,7 @@ assert (long_top1 == target)[is_random].float().mean() > 2 * (
 
 # %% tags=["solution"]
 generator = set_seed(0)
-peek = BertForMLM(
-    BertConfig(
-        vocab_size=len(mlm_tok),
-        d_model=128,
-        num_layers=2,
-        num_heads=4,
-        d_ff=512,
-        max_len=64,
-    )
-)
+peek = BertForMLM(mlm.config)  # the 500-step model's configuration
 opt = torch.optim.AdamW(peek.parameters(), lr=1e-3)
 peek_losses = []
 for _ in range(100):
