@@ -138,6 +138,11 @@ CHAPTER_METRICS = {
             "summary['fine-tuned MiniLM (our loop)'][0]",
             "ft_seconds[best_name]",
         ),
+        (
+            "test accuracy, LoRA r = 8 on query and value (mean of 3 seeds)",
+            "summary['LoRA (r = 8)'][0]",
+            "lora_seconds[LORA_LR]",
+        ),
     ],
 }
 _METRICS_MARK = "BENCH-METRICS "

@@ -106,22 +106,6 @@ def test_words_keeps_contractions():
     assert S.words("I didn't LOVE it, sadly!") == ["i", "didn't", "love", "it", "sadly"]
 
 
-def test_bag_of_words_learns_and_is_deterministic():
-    texts = ["good food", "really good", "good value", "bad food", "really bad", "bad value"]
-    labels = [1, 1, 1, 0, 0, 0]
-    clf = S.fit_bag_of_words(texts, labels, weight_decay=1e-3, steps=200)
-    assert accuracy(clf.predict(texts), labels) == 1.0
-    pos, neg = clf.top_words(1)
-    assert pos == ["good"] and neg == ["bad"]
-    probs = clf.predict_proba(["good", "bad", "unseen words only"])
-    assert torch.allclose(probs.sum(dim=1), torch.ones(3))
-    assert probs[0, 1] > 0.5 > probs[1, 1]
-    again = S.fit_bag_of_words(texts, labels, weight_decay=1e-3, steps=200)
-    assert torch.equal(clf.weight, again.weight)
-    with pytest.raises(ValueError, match="labels"):
-        S.fit_bag_of_words(texts, labels[:-1])
-
-
 # ----------------------------------------------------------------------------- fine-tuning
 
 
@@ -205,35 +189,6 @@ def test_no_near_duplicates_across_splits(data):
 # ----------------------------------------------------------------------------- evaluation protocol
 
 
-def test_logistic_regression_learns_a_linear_rule_and_is_deterministic():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(200, 5, generator=g)
-    y = (x[:, 2] - 0.5 * x[:, 0] > 0).long().tolist()
-    a, b = S.fit_logistic_regression(x, y), S.fit_logistic_regression(x, y)
-    assert torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
-    assert accuracy(a.predict(x), y) > 0.95
-    assert a.weight[2] > 0 > a.weight[0] and abs(a.weight[4]) < abs(a.weight[2]) / 3
-    strong = S.fit_logistic_regression(x, y, weight_decay=1.0)
-    assert strong.weight.norm() < a.weight.norm()  # the L2 penalty shrinks the weights
-    with pytest.raises(ValueError, match="labels"):
-        S.fit_logistic_regression(x, y[:10])
-    with pytest.raises(ValueError, match="shape"):
-        a.predict(torch.randn(3, 4))
-
-
-def test_knn_votes_among_the_most_similar_rows():
-    ref = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.8, 0.3], [0.0, 1.0], [0.1, 0.9]])
-    labels = [1, 1, 0, 0, 0]
-    q = torch.tensor([[10.0, 0.5], [0.2, 3.0]])  # cosine ignores the length
-    assert S.knn_predict(q, ref, labels, k=1).tolist() == [1, 0]
-    assert S.knn_predict(q, ref, labels, k=3).tolist() == [1, 0]
-    assert S.knn_predict(q, ref, labels, k=5).tolist() == [0, 0]  # the majority of all five
-    with pytest.raises(ValueError, match="k must be"):
-        S.knn_predict(q, ref, labels, k=6)
-    with pytest.raises(ValueError, match="labels"):
-        S.knn_predict(q, ref, labels[:4], k=1)
-
-
 def test_train_dev_split_is_balanced_disjoint_and_seeded(data):
     train, _ = data
     tr, dev = S.train_dev_split(train, 150, seed=0)
@@ -271,10 +226,3 @@ def test_predict_proba_runs_without_autograd(tokenizer):
     model = tiny_classifier(tokenizer.vocab_size)
     probs = S.predict_proba(model, tokenizer, ["fine", "bad"])
     assert torch.is_inference(probs) and not probs.requires_grad
-
-
-def test_logistic_regression_accepts_features_made_without_autograd():
-    with torch.inference_mode():
-        x = torch.randn(20, 3, generator=torch.Generator().manual_seed(0))
-    fit = S.fit_logistic_regression(x, (x[:, 0] > 0).long().tolist(), steps=50)
-    assert accuracy(fit.predict(x), (x[:, 0] > 0).long().tolist()) > 0.8

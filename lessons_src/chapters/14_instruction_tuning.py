@@ -18,9 +18,8 @@
 #    never see in training?
 # 2. **Data the way the model expects it**: each example rendered with the model's own chat
 #    template, with the loss on the answer's tokens only.
-# 3. **LoRA**: instead of changing the 135 million weights, we train a low-rank update of two
-#    kinds of matrix in every layer, built in a dozen lines and checked against the `peft`
-#    library.
+# 3. **LoRA** (chapter 13): instead of changing the 135 million weights, we train a low-rank
+#    update of two kinds of matrix in every layer, with the package's layer and with `peft`.
 # 4. **Training two ways**: with the course's loop (`fit`, chapter 09) and with `trl`'s
 #    `SFTTrainer`, on the same data, schedule and seed; and a test of the answer-only loss
 #    against a loss on every token.
@@ -79,8 +78,7 @@ from transformer_course.utils import (
 )
 
 # %%
-# the same random numbers on every run (g: a seeded torch.Generator)
-g = set_seed(0)
+set_seed(0)  # the same random numbers on every run
 device = get_device()
 
 # %% [markdown]
@@ -454,151 +452,38 @@ plt.show()
 # template's newline after `<|im_end|>` carries loss too; learning it does no harm, since
 # generation stops at `<|im_end|>`.
 #
-# ## LoRA: a low-rank update
+# ## LoRA on SmolLM2
 #
 # Full fine-tuning changes every weight: 135 million numbers, plus a gradient and AdamW's two
-# running averages for each, and a full copy of the model for every task. **LoRA** (low-rank
-# adaptation, Hu et al., 2021) keeps each pretrained matrix
-# $W \in \mathbb{R}^{d_\text{out} \times d_\text{in}}$ frozen and learns a correction of low
-# rank $r$:
-#
-# $$
-# \begin{aligned}
-# W' &= W + \frac{\alpha}{r}\, B A, \\
-# A &\in \mathbb{R}^{r \times d_\text{in}},\quad B \in \mathbb{R}^{d_\text{out} \times r}.
-# \end{aligned}
-# $$ (eq-14-1)
-#
-# The input goes two ways (Fig. 14.2): through the frozen $W$, and through the narrow path $A$ then
-# $B$, whose output is scaled by $\alpha / r$ and added to $W x$:
-
-# %% tags=["hide-input"] caption="A LoRA layer. The input x goes through the frozen pretrained matrix W (grey) and, in parallel, through A, which maps it down to r numbers, and B, which maps those back up to $d_\\text{out}$; the update is scaled by $\\alpha/r$ and added to Wx. Only A and B (orange) are trained; B starts at zero, so the layer starts as W alone." alt="A diagram read from left to right. A vector x on the left splits into two paths. The upper path is a large grey square labelled W, d_out by d_in, frozen. The lower path is a wide, flat orange box A, r by d_in, followed by a tall, thin orange box B, d_out by r, then a multiplication by alpha over r. The two paths meet at a plus sign, whose output is h; below the diagram, the formula h = Wx + (alpha/r) BAx."
-fig, ax = plt.subplots(figsize=(5.2, 3.6))
-boxes = [  # x, y, width, height, colour, label
-    (1.6, 2.2, 2.2, 1.9, "0.8", "$W$\n$d_{out} \\times d_{in}$\nfrozen"),
-    (1.6, 0.35, 2.2, 0.6, "#fdbf6f", "$A$: $r \\times d_{in}$"),
-    (4.4, -0.2, 0.95, 1.7, "#fdbf6f", "$B$\n$d_{out}$\n$\\times r$"),
-]
-for x0, y0, w, h, colour, label in boxes:
-    ax.add_patch(plt.Rectangle((x0, y0), w, h, facecolor=colour, ec="k"))
-    ax.text(
-        x0 + w / 2, y0 + h / 2, label, ha="center", va="center", fontsize=12
-    )
-arrow = dict(arrowstyle="->", lw=1.3)
-ax.text(0.2, 1.9, "$x$", fontsize=16, ha="center", va="center")
-for start, end in [
-    ((0.4, 2.0), (1.6, 3.15)),
-    ((0.4, 1.8), (1.6, 0.65)),
-    ((3.8, 0.65), (4.4, 0.65)),
-    ((7.1, 3.15), (7.1, 2.12)),
-    ((7.1, 0.65), (7.1, 1.68)),
-]:
-    ax.annotate("", xy=end, xytext=start, arrowprops=arrow)
-ax.plot([3.8, 7.1], [3.15, 3.15], "k", lw=1.3)
-ax.plot([5.35, 7.1], [0.65, 0.65], "k", lw=1.3)
-ax.text(
-    6.2,
-    0.8,
-    "$\\times \\frac{\\alpha}{r}$",
-    fontsize=17,
-    ha="center",
-    va="bottom",
-)
-ax.text(5.3, 3.4, "$Wx$", ha="center", fontsize=13)
-ax.add_patch(plt.Circle((7.1, 1.9), 0.22, fill=False, lw=1.3))
-ax.text(7.1, 1.9, "+", ha="center", va="center", fontsize=14)
-ax.text(7.45, 1.9, "$h$", fontsize=16, va="center")
-ax.text(
-    4.0, -0.95, "$h = Wx + \\frac{\\alpha}{r} BAx$", ha="center", fontsize=15
-)
-ax.set_xlim(0, 7.9)
-ax.set_ylim(-1.4, 4.3)
-ax.set_aspect("equal")
-ax.axis("off")
-plt.show()
-
-# %% [markdown]
-# * $B$ starts at zero, so $W' = W$ at the start: training begins from the pretrained model
-#   exactly. $A$ starts random, so the gradient of $B$ is not zero.
-# * The rank $r$ says how many directions the update can use: $r (d_\text{in} + d_\text{out})$
-#   numbers instead of $d_\text{in} d_\text{out}$.
-# * $\alpha$ scales the update. The LoRA paper divides by $r$ so that a learning rate found for
-#   one rank works for another; Kalajdzievski (2023, rsLoRA) argues for $\alpha/\sqrt r$ at
-#   large ranks. We take $\alpha = 2r$ (`peft`'s own defaults are printed with its layer
-#   below).
-# * Which matrices: the LoRA paper compared only the attention's four projections, under a fixed
-#   budget of trained parameters, and found that the query and value together at rank 4 did as
-#   well as or better than any single projection at rank 8; they tied all four at rank 2 on one
-#   task (WikiSQL) and trailed them slightly on another (MultiNLI). It did not
-#   try the MLP. Query and value are the paper's choice and `peft`'s long-standing default, and
-#   they are cheap; that is why we start with them. QLoRA (Dettmers et al., 2023) found that
-#   adapting all the linear layers of the block was needed to match full fine-tuning. More
-#   adapted matrices cost more parameters (exercise 2 counts them).
-#
-# The layer is a frozen `nn.Linear` plus two small matrices, and its forward pass is one line:
-
-
-# %%
-class TinyLoRA(nn.Module):
-    """A frozen linear layer plus a trainable update (alpha / r) B A."""
-
-    def __init__(self, base: nn.Linear, r: int, alpha: float):
-        super().__init__()
-        self.base = base.requires_grad_(False)
-        d_in, d_out = base.in_features, base.out_features
-        bound = 1 / math.sqrt(d_in)  # A uniform in +-bound, as in peft
-        self.A = nn.Parameter(torch.empty(r, d_in).uniform_(-bound, bound))
-        self.B = nn.Parameter(torch.zeros(d_out, r))
-        self.scale = alpha / r
-
-    def forward(self, x):
-        return self.base(x) + self.scale * (x @ self.A.T @ self.B.T)
-
-
-# %% [markdown]
-# The package's `LoRALinear` is the same layer, with checks of its arguments, and $A$ and $B$
-# created on the device and with the dtype of the base weight. It draws $A$ with
-# `kaiming_uniform_(a=√5)`, which is the same distribution as `TinyLoRA`'s: uniform in
-# $\pm 1/\sqrt{d_\text{in}}$.
+# running averages for each, and a full copy of the model for every task. Chapter 13 built
+# **LoRA** (low-rank adaptation, Hu et al., 2021) for a BERT classifier: each pretrained matrix
+# $W$ stays frozen and a correction of low rank $r$ is learned next to it,
+# $W' = W + \frac{\alpha}{r} BA$, with $B$ starting at zero so that training begins from the
+# pretrained model exactly (chapter 13 draws the layer, writes it in a dozen lines as
+# `TinyLoRA` and checks it against `peft`'s). The package's `LoRALinear` is that layer, with
+# checks of its arguments, and $A$ and $B$ created on the device and with the dtype of the base
+# weight:
 
 # %%
 show_source(LoRALinear)
 
 # %% [markdown]
-# `peft` (Hugging Face's library of parameter-efficient methods) implements the same layer,
-# with more options (dropout on the input, several adapters per layer, merging). On one linear
-# layer with the same $W$, $A$ and $B$ (here $B$ random, so that the update is not zero), the
-# three must compute the same outputs:
+# What a language model changes is the choice of matrices. The LoRA paper compared only the
+# attention's four projections, under a fixed budget of trained parameters, and found that the
+# query and value together at rank 4 did as well as or better than any single projection at
+# rank 8; they tied all four at rank 2 on one task (WikiSQL) and trailed them slightly on
+# another (MultiNLI). It did not try the MLP. Query and value are the paper's choice and
+# `peft`'s long-standing default, and they are cheap; that is why we start with them. QLoRA
+# (Dettmers et al., 2023) found that adapting all the linear layers of the block was needed to
+# match full fine-tuning. More adapted matrices cost more parameters (exercise 2 counts them).
+#
+# SmolLM2 has 30 layers; each has four attention projections and three MLP matrices. We adapt
+# `q_proj` and `v_proj` with $r = 8$ and $\alpha = 16 = 2r$, as chapter 13 did (`peft`'s
+# defaults are $r = 8$ and $\alpha = 8$):
 
 # %%
 from peft import LoraConfig, get_peft_model
-from peft.tuners.lora import Linear as PeftLoraLinear
 
-small = nn.Linear(16, 12)
-small_config = LoraConfig(r=4, lora_alpha=8)
-theirs = PeftLoraLinear(small, "default", small_config, r=4, lora_alpha=8)
-tiny = TinyLoRA(copy.deepcopy(small), r=4, alpha=8)
-ours_small = LoRALinear(copy.deepcopy(small), r=4, alpha=8)
-with torch.no_grad():
-    theirs.lora_B["default"].weight.normal_(generator=g)
-    for layer in (tiny, ours_small):
-        layer.A.copy_(theirs.lora_A["default"].weight)
-        layer.B.copy_(theirs.lora_B["default"].weight)
-    x = torch.randn(5, 16, generator=g)
-    moved = (theirs(x) - small(x)).abs().max().item()
-    print(f"the update changes the outputs by up to {moved:.2f}")
-    for name, layer in (("TinyLoRA", tiny), ("LoRALinear", ours_small)):
-        same = torch.allclose(layer(x), theirs(x), atol=1e-6)
-        print(f"{name} and peft's LoRA layer, same outputs: {same}")
-default = LoraConfig()
-print(f"peft's defaults: r={default.r}, lora_alpha={default.lora_alpha}")
-
-# %% [markdown]
-# `peft`'s defaults are $r = 8$ and $\alpha = 8$, that is $\alpha = r$. SmolLM2 has 30
-# layers; each has four attention projections and three MLP matrices. We adapt `q_proj` and
-# `v_proj` with $r = 8$ and twice the default scale, $\alpha = 16 = 2r$:
-
-# %%
 R, ALPHA, TARGETS = 8, 16, ["q_proj", "v_proj"]
 layer0 = base.model.layers[0]
 for name, m in layer0.named_modules():
@@ -1101,7 +986,7 @@ bottom.set_xlabel("step")
 plt.show()
 
 # %% [markdown]
-# In the bottom panel of Fig. 14.3, the gap between the two runs stays between about 2e-7 and 2e-5
+# In the bottom panel of Fig. 14.2, the gap between the two runs stays between about 2e-7 and 2e-5
 # and does not grow with training. It is about 1e-5 already at step 1, before any update, when both
 # models are the pretrained model itself ($B = 0$) reading the same tokens: the two
 # implementations round their float32 computations of the loss differently, and that, not the
@@ -1443,7 +1328,7 @@ Table(
 #   kept rather than tuned for it, the same run got 25.0 % of the dev dates right instead of
 #   55.0 % (12 questions lost, none gained).
 # * **LoRA** freezes $W$ and learns $\frac{\alpha}{r} B A$ of rank $r$, with $B = 0$ at the
-#   start: a dozen lines (`TinyLoRA`), the same outputs as `peft`. Here it trained 0.34 % of the
+#   start (chapter 13). On SmolLM2's query and value projections it trained 0.34 % of the
 #   parameters, kept 5.5 MB of gradients and optimiser state instead of 1.61 GB, and was saved
 #   in a file of about 1.9 MB. The activations kept for the backward pass fell only to 76 % of
 #   full fine-tuning's, 647 MB against 853 MB on a batch of 8 prompts.

@@ -41,13 +41,14 @@ module            what it holds                                      chapter
 ``hf_gpt2``       ``to_hf`` / ``from_hf`` (GPT-2 both ways), BPE     11
 ``llama``         ``Llama``: ``RMSNorm``, ``rope``, GQA              11
                   ``Attention``, ``SwiGLU``; ``from_hf_llama``
-``bert``          ``BertEncoder``, ``BertForMLM``, masking,          12
+``bert``          ``BertEncoder``, ``BertForMLM``, masking,          12, 13
                   pre-training
-``hf_bert``       BERT weights both ways, WordPiece tokenisers       12
-``interpret``     attention as flow, attention rollout, occlusion    05, 12
-``instruct``      chat examples with answer-only labels, LoRA        13
-``diagrams``      the chapters' architecture diagrams                01-11
-``tasks.*``       the chapters' tasks and data (see ``tasks``)       01, 09-12
+``hf_bert``       BERT weights both ways, WordPiece tokenisers       12, 13
+``interpret``     attention as flow, attention rollout, occlusion    12, 13
+``instruct``      chat examples with answer-only labels, LoRA        14
+``diagrams``      the chapters' architecture diagrams                01-12
+``tasks.*``       the chapters' tasks and data (see ``tasks``)       01, 04,
+                                                                     09-14
 ================  =================================================  ==========
 """
 

@@ -6,16 +6,14 @@
   balanced) stored in the file itself, so every run and every reader uses the
   same split.  Reviews about the same subject (the two reviews of a kettle,
   say, found by the distinctive words they share) were kept on the same side of
-  the split: the test set asks about subjects the model has not been trained
-  on, instead of rewarding it for remembering that "kettle" came with the label
-  "positive" in training.
+  the split where the split could keep them apart (a few subjects, such as
+  movers and museums, have reviews on both sides), so that the test set mostly
+  asks about subjects the model has not been trained on.
 * ``train_dev_split``: a seeded, balanced development split carved from the
   training reviews, on which every choice is made (the test set is used once,
   at the end); ``mean_std`` summarises accuracies over seeds.
-* Baselines: ``fit_bag_of_words`` (a logistic regression on word counts) and,
-  on frozen sentence embeddings, ``knn_predict`` (cosine nearest neighbours)
-  and a linear probe; the bag of words and the probe share
-  ``fit_logistic_regression``, in plain torch.
+* ``words``: the lower-cased words of a review, as the bag-of-words baseline
+  counts them (chapter 13 fits its baselines with scikit-learn).
 * ``fine_tune``: training (on ``training.fit``) for a Hugging Face sequence
   classifier (``AutoModelForSequenceClassification``), with ``freeze_lower``
   to freeze its bottom; ``predict_proba`` and ``classify_sentiment`` use the
@@ -30,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -38,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..training import (
@@ -197,7 +193,7 @@ def plot_confusion_matrix(
 
 
 # -----------------------------------------------------------------------------
-# The baseline: logistic regression on a bag of words
+# Words, for the bag-of-words baseline (fitted with scikit-learn in chapter 13)
 
 
 def words(text: str) -> list[str]:
@@ -205,168 +201,6 @@ def words(text: str) -> list[str]:
     word).
     """
     return re.findall(r"[a-z0-9]+(?:'[a-z]+)?", text.lower())
-
-
-@dataclass
-class BagOfWordsClassifier:
-    """Logistic regression on word counts:
-    ``P(positive) = sigmoid(counts . weight + bias)``.
-
-    Word order is thrown away: "not good, bad" and "not bad, good" have the
-    same features.  Words never seen in training are ignored.
-    """
-
-    vocab: dict[str, int]
-    weight: torch.Tensor  # (len(vocab),)
-    bias: torch.Tensor  # ()
-
-    def features(self, texts: Sequence[str]) -> torch.Tensor:
-        """``(len(texts), len(vocab))`` matrix of word counts."""
-        x = torch.zeros(len(texts), len(self.vocab))
-        for i, t in enumerate(texts):
-            for w in words(t):
-                j = self.vocab.get(w)
-                if j is not None:
-                    x[i, j] += 1.0
-        return x
-
-    def predict_proba(self, texts: Sequence[str]) -> torch.Tensor:
-        """``(len(texts), 2)`` probabilities of (negative, positive)."""
-        return LogisticRegression(self.weight, self.bias).predict_proba(
-            self.features(texts)
-        )
-
-    def predict(self, texts: Sequence[str]) -> torch.Tensor:
-        return self.predict_proba(texts).argmax(dim=1)
-
-    def top_words(self, k: int = 8) -> tuple[list[str], list[str]]:
-        """The ``k`` words that push hardest towards positive, and towards
-        negative.
-        """
-        inv = {j: w for w, j in self.vocab.items()}
-        order = torch.argsort(self.weight, descending=True).tolist()
-        return [inv[j] for j in order[:k]], [inv[j] for j in order[::-1][:k]]
-
-
-@dataclass
-class LogisticRegression:
-    """``P(positive | x) = sigmoid(x . weight + bias)`` on feature vectors
-    ``x``.
-    """
-
-    weight: torch.Tensor  # (features,)
-    bias: torch.Tensor  # ()
-
-    def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
-        """``(n, 2)`` probabilities of (negative, positive) for features ``x``
-        ``(n, features)``.
-        """
-        if x.dim() != 2 or x.size(1) != self.weight.numel():
-            raise ValueError(
-                f"features must have shape (n, {self.weight.numel()}), "
-                f"got {tuple(x.shape)}"
-            )
-        p = torch.sigmoid(x @ self.weight + self.bias)
-        return torch.stack([1 - p, p], dim=1)
-
-    def predict(self, x: torch.Tensor) -> torch.Tensor:
-        return self.predict_proba(x).argmax(dim=1)
-
-
-def fit_logistic_regression(
-    x: torch.Tensor,
-    labels: Sequence[int],
-    weight_decay: float = 1e-3,
-    steps: int = 500,
-    lr: float = 0.1,
-) -> LogisticRegression:
-    """Fit a logistic regression by full-batch gradient descent (Adam) on the
-    logistic loss.
-
-    ``weight_decay`` is the L2 penalty on the weights (not the bias).  Starting
-    from zeros with full batches makes the fit deterministic: the same data
-    give the same weights.
-    """
-    if x.dim() != 2 or x.size(0) != len(labels) or len(labels) == 0:
-        raise ValueError(
-            "need features (n, d) and n labels, n >= 1; "
-            f"got {tuple(x.shape)} and {len(labels)} labels"
-        )
-    # features made under torch.inference_mode() cannot take part in autograd
-    x = x.detach().clone()
-    y = torch.tensor(list(labels), dtype=torch.float32)
-    w = nn.Parameter(torch.zeros(x.size(1)))
-    b = nn.Parameter(torch.zeros(()))
-    opt = torch.optim.Adam([w, b], lr=lr)
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = (
-            F.binary_cross_entropy_with_logits(x @ w + b, y)
-            + weight_decay * (w**2).sum()
-        )
-        loss.backward()
-        opt.step()
-    return LogisticRegression(w.detach().clone(), b.detach().clone())
-
-
-def fit_bag_of_words(
-    texts: Sequence[str],
-    labels: Sequence[int],
-    weight_decay: float = 1e-3,
-    steps: int = 500,
-    lr: float = 0.1,
-    min_count: int = 1,
-) -> BagOfWordsClassifier:
-    """A ``BagOfWordsClassifier``: :func:`fit_logistic_regression` on word
-    counts.
-
-    The vocabulary is every word seen at least ``min_count`` times in
-    ``texts``; ``weight_decay`` is the L2 penalty on the weights.
-    """
-    if len(texts) != len(labels) or not texts:
-        raise ValueError(
-            "need as many labels as texts (and at least one), "
-            f"got {len(texts)} and {len(labels)}"
-        )
-    counts = Counter(w for t in texts for w in set(words(t)))
-    vocab = {
-        w: j
-        for j, w in enumerate(
-            sorted(w for w, c in counts.items() if c >= min_count)
-        )
-    }
-    clf = BagOfWordsClassifier(vocab, torch.zeros(len(vocab)), torch.zeros(()))
-    fit = fit_logistic_regression(
-        clf.features(texts), labels, weight_decay, steps, lr
-    )
-    return BagOfWordsClassifier(vocab, fit.weight, fit.bias)
-
-
-def knn_predict(
-    query: torch.Tensor,
-    reference: torch.Tensor,
-    reference_labels: Sequence[int],
-    k: int = 5,
-) -> torch.Tensor:
-    """Label each ``query`` row by a majority vote of its ``k`` most
-    cosine-similar ``reference`` rows.
-
-    Ties (possible for even ``k``) go to label 1.  Labels are 0/1.
-    """
-    if not 1 <= k <= reference.size(0):
-        raise ValueError(
-            "k must be between 1 and the number of reference rows "
-            f"{reference.size(0)}, got {k}"
-        )
-    if reference.size(0) != len(reference_labels):
-        raise ValueError(
-            f"{reference.size(0)} reference rows but "
-            f"{len(reference_labels)} labels"
-        )
-    sims = F.normalize(query, dim=-1) @ F.normalize(reference, dim=-1).T
-    nearest = sims.topk(k, dim=1).indices
-    votes = class_ids(reference_labels)[nearest].sum(dim=1)
-    return (2 * votes >= k).long()
 
 
 def train_dev_split(
