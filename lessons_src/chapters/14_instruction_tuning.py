@@ -20,9 +20,9 @@
 #    template, with the loss on the answer's tokens only.
 # 3. **LoRA** (chapter 13): instead of changing the 135 million weights, we train a low-rank
 #    update of two kinds of matrix in every layer, with the package's layer and with `peft`.
-# 4. **Training two ways**: with the course's loop (`fit`, chapter 09) and with `trl`'s
-#    `SFTTrainer`, on the same data, schedule and seed; and a test of the answer-only loss
-#    against a loss on every token.
+# 4. **Training two ways**: with the course's loop (`fit`, chapter 09), then a test of the
+#    answer-only loss against a loss on every token, then with `trl`'s `SFTTrainer` on the same
+#    data, schedule and seed as `fit`.
 # 5. **After**: the same held-out score, the adapter switched on and off, saved, merged into
 #    the weights, and what the tuning cost the model elsewhere.
 
@@ -87,7 +87,9 @@ device = get_device()
 # The model is SmolLM2-135M-Instruct in chapter 11's quantised copy (`gguf`, Q4_1 and Q8_0),
 # expanded to 32-bit floats when it is loaded; the weights keep the rounding error of the
 # quantisation. So this chapter trains LoRA adapters on a frozen base
-# that carries 4-bit rounding error, which is QLoRA's setting (Dettmers et al., 2023), except
+# that carries the rounding error of 4-bit storage (Q4_1 keeps 4-bit values with a scale and an
+# offset for each block of 32, about 5 bits a weight; the embedding, which is also the output
+# head, is kept in the finer Q8_0), which is QLoRA's setting (Dettmers et al., 2023), except
 # that QLoRA keeps the weights in 4 bits (its own NF4 type rather than Q4_1) and dequantises them
 # to bfloat16 on the fly for each product, while we hold them dequantised in float32: the same
 # kind of rounding error, without the memory saving. The original bfloat16 weights can score
@@ -475,7 +477,9 @@ show_source(LoRALinear)
 # another (MultiNLI). It did not try the MLP. Query and value are the paper's choice and
 # `peft`'s long-standing default, and they are cheap; that is why we start with them. QLoRA
 # (Dettmers et al., 2023) found that adapting all the linear layers of the block was needed to
-# match full fine-tuning. More adapted matrices cost more parameters (exercise 2 counts them).
+# match full fine-tuning, and Schulman and Thinking Machines Lab (2025) found LoRA on the
+# attention alone behind LoRA that includes the MLP, even when the two trained about as many
+# parameters. More adapted matrices cost more parameters (exercise 2 counts them).
 #
 # SmolLM2 has 30 layers; each has four attention projections and three MLP matrices. We adapt
 # `q_proj` and `v_proj` with $r = 8$ and $\alpha = 16 = 2r$, as chapter 13 did (`peft`'s
@@ -609,7 +613,9 @@ del full_ft
 # LoRA does cut the activations, by what frozen weights no longer need (the inputs of the
 # matrices without an adapter, and the normalised states kept for the norms' scales), but only
 # in part, and what remains is more than a hundred times the 5.5 MB of
-# the adapters' gradients and optimiser state.
+# the adapters' gradients and optimiser state. One of the largest tensors kept is the loss's
+# own, which no choice of adapters can shrink: the log-probabilities over the 49,152-token
+# vocabulary at each of the 8 × 65 positions, about 102 MB in float32.
 #
 # ## Training with the course's loop
 #
@@ -843,7 +849,10 @@ for name, norms in (
 # 4.9 × 10⁻⁴. The two runs differ only in the loss, so in this pair the loss is the cause; whether
 # the gap holds for other seeds, or with settings tuned for each loss, one pair cannot say. The
 # comparison holds the settings chosen for the answer-only loss fixed (learning rate, $\alpha$,
-# clipping); it does not tune them for each loss. Clipping rarely acted on either run: the
+# clipping); it does not tune them for each loss. And "the loss" here is two changes at once:
+# which tokens are scored, and what the loss is averaged over (every token of an example
+# instead of the answer's), so that at the same learning rate the answer's tokens weigh less in
+# each update; a run that weighted the answer's tokens as before would separate the two. Clipping rarely acted on either run: the
 # gradient's norm was above 1, where clipping at 1 scales it down, at 2 of the 16 steps of the
 # answer-only run and 3 of the every-token run (median norms 0.47 and 0.90). With those
 # settings, for this task, with 128 examples and 16 steps, the loss on the whole sequence did
@@ -988,9 +997,11 @@ plt.show()
 # %% [markdown]
 # In the bottom panel of Fig. 14.2, the gap between the two runs stays between about 2e-7 and 2e-5
 # and does not grow with training. It is about 1e-5 already at step 1, before any update, when both
-# models are the pretrained model itself ($B = 0$) reading the same tokens: the two
-# implementations round their float32 computations of the loss differently, and that, not the
-# training, sets the size of the gap.
+# models are the pretrained model itself ($B = 0$) reading the same tokens. The two compute the
+# loss by different routes: `fit` takes the model's own cross-entropy, while `SFTTrainer` (in the
+# `trl` version installed here) asks the model for the log-probabilities of the answer tokens
+# through `trl`'s fused output head and averages them itself. The two routes round differently
+# in float32, and that, not the training, sets the size of the gap.
 #
 # ## After tuning
 #
@@ -1118,11 +1129,13 @@ print("wrong fields with the adapter on:", wrong_fields(on, e0.target))
 # %% [markdown]
 # On the first question, a compact date, the untuned model answers in ISO form but with the
 # wrong month (01 for 11); with the adapter the answer is right. On the second it answers with neither the right date nor the ISO form; the adapter gives the
-# ISO form, with the wrong year and month (the first mistake listed above).
+# ISO form, with the wrong year and month (the last printed line, which is about this second
+# question; it is the first mistake listed above).
 #
 # ### Saving the adapter
 #
-# Only the adapter needs saving: the pretrained model is the same for every task.
+# As for chapter 13's classifier, only the adapter needs saving: the pretrained model is the
+# same for every task.
 
 # %%
 adapter_dir = Path(tempfile.mkdtemp())
@@ -1147,7 +1160,8 @@ print("same 40 answers as before saving:", after_reload == after_peft)
 # %% [markdown]
 # ### Merging: $W + \frac{\alpha}{r} B A$ as one matrix
 #
-# For serving, the update can be added into the weights once, `merge_and_unload()`: the model is
+# For serving, the update can be added into the weights once, `merge_and_unload()`, as chapter 13
+# did for the classifier: the model is
 # then an ordinary `LlamaForCausalLM` again, with no extra matrix products, and it must compute
 # the same logits as the model with the adapter, up to float32 rounding: $(W + \frac{\alpha}{r}
 # BA)x$ rounds differently from $Wx + \frac{\alpha}{r} B(Ax)$. `merge_and_unload` changes the
@@ -1454,8 +1468,8 @@ assert mlp_share > 0.5, "the MLP's matrices hold most of the parameters"
 # %% [markdown] tags=["solution"]
 # All seven matrices train 5.3 times as many parameters: the MLP's matrices are wide
 # (1536 × 576 and back), and its three hold 62 % of the adapters' parameters. The time of a
-# step grows far less than the number of parameters: compare the two printed ratios (each time is the fastest of
-# two timed steps after one warm-up step, on the same batch of 8). The line on the frozen
+# step hardly changes: compare the two printed ratios (each time is the fastest of two timed
+# steps after one warm-up step, on the same batch of 8). The line on the frozen
 # model shows why: the forward and backward pass through the frozen model alone, which is the
 # same whichever matrices are adapted, takes most of the time of the q, v step. Whether the extra adapters would raise the exact match
 # on dates, these counts do not say: train it to find out.
