@@ -470,7 +470,7 @@ plt.show()
 show_source(LoRALinear)
 
 # %% [markdown]
-# What a language model changes is the choice of matrices. The LoRA paper compared only the
+# On a language model, the choice that matters most is which matrices get an adapter. The LoRA paper compared only the
 # attention's four projections, under a fixed budget of trained parameters, and found that the
 # query and value together at rank 4 did as well as or better than any single projection at
 # rank 8; they tied all four at rank 2 on one task (WikiSQL) and trailed them slightly on
@@ -849,10 +849,10 @@ for name, norms in (
 # 4.9 × 10⁻⁴. The two runs differ only in the loss, so in this pair the loss is the cause; whether
 # the gap holds for other seeds, or with settings tuned for each loss, one pair cannot say. The
 # comparison holds the settings chosen for the answer-only loss fixed (learning rate, $\alpha$,
-# clipping); it does not tune them for each loss. And "the loss" here is two changes at once:
-# which tokens are scored, and what the loss is averaged over (every token of an example
-# instead of the answer's), so that at the same learning rate the answer's tokens weigh less in
-# each update; a run that weighted the answer's tokens as before would separate the two. Clipping rarely acted on either run: the
+# clipping); it does not tune them for each loss. The two losses also average over different
+# numbers of tokens, but that alone would change little: AdamW divides each step by a running
+# estimate of the gradient's size, so multiplying a loss by a constant leaves its steps nearly
+# as they were. What differs is which tokens are scored. Clipping rarely acted on either run: the
 # gradient's norm was above 1, where clipping at 1 scales it down, at 2 of the 16 steps of the
 # answer-only run and 3 of the every-token run (median norms 0.47 and 0.90). With those
 # settings, for this task, with 128 examples and 16 steps, the loss on the whole sequence did
@@ -995,8 +995,8 @@ bottom.set_xlabel("step")
 plt.show()
 
 # %% [markdown]
-# In the bottom panel of Fig. 14.2, the gap between the two runs stays between about 2e-7 and 2e-5
-# and does not grow with training. It is about 1e-5 already at step 1, before any update, when both
+# In the bottom panel of Fig. 14.2, the gap between the two runs stays between about 2 × 10⁻⁷ and
+# 2 × 10⁻⁵ and does not grow with training. It is about 1 × 10⁻⁵ already at step 1, before any update, when both
 # models are the pretrained model itself ($B = 0$) reading the same tokens. The two compute the
 # loss by different routes: `fit` takes the model's own cross-entropy, while `SFTTrainer` (in the
 # `trl` version installed here) asks the model for the log-probabilities of the answer tokens
@@ -1338,9 +1338,11 @@ Table(
 #   falls on the **answer's tokens only** (labels $-100$ elsewhere), the end-of-turn token and
 #   the template's newline after it included, so the model learns to answer and to stop. The
 #   padding is masked by position, since SmolLM2's padding token is that end-of-turn token.
-#   With the loss on every token instead, and the settings chosen for the answer-only loss
-#   kept rather than tuned for it, the same run got 25.0 % of the dev dates right instead of
-#   55.0 % (12 questions lost, none gained).
+#   With the loss on every token instead (the system message and the template's markers
+#   included), and the settings chosen for the answer-only loss kept rather than tuned for it,
+#   the same run got 25.0 % of the dev dates right instead of 55.0 % (12 questions lost, none
+#   gained). The middle way of Shi et al., the loss on the instruction and the answer, was not
+#   tested.
 # * **LoRA** freezes $W$ and learns $\frac{\alpha}{r} B A$ of rank $r$, with $B = 0$ at the
 #   start (chapter 13). On SmolLM2's query and value projections it trained 0.34 % of the
 #   parameters, kept 5.5 MB of gradients and optimiser state instead of 1.61 GB, and was saved
