@@ -470,7 +470,7 @@ plt.show()
 show_source(LoRALinear)
 
 # %% [markdown]
-# On a language model, the choice that matters most is which matrices get an adapter. The LoRA paper compared only the
+# On a language model, a further choice is which matrices get an adapter. The LoRA paper compared only the
 # attention's four projections, under a fixed budget of trained parameters, and found that the
 # query and value together at rank 4 did as well as or better than any single projection at
 # rank 8; they tied all four at rank 2 on one task (WikiSQL) and trailed them slightly on
@@ -622,9 +622,8 @@ del full_ft
 # The settings: 16 steps of 8 examples (each training example seen once), AdamW at a learning
 # rate of $2 \cdot 10^{-3}$ without weight decay, a linear warm-up over 2 steps then a linear
 # decay towards 0, gradient clipping at 1 (`clip_norm=1.0` in `fit`). LoRA is usually trained
-# with a larger learning rate than full fine-tuning: Schulman and Thinking Machines Lab (2025, *LoRA Without Regret*)
-# measured the best learning rate of LoRA at about 10 times that of full fine-tuning, over many
-# models and data sets.
+# with a larger learning rate than full fine-tuning (chapter 13 chose among 10, 30 and 100 times
+# its full fine-tuning rate, after *LoRA Without Regret*).
 #
 # None of these settings came from a search: the rank is `peft`'s default, $\alpha$ twice its
 # default scale, the targets the LoRA paper's choice; one pass over the data is the shortest run
@@ -851,7 +850,7 @@ for name, norms in (
 # comparison holds the settings chosen for the answer-only loss fixed (learning rate, $\alpha$,
 # clipping); it does not tune them for each loss. The two losses also average over different
 # numbers of tokens, but that alone would change little: AdamW divides each step by a running
-# estimate of the gradient's size, so multiplying a loss by a constant leaves its steps nearly
+# estimate of the gradient's size, so multiplying a loss by a roughly constant factor leaves its steps nearly
 # as they were. What differs is which tokens are scored. Clipping rarely acted on either run: the
 # gradient's norm was above 1, where clipping at 1 scales it down, at 2 of the 16 steps of the
 # answer-only run and 3 of the every-token run (median norms 0.47 and 0.90). With those
@@ -999,7 +998,7 @@ plt.show()
 # 2 × 10⁻⁵ and does not grow with training. It is about 1 × 10⁻⁵ already at step 1, before any update, when both
 # models are the pretrained model itself ($B = 0$) reading the same tokens. The two compute the
 # loss by different routes: `fit` takes the model's own cross-entropy, while `SFTTrainer` (in the
-# `trl` version installed here) asks the model for the log-probabilities of the answer tokens
+# `trl` 1.16 installed here) asks the model for the log-probabilities of the answer tokens
 # through `trl`'s fused output head and averages them itself. The two routes round differently
 # in float32, and that, not the training, sets the size of the gap.
 #
@@ -1096,10 +1095,10 @@ for a, e in wrong:  # a weekday question answered with another year
 # taught them all. The other 12 misread a field outright, such as `'18 June 2046'` answered
 # with 1946 although the year is written in full. `"Tue, Oct 10, '34"` answered with 1934 is
 # one of them: as the last line shows, 10 October 1934 was a Wednesday, so the weekday settles
-# the century, and the model does not use it. Chapter 09's model, trained from scratch on
-# 51,200 examples, got 99.8 % of its 1,000
-# held-out dates; a 16-step adapter has learned the form of the answer and much of the mapping, not all
-# of it.
+# the century, and the model does not use it. (Chapter 09's model, trained from scratch on
+# 51,200 examples with its own prompt, got 99.8 % of its 1,000 held-out dates: a different
+# data set, test set and prompt, so the two numbers are not a comparison.) A 16-step adapter
+# has learned the form of the answer and much of the mapping, not all of it.
 
 # %% [markdown]
 # ### The adapter on and off
@@ -1163,8 +1162,8 @@ print("same 40 answers as before saving:", after_reload == after_peft)
 # For serving, the update can be added into the weights once, `merge_and_unload()`, as chapter 13
 # did for the classifier: the model is
 # then an ordinary `LlamaForCausalLM` again, with no extra matrix products, and it must compute
-# the same logits as the model with the adapter, up to float32 rounding: $(W + \frac{\alpha}{r}
-# BA)x$ rounds differently from $Wx + \frac{\alpha}{r} B(Ax)$. `merge_and_unload` changes the
+# the same logits as the model with the adapter, up to float32 rounding (as in chapter 13: the
+# merged weight is itself rounded, and the sums run in another order). `merge_and_unload` changes the
 # weights of the model it is called on, so we merge the reloaded copy, and take its logits with
 # the adapter on and off before merging; `peft_model` keeps its adapter switchable.
 
