@@ -789,8 +789,8 @@ assert unchanged == [True] * n_frozen + [False]
 # training, and layer 3, which trained, has moved.
 #
 # The smaller rate falls short: every layer trained at 3e-5 reaches 82.0 % on dev after two
-# epochs, against 87.3 % at 1e-4. The chosen rate is not the smallest tried, but it is the
-# largest: this grid brackets its choice from below only (3e-4 would be the next to try). The second epoch matters for the
+# epochs, against 87.3 % at 1e-4. Of the two rates, the larger wins, so this grid brackets its
+# choice from below only (3e-4 would be the next to try). The second epoch matters for the
 # candidates that start slower (3e-5: 80.0 % after one epoch; layers 0-2 frozen: 80.0 %, then
 # 86.7 %) and not for the winner (87.3 % after both). Freezing the lower half of the encoder
 # costs one dev review at the end, a margin that another seed, or another dev split, could
@@ -1200,10 +1200,10 @@ assert lora_diff < 1e-5 and moved > 0.1
 #
 # `get_peft_model` puts such a layer on every target of a whole model and freezes the rest.
 # One more choice is ours: the head. The new classification layer must be trained in full
-# (`peft` does so for any `task_type="SEQ_CLS"` model), and so must the pooler in front of
-# it: this checkpoint's pooler looks untrained (its bias is zero, as we saw), and a frozen
-# untrained pooler would be a fixed random projection between BERT and the classifier.
-# `modules_to_save` names it. Dropout of 0.1 on LoRA's input, as on the rest of BERT:
+# (`peft` does so for any `task_type="SEQ_CLS"` model), and we train the pooler in front of it
+# in full too, a choice made in advance and not tested here: this checkpoint's pooler looks
+# untrained (its bias is zero, as we saw), and frozen it would stay an untrained projection
+# between BERT and the classifier. `modules_to_save` names it. Dropout of 0.1 on LoRA's input, as on the rest of BERT:
 
 
 # %%
@@ -1541,7 +1541,7 @@ plt.show()
 # What the numbers say (Fig. 13.4):
 #
 # * The **untrained head** is at chance, on every seed.
-# * The **bag of words** is 8.5 to 15.7 points behind every method that learns from the encoder's
+# * The **bag of words** is roughly 8 to 16 points behind every method that learns from the encoder's
 #   output (72.2 % against 80.7 % to 87.8 %). The reviews were written so that counting words
 #   is not enough, so the size of this gap belongs to this data set.
 # * **k-NN on the embeddings** needs many neighbours to work: on the dev split, the single nearest
