@@ -1,33 +1,13 @@
 # %% [markdown]
 # # 12 — BERT is our encoder
 #
-# BERT is the encoder of chapter 07, stacked, and pretrained on a lot of text: no decoder,
-# no causal mask, every token looks at every other token in both directions. This chapter
-# takes a real pretrained BERT apart, runs its weights in the course's own code, and repeats
-# how it learned:
+# BERT is the encoder of chapter 07, stacked and pretrained on a lot of text: no decoder, no causal
+# mask, every token attends to every other in both directions. We take a pretrained BERT apart, run
+# its weights in the course's own encoder, and repeat how it learned; chapter 13 puts it to work.
 #
-# * **WordPiece tokenisation**: `[CLS]`, `[SEP]`, `[PAD]`, `##` pieces, token type ids for
-#   sentence pairs, attention masks for a padded batch;
-# * **attention you can explore**, with bertviz, and one claim about it checked with numbers;
-# * **our encoder is BERT**: the pretrained weights loaded into the course's own encoder give
-#   the same numbers as Hugging Face's `BertModel`;
-# * **masked language modelling**, BERT's pre-training objective, run on a small encoder of our
-#   own, converted to `BertForMaskedLM` and queried with `pipeline("fill-mask")`, first for 500
-#   steps and then for 12,000.
-#
-# Chapter 13 puts the pretrained encoder to work: sentence embeddings and search, and a
-# sentiment classifier fine-tuned and judged against baselines.
-#
-# **The model.** Everything runs on an ordinary CPU with **all-MiniLM-L6-v2**, the model of
-# chapters 02 and 05. It is a BERT in every architectural respect (the same layer, the same
-# embeddings, the same WordPiece vocabulary as `bert-base-uncased`, the checkpoint even says
-# `"model_type": "bert"`), only smaller: 6 layers instead of 12, 384 features instead of 768,
-# 12 heads of 32 instead of 12 heads of 64, about 22.7 million parameters instead of 110
-# million. It is *not* `bert-base-uncased` with layers removed (its width alone rules that out).
-# It keeps every second layer of the 12-layer MiniLM, which Microsoft distilled from a larger
-# teacher (Wang et al., 2020); the sentence-transformers project then fine-tuned it on pairs of
-# related sentences so that *mean-pooled* token vectors of related sentences point the same way,
-# which makes it a good sentence encoder (chapter 13 uses it as one).
+# **The model** is the **all-MiniLM-L6-v2** of chapters 02 and 05. Its checkpoint says `"model_type": "bert"`: it is a BERT in every architectural respect, only
+# smaller than `bert-base-uncased`, with 6 layers instead of 12, 384 features instead of 768, 12
+# heads of 32 instead of 64, about 22.7 million parameters instead of 110 million.
 
 # %% tags=["remove-cell"]
 import functools
@@ -129,14 +109,11 @@ assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 # %% [markdown]
 # ## WordPiece tokenisation
 #
-# Chapter 02 met this tokenizer; here is how it works. It first lower-cases the text and strips
-# accents (this is the *uncased* model),
-# splits it at spaces and punctuation, and then cuts every word into the longest pieces found
-# in a vocabulary of 30,522 entries. A piece that continues a word starts with `##`. Frequent
-# words are one piece; rare words become several, so almost every word is covered. A word that
-# contains a character the vocabulary lacks (most emoji, for instance) becomes a single `[UNK]`,
-# whole (the line below that starts with `pizza`: the word followed by a pizza emoji, and a
-# snowman).
+# Chapter 02's tokenizer lower-cases the text, strips accents (the model is *uncased*), splits at
+# spaces and punctuation, and cuts every word into the longest pieces in its vocabulary of 30,522
+# entries; a piece that continues a word starts with `##`. Frequent words are one piece, rare ones
+# several. A word with a character the vocabulary lacks, such as most emoji, becomes a single
+# `[UNK]`, whole (the line that starts with `pizza`).
 
 # %%
 for text in [
@@ -158,11 +135,10 @@ assert tokenizer.convert_tokens_to_string(pieces) == "unbelievably"
 assert tokenizer.tokenize("Café") == ["cafe"]  # lower-cased, accent stripped
 
 # %% [markdown]
-# Five **special tokens** are not words at all. `[CLS]` opens every input (its final vector is
-# what BERT's classification head reads), `[SEP]` closes every sentence, `[PAD]` fills short
-# sentences up to the length of the batch, `[MASK]` hides a word during pre-training and
-# `[UNK]` stands for a whole word that the pieces cannot spell. Their ids are those of
-# `bert-base-uncased`: MiniLM kept BERT's vocabulary file, token for token.
+# Five **special tokens** are not words: `[CLS]` opens every input (the classification head reads
+# its final vector), `[SEP]` closes every sentence, `[PAD]` fills short sentences, `[MASK]` hides a
+# word in pre-training, and `[UNK]` stands for an unknown word. Their ids are
+# `bert-base-uncased`'s: MiniLM kept BERT's vocabulary file.
 
 # %%
 special = {
@@ -183,12 +159,10 @@ assert special == {
 # %% [markdown]
 # ### Sentence pairs: token type ids
 #
-# BERT was pretrained on *pairs* of sentences (does sentence B follow sentence A?; in the BERT
-# paper a "sentence" is any stretch of contiguous text, the two together up to 512 tokens), and many
-# tasks still take two texts: a question and a passage, two sentences to compare. A pair is
-# packed as `[CLS] A [SEP] B [SEP]`, and a second row of ids, the **token type ids** (also
-# called segment ids), says which sentence each token belongs to: 0 for A, 1 for B. The model
-# adds one of two learned vectors accordingly (see *Our encoder is BERT*).
+# BERT was pretrained on *pairs* of sentences (any stretches of contiguous text, up to 512 tokens
+# together: does B follow A?), and many tasks take two texts, such as a question and a passage. A
+# pair is packed as `[CLS] A [SEP] B [SEP]`, and the **token type ids** (or segment ids), 0 for A
+# and 1 for B, pick one of two learned vectors that the model adds.
 
 
 # %% tags=["hide-input"]
@@ -243,9 +217,9 @@ assert set(pair["token_type_ids"][b_start:]) == {1}
 # %% [markdown]
 # ### A padded batch: the attention mask
 #
-# Sentences in a batch must have the same length, so the shorter ones are filled with `[PAD]`
-# (id 0). The **attention mask** (the row `mask` below) marks real tokens with 1 and padding with 0; inside the model
-# it becomes the padding mask of chapter 08, so that no token attends to padding.
+# A batch's shorter sentences are filled with `[PAD]` (id 0). The **attention mask** (the row
+# `mask` below) is 1 for real tokens and 0 for padding; inside the model it becomes chapter 08's
+# padding mask, so that no token attends to padding.
 
 # %%
 batch = tokenizer(
@@ -269,15 +243,10 @@ assert torch.equal(
 # %% [markdown]
 # ## Attention you can explore
 #
-# Chapter 05 measured MiniLM's most regular heads (a previous-token head, a next-token head, a
-# same-word head, heads that park on `[CLS]`) and opened bertviz's head view on the
-# previous-token head. Here we look at what BERT does with the structure above: a sentence
-# pair, and a pronoun.
-#
-# [bertviz](https://github.com/jessevig/bertviz)'s **head view**, used as in chapter 05, shows
-# one layer of the sentence pair below. New with a pair is the drop-down menu, which restricts
-# the lines to sentence A → B and so on. Start with **layer 3, head 1** (the second colour;
-# layers and heads are counted from 0, as in chapter 05).
+# Chapter 05 measured MiniLM's most regular heads; here we look at a sentence pair and a pronoun.
+# [bertviz](https://github.com/jessevig/bertviz)'s **head view** shows one layer of the pair below;
+# its drop-down menu restricts the lines to sentence A → B and so on. Start with
+# **layer 3, head 1** (the second colour; layers and heads count from 0).
 
 # %%
 with torch.no_grad():
@@ -305,26 +274,20 @@ assert pair_tokens[int(it_row.argmax())] == "umbrella"
 
 # %% [markdown]
 # <p class="course-view-caption"><b>View 12.1</b> bertviz's head view of MiniLM's layer 3 on the
-# pair "I left my umbrella on the train." / "Where can I collect it?", head 1 selected. A line
-# joins a token on the left (the query) to a token on the right (the key), darker for a larger
-# weight. Hover over a token to see only its lines; click a coloured square to switch a head on
-# or off; the menus choose the layer and which sentence's tokens attend to which.</p>
+# pair above, head 1 selected; lines join queries (left) to keys (right). Hover over a token to see
+# only its lines; click a coloured square to switch a head on or off; the menus choose the layer
+# and the sentences.</p>
 
 # %% tags=["remove-cell"]
 # each query's attention weights add up to 1, in every head of the layer
 assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 
 # %% [markdown]
-# The same picture as a static figure, Fig. 12.1, comes from `plot_attention_flow` (in the course's
-# `interpret` module): every token is written twice, as a query on the left and as a key on the
-# right, and a line joins a query to a key with a width proportional to the attention
-# weight (and darker, the larger the weight); `top_k=2` keeps each query's two strongest links, of those above 0.05 (`min_weight=0.05`).
-# At the top, layer 3, head 1; at the bottom, the mean of all 12 heads of layer 3. The head view
-# with every head switched on overlays one line per head, each drawn with an opacity of a twelfth of
-# its weight, so where many heads agree the bundle looks dark, roughly like this mean. The link from
-# "it" to "umbrella" is drawn in red in both, whether or not it is among the two strongest.
+# Fig. 12.1 draws the same layer with `plot_attention_flow` (from the course's `interpret`
+# module); its bottom panel, the mean of the 12 heads, is roughly the head view with every head on.
 
-# %%
+# %% tags=["hide-input"]
+# the weight from 'it' to 'umbrella', in head 1 and in the layer's mean
 it_pos, umbrella_pos = pair_tokens.index("it"), pair_tokens.index("umbrella")
 head_w = pair_att[3][0, 1, it_pos, umbrella_pos].item()
 mean_w = pair_att[3][0, :, it_pos, umbrella_pos].mean().item()
@@ -363,12 +326,11 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# In that head, "it" in sentence B sends most of its attention back across `[SEP]` to "umbrella"
-# in sentence A, the noun it stands for, *across the sentence boundary*. In the mean of the
-# layer, "it" gives more to `[CLS]` and to "collect" than to "umbrella". Whether that is about
-# the pronoun, and how unusual it is over all 72 heads of the model:
+# In that head, "it" sends most of its attention back across `[SEP]` to "umbrella", the noun it
+# stands for. Is that about the pronoun, and how unusual is it among the model's 72 heads?
 
-# %%
+# %% tags=["hide-input"]
+# where layer 3, head 1 looks from 'it', and how rare such a head is
 att_pair = torch.stack(pair_att)[:, 0]  # (layers, heads, queries, keys)
 it = pair_tokens.index("it")
 top = att_pair[3, 1, it].topk(3)
@@ -399,14 +361,13 @@ print(
 )
 
 # %% [markdown]
-# Layer 3, head 1 gives "umbrella" 7.3 times the mean weight over all heads. But
-# the pronoun is not special in it: "my" looks at "umbrella" as much as "it" does (0.59 against
-# 0.60), and "on" and "left" give it 0.44 and 0.32. Nor is the head alone: 7 of the 72 heads
-# give "umbrella" more than 0.3 from "it", six of them in layer 5.
+# Layer 3, head 1 gives "umbrella" 7.3 times the mean weight over all heads. But the pronoun is not
+# special in it: "my" looks at "umbrella" as much as "it" does (0.59 against 0.60), and "on" and
+# "left" give it 0.44 and 0.32. Nor is the head alone: 7 of the 72 heads give "umbrella" more than
+# 0.3 from "it", six of them in layer 5.
 #
 # The **model view** shows every layer (rows) and head (columns) at once, here for a classic
-# coreference sentence: what does "it" refer to? Click a thumbnail to enlarge it. Layers 3 and 5
-# contain heads in which "it" looks at "animal" (Fig. 12.2 shows two of them).
+# coreference sentence; layers 3 and 5 have heads in which "it" looks at "animal".
 
 # %%
 coref = "The animal didn't cross the street because it was too tired."
@@ -430,10 +391,8 @@ for layer, head in [(3, 1), (5, 11)]:
     assert coref_tokens[int(it_row.argmax())] == "animal"
 
 # %% [markdown]
-# <p class="course-view-caption"><b>View 12.2</b> bertviz's model view of MiniLM on "The animal
-# didn't cross the street because it was too tired.": one thumbnail per head, its 6 layers in
-# rows and 12 heads in columns, each drawn like View 12.1 (queries left, keys right). Click a
-# thumbnail to enlarge it.</p>
+# <p class="course-view-caption"><b>View 12.2</b> bertviz's model view of MiniLM on the sentence
+# above: one thumbnail per head, each drawn like View 12.1; click one to enlarge it.</p>
 
 # %% tags=["remove-cell"]
 # in every layer and head, each query's weights add up to 1
@@ -442,10 +401,8 @@ assert all(
 )
 
 # %% [markdown]
-# Four of those heads as a static figure (Fig. 12.2), on one colour scale. Top left, layer 0, head 2
-# is chapter 05's previous-token head: the bright line just below the diagonal. In layer 3, head 1
-# (top right) and layer 5, head 11 (bottom left) the row of "it" lights up under "animal". Bottom
-# right, for contrast, layer 5, head 1 looks at the same few columns whatever the query is.
+# Fig. 12.2 shows four of those heads, among them chapter 05's previous-token head and two in which
+# the row of "it" lights up under "animal".
 
 # %% tags=["hide-input"] caption="Four heads of MiniLM on 'The animal didn't cross the street because it was too tired.' (rows: queries, columns: keys; one colour scale). Top left: layer 0, head 2, a bright line just below the diagonal (each token looks at the previous one). Top right and bottom left: layer 3, head 1 and layer 5, head 11, where the row of 'it' is bright in the column of 'animal' (in layer 5, head 11 many rows look at 'animal'). Bottom right: layer 5, head 1, bright columns that are the same for every row." alt="A 2 by 2 grid of 16 by 16 heatmaps with a colour bar from 0 to 1; the tokens [CLS] the animal didn ' t cross the street because it was too tired . [SEP] label the rows and columns. Top left: a bright diagonal line one cell below the main diagonal. Top right: mostly dark, with bright cells in the [CLS] column and a bright cell where the row 'it' meets the column 'animal'. Bottom left: a medium-bright [CLS] column and an 'animal' column that is bright in many rows, brightest in the rows 'animal' and 'it'. Bottom right: vertical stripes under [CLS], 'street' and 'tired'."
 fig = plot_attention_grid(
@@ -454,9 +411,9 @@ fig = plot_attention_grid(
 plt.show()
 
 # %% [markdown]
-# **Does the head resolve the pronoun?** A claim about attention deserves a test. Change one
-# word: in "... because it was too **wide**", "it" is the street. If these heads understood the
-# sentence, their attention should move from "animal" to "street".
+# **Does the head resolve the pronoun?** Test it: in "... because it was too **wide**", "it" is the
+# street. If these heads understood the sentence, their attention would move from "animal" to
+# "street".
 
 # %%
 wide = coref.replace("tired", "wide")
@@ -475,6 +432,9 @@ for layer, head in [(3, 1), (5, 11)]:
             f"layer {layer}, head {head:2d}, '...too {name}': 'it' -> "
             f"animal {w[animal]:.2f}, street {w[street]:.2f}, [CLS] {w[0]:.2f}"
         )
+
+# %% tags=["hide-input"]
+# the weight on 'animal' from every query, in the two heads
 print("weight on 'animal' from 'it', averaged over all 16 queries, and the")
 print("number of queries whose largest weight is on 'animal':")
 for layer, head in [(3, 1), (5, 11)]:
@@ -504,40 +464,32 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# It does not (Fig. 12.3). Both heads still give "animal" more weight than "street" when "it" is the
-# street (0.28 against 0.12 in layer 3, head 1; 0.56 against 0.04 in layer 5, head 11). Layer 3,
-# head 1 weakens (0.68 → 0.28), and the weight that leaves "animal" goes mostly to `[CLS]`
-# (0.10 → 0.33), not to "street"; layer 5, head 11 weakens less (0.67 → 0.56). Nor
-# is the pattern about the pronoun: in layer 5, head 11 the 16 queries give "animal" 0.42 on
-# average, and most tokens (10 of the 16) look at it most, not only "it" (0.67); in layer 3, head 1 the
-# average is 0.15, but in the sentence pair "my" looked at "umbrella" as much as "it" did. What
-# the numbers support is "many tokens look at a salient noun", not "the pronoun finds the noun
-# it stands for", let alone understanding. That is what these heads do in these two sentences
-# of one small distilled model; it is not a rule for every head of every BERT. Clark et al.
-# (2019, *What Does BERT Look At?*) measured BERT-base's heads over an annotated corpus
-# (CoNLL-2012) and found one head, 5-4 in the paper's numbering of BERT-base's heads (not
-# MiniLM's layer 5, head 4), whose strongest link from a mention goes to an
-# antecedent 65 % of the time: above string-matching baselines (27 % for the nearest mention,
-# 52 % for the nearest one with the same head word) and below a rule-based system (69 %). Either
-# way, attention maps are a good way to form hypotheses and a poor way to confirm them; measure,
-# as here and as they did.
+# It does not (Fig. 12.3). Both heads still give "animal" more weight than "street" (0.28 against
+# 0.12 in layer 3, head 1; 0.56 against 0.04 in layer 5, head 11), and what layer 3, head 1 takes
+# from "animal" (0.68 → 0.28) goes mostly to `[CLS]` (0.10 → 0.33), not to "street". Nor is the
+# pattern about the pronoun: in layer 5, head 11, 10 of the 16 tokens look most at "animal"; in
+# layer 3, head 1, "my" looked at "umbrella" as much as "it" did. The numbers support "many tokens
+# look at a salient noun", not "the pronoun finds its noun", and only for these heads and
+# sentences. Clark et al. (2019, *What Does BERT Look At?*) measured BERT-base on an annotated
+# corpus: its best coreference head (their 5-4) links a mention to its antecedent 65 % of the
+# time, above string-matching baselines (27 % and 52 %) and below a rule-based system (69 %).
+# Attention maps suggest hypotheses; measurement tests them.
 #
 # ## Our encoder is BERT
 #
-# Compared with the encoder of chapter 07, BERT changes settings and adds one piece:
+# Compared with chapter 07's encoder, BERT changes settings and adds one piece:
 #
 # | | chapter 07 encoder | BERT |
 # |---|---|---|
-# | positions | sinusoidal table (chapter 03), fixed | **learned** vectors, one per position up to 512 |
-# | sentence A / B | – | **token type** vectors, added to the token vectors |
+# | positions | sinusoidal table (chapter 03), fixed | **learned**, one per position up to 512 |
+# | sentence A / B | – | **token type** vectors, added |
 # | after the embedding sum | dropout | **LayerNorm**, then dropout |
 # | token embeddings scaled by $\sqrt{d_\text{model}}$ | yes | no |
-# | activation in the feed-forward network | ReLU | GELU |
+# | feed-forward activation | ReLU | GELU |
 # | norm placement, $\varepsilon$ | post-norm, $10^{-5}$ | post-norm, $10^{-12}$ |
 #
-# The first four rows are BERT's input, drawn in Fig. 12.4 for a pair of short sentences: every
-# token adds three looked-up vectors, its own row of the token table, the vector of its segment
-# and the vector of its position, and the sum goes through a LayerNorm into the encoder.
+# The first four rows concern BERT's input (Fig. 12.4): the sum of each token's row of the token
+# table, its segment's vector and its position's vector, passed through a LayerNorm.
 
 # %% tags=["hide-input"] caption="BERT's input for the pair 'the cat sat' / 'it slept', bottom-up. Each token looks up three vectors: its row of the token table (by its id), the token-type vector of its segment (A up to and including the first [SEP], B after it) and the vector of its position; the three are added, and the sum goes through LayerNorm and dropout into the six encoder layers." alt="A diagram with eight columns, one per token: [CLS], the, cat, sat, [SEP], it, slept, [SEP]. Above each token three stacked boxes: its id (101, 1996, 4937, 2938, 102, 2009, 7771, 102) in the row 'token (id)', A or B in the row '+ token type' (A for the first five, B for the last three), and 0 to 7 in the row '+ position'. Arrows lead from every column into one wide box 'the sum, then LayerNorm and dropout', and from it into a box '6 encoder layers'."
 pair_enc = tokenizer("the cat sat", "it slept")
@@ -552,27 +504,22 @@ plt.show()
 # %% [markdown]
 # Why each change:
 #
-# * **Learned positions** let pre-training find whatever code for position suits the task, as
-#   GPT-1 had done; the price is a fixed limit, one vector per position: BERT cannot read a
-#   513th token, and a longer text must be cut.
-# * **Token types** tell the model which of the two segments a token belongs to, which
-#   next-sentence prediction (below) relies on. They are a help, not a necessity: RoBERTa (Liu et
-#   al., 2019) keeps a single token type and still reads pairs, told apart by the `[SEP]` alone.
-# * **The LayerNorm after the sum** hands the first layer inputs of a fixed scale, whatever the
-#   sizes of the three vectors added.
-# * **No $\sqrt{d_\text{model}}$.** Chapter 07's factor balanced a learned token table, started
-#   small, against fixed sinusoids with entries up to 1. BERT's three tables are all learned, from
-#   the same small random start, so none needs scaling to match another. (After training, their
-#   rows have mean lengths of 1.07, 0.47 and 0.47, measured below: multiplying the token vectors
-#   by $\sqrt{384} \approx 19.6$ would now drown the positions.)
-# * **GELU** is the smooth ReLU of chapter 06, which BERT took over from GPT-1.
-# * $\varepsilon$ only guards against dividing by zero; BERT's $10^{-12}$ is simply the value it was
-#   trained with, and using the same one is part of reproducing its numbers.
+# * **Learned positions** let pre-training find its own code for position, as in GPT-1, at a price:
+#   BERT cannot read a 513th token.
+# * **Token types** mark the segment for next-sentence prediction (below), but are not essential:
+#   RoBERTa (Liu et al., 2019) keeps one type and tells a pair apart by the `[SEP]` alone.
+# * **The LayerNorm after the sum** gives the first layer inputs of a fixed scale.
+# * **No $\sqrt{d_\text{model}}$**: chapter 07's factor balanced a small learned table against
+#   fixed sinusoids with entries up to 1; BERT's three tables are all learned from the same small
+#   start. (Trained, their rows have mean lengths 1.07, 0.47 and 0.47, printed below: scaling the
+#   token vectors by $\sqrt{384} \approx 19.6$ would drown the positions.)
+# * **GELU** is chapter 06's smooth ReLU, taken over from GPT-1.
+# * **$\varepsilon = 10^{-12}$** only guards against division by zero, but reproducing BERT's
+#   numbers needs the value it was trained with.
 #
-# The last two rows are already arguments of `transformer.EncoderLayer`
-# (`activation="gelu", norm_first=False, eps=1e-12`); the first four are about the embeddings,
-# the one new module. Chapter 02 rebuilt its output by hand from MiniLM's three tables; as a
-# module, in a dozen lines:
+# The last two rows are already arguments of `transformer.EncoderLayer` (`activation="gelu",
+# norm_first=False, eps=1e-12`); the embeddings, which chapter 02 computed by hand, are the one new
+# module:
 
 
 # %%
@@ -610,6 +557,9 @@ with torch.no_grad():
         input_ids=ids, token_type_ids=types
     )
 print(f"max |ours - MiniLM's embeddings|: {tiny_diff.abs().max():.1e}")
+
+# %% tags=["hide-input"]
+# the mean length of a row of each of the three tables
 for name, table in (
     ("token", tiny_emb.token),
     ("position", tiny_emb.position),
@@ -622,26 +572,23 @@ for name, table in (
 assert tiny_diff.abs().max() < 1e-5
 
 # %% [markdown]
-# The package's `BertEmbeddings` is the same module, with names of its own (`word`, `norm`),
-# which loading MiniLM's weights renames:
+# The package's `BertEmbeddings` is the same module, with names of its own (`word`, `norm`):
 
 # %%
 show_source(BertEmbeddings)
 
 # %% [markdown]
-# `BertEncoder` stacks the embeddings and six `EncoderLayer`s. It takes exactly the tensors the
-# tokenizer returns, and turns Hugging Face's 1/0 `attention_mask` into the course's boolean
-# mask (`True` = may attend), shape `(batch, 1, 1, keys)`.
+# `BertEncoder` stacks the embeddings and six `EncoderLayer`s. It takes the tensors the tokenizer
+# returns, turning the 1/0 `attention_mask` into the course's boolean mask (`True` = may attend).
 
 # %%
 show_source(BertEncoder)
 
 # %% [markdown]
-# Loading the weights is renaming: Hugging Face calls the query projection of layer 0
-# `encoder.layer.0.attention.self.query`, the course calls it `layers.0.self_attn.W_q`.
-# `bert_from_hf` reads the sizes from the Hugging Face config and renames every tensor. The
-# **pooler**, a dense layer with tanh applied to the final `[CLS]` vector and used by
-# classification heads, is not part of the encoder and is left out.
+# Loading the weights is renaming (Hugging Face's `encoder.layer.0.attention.self.query` is our
+# `layers.0.self_attn.W_q`), which `bert_from_hf` does, reading the sizes from the config. The
+# **pooler** (a dense layer with tanh on the final `[CLS]` vector, for classification heads) is not
+# part of the encoder and is left out.
 
 # %%
 ours = bert_from_hf(bert)
@@ -653,11 +600,11 @@ print(
 )
 
 # %% [markdown]
-# Now the test that matters: a batch of two sentence pairs of different lengths, so that it
-# contains padding and both token types, through both models. We compare the output of every
-# layer and every attention weight.
+# The test that matters: a batch of two sentence pairs of different lengths, with padding and both
+# token types, through both models, layer by layer:
 
-# %%
+# %% tags=["hide-input"]
+# two sentence pairs of different lengths, padded into one batch
 pairs = tokenizer(
     [
         "The cat sat on the mat.",
@@ -693,12 +640,11 @@ print(f"largest |value| in BertModel's hidden states: {largest:.1f}")
 assert max(layer_diff) <= 1e-5 and att_diff <= 1e-5
 
 # %% [markdown]
-# The differences are float32 rounding, a few millionths on hidden states whose values reach
-# about 10:
-# the course's encoder, written from scratch over the previous chapters, *is* this BERT. The
-# padding is really masked: no query gives any weight to a `[PAD]` key.
+# The differences, a few millionths on values reaching about 10, are float32 rounding: our
+# encoder *is* this BERT. And no query gives any weight to a `[PAD]` key:
 
-# %%
+# %% tags=["hide-input"]
+# the largest weight any query gives a padding key
 # (batch, 1, 1, keys): True at [PAD] keys
 pad_keys = (pairs["attention_mask"] == 0)[:, None, None, :]
 # a: (batch, heads, queries, keys)
@@ -714,35 +660,23 @@ assert weight_on_pad == 0.0
 # %% [markdown]
 # ## How BERT learned: masked language modelling
 #
-# Where did weights that make this encoder useful come from? BERT was pre-trained on unlabelled
-# text with two objectives. The second, **next-sentence prediction** (NSP), is the sentence-pair
-# question of *WordPiece tokenisation*: given A and B, is B the sentence that followed A in the text, or a
-# random one? It is a yes/no classifier on the final `[CLS]` vector, read through the pooler
-# (chapter 13 meets this pooler again). The main objective is **masked language
-# modelling** (MLM): hide some of the tokens and train the model to recover them from the
-# context on *both* sides (this is what makes BERT bidirectional; a GPT only sees the left).
-# Why hide tokens at all? In BERT every position attends to every other, itself included, so a
-# token the model is asked to predict must not be in its input, or the model learns to copy it
-# (exercise 3 measures how fast); a GPT hides what it predicts with the causal mask instead. The
-# recipe of the BERT paper:
+# BERT was pre-trained on unlabelled text with two objectives. The second,
+# **next-sentence prediction** (NSP), is a yes/no classifier on the pooled final `[CLS]` vector:
+# did B follow A in the text? The main one, **masked language modelling** (MLM), hides some tokens
+# and trains the model to recover them from the context on *both* sides. They must be hidden
+# because every position also attends to itself, so a visible target is simply copied (exercise 3);
+# a GPT hides its targets with the causal mask instead. The BERT paper chooses 15 % of the
+# positions (never `[CLS]`, `[SEP]` or `[PAD]`), turns 80 % of the chosen tokens into `[MASK]` and
+# 10 % into random tokens and leaves 10 % alone, so that the model cannot assume only `[MASK]`
+# positions matter (`[MASK]` never occurs after pre-training), and takes the cross-entropy at the
+# chosen positions only.
 #
-# * choose 15 % of the token positions (never `[CLS]`, `[SEP]` or `[PAD]`);
-# * of the chosen tokens, replace 80 % by `[MASK]`, 10 % by a random token, and leave 10 % as they
-#   are (so the model cannot assume that only `[MASK]` positions matter: `[MASK]` never occurs
-#   after pre-training);
-# * the loss is the cross-entropy at the chosen positions only.
-#
-# We cannot repeat MiniLM's pre-training on a CPU, but we can run the masked-LM recipe on the
-# course's own `BertEncoder`, small and freshly initialised. We leave next-sentence prediction
-# out, and with it the token types: RoBERTa (Liu et al., 2019) found that BERT pre-trains as
-# well or slightly better without it, on stretches of running text instead of sentence pairs,
-# which is what our windows are. The corpus is one the course already has: Python's
-# documentation, on which chapter 11 trained a tokenizer, here only its paragraphs of prose.
-# The last 10 % of the paragraphs are held out. We keep BERT's WordPiece
-# tokenizer but only the pieces that occur in the training paragraphs, so that the output layer
-# scores a few thousand entries instead of 30,522 (a held-out word that the kept pieces cannot
-# spell becomes `[UNK]`). `mlm_data` builds that vocabulary with `wordpiece_subset` and turns
-# each part into one stream of token ids, every paragraph closed by `[SEP]`:
+# The recipe runs on a small, fresh `BertEncoder`, without NSP or token types: RoBERTa (Liu et
+# al., 2019) found that BERT pre-trains as well or slightly better without NSP. The corpus is the
+# prose of Python's documentation (chapter 11's), the last 10 % of the paragraphs held out. Keeping
+# only the WordPiece pieces seen in training shrinks the output layer from 30,522 entries to a few
+# thousand (a held-out word they cannot spell becomes `[UNK]`). `mlm_data` builds that vocabulary
+# and turns each part into one stream of ids, every paragraph closed by `[SEP]`:
 
 # %%
 show_source(mlm_data)
@@ -763,25 +697,24 @@ print(
 )
 
 # %% [markdown]
-# `mask_tokens` implements the 80 / 10 / 10 rule; labels are `-100` (PyTorch's "ignore") at
-# every position that is not scored. (In Hugging Face, `DataCollatorForLanguageModeling` applies
-# the same rule to each batch, with `mlm_probability=0.15`.)
+# `mask_tokens` implements the 80 / 10 / 10 rule, labelling the positions not scored `-100`
+# (PyTorch's "ignore"); Hugging Face's `DataCollatorForLanguageModeling` does the same with
+# `mlm_probability=0.15`.
 
 # %%
 show_source(mask_tokens)
 
 # %% [markdown]
-# The model reads windows of a fixed length cut from the token stream, each opened by `[CLS]`
-# (a window may begin in the middle of a paragraph and run across the `[SEP]` that closes it).
-# `mlm_windows` cuts them:
+# `mlm_windows` cuts fixed-length windows from the stream, each opened by `[CLS]` (a window may
+# start mid-paragraph and run across a `[SEP]`):
 
 # %%
 show_source(mlm_windows)
 
 # %% [markdown]
-# A window of 24 positions (`[CLS]` and 23 held-out tokens), masked once; `^` marks the positions that are scored. Below
-# it, the same rule counted over 32,000 positions of the training text. `[CLS]` and `[SEP]` are
-# never chosen, so the share of 15 % holds for the other positions, not for all of them:
+# A held-out window of 24 positions masked once (`^` marks the scored ones), then the rule counted
+# over 32,000 training positions. `[CLS]` and `[SEP]` are never chosen, so the 15 % holds for the
+# other positions only:
 
 # %%
 window = mlm_windows(
@@ -803,6 +736,9 @@ print_aligned(
     }
 )
 print("scored:", [mlm_tok.convert_ids_to_tokens(int(t)) for t in scored_ids])
+
+# %% tags=["hide-input"]
+# the same rule, counted over 32,000 positions of the training text
 big = mlm_windows(
     mlm_train_ids, torch.arange(0, 50_000, 100), 64, mlm_tok.cls_token_id
 )
@@ -838,10 +774,9 @@ assert (
 )
 
 # %% [markdown]
-# The model: a `BertEncoder` with 2 layers of width 128 and 4 heads, and BERT's masked-LM head on
-# top (a dense layer with GELU and a LayerNorm, then scores over the vocabulary, with the output
-# matrix *tied* to the token embeddings). It scores only the chosen positions, which saves most of
-# the output layer's work.
+# The model: a `BertEncoder` with 2 layers of width 128 and 4 heads, under BERT's masked-LM head (a
+# dense layer, GELU and LayerNorm, then scores over the vocabulary from a matrix *tied* to the
+# token embeddings). It scores only the chosen positions, saving most of the output layer's work.
 
 # %%
 show_source(BertMLMHead)
@@ -850,9 +785,9 @@ show_source(BertMLMHead)
 show_source(BertForMLM)
 
 # %% [markdown]
-# `pretrain_mlm` is the training loop: each step cuts a batch of windows at random places in the
-# training text, masks them afresh with `mask_tokens` (so a token is masked differently every
-# time it is seen), and takes an AdamW step whose learning rate warms up and then decays.
+# The training loop, `pretrain_mlm`, cuts random windows at each step, masks them afresh (so a
+# token is masked differently each time it is seen), and takes an AdamW step, its learning rate
+# warming up, then decaying.
 
 # %%
 show_source(pretrain_mlm)
@@ -891,17 +826,13 @@ print(
 assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% [markdown]
-# The loss of a single step is noisy; averaged over 20 steps, it fell from 7.62 to 5.24.
-#
-# Is that loss good? The test is held-out text: mask it the same way, and count how often the
-# model's top prediction at a chosen position is the original token. The three kinds of chosen
-# position are very different questions: at a *kept* position the input already is the answer,
-# at a `[MASK]` or a random token the model must guess it from the context. So we count them
-# apart, next to baselines that ignore the context: **copy the input token** (right at
-# every kept position) and **always the most frequent token** of the training text (and, for
-# the top-5 column, the five most frequent tokens).
+# Averaged over 20 steps, the loss fell from 7.62 to 5.24. Is that good? On held-out text masked
+# the same way, we count how often the top guess is the original token, by kind of chosen position
+# (at a *kept* one the input is the answer), against two context-blind baselines: **copy the input
+# token** and **always the most frequent token** (for top 5, the five most frequent).
 
-# %%
+# %% tags=["hide-input"]
+# accuracy at the held-out masked positions, by kind, and two baselines
 # 64-token windows every 63 tokens, masked once with a fixed generator
 heldout, held_in, held_lab = masked_heldout(mlm_tok, mlm_heldout_ids)
 scored = held_lab != -100
@@ -972,9 +903,8 @@ assert (
 # %% [markdown]
 # ### Our masked LM as a Hugging Face `BertForMaskedLM`
 #
-# The course's names map one to one onto Hugging Face's (*Our encoder is BERT* renamed them in the
-# other direction), so `to_hf_masked_lm` builds a `BertForMaskedLM` with the same configuration and
-# copies every tensor across. The two must give the same scores:
+# Our names map one to one onto Hugging Face's, so `to_hf_masked_lm` builds a `BertForMaskedLM`
+# of the same configuration and copies every tensor across; the two must give the same scores:
 
 # %% tags=["nbval-ignore-output"]
 hf_mlm = to_hf_masked_lm(mlm)
@@ -985,9 +915,8 @@ print(f"{type(hf_mlm).__name__}: max |logits difference| {mlm_diff:.1e}")
 assert mlm_diff <= 1e-4
 
 # %% [markdown]
-# Now everything Hugging Face offers for masked LMs works with our model, such as chapter 11's
-# `pipeline`, here for the `fill-mask` task: the five most probable tokens at `[MASK]`, with
-# their probabilities. Four sentences from held-out paragraphs:
+# So our model works with everything Hugging Face offers for masked LMs, such as chapter 11's
+# `pipeline` for `fill-mask`: the five most probable tokens at `[MASK]` in four held-out sentences.
 
 # %%
 fill = pipeline("fill-mask", model=hf_mlm, tokenizer=mlm_tok, top_k=5)
@@ -1017,33 +946,22 @@ for sentence, answer in fill_examples:
     assert sentence.replace("[MASK]", answer) in heldout_text
 
 # %% [markdown]
-# The conversion and the pipeline work; the answers, and the table above, show how far 500
-# steps on 62,000 tokens get. Over all scored positions the model's top guess is right
-# 11.8 % of the time, against 6.4 % for always `'"'`; but copying the input scores 9.8 %, and
-# most of the model's lead comes from the kept positions (51.9 %), where the answer is in the
-# input. At the 651 `[MASK]` positions, the real test, the model is right 8.0 % of the time
-# against 7.5 % for always `'"'`, and its top 5 holds the answer 25.2 % of the time against
-# 22.4 % for the five most frequent tokens: gaps of 0.5 and 2.8 points. Counted position by
-# position, the standard error of the first gap is 1.0 point, so its top guess shows no lead
-# over always `'"'`; the second gap is four times its standard error (0.7 points), a real lead
-# but a small one. At `[MASK]` the model is barely better than guessing frequent tokens. In the
-# four sentences its guesses are frequent words and punctuation, never the held-out word. It has
-# started to copy what it sees (about half the time at a kept position) and learned roughly which
-# frequent tokens fit where, not yet the vocabulary of the documentation.
+# Table 12.1 shows how far 500 steps on 62,000 tokens get. Overall the top guess is right 11.8 % of
+# the time against 6.4 % for always `'"'`, but copying the input gets 9.8 %: the model's lead is
+# mostly at the kept positions (51.9 %). At the 651 `[MASK]` positions, the real test, it gets
+# 8.0 % against 7.5 % (a gap within its standard error of 1.0 point), and 25.2 % against 22.4 % in
+# the top 5 (four standard errors: real, but small). In the four sentences it guesses frequent
+# words and punctuation: it has begun to copy and to learn which frequent tokens fit where, not yet
+# the documentation's words.
 #
 # ### Pre-training for longer
 #
-# What does a longer run reach? `python -m transformer_course.train_mlm` trains the same model,
-# on the same text with the same tokenizer and the same `pretrain_mlm`, for 12,000 steps instead
-# of 500. Its other settings differ too: 40 % of the positions chosen instead of 15 % (each step
-# then scores more positions, the reason for the choice here; Wettig et al., 2023, found that
-# masking 40 % pre-trains BERT-large-sized models better than 15 %, with larger models gaining
-# most, so their result predicts little for a model this small), no
-# dropout, a peak learning rate of $3 \cdot 10^{-3}$ reached after 200 steps instead of
-# $10^{-3}$ after 50, and AdamW's $\beta_2 = 0.98$ instead of 0.999 (a shorter memory of the
-# squared gradients, as with chapter 10's 0.99). So the comparison with the 500-step run is not
-# one of steps alone; the run's own curve is. The run took about 20 minutes of one CPU core;
-# its weights and its log are loaded below:
+# `python -m transformer_course.train_mlm` trains the same model on the same data for 12,000 steps,
+# with other settings changed too: 40 % of the positions chosen instead of 15 %, so that each step
+# scores more (Wettig et al., 2023, found 40 % better for BERT-large-sized models; that predicts
+# little for ours); no dropout; a peak learning rate of $3 \cdot 10^{-3}$ after 200 steps instead
+# of $10^{-3}$ after 50; and AdamW's $\beta_2 = 0.98$ instead of 0.999. So it differs from the
+# 500-step run in more than steps; its own curve is the comparison. Its weights and log:
 
 # %%
 long_mlm, mlm_record = load_mlm_checkpoint(mlm_tok)
@@ -1053,6 +971,9 @@ print(
     f"{mlm_record['mask_prob']:.0%} of positions chosen, "
     f"{mlm_record['train_cpu_seconds'] / 60:.0f} min of CPU time"
 )
+
+# %% tags=["hide-input"]
+# the run's log as a table
 Table(
     ["step", "loss", "[MASK] top 1", "top 5"],
     zip(
@@ -1066,10 +987,9 @@ Table(
 )
 
 # %% [markdown]
-# The loss is the mean of the last 20 steps' losses; top 1 and top 5 are measured as in
-# Table 12.1, at the same 651 held-out `[MASK]` positions. (The loss of this run is not
-# comparable with the 500-step run's: with 40 % of the tokens masked, each guess has less
-# context to go on, and the other settings differ too.)
+# Table 12.2's loss is the mean of the last 20 steps (not comparable with the 500-step run's: with
+# 40 % masked, each guess has less context); its accuracies are at Table 12.1's 651 `[MASK]`
+# positions.
 
 # %% tags=["hide-input"] caption="The longer pre-training of the same small BERT, every 1,000 steps. Top: the training loss (mean of the last 20 steps). Bottom: how often the top guess (circles) and the top five guesses (squares) at the 651 held-out [MASK] positions hold the original token, against always guessing the most frequent token, the quote mark (dashed, 7.5 %), and the five most frequent tokens for the top five (dotted, 22.4 %). Top-1 accuracy stays within about 3 points of that line for the first 2,000 steps, then climbs to about 35 %." alt="Two stacked line charts against training step, 1,000 to 12,000. Top: the loss falls steeply from about 4.5 to 2.3 by step 5,000, then slowly to about 1.3. Bottom, on a scale from 0 to 60 %: held-out top-1 accuracy at masked positions starts at about 8 %, just above a dashed horizontal line at 7.5 %, rises from step 3,000 to about 25 % at step 4,000 and then slowly to about 35 % at step 12,000; top-5 accuracy runs above it, from about 25 % to about 53 %, above a dotted line at 22.4 %."
 fig, (ax_loss, ax_acc) = plt.subplots(2, 1, figsize=(6.9, 5.2), sharex=True)
@@ -1110,11 +1030,11 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# `heldout_accuracy` scores a model at the `[MASK]` positions of those held-out windows; the
-# longer run called it every 1,000 steps for its table. Here it scores both models, next to
-# the frequency baselines:
+# `heldout_accuracy`, which the run called every 1,000 steps, scores both models at those `[MASK]`
+# positions, next to the frequency baselines:
 
-# %%
+# %% tags=["hide-input"]
+# both runs and the frequency baseline at the held-out [MASK] positions
 at_mask = kinds["[MASK]"]
 # (top 1, top 5) at the [MASK] positions of masked_heldout
 long_acc = {
@@ -1143,13 +1063,10 @@ assert (
 )
 
 # %% [markdown]
-# The same sentences, and a few more from the held-out paragraphs, through the `fill-mask`
-# pipeline:
+# The same sentences, and three more held-out ones, through `fill-mask`:
 
-# %%
-long_fill = pipeline(
-    "fill-mask", model=to_hf_masked_lm(long_mlm), tokenizer=mlm_tok, top_k=5
-)
+# %% tags=["hide-input"]
+# three more held-out sentences, each with its masked word
 more_examples = [
     ('If *step* is zero, "ValueError" is [MASK].', "raised"),
     (
@@ -1167,6 +1084,11 @@ more_examples = [
         "method",
     ),
 ]
+
+# %%
+long_fill = pipeline(
+    "fill-mask", model=to_hf_masked_lm(long_mlm), tokenizer=mlm_tok, top_k=5
+)
 ranks = []
 for sentence, answer in fill_examples + more_examples:
     filled = long_fill(sentence)
@@ -1183,6 +1105,9 @@ print(
     f"the original word is the top guess in {ranks.count(1)} and among "
     f"the top 5 in {sum(r is not None for r in ranks)} of {len(ranks)}"
 )
+
+# %% tags=["hide-input"]
+# how often the training text has the plural and the singular
 training_text = " ".join(prose[:cut]).lower()
 for phrase in ("special methods", "special method "):
     print(
@@ -1196,63 +1121,45 @@ for sentence, answer in more_examples:
 assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 
 # %% [markdown]
-# After 12,000 steps the top guess at a `[MASK]` is the original token 34.9 % of the time,
-# against 7.5 % for always `'"'` (Fig. 12.5). The run's own table shows how it got there: slowly at
-# first (8.3 % at step 1,000, 10.6 % at 2,000, 15.0 % at 3,000), then a jump to 24.7 % at step
-# 4,000, and from step 7,000 on only 2.5 points more in 5,000 steps (32.4 % to 34.9 %), while
-# the training loss kept falling. 12,000 steps of 32 windows of 64 tokens read the 62,000
-# training tokens about 390 times over, so a falling training loss says little about text the
-# model has not seen.
-# The longer-trained model guesses content words. Its top guess is right for *order* after "insertion", *raised* after
-# `"ValueError" is` and *value* after "return its"; the original is among its top 5 in 6 of
-# the 7 sentences. (The three added sentences were picked to show what the model gets right;
-# over all 651 held-out `[MASK]` positions its top 5 holds the original 52.7 % of the time,
-# Table 12.3.) Most of its wrong guesses are words of the right field: for the items "in
-# the [MASK] *d*" it proposes *sequence*, *item*, *value* and *key* (and *old*, second);
-# a dictionary's keys come fourth, after *container*, *elements* and *values*; and after
-# "special" it prefers *methods* (0.37) to *method* (0.23), the right word in the plural, which
-# the training text uses 10 times against 8 for the singular. Some guesses are not words of the
-# field at all: punctuation, `*`, *any*, and *tu*, the first piece of *tuple*. It never saw
-# these sentences, and a model this small, trained on 62,000 tokens, guesses from the
-# neighbouring words.
+# After 12,000 steps the top guess at a `[MASK]` is right 34.9 % of the time, against 7.5 % for
+# always `'"'` (Table 12.3, Fig. 12.5). Table 12.2 shows the path: slow for 3,000 steps (15.0 %), a
+# jump to 24.7 % at step 4,000, then only 2.5 points from step 7,000 to 12,000 while the training
+# loss kept falling. The run read the 62,000 training tokens about 390 times, so its training loss
+# says little about unseen text.
 #
-# BERT-base was pre-trained on a corpus of 3.3 billion words, about 40 times over (a million
-# steps of 256 sequences, with next-sentence prediction as well), masking 15 % of the tokens.
-# It drew each sequence's masks once, before training (each sequence was copied ten times with
-# different masks); drawing them afresh at every step, as `pretrain_mlm` does, is one of
-# RoBERTa's changes (Liu et al., 2019). The conversion to Hugging Face's classes is the same at
-# any scale.
+# The model now guesses content words: its top guess is right for *order*, *raised* and *value*,
+# and its top 5 holds the original in 6 of the 7 sentences (the three added ones were picked for
+# that; over all 651 `[MASK]` positions, 52.7 %). Wrong guesses are mostly words of the field, such
+# as *sequence* or *container*; after "special" it prefers *methods* (0.37) to *method* (0.23): the
+# right word, in the plural that the training text uses more (10 times against 8). Others are
+# punctuation, `*`, *any*, or *tu* (from *tuple*): a model this small guesses from the neighbouring
+# words.
+#
+# BERT-base read 3.3 billion words about 40 times over, masking 15 %, each sequence's masks drawn
+# once, before training; drawing them afresh at every step, as `pretrain_mlm` does, is one of
+# RoBERTa's changes (Liu et al., 2019).
 #
 # ## Summary
 #
-# * BERT's tokenizer splits words into WordPiece pieces (`##` continues a word; a word with a
-#   character outside the vocabulary becomes `[UNK]`), wraps the input in `[CLS] ... [SEP]`,
-#   marks sentence B with token type 1 and padding with attention mask 0.
-# * Attention heads show recognisable patterns, including a head in which a pronoun looks at a
-#   noun across `[SEP]`; but other tokens look at that noun too, and changing one word showed
-#   that such a head follows a heuristic rather than the meaning: measure before you interpret.
-# * BERT is the encoder of chapter 07 with learned position and token-type embeddings, an
-#   embedding LayerNorm, no $\sqrt{d_\text{model}}$ factor, GELU and
-#   $\varepsilon = 10^{-12}$. The course's `BertEncoder` runs
-#   MiniLM's weights and matches `BertModel` to a few millionths.
-# * BERT learned by **masked language modelling**: 15 % of the tokens chosen, 80 / 10 / 10
-#   `[MASK]` / random / kept, the loss at the chosen positions. A 2-layer encoder of our own,
-#   pre-trained that way for 500 steps on Python's documentation, beats the most-frequent-token
-#   baseline on held-out text mostly where the input already held the answer; at `[MASK]` it is
-#   barely better. A longer run (12,000 steps, 40 % masking, a higher learning rate, no dropout)
-#   gets 34.9 % of held-out `[MASK]` positions right against 7.5 %; in the seven sentences
-#   shown, most of its wrong guesses are words of the right field. Converted to
-#   `BertForMaskedLM`, our model answers `pipeline("fill-mask")`. Next-sentence prediction, BERT's
-#   second objective, was left out, as RoBERTa showed it can be.
+# * WordPiece splits rare words into `##` pieces; inputs are wrapped in `[CLS] ... [SEP]`, with
+#   token type 1 for sentence B and attention mask 0 for padding.
+# * A head in which a pronoun seems to find its noun follows, once measured, a heuristic: measure
+#   before you interpret.
+# * BERT is chapter 07's encoder with learned position and token-type embeddings, an embedding
+#   LayerNorm, no $\sqrt{d_\text{model}}$, GELU and $\varepsilon = 10^{-12}$; our `BertEncoder`
+#   runs MiniLM's weights and matches `BertModel` to a few millionths.
+# * BERT learned by **masked language modelling** (15 % chosen; 80 / 10 / 10 `[MASK]` / random /
+#   kept); next-sentence prediction is not needed (RoBERTa). Our small encoder barely beat
+#   frequent-token guessing at `[MASK]` after 500 steps and got 34.9 % against 7.5 % after 12,000;
+#   as a `BertForMaskedLM` it answers `pipeline("fill-mask")`.
 #
 # ## Exercises
 #
-# **1. Which head finds the antecedent?** Take the sentence pair
-# `"The trophy didn't fit in the suitcase." / "It was too big."` For every layer and head,
-# compute the weight from "it" to "trophy" and to "suitcase". Which head gives "trophy" the most
-# weight, and does it also prefer "trophy" when sentence B is "It was too small." (where "it" is
-# the suitcase)? Predict first, from what *Attention you can explore* found with "tired" and
-# "wide".
+# **1. Which head finds the antecedent?** For the pair `"The trophy didn't fit in the suitcase." /
+# "It was too big."`, compute for every layer and head the weight from "it" to "trophy" and to
+# "suitcase". Which head gives "trophy" the most weight, and does it still prefer "trophy" when
+# sentence B is "It was too small." (where "it" is the suitcase)? Predict first, from the "tired" /
+# "wide" test.
 
 
 # %% tags=["solution"]
@@ -1284,11 +1191,10 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# The head that gives "trophy" the most weight is layer 3, head 1, the head that linked "it" to
-# "umbrella" and to "animal" in *Attention you can explore*: 0.62 to "trophy" against 0.15 to "suitcase". With "too
-# small", where "it" is the suitcase, it still prefers the trophy (0.65 against 0.12). As with
-# "tired" and "wide", the head follows a pattern (look at "trophy", whatever "it" means), not
-# the meaning that decides what "it" refers to.
+# Layer 3, head 1, which linked "it" to "umbrella" and to "animal", gives "trophy" the most weight
+# (0.62 against 0.15 to "suitcase"), and still prefers it with "too small", where "it" is the
+# suitcase (0.65 against 0.12). As with "tired" and "wide", the head follows a pattern, not the
+# meaning.
 
 # %% tags=["remove-cell"]
 assert to_trophy[layer, head] > to_suitcase[layer, head]
@@ -1296,11 +1202,10 @@ assert to_trophy[layer, head] > to_suitcase[layer, head]
 assert small_trophy[layer, head] > small_suitcase[layer, head]
 
 # %% [markdown]
-# **2. What does the model make of a random token?** Of the positions chosen for the loss, 10 %
-# get a random token instead of `[MASK]`. At the held-out positions of that kind (Table 12.1
-# counted them), how often is the 12,000-step model's top guess the original
-# token, and how often the random token it was shown? Predict first: does the model trust its
-# input there?
+# **2. What does the model make of a random token?** At the held-out positions that show a random
+# token instead of `[MASK]` (the row "random" of Table 12.1), how often is the 12,000-step model's
+# top guess the original token, and how often the token shown? Predict first: does the model trust
+# its input there?
 
 # %% tags=["solution"]
 is_random = kinds["random"]
@@ -1319,17 +1224,13 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# Mostly not. At the 73 positions that show a random token, the top guess is that token in
-# 9.6 % of them, about one time in ten (far more than chance among 2,550 entries, so the model
-# does sometimes take it at face value), and the original in 26.0 %, below its 34.9 % at `[MASK]` (with
-# 73 positions, one standard error of the 26.0 % is about 5 points, so the gap is less than two
-# of them). This is what the 80 / 10 / 10 rule was designed for (the BERT paper gives
-# the reason): a visible token at a position that is scored is the original only half of the
-# time (kept) and a random one the other half, so copying what it sees is right only half the
-# time, and every
-# input token, not only `[MASK]`, must get a vector that predicts the original word. This page
-# does not test that the rule is the cause; a run trained with `[MASK]` at every chosen
-# position would.
+# Mostly not. At the 73 random-token positions the top guess is the token shown 9.6 % of the time
+# (far above chance among 2,550 entries, so the model sometimes believes it) and the original
+# 26.0 %, less than two standard errors (about 5 points each) below its 34.9 % at `[MASK]`. As the
+# BERT paper explains, the 80 / 10 / 10 rule makes a visible token at a scored position the
+# original only half the time, so every input token, not only `[MASK]`, needs a vector that
+# predicts the original word; a run with `[MASK]` at every chosen position would test whether the
+# rule is the cause.
 
 # %% tags=["remove-cell"]
 # the model mostly recovers the original rather than echoing the random token
@@ -1338,12 +1239,10 @@ assert (long_top1 == target)[is_random].float().mean() > 2 * (
 )
 
 # %% [markdown]
-# **3. Why mask at all?** BERT's attention lets every position see every other, itself
-# included. Train a fresh copy of the small model of *How BERT learned* (same configuration,
-# `BertForMLM`, AdamW at $10^{-3}$) for 100 steps to predict *every* token of windows cut from
-# the training text, with nothing masked: the labels are the input ids themselves. Predict
-# first: where does the training loss go, next to the 500-step masked run's, and how often is
-# the top guess right on held-out windows? What has the model learned?
+# **3. Why mask at all?** Train a fresh copy of the 500-step model (AdamW at $10^{-3}$) for 100
+# steps to predict *every* token of training windows, nothing masked: the labels are the input ids.
+# Predict first: where does the training loss go, and how often is the top guess right on held-out
+# windows? What has the model learned?
 
 # %% tags=["solution"]
 generator = set_seed(0)
@@ -1371,13 +1270,12 @@ print(
 print(f"held-out windows, top guess = the input token: {peek_acc:.1%}")
 
 # %% [markdown] tags=["solution"]
-# The loss falls from 7.02 (steps 1-10) to 0.74 (steps 91-100) in 100 steps, where the masked
-# run of *How BERT learned* was still at 5.24 after 500, and on held-out windows the top guess
-# is the input token 99.4 % of the time. The model has learned to copy: each position's own
-# token vector travels along the residual connections to the output layer, which shares its
-# matrix with the token table, so reading the input back out is easy, and nothing in this task
-# requires looking at the context. Hiding the target is what forces an encoder that sees both
-# sides to use them; a GPT gets the same effect from its causal mask and next-token targets.
+# The loss falls from 7.02 (steps 1-10) to 0.74 (steps 91-100), where the masked run was still at
+# 5.24 after 500 steps, and on held-out windows the top guess is the input token 99.4 % of the
+# time. The model copies: each token's vector reaches the output layer along the residual
+# connections, and that layer shares its matrix with the token table, so the context is never
+# needed. Hiding the target is what forces an encoder to use both sides; a GPT's causal mask does
+# the same.
 
 # %% tags=["remove-cell"]
 # copying is far easier than the masked task, and almost always right

@@ -1,25 +1,14 @@
 # %% [markdown]
 # # 13 — Fine-tuning BERT: a classifier, and how to judge it
 #
-# Chapter 12 ran the weights of a pretrained BERT, all-MiniLM-L6-v2, in the course's own
-# encoder. This chapter puts that encoder to work and asks how far to trust the results:
+# Chapter 12 ran the weights of a pretrained BERT, all-MiniLM-L6-v2, in the course's own encoder.
+# This chapter uses it for sentence embeddings, fine-tunes it into a sentiment classifier, and asks
+# how far to trust the result: against simple baselines, over seeds, on 200 test reviews, and in
+# what attention explains.
 #
-# * **sentence embeddings**: mean pooling, cosine similarity, a tiny semantic search;
-# * **classification, honestly**: why a freshly loaded classifier is a coin toss; then a fair
-#   comparison of baselines, from a bag of words to a linear probe, with fine-tuning by our own
-#   loop and by Hugging Face's `Trainer`: settings chosen on a dev split, three seeds per result
-#   (one for the `Trainer`'s cross-check), the test set used once, and a paired bootstrap to
-#   tell which differences the 200 test reviews can support;
-# * **LoRA**: a low-rank update in a dozen lines, then the same classifier fine-tuned through
-#   `peft` with 1 % of the weights trained, saved as a small adapter and merged back;
-# * **attention across layers** (rollout), and what attention does not explain, tested against
-#   deleting tokens one at a time;
-# * **a bigger BERT, on a GPU**: what changes with `bert-base-uncased`.
-#
-# The model is the one of chapter 12: MiniLM, a BERT of 6 layers, 384 features and 22.6 million
-# parameters in our encoder (22.7 million in Hugging Face's `BertModel`, which adds the pooler), which the sentence-transformers project fine-tuned so that the *mean* of its
-# token vectors makes a good sentence vector. As we shall see, its `[CLS]` pooler looks
-# untrained.
+# MiniLM is a BERT of 6 layers, 384 features and 22.6 million parameters, which the
+# sentence-transformers project fine-tuned so that the *mean* of its token vectors makes a good
+# sentence vector.
 
 # %% tags=["remove-cell"]
 import warnings
@@ -84,10 +73,7 @@ from transformer_course.utils import (
 )
 
 # %% [markdown]
-# MiniLM as chapter 12 loaded it: Hugging Face's `BertModel` (asked to return its attention
-# weights, which the section on attention reads) and its tokenizer, and the same weights in the
-# course's `BertEncoder` (`bert_from_hf`, chapter 12), which we use wherever the encoder's
-# output is all we need.
+# MiniLM as chapter 12 loaded it, in Hugging Face's `BertModel` and in our own `BertEncoder`:
 
 # %%
 torch.set_printoptions(precision=4, sci_mode=False)  # 4 decimals
@@ -105,19 +91,17 @@ print(
 # %% [markdown]
 # ## Sentence embeddings
 #
-# Chapter 02 built sentence vectors from MiniLM: **mean pooling**, the average of the last
-# layer's token vectors over the real tokens only (the attention mask keeps padding out), and
-# `embed_sentences`, which tokenises, runs the model, mean-pools and normalises. Here is the
-# package's `mean_pool`:
+# Chapter 02 built sentence vectors by **mean pooling**: the average of the last layer's token
+# vectors over the real tokens only, as the attention mask marks them. `embed_sentences` tokenises,
+# runs the model, mean-pools and normalises. Here is `mean_pool`:
 
 # %%
 show_source(mean_pool)
 
 # %% [markdown]
-# Chapter 02 showed that a plain mean, padding included, turns the vector. The same check on
-# *our* encoder, the `BertEncoder` that runs MiniLM's weights: the sentence alone, and the same
-# sentence padded next to a longer one (padding positions have vectors too: their queries
-# attend to the real tokens, only their keys are masked).
+# A plain mean, padding included, would turn the vector (chapter 02). The check on *our* encoder:
+# the sentence alone, and padded next to a longer one (padding positions have vectors too; only
+# their keys are masked).
 
 # %% tags=["nbval-ignore-output"]
 short_text = "Padding must not change me."
@@ -144,10 +128,9 @@ print(
 assert masked_change < 1e-5 and plain_change > 0.1
 
 # %% [markdown]
-# The masked mean moves by float32 rounding only; the plain mean moves by 2.48 in one
-# coordinate. Two embeddings are compared, as in chapter 02, by their **cosine**. We run
-# `embed_sentences` with *our* encoder; its vectors have length 1, so a dot product is a
-# cosine.
+# The masked mean moves by float32 rounding only, the plain mean by 2.48. Embeddings are compared
+# by their **cosine**; those of `embed_sentences` (run here with *our* encoder) have length 1, so a
+# dot product is a cosine.
 
 # %%
 examples = [
@@ -185,14 +168,13 @@ ax.set_title("cosine similarity of sentence embeddings")
 plt.show()
 
 # %% [markdown]
-# The paraphrases share few words ("sleeps on the sofa" / "naps on the couch") and still
-# score far higher than unrelated pairs (Fig. 13.1). That is what makes **semantic search** work:
-# embed a collection once, embed each query, return the closest entries. Here are 30 short tips
-# (on computers, gardening, cooking, pets, travel, money, exercise and study) and three
-# questions worded differently from any of them; after each hit, the words it
-# shares with the query.
+# The paraphrases share few words ("sleeps on the sofa" / "naps on the couch") yet score far higher
+# than unrelated pairs (Fig. 13.1). That makes **semantic search** work: embed a collection once,
+# embed each query, return the closest entries. Here are 30 short tips and three questions worded
+# unlike any of them:
 
-# %%
+# %% tags=["hide-input"]
+# the 30 tips and the three questions
 corpus = [
     (
         "Charge your laptop battery between 20 and 80 percent "
@@ -233,6 +215,8 @@ queries = [
     "What paperwork do I need for going abroad?",
     "When should my young dog get jabs?",
 ]
+
+# %%
 corpus_emb = embed_sentences(corpus, tokenizer, ours)
 query_emb = embed_sentences(queries, tokenizer, ours)
 hits = semantic_search(query_emb, corpus_emb, top_k=3)
@@ -251,26 +235,20 @@ for q, row in zip(queries, hits):
 
 # %% [markdown]
 # No query shares a single word with the answer it found: "power pack of my notebook computer"
-# found "laptop battery", "paperwork ... abroad" found "visa", "young dog" and "jabs" found
-# "puppy" and "vaccinations". A bag of words, which can only count shared words, has nothing to
-# count for any of these three answers; for the third query, the one entry that shares its
-# word "dog" is the walking tip, which the embedding ranks second. (For millions of entries one replaces the exhaustive `topk` by an
-# approximate nearest-neighbour index, but the idea is this one.)
+# found "laptop battery", "paperwork ... abroad" found "visa", "young dog" and "jabs" found "puppy"
+# and "vaccinations". A bag of words would have nothing to count; the one entry sharing the word
+# "dog" is the walking tip, ranked second. (At scale, an approximate nearest-neighbour index
+# replaces the exhaustive `topk`.)
 #
 # ## Classification, honestly
 #
 # A common pitfall: classify sentiment with
-# `BertForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)` straight
-# away and report the probability it gives the predicted class as its confidence. Such a
-# model has never seen a
+# `BertForSequenceClassification.from_pretrained("bert-base-uncased", num_labels=2)` straight away
+# and report the probability of the predicted class as a confidence. Such a model has never seen a
 # labelled review: `from_pretrained` adds a classification layer that the checkpoint does not
-# contain and fills it with **random numbers**. transformers says so when it loads the model, in
-# a warning that is easy to scroll past. So that probability is not a confidence; it is noise.
-# Let us measure
-# that, with the same kind of model built on MiniLM.
-#
-# `MODEL` below names the MiniLM checkpoint; every classifier in this section loads from it
-# (*A bigger BERT, on a GPU* lists what else to change for another BERT).
+# contain and fills it with **random numbers**, so that probability is noise. Let us measure it on
+# MiniLM: `MODEL` names the checkpoint that every classifier here loads (*A bigger BERT, on a GPU*
+# changes it).
 
 # %%
 MODEL = minilm_path()
@@ -293,10 +271,10 @@ def fresh_classifier(seed: int, **kwargs):
 
 
 # %% [markdown]
-# transformers' warning is its *load report*: which tensors the model needed but the
-# checkpoint did not have (**missing**), and which the checkpoint had but the model did not use
-# (**unexpected**). transformers logs it as a warning when a model loads;
-# `output_loading_info=True` returns the same report as a dictionary, which we print:
+# transformers warns about this on loading, in a *load report* that is easy to scroll past: the
+# tensors the model needed but the checkpoint lacked (**missing**), and those the checkpoint had
+# but the model did not use (**unexpected**). `output_loading_info=True` returns it as a
+# dictionary:
 
 # %%
 untrained, load_report = fresh_classifier(0, output_loading_info=True)
@@ -307,21 +285,14 @@ pooler_bias = untrained.bert.pooler.dense.bias
 print(f"pooler bias: largest |value| {pooler_bias.abs().max().item():g}")
 
 # %% [markdown]
-# `classifier.weight` and `classifier.bias` are missing from the checkpoint, so
-# `from_pretrained` initialised them at random; in this checkpoint nothing else is missing or
-# left over. The head
-# reads `[CLS]`
-# through the pooler and then this new linear layer. In this checkpoint the pooler looks
-# untrained too: its bias is still exactly zero, as it was initialised, where training through
-# the pooler would have moved it (sentence-transformers, which trained this checkpoint last,
-# reads the mean of the token vectors instead). So one random layer, and most likely a second,
-# stand between BERT and the answer.
+# Only the classifier's weight and bias are missing, so `from_pretrained` drew them at random. The
+# head reads `[CLS]` through the pooler, and this checkpoint's pooler looks untrained too: its bias
+# is still exactly zero, as initialised (sentence-transformers, which trained the checkpoint last,
+# reads the mean instead). So one random layer, and most likely a second, stand between BERT and
+# the answer.
 #
-# That head is a dozen lines on top of the course's own encoder: read the final vector of
-# `[CLS]`, pass it through the pooler, dropout, and a linear layer to
-# one score per label. With the pooler's and the classifier's weights copied from the model
-# just loaded, it must give the same scores as Hugging Face's
-# `BertForSequenceClassification`:
+# On our own encoder the head is a dozen lines; with the weights copied from the model just loaded,
+# it must give the same scores as `BertForSequenceClassification`:
 
 
 # %%
@@ -361,8 +332,7 @@ print(f"max |ours - BertForSequenceClassification| = {head_diff:.1e}")
 assert head_diff < 1e-4
 
 # %% [markdown]
-# Back to Hugging Face's classifier: one enthusiastic sentence, with five different random
-# seeds for its head:
+# Back to Hugging Face's classifier: one enthusiastic sentence, five random heads:
 
 # %%
 example_text = "I love how this transformer model works! It's amazing!"
@@ -373,41 +343,29 @@ for seed in range(5):
     print(f"seed {seed}: {label}, confidence {p:.2f}")
 
 # %% [markdown]
-# The "answer" depends on the random seed, and every "confidence" is about 0.5. To judge a
-# classifier we need labelled data it has not trained on. The course ships one:
-# `sentiment_reviews.csv`, 1,050 short English reviews written for the course, half positive,
-# half negative, about restaurants, films, books, gadgets, hotels, apps, shops and services, with
-# a fixed train/test split stored in the file. Some are easy, many are not: negations ("I
-# wouldn't call it comfortable", "Not bad at all; in fact, I'd call it excellent"), reviews that
-# praise first and complain last or the other way round, and verdicts with no opinion word at all
-# ("The box is already back in the post"). Words that *usually* signal one side appear on both
-# ("Great location, terrible room"; "The hours flew by"), so that counting them is not enough.
-# In the file's split many subjects fall on one side of it only (the three kettle reviews, say, are
-# all training reviews), but not all: movers, museums and coats of paint have reviews on both
-# sides of the split.
+# The "answer" depends on the seed, and every "confidence" is about 0.5. To judge a classifier we
+# need labelled data it has not trained on: `sentiment_reviews.csv`, 1,050 short English reviews
+# written for the course, half positive, half negative, with a fixed train/test split. Many are
+# hard on purpose: negations, reviews that turn halfway, verdicts with no opinion word, praise
+# words in complaints ("Great location, terrible room"). Many subjects fall on one side of the
+# split only.
 #
 # ### The protocol: a dev split, several seeds, the test set once
 #
-# A comparison that a sceptical reader of a paper would accept follows three rules.
+# A comparison that a sceptical reader would accept follows three rules.
 #
-# 1. **Every setting we tune is chosen on a development (dev) split** carved out of the training
-#    reviews: which layers to freeze, the learning rates, the baselines' $k$ and penalty. The
-#    rest (batch size, the fine-tuning's weight decay and warm-up, the number of epochs, the
-#    maximum of 64 tokens per review, freezing the embeddings, LoRA's rank and targets, the
-#    grids themselves) are fixed in advance. If we chose them
-#    by looking at the test accuracy, the test set would become part of training and its
-#    accuracy an optimistic estimate. The dev split is drawn review by review, not by subject,
-#    so two reviews of one subject can land on both sides of it. That can move dev accuracy
-#    either way: a method may profit from a training review of the same subject and the same
-#    opinion, or a method that copies the label of the most similar review may be misled by
-#    one of the same subject and the opposite opinion. Dev accuracy only has to rank the
-#    choices.
+# 1. **Every setting we tune is chosen on a development (dev) split** of the training reviews:
+#    which layers to freeze, the learning rates, the baselines' $k$ and penalty. The rest (batch
+#    size, schedule, epochs, the 64-token limit, frozen embeddings, LoRA's rank and targets, the
+#    grids) is fixed in advance. Choosing by test accuracy would make the test set part of
+#    training, and its accuracy optimistic. The dev split is drawn review by review, not by
+#    subject, so a dev review may share its subject, for better or worse, with a training review;
+#    dev accuracy only has to rank the choices.
 # 2. **The test set is used once, at the end**, for all models together.
-# 3. **Several seeds.** On 200 test reviews one review is half a point, and a single run of
-#    fine-tuning depends on the random head, the order of the batches and dropout. Here a seed
-#    fixes all of that *and* which 150 training reviews form the dev split, so every method,
-#    the baselines included, is trained on a different 700 reviews per seed. We report the mean
-#    and standard deviation over 3 seeds.
+# 3. **Several seeds.** On 200 test reviews one review is half a point, and a fine-tuning run
+#    depends on the random head, the batch order and dropout. A seed fixes all of that *and* which
+#    150 training reviews form the dev split, so each method trains on a different 700 reviews per
+#    seed; we report the mean and standard deviation over 3 seeds.
 
 # %%
 train_full, test = reviews.load_sentiment_reviews()
@@ -445,17 +403,32 @@ print(f"predicts 'positive' for {n_positive} of {len(dev)} reviews")
 print(f"P(positive) between {p_positive.min():.2f} and {p_positive.max():.2f}")
 
 # %% [markdown]
-# Chance level, as expected: on a balanced set, a coin scores 50%.
+# Chance level, as expected: on a balanced set a coin scores 50 %.
 #
 # ### Baseline 1: logistic regression on a bag of words
 #
-# Before fine-tuning a 22-million-parameter model, the honest question is how far something
-# simple gets. The classic baseline counts the words of each review and fits a logistic
-# regression: one weight per word, $P(\text{positive}) = \sigma(\sum_w \text{count}_w\, v_w + b)$.
-# scikit-learn, the library practitioners use for such models, builds it from two parts:
-# `CountVectorizer` turns each review into word counts, and `LogisticRegression` fits the
-# weights with an L2 penalty on them of strength $1/C$. $C$ is its one setting, chosen on the
-# dev split; a tie goes to the smaller $C$, the stronger penalty and so the simpler model.
+# How far does something simple get? The classic baseline counts the words of each review and fits
+# a logistic regression, one weight per word:
+# $P(\text{positive}) = \sigma(\sum_w \text{count}_w\, v_w + b)$. In scikit-learn,
+# `CountVectorizer` counts the words and `LogisticRegression` fits the weights with an L2 penalty
+# of strength $1/C$. $C$ is chosen on the dev split, a tie going to the smaller $C$: the stronger
+# penalty, the simpler model.
+
+
+# %% tags=["hide-input"]
+# show_grid: a setting's dev accuracies as a table
+def show_grid(title: str, scores: dict, chosen) -> None:
+    """Dev accuracy for each value of a setting, and the value chosen."""
+    values = [f"{v:g}" for v in scores]
+    display(
+        Table(
+            ["", *values],
+            [["dev accuracy", *scores.values()]],
+            formats=dict.fromkeys(values, ".1%"),
+            caption=f"{title}; chosen: {chosen:g}",
+        )
+    )
+
 
 # %%
 from sklearn.feature_extraction.text import CountVectorizer
@@ -481,33 +454,21 @@ bow_dev = {
     for C in (0.01, 0.1, 1, 10, 100)
 }
 BOW_C = min(bow_dev, key=lambda C: (-bow_dev[C], C))  # ties: smaller C
-
-
-def show_grid(title: str, scores: dict, chosen) -> None:
-    """Dev accuracy for each value of a setting, and the value chosen."""
-    values = [f"{v:g}" for v in scores]
-    display(
-        Table(
-            ["", *values],
-            [["dev accuracy", *scores.values()]],
-            formats=dict.fromkeys(values, ".1%"),
-            caption=f"{title}; chosen: {chosen:g}",
-        )
-    )
-
-
 show_grid(
     "Bag of words, dev accuracy by C (ties go to the smaller)", bow_dev, BOW_C
 )
 bow = bag_of_words(BOW_C).fit(train.texts, train.labels)
 acc_bow_train = accuracy(bow.predict(train.texts), train.labels)
 vocab = bow[0].get_feature_names_out()  # the pipeline's first part
-order = bow[1].coef_[0].argsort()  # one weight per word, lowest first
-pos_words, neg_words = vocab[order[::-1][:8]], vocab[order[:8]]
 print(
     f"vocabulary {len(vocab)} words; train accuracy {acc_bow_train:.1%}, "
     f"dev accuracy {bow_dev[BOW_C]:.1%}"
 )
+
+# %% tags=["hide-input"]
+# the strongest weights, and in how many reviews each word occurs
+order = bow[1].coef_[0].argsort()  # one weight per word, lowest first
+pos_words, neg_words = vocab[order[::-1][:8]], vocab[order[:8]]
 # in how many positive and how many negative training reviews a word occurs
 doc_freq_by_label = [
     Counter(
@@ -545,34 +506,23 @@ assert (
 assert len(vocab) == len(doc_freq)  # the same words as reviews.words finds
 
 # %% [markdown]
-# The grid brackets the best value: the strongest penalty does worst (66.7 % at $C = 0.01$),
-# $C = 1$ and $C = 10$ tie at 75.3 % and the smaller is chosen, and the weakest penalty falls
-# back a little (74.7 % at $C = 100$). With it the model fits 99.0 % of its training reviews and
-# gets only about three in four dev reviews right. Its strongest weights are cues that recur on
-# one side of the training reviews ("half" in 18 negative reviews and 1 positive one, "warm" in
-# 9 positive ones and no negative one), and some are words with no opinion in them ("be",
-# "left", "asked") that happen to come up more often in complaints. With 700 varied reviews
-# most words occur in one or two reviews, so much of the vocabulary gives such a model little
-# to learn from. And word counts take a "not" or a "but" as one more word, without seeing what
-# it applies to or which side of a turn each word is on ("Great location, terrible room"). A pretrained encoder brings what the counts lack: it has
-# read far more text than we could label, and it reads words in context.
+# The grid brackets its best value (Table 13.1). The model fits 99.0 % of its training reviews but
+# gets only about three in four dev reviews right. Its strongest weights are cues that recur on one
+# side of the training reviews ("half" in 18 negative reviews and 1 positive one), some of them
+# words with no opinion in them ("be", "left", "asked"). Most words occur in only one or two of the
+# 700 reviews, and counts take a "not" or a "but" as one more word. A pretrained encoder has read
+# far more text than we could label, and it reads words in context.
 #
 # ### Baselines 2 and 3: frozen sentence embeddings
 #
-# The cheapest way to use the encoder is not to train it at all: embed every review once
-# (the mean-pooled MiniLM vectors of *Sentence embeddings*, here from our own `BertEncoder`) and put a simple
-# classifier on the frozen vectors. Two such classifiers answer different questions:
+# The cheapest use of the encoder trains nothing: embed every review once (mean-pooled) and fit a
+# simple classifier on the frozen vectors. Two classifiers ask two questions:
 #
-# * **k nearest neighbours** with cosine similarity (scikit-learn's `KNeighborsClassifier`):
-#   label a review by a vote of the $k$ most similar training reviews. This asks whether reviews
-#   *close* in embedding space share their sentiment. Every $k$ tried is odd, so a vote of two
-#   labels cannot tie; a tie between two values of $k$ goes to the larger, the smoother vote.
-# * A **linear probe**: logistic regression on the 384 numbers of the embedding, the same
-#   `LogisticRegression` as the bag of words, its $C$ chosen the same way. This asks whether
-#   sentiment is *linearly decodable* from the embedding, even if it is not what makes two
-#   vectors close.
-#
-# The embeddings are computed once for all 1,050 reviews and reused for every seed and setting.
+# * **k nearest neighbours** with cosine similarity (`KNeighborsClassifier`) gives a review the
+#   majority label of its $k$ most similar training reviews (an odd $k$, so no vote ties): do
+#   reviews *close* in embedding space share their sentiment?
+# * A **linear probe**, `LogisticRegression` on the 384 numbers of the embedding, asks whether
+#   sentiment is *linearly decodable* from it, even if it is not what makes two vectors close.
 
 # %%
 all_texts = train_full.texts + test.texts
@@ -611,8 +561,7 @@ show_grid(
 )
 
 # %% [markdown]
-# What the nearest neighbour of a review is: the first five dev reviews, each with the most
-# similar training review (cosine similarity of the embeddings) and both labels.
+# The first five dev reviews, each with its nearest training review:
 
 # %%
 dev_unit = torch.nn.functional.normalize(embeddings(dev), dim=1)
@@ -630,43 +579,36 @@ same = [train.labels[int(j)] == y for j, y in zip(nearest, dev.labels)]
 print(f"same label as the nearest neighbour: {sum(same) / len(same):.1%}")
 
 # %% [markdown]
-# Two of the five have a nearest neighbour of the other label, and in both it is a review of
-# the same thing: a book read to the end or given up, a car wash. Over the whole dev split the
-# nearest neighbour shares the review's label 54.7 % of the time, barely above a coin toss.
+# Two of the five have a neighbour of the other label, both times a review of the same thing (a
+# book, a car wash). Over the whole dev split the nearest neighbour shares the review's label
+# 54.7 % of the time, barely above a coin toss.
 #
 # ### Fine-tuning MiniLM
 #
-# Fine-tuning trains the network itself, pretrained encoder and new head together, on the
-# labelled reviews, with a small learning rate so that the pretrained weights move only a little.
-# `reviews.fine_tune` runs the course's training loop (`fit`, chapter 09) on batches of reviews:
-# AdamW, a learning rate that warms up and then decays linearly (the schedule BERT was fine-tuned
-# with), gradient clipping, one progress bar, and the dev accuracy after every epoch.
+# Fine-tuning trains the encoder and the new head together on the labelled reviews, with a small
+# learning rate so that the pretrained weights move only a little. `reviews.fine_tune` runs the
+# course's `fit` (chapter 09) with AdamW, a linear warm-up and decay (BERT's fine-tuning schedule)
+# and gradient clipping, and measures the dev accuracy after every epoch.
 
 # %%
 show_source(reviews.fine_tune)
 
 # %% [markdown]
-# What to freeze is one of the choices. The embeddings are 11.9 of the 22.7 million
-# parameters of `BertModel` (pooler included), 11.7 million of them the word table, and the training reviews use only a small part
-# of the vocabulary (both counted below, after the listing). We freeze them in every candidate, a choice made in advance rather than
-# on the dev split. The reason is a risk, not something tested here: updating only the rows of
-# words that occur in training could move them away from the rows of words that only the test
-# reviews contain. Freezing the lower layers as well
-# makes each step cheaper (no backward pass through them; the wall time of each candidate is
-# printed after the training) and leaves fewer parameters to overfit
-# 700 reviews, but lets the model adapt less. `freeze_lower` does both:
+# What to freeze? The embeddings hold 11.9 million parameters, over half of MiniLM's, while the
+# training reviews use a small part of the vocabulary (both counted below). We freeze them in every
+# candidate, a choice made in advance because of a risk we do not test: updating only the rows of
+# words seen in training could move them away from those of words that only the test reviews
+# contain. Freezing lower layers too makes steps cheaper and leaves fewer parameters to overfit 700
+# reviews, but lets the model adapt less. `freeze_lower` does both:
 
 # %%
 show_source(reviews.freeze_lower)
 
 # %% [markdown]
-# Three candidates, each trained on the 700 training reviews of seed 0 with a schedule of two
-# epochs, the low end of the 2 to 4 epochs usually used to fine-tune BERT, fixed in advance:
-# every layer trained at 3e-5, a rate within the 2e-5 to 5e-5 that the BERT paper recommends
-# for fine-tuning (see *A bigger BERT*), and at 1e-4; and the lower half frozen, at 1e-4. The
-# dev accuracy after each epoch shows whether the second epoch helps; the candidate with the
-# best dev accuracy at the end of its schedule (a tie would go to the first listed) is the one
-# the test set will see, trained exactly so.
+# Three candidates, each trained on seed 0's split for two epochs (the low end of the 2 to 4 usual
+# for BERT, fixed in advance): every layer at 3e-5, within the BERT paper's recommended 2e-5 to
+# 5e-5, or at 1e-4; or the lower half frozen, at 1e-4. The best dev accuracy at the end of the
+# schedule picks the model the test set will see, trained exactly so.
 
 # %%
 EPOCHS, BATCH_SIZE = 2, 16
@@ -675,17 +617,6 @@ CANDIDATES = {
     "embeddings frozen, lr 1e-4": (0, 1e-4),
     "embeddings + layers 0-2 frozen, lr 1e-4": (3, 1e-4),
 }
-used = {i for ids in tokenizer(train.texts)["input_ids"] for i in ids}
-print(
-    f"the training reviews use {len(used):,} "
-    f"of the {tokenizer.vocab_size:,} vocabulary entries"
-)
-emb_module = untrained.bert.embeddings  # the model loaded from MODEL
-print(
-    f"embeddings: {count_parameters(emb_module) / 1e6:.1f} M parameters, "
-    f"of which the word table "
-    f"{emb_module.word_embeddings.weight.numel() / 1e6:.1f} M"
-)
 
 
 def fine_tuned(
@@ -716,7 +647,14 @@ for name, (frozen_layers, lr) in CANDIDATES.items():
     t0 = time.perf_counter()
     selection[name] = fine_tuned(0, frozen_layers, lr, EPOCHS, splits[0])
     ft_seconds[name] = time.perf_counter() - t0
-n_steps = len(selection[name][1].loss)
+final_dev = {n: selection[n][1].evals["dev_accuracy"][-1] for n in CANDIDATES}
+best_name = max(final_dev, key=final_dev.get)  # a tie goes to the first
+FROZEN, LR = CANDIDATES[best_name]
+print(f"chosen on the dev split: {best_name}")
+
+# %% tags=["hide-input"]
+# the candidates' table, and what the counts above refer to
+n_steps = len(selection[best_name][1].loss)
 print(
     f"{EPOCHS} epochs of {math.ceil(len(train) / BATCH_SIZE)} batches: "
     f"{n_steps} steps per candidate"
@@ -736,27 +674,35 @@ display(
         caption="Fine-tuning candidates, dev accuracy, seed 0",
     )
 )
-final_dev = {n: selection[n][1].evals["dev_accuracy"][-1] for n in CANDIDATES}
-best_name = max(final_dev, key=final_dev.get)  # a tie goes to the first
-FROZEN, LR = CANDIDATES[best_name]
 margin = final_dev[best_name] - max(
     a for n, a in final_dev.items() if n != best_name
 )
-print(f"chosen on the dev split: {best_name}")
 train_probs = reviews.predict_proba(
     selection[best_name][0], tokenizer, train.texts
 )
 acc_ft_train = accuracy(train_probs.argmax(dim=1), train.labels)
 print(
-    f"its accuracy on its {len(train)} training reviews: {acc_ft_train:.1%}, "
-    f"on dev: {final_dev[best_name]:.1%}"
+    f"the chosen one on its {len(train)} training reviews: "
+    f"{acc_ft_train:.1%}, on dev: {final_dev[best_name]:.1%}"
 )
 print(
     f"its lead at the end of the schedule: {margin:.1%}, "
     f"{round(margin * len(dev))} of {len(dev)} dev reviews"
 )
+used = {i for ids in tokenizer(train.texts)["input_ids"] for i in ids}
+print(
+    f"the training reviews use {len(used):,} "
+    f"of the {tokenizer.vocab_size:,} vocabulary entries"
+)
+emb_module = untrained.bert.embeddings  # the model loaded from MODEL
+print(
+    f"embeddings: {count_parameters(emb_module) / 1e6:.1f} M parameters, "
+    f"of which the word table "
+    f"{emb_module.word_embeddings.weight.numel() / 1e6:.1f} M"
+)
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-input"]
+# wall time per candidate, and the frozen layers checked untouched
 print("wall time per candidate:")
 for name in CANDIDATES:
     print(f"  {name:40s} {ft_seconds[name]:3.0f} s")
@@ -785,22 +731,13 @@ print(
 assert unchanged == [True] * n_frozen + [False]
 
 # %% [markdown]
-# Freezing does what it says: layers 0-2 of that candidate are exactly the checkpoint's after
-# training, and layer 3, which trained, has moved.
-#
-# The smaller rate falls short: every layer trained at 3e-5 reaches 82.0 % on dev after two
-# epochs, against 87.3 % at 1e-4. Of the two rates, the larger wins, so this grid brackets its
-# choice from below only (3e-4 would be the next to try). The second epoch matters for the
-# candidates that start slower (3e-5: 80.0 % after one epoch; layers 0-2 frozen: 80.0 %, then
-# 86.7 %) and not for the winner (87.3 % after both). Freezing the lower half of the encoder
-# costs one dev review at the end, a margin that another seed, or another dev split, could
-# reverse, and makes each run faster (the wall times above). Like the bag of words (99.0 % of
-# its training reviews, 75.3 % on dev), the chosen candidate fits its training reviews better
-# than the dev ones, but by far less: 93.3 % against 87.3 %. It goes to the test set exactly as
-# it ran here, two epochs; its
-# training loss step by step, and its dev accuracy at the start and after each epoch:
+# The smaller rate falls short (Table 13.4), so this grid brackets its choice from below only (3e-4
+# would be next). The second epoch helps the slower starters, not the winner. Freezing the lower
+# half costs one dev review, a margin another seed could reverse, and saves time (the wall times
+# above). The winner overfits far less than the bag of words. Its training loss and dev accuracy:
 
-# %%
+# %% tags=["hide-input"]
+# the chosen candidate's losses and dev accuracy, epoch by epoch
 losses = selection[best_name][1].loss
 steps_per_epoch = len(losses) // EPOCHS
 # dev accuracy: the untrained head (the same head, before step 1), then
@@ -860,23 +797,13 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# How to read Fig. 13.2. The first 10 steps average 0.69, ln 2: with a random head, and a learning
-# rate that is still rising over the 8 warm-up steps, the model starts as a coin toss. Single
-# batches are noisy (16 reviews each, 12 in the last of an epoch; in epoch 1 they range from
-# 0.26 to 0.86), so read the
-# mean: 0.56 over the last 10 batches of epoch 1, 0.30 over those of epoch 2. The dev accuracy
-# (green, right axis) tells the rest: 47.3 % before training, 87.3 % after epoch 1 and 87.3 %
-# again after epoch 2. The second epoch lowers the training loss and leaves dev accuracy where
-# it was: on dev, no sign in this run that it helped, nor that it hurt.
+# In Fig. 13.2 the loss starts at ln 2, a coin toss: the head is random and the learning rate still
+# warming up. The flat dev accuracy in epoch 2 shows no sign that the second epoch helps or hurts.
 #
 # ### The loop, written out
 #
-# `reviews.fine_tune` hands its loop to the course's `fit` (chapter 09), which adds the
-# progress bar and the dev evaluation. Written out, the loop is short: each epoch shuffles the
-# reviews and cuts them into batches; each batch is tokenised and padded to its longest review;
-# given `labels`, the model returns the cross-entropy; a step is backward, gradient clipping,
-# AdamW and the schedule (warm-up, then a linear decay). Started from the same seed as the chosen
-# candidate, its first five steps must give that candidate's first five losses:
+# Written out and started from the chosen candidate's seed, the loop must give that candidate's
+# first five losses:
 
 
 # %%
@@ -942,15 +869,11 @@ assert all(abs(a - b) < 1e-4 for a, b in zip(hand_losses, chosen_losses))
 # %% [markdown]
 # ### The same fine-tuning, the Hugging Face way
 #
-# The loop above fits on a page; in practice most people use Hugging Face's
-# **`Trainer`**, which runs the same loop (AdamW, a linear schedule with warm-up, gradient
-# clipping; mixed precision when asked, with `fp16=True` or `bf16=True`; several GPUs when
-# there are some) from a `TrainingArguments` object. The data goes in as a **`datasets.Dataset`**, tokenised with `map`; a
-# **`DataCollatorWithPadding`** pads each batch to its own longest review (as our loop
-# does); a **metric function** turns predictions into accuracy, here on the dev split
-# after every epoch (`eval_strategy="epoch"`), as our loop does. Same split, same choices, same
-# seed, and a two-epoch schedule of the same shape (its warm-up starts from 0, one step behind
-# ours):
+# Most people use Hugging Face's **`Trainer`**, which runs the same loop (plus mixed precision when
+# asked, and several GPUs when there are some), configured by `TrainingArguments`. The data goes in
+# as a **`datasets.Dataset`** tokenised with `map`; a **`DataCollatorWithPadding`** pads each
+# batch; a **metric function** computes dev accuracy after every epoch. Same split, choices and
+# seed, and a schedule of the same shape (its warm-up starts one step behind ours):
 
 
 # %%
@@ -972,7 +895,7 @@ hf_train, hf_dev = as_dataset(train), as_dataset(dev)
 print(hf_train)
 
 # %% [markdown]
-# The `Trainer` logs, after each epoch, the training loss, the dev loss and the metric:
+# The `Trainer`'s log, epoch by epoch:
 
 # %%
 steps_total = EPOCHS * math.ceil(len(hf_train) / BATCH_SIZE)
@@ -1020,6 +943,9 @@ for h in trainer.state.log_history:
             f"  epoch {h['epoch']:.0f}: dev loss {h['eval_loss']:.3f}, "
             f"dev accuracy {h['eval_accuracy']:.1%}"
         )
+
+# %% tags=["hide-input"]
+# the Trainer's dev accuracy next to our loop's
 print(f"{trainer.state.global_step} steps, as in our loop")
 dev_trainer = [
     h["eval_accuracy"]
@@ -1032,20 +958,13 @@ for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
     print(f"  {name:9s}", "  ".join(f"{a:.1%}" for a in accs))
 
 # %% [markdown]
-# The `Trainer`'s log gives the mean training loss of each epoch (0.607, then 0.326) and the
-# dev loss after it (0.322, then 0.282): both fall, so the second epoch has not started to
-# overfit. The two runs share the seed, the split and the shape of the schedule, and agree after
-# the first
-# epoch (87.3 % each); after the second the `Trainer`'s model is 2 points ahead, 3 of 150 dev
-# reviews.
-# They are not the same run: the `Trainer` draws its own batch order and dropout from the seed.
-# The test set below puts its model next to our loop's three seeds.
+# Both losses fall in the second epoch: no overfitting yet. The two runs agree after the first
+# epoch and differ by 3 dev reviews after the second, because the `Trainer` draws its own batch
+# order and dropout from the seed.
 #
-# As in chapter 11, `save_pretrained` writes the model and its tokenizer into one folder. New
-# here: a `pipeline` loads the model straight from that folder, for the task
-# `text-classification`, and the
-# configuration now holds the label names we gave `from_pretrained` (`id2label`), so the
-# pipeline answers with `negative` or `positive` rather than a label id:
+# `save_pretrained` writes the model and its tokenizer into one folder (chapter 11). New here: a
+# `text-classification` `pipeline` loads them from it and answers with the label names we gave
+# `from_pretrained` (`id2label`):
 
 # %%
 new_reviews = [
@@ -1065,19 +984,15 @@ for text, r in zip(new_reviews, results):
 # %% [markdown]
 # ### Fine-tuning fewer weights: LoRA
 #
-# Full fine-tuning trained 10.8 million weights (the table of candidates counts them), and it
-# leaves a full copy of the model, 90 MB, for every task it is used for. **LoRA** (low-rank
-# adaptation, Hu et al., 2021) keeps each pretrained matrix
-# $W \in \mathbb{R}^{d_\text{out} \times d_\text{in}}$ frozen and learns a correction of low
-# rank $r$:
+# Full fine-tuning trained 10.8 million weights (Table 13.4) and leaves a 90 MB copy of the model
+# per task. **LoRA** (low-rank adaptation, Hu et al., 2021) keeps each pretrained matrix
+# $W \in \mathbb{R}^{d_\text{out} \times d_\text{in}}$ frozen and learns a correction of low rank
+# $r$ (Fig. 13.3):
 #
 # $$
 # W' = W + \frac{\alpha}{r}\, B A, \qquad
 # A \in \mathbb{R}^{r \times d_\text{in}},\quad B \in \mathbb{R}^{d_\text{out} \times r}.
 # $$ (eq-13-1)
-#
-# The input goes two ways (Fig. 13.3): through the frozen $W$, and through the narrow path $A$
-# then $B$, whose output is scaled by $\alpha / r$ and added to $W x$.
 
 # %% tags=["hide-input"] caption="A LoRA layer. The input x goes through the frozen pretrained matrix W (grey) and, in parallel, through A, which maps it down to r numbers, and B, which maps those back up to $d_\\text{out}$; the update is scaled by $\\alpha/r$ and added to Wx. Only A and B (orange) are trained; B starts at zero, so the layer starts as W alone." alt="A diagram read from left to right. A vector x on the left splits into two paths. The upper path is a large grey square labelled W, d_out by d_in, frozen. The lower path is a wide, flat orange box A, r by d_in, followed by a tall, thin orange box B, d_out by r, then a multiplication by alpha over r. The two paths meet at a plus sign, whose output is h; below the diagram, the formula h = Wx + (alpha/r) BAx."
 fig, ax = plt.subplots(figsize=(5.2, 3.6))
@@ -1125,21 +1040,18 @@ ax.axis("off")
 plt.show()
 
 # %% [markdown]
-# * $B$ starts at zero, so $W' = W$ at the start: training begins from the pretrained model
-#   exactly. $A$ starts random, so the gradient of $B$ is not zero.
-# * The **rank** $r$ is how many directions the update can use: $r (d_\text{in} + d_\text{out})$
-#   numbers instead of $d_\text{in} d_\text{out}$. The bet is that adapting a model to one task
-#   needs few directions; Hu et al. found that on GPT-3, adapting the query and value matrices
-#   at rank 1 did about as well as at rank 64.
-# * **$\alpha$** scales the update. Dividing by $r$ keeps the update's size about the same when
-#   $r$ changes, so that a learning rate found for one rank serves another (Kalajdzievski,
-#   2023, rsLoRA, argues for $\alpha/\sqrt r$ at large ranks). We take $r = 8$ and
-#   $\alpha = 16$ (`peft`'s default rank, twice its default scale).
-# * **Which matrices** (the *target modules*): the LoRA paper adapted the attention's query and
-#   value projections, which `peft` still adapts by default in a BERT; in MiniLM they are named
-#   `query` and `value`, six of each.
+# * $B$ starts at zero, so training begins exactly at the pretrained model; $A$ starts random, so
+#   the gradient of $B$ is not zero.
+# * The **rank** $r$ limits the update to $r$ directions: $r (d_\text{in} + d_\text{out})$ numbers
+#   instead of $d_\text{in} d_\text{out}$. The bet is that one task needs few; Hu et al. found that
+#   on GPT-3, adapting the query and value matrices at rank 1 did about as well as at rank 64.
+# * **$\alpha$** scales the update; dividing by $r$ keeps its size about the same across ranks, so
+#   a learning rate carries over (Kalajdzievski, 2023, rsLoRA, argues for $\alpha/\sqrt r$ at large
+#   ranks). We take $r = 8$, `peft`'s default, and $\alpha = 16$, twice its default.
+# * Like the LoRA paper, and `peft` by default in a BERT, we adapt the attention's query and value
+#   projections (the *target modules*), six of each in MiniLM.
 #
-# The layer is a frozen `nn.Linear` plus two small matrices, and its forward pass is one line:
+# Its forward pass is one line:
 
 
 # %%
@@ -1162,10 +1074,9 @@ class TinyLoRA(torch.nn.Module):
 
 
 # %% [markdown]
-# `peft` (Hugging Face's library of parameter-efficient methods) implements the same layer with
-# more options (dropout on the input, several adapters per layer, merging). On MiniLM's first
-# query matrix, with the same $A$ and $B$ in both (here $B$ random, so that the update is not
-# zero), the two must compute the same outputs:
+# `peft`, Hugging Face's library of parameter-efficient methods, implements the same layer with
+# more options. On MiniLM's first query matrix, with the same $A$ and $B$ ($B$ random, so that the
+# update is not zero), the two must agree:
 
 # %%
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -1195,15 +1106,10 @@ print(f"max |TinyLoRA - peft's LoRA layer| = {lora_diff:.1e}")
 assert lora_diff < 1e-5 and moved > 0.1
 
 # %% [markdown]
-# The package's `LoRALinear` (chapter 14 uses it on a language model) is the same layer, with
-# checks of its arguments.
-#
-# `get_peft_model` puts such a layer on every target of a whole model and freezes the rest.
-# One more choice is ours: the head. The new classification layer must be trained in full
-# (`peft` does so for any `task_type="SEQ_CLS"` model), and we train the pooler in front of it
-# in full too, a choice made in advance and not tested here: this checkpoint's pooler looks
-# untrained (its bias is zero, as we saw), and frozen it would stay an untrained projection
-# between BERT and the classifier. `modules_to_save` names it. Dropout of 0.1 on LoRA's input, as on the rest of BERT:
+# `get_peft_model` puts such a layer on every target and freezes the rest. The new classification
+# layer is trained in full, and so is the pooler (`modules_to_save`), a choice made in advance and
+# not tested: frozen, this untrained-looking pooler would stay an untrained projection before the
+# classifier. LoRA's input gets BERT's dropout of 0.1:
 
 
 # %%
@@ -1233,11 +1139,10 @@ print(f"  the pooler and the classifier: {n_lora - n_adapters:,}")
 print(f"full fine-tuning above: {count_parameters(selection[best_name][0]):,}")
 
 # %% [markdown]
-# LoRA wants larger learning rates than full fine-tuning: with $B$ starting at zero and few
-# weights trained, small steps move the model little. Schulman and Thinking Machines Lab
-# (2025, *LoRA Without Regret*) measured LoRA's best learning rate at about 10 times that of
-# full fine-tuning. Our full fine-tuning chose 1e-4; the dev split chooses between 10, 30 and
-# 100 times that, with the same schedule of two epochs, on seed 0's split:
+# LoRA wants larger learning rates: with $B$ starting at zero and few weights trained, small steps
+# move the model little. Schulman and Thinking Machines Lab (2025, *LoRA Without Regret*) measured
+# its best learning rate at about 10 times that of full fine-tuning. Seed 0's dev split chooses
+# between 10, 30 and 100 times our 1e-4:
 
 # %%
 # 10, 30 and 100 times the rate full fine-tuning chose: 1e-3, 3e-3, 1e-2
@@ -1278,7 +1183,8 @@ LORA_LR = max(lora_final, key=lora_final.get)  # a tie goes to the first
 lora_model = lora_runs[LORA_LR][0]
 print(f"chosen: {LORA_LR:g}; full fine-tuning: {final_dev[best_name]:.1%}")
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-input"]
+# wall time of two epochs: full fine-tuning and LoRA
 print("wall time of two epochs, seed 0:")
 print(f"  full fine-tuning ({best_name}): {ft_seconds[best_name]:.0f} s")
 for lr in LORA_LRS:
@@ -1287,22 +1193,16 @@ for lr in LORA_LRS:
 assert n_lora < 0.03 * count_parameters(selection[best_name][0])
 
 # %% [markdown]
-# The middle rate wins on seed 0's dev split: 83.3 % after two epochs, against 82.0 % at 1e-3,
-# while at 1e-2 training fails: 50.0 % after each epoch, a coin toss; so the grid brackets
-# its choice. The winner stays below full fine-tuning's 87.3 %: 6 of the 150 dev reviews, on one
-# seed and one dev split. The test set below puts LoRA next to full fine-tuning over three seeds.
+# The middle rate wins (Table 13.5) and 1e-2 fails (a coin toss), so the grid brackets its choice;
+# LoRA stays 6 dev reviews behind full fine-tuning on this split.
 #
-# LoRA trains 1.0 % of the weights (the total printed above also counts the adapters and
-# `peft`'s trainable copies of the pooler and the classifier), 222 thousand against 10.8
-# million, and two thirds of those are the pooler. It is not much faster here (the wall times
-# above): the backward pass still runs through every layer to reach the adapters of the lowest
-# ones, and what LoRA skips is only the gradients of the frozen matrices and AdamW's update of
-# them. On a large model the saving that matters is memory: no gradients and no optimiser state
-# for the frozen weights (chapter 14 measures it on a language model).
+# Training 1.0 % of the weights, LoRA is not much faster here (the wall times above): the backward
+# pass still runs through every layer to reach the lowest adapters. On a large model the saving
+# that matters is memory: no gradients and no optimiser state for the frozen weights (chapter 14
+# measures it).
 #
-# What LoRA also saves is storage. `save_pretrained` on a `peft` model writes the adapters only (with
-# the pooler and the classifier), next to a configuration that names the base model; the
-# fine-tuned model above is written whole:
+# LoRA also saves storage: on a `peft` model, `save_pretrained` writes only the adapters (with the
+# pooler and the classifier) and a configuration naming the base model:
 
 # %%
 with tempfile.TemporaryDirectory() as saved:
@@ -1320,16 +1220,14 @@ with tempfile.TemporaryDirectory() as saved:
 print(f"the adapters are {full_mb / adapter_mb:.0f} times smaller")
 
 # %% [markdown]
-# The adapter file holds 0.89 MB against the full model's 90.87 MB, 102 times less, and two
-# thirds of it is the pooler; for a checkpoint with a trained pooler, LoRA alone would leave a
-# file a third of that size. A hundred tasks adapted this way share one copy of MiniLM.
-# `PeftModel.from_pretrained` puts the adapters back on a freshly loaded base model.
+# Two thirds of the adapter file, like two thirds of the trained weights, is the pooler; with a
+# trained pooler, LoRA alone would need a third of it. A hundred tasks adapted this way share one
+# copy of MiniLM; `PeftModel.from_pretrained` puts the adapters back on a fresh base model.
 #
 # For serving, `merge_and_unload` adds $\frac{\alpha}{r} BA$ into each $W$ and removes the
-# adapters: a plain `BertForSequenceClassification` again, as fast as the original, which must
-# give the same scores as the model with adapters up to float rounding
-# ($(W + \frac{\alpha}{r}BA)x$ rounds differently from $Wx + \frac{\alpha}{r}B(Ax)$), and so must
-# the model reloaded from the files:
+# adapters, leaving a plain `BertForSequenceClassification`, as fast as the original. It, and the
+# model reloaded from the files, must match the model with adapters up to float rounding (the sums
+# run in another order):
 
 # %%
 dev_batch = tokenizer(dev.texts[:32], padding=True, return_tensors="pt")
@@ -1353,15 +1251,13 @@ assert not any("lora_" in n for n, _ in merged.named_parameters())
 # %% [markdown]
 # ### The test set, once
 #
-# Everything is chosen; now each method is trained on each seed's 700 training reviews with the
-# settings picked on seed 0's dev split, and evaluated on the 200 test reviews. Seed 0's
-# fine-tuned model is the chosen candidate itself, already trained during the selection, and its
-# LoRA model the merged one above; seeds 1 and 2 train both afresh. The final models train on
-# the 700 training reviews of their seed, not on training and dev together: retrained on 850
-# reviews, a model would no longer be the one whose settings the dev split chose, and every
-# seed would see the same 850 reviews.
+# Each method is now trained on each seed's 700 training reviews with the settings chosen on seed
+# 0's dev split (for seed 0, the models above), and evaluated on the 200 test reviews. Retraining
+# on training and dev together would give a model whose settings the dev split never chose, and
+# every seed the same 850 reviews.
 
-# %%
+# %% tags=["hide-input"]
+# every method trained on each seed's 700 reviews, scored on the test set
 methods = [
     "untrained head",
     "bag of words",
@@ -1540,62 +1436,36 @@ plt.show()
 # %% [markdown]
 # What the numbers say (Fig. 13.4):
 #
-# * The **untrained head** is at chance, on every seed.
-# * The **bag of words** is roughly 8 to 16 points behind every method that learns from the encoder's
-#   output (72.2 % against 80.7 % to 87.8 %). The reviews were written so that counting words
-#   is not enough, so the size of this gap belongs to this data set.
-# * **k-NN on the embeddings** needs many neighbours to work: on the dev split, the single nearest
-#   training review gave 54.7 %, barely above chance; votes of 45 and of 135 both reached
-#   73.3 %, the tie going to the larger (the baselines' grids break a tie towards the simpler
-#   model), and 405 did worse (68.7 %), so the grid brackets its best value. In the five dev
-#   examples shown with their neighbours, both mistakes came from a review of the same thing
-#   with the opposite opinion. On seed 0's dev split the bag of words (75.3 %) was ahead of
-#   k-NN (73.3 %); on the test set k-NN leads on every seed. A likely reason, not tested here:
-#   the dev split is drawn review by review, so a dev review often has a training review of the
-#   same subject whose words the bag of words has learned, while the test set mostly asks about
-#   subjects that training does not contain. A weak 1-NN score does not mean that sentiment is missing from
-#   the embeddings.
-# * The **linear probe** asks that directly, on the same frozen embeddings, and finds sentiment
-#   linearly decodable (81.5 %), but no better than k-NN's vote: seed by seed the two tie
-#   twice, and the probe leads once, by 2.5 points. Each seed trains both on the same reviews,
-#   so these paired differences are the fair comparison. Counted review by review, over the
-#   three seeds together the two disagree on 73 test reviews, 39 in the probe's favour and 34
-#   in k-NN's: a net 5 reviews of 600.
-# * **Fine-tuning** (87.8 %) is ahead of the probe by 6.3 points on average, and ahead on every
-#   seed. This comparison does not say *why*: the probe reads the mean of the frozen token
-#   vectors, while the fine-tuned model trains the encoder and reads `[CLS]` through the pooler
-#   (exercise 1 compares those vectors under a probe).
-# * **LoRA** (87.5 %), training 1 % of the weights, is level with full fine-tuning: 0.3 points
-#   behind on average, half a point ahead on seed 0 and 1.0 and 0.5 points behind on seeds 1
-#   and 2. On seed 0's dev split it had been 4 points behind; on the test reviews of the same
-#   seed it is half a point ahead. Differences of a few points between two good models are
-#   within the noise of 150 or 200 reviews, as the next section measures.
-# * The `Trainer`'s seed-0 model (87.5 %) is one review ahead of our loop's seed-0 model
-#   (87.0 %) and within the range of its three seeds (87.0 % to 89.0 %).
-# * The standard deviations are 0.5 to 2.2 points: a difference of that size, from one seed,
-#   would not be worth reporting. They measure how much a result moves with the seed (the
-#   head, the order of the batches, the dev split); they do not measure how much it would move
-#   on another 200 reviews. That is the next question.
+# * The **untrained head** is at chance; the **bag of words** trails every method that learns from
+#   the encoder's output by 8 to 16 points, a gap that belongs to this data set, written so that
+#   counting words is not enough.
+# * **k-NN** needs many neighbours (Table 13.2). It trailed the bag of words on seed 0's dev split
+#   but leads it on every seed on the test set, likely (not tested) because dev reviews often share
+#   a subject, and its words, with a training review (rule 1) and test reviews mostly do not.
+# * The weak score of the single nearest neighbour does not mean that sentiment is missing from the
+#   embeddings: the **linear probe** finds it linearly decodable (Table 13.3), though no better
+#   than k-NN's vote. Trained on the same reviews, the two tie on two seeds and the probe leads on
+#   one, by 2.5 points.
+# * **Fine-tuning** beats the probe on every seed, by 6.3 points on average. Why, this does not
+#   say: the probe reads the mean of frozen token vectors, the fine-tuned model a trained `[CLS]`
+#   through the pooler (exercise 1 compares such vectors).
+# * **LoRA** is level with full fine-tuning (ahead on seed 0, behind on seeds 1 and 2), though 4
+#   points behind on seed 0's dev split. The `Trainer`'s model is one review ahead of our loop's
+#   seed 0.
 #
 # ### How sure? The test set's own error, and paired comparisons
 #
-# The 200 test reviews are a sample of the reviews the classifier could meet. An accuracy $p$
-# measured on $n$ independent reviews has a **standard error** of $\sqrt{p(1-p)/n}$: about 2.3
-# points at $p = 0.88$ and $n = 200$. A score of 88 % on these 200 reviews is therefore
-# compatible with a true accuracy a few points higher or lower, whatever the seeds do.
+# An accuracy $p$ measured on $n$ independent reviews has a **standard error** of
+# $\sqrt{p(1-p)/n}$: about 2.3 points at $p = 0.88$ and $n = 200$.
 #
-# Two methods scored on the *same* reviews can be compared more sharply than two separate
-# standard errors suggest, because many reviews are easy (both right) or hard (both wrong) for
-# both, and only the reviews where they differ carry information. The **paired bootstrap**
-# (Koehn, 2004) uses that: draw 200 test reviews *with replacement* from the 200, compute the
-# difference of the two methods' accuracies on that resample, and repeat 10,000 times. The
-# spread of those differences is the sampling error of the difference that comes from which
-# reviews were drawn. The share of resamples in which the first method does *not* come out
-# ahead says how much the lead depends on that draw (Koehn reads one minus it as the confidence
-# that the first method is better); a common convention calls a lead established when the share
-# is under 5 %, 500 resamples of 10,000. Each method's score per review is its mean over the
-# three seeds, so the bootstrap judges the seed-averaged scores; the spread from seed to seed
-# is not in it (Table 13.6 shows it next to the test set's error):
+# Two methods scored on the *same* reviews compare more sharply, since only the reviews where they
+# differ carry information. The **paired bootstrap** (Koehn, 2004) draws 200 test reviews *with
+# replacement*, computes the difference of the two methods' accuracies on them, and repeats 10,000
+# times. The share of resamples in which the first method is *not* ahead says how much its lead
+# depends on which reviews were drawn (Koehn reads one minus it as the confidence that the first
+# method is better); a common convention calls a lead established below 5 %, 500 resamples. Scores
+# are averaged over the three seeds first, so the seeds' spread is not in the bootstrap; Table 13.6
+# shows it next to the test set's error:
 
 
 # %%
@@ -1610,6 +1480,8 @@ def paired_bootstrap(right_a, right_b, n_resamples=10_000, seed=0):
     return gap.mean().item(), gap[idx].mean(dim=1)
 
 
+# %% tags=["hide-input"]
+# the two tables: each method's errors, and the five paired comparisons
 right = {name: torch.stack(rows) for name, rows in right.items()}
 n_test = len(test)
 display(
@@ -1674,28 +1546,19 @@ ft_lora = ("fine-tuned MiniLM (our loop)", "LoRA (r = 8)")
 assert 500 < not_ahead[ft_lora] < 9500
 
 # %% [markdown]
-# Read Table 13.6 row by row: for every method, the test set's own standard error (2.3 to
-# 3.5 points) is larger than the spread over seeds (0.5 to 2.2 points). Three seeds estimate a
-# spread only roughly, but they suggest that with 200 test reviews, which reviews happen to be
-# in the test set moves a score more than the seed does.
+# In Table 13.6 every method's standard error exceeds its spread over seeds: with 200 test reviews,
+# which reviews were drawn seems to move a score more than the seed does (three seeds estimate a
+# spread only roughly).
 #
-# Paired, the comparisons (Table 13.7) are sharper than two separate errors of about 2.5 points
-# would suggest. Fine-tuning's lead over the probe, 6.3 points, keeps the middle 95 % of its
-# resamples between +2.0 and +10.8 points, and only 20 of the 10,000 resamples put the probe
-# level or ahead: far under the 500 of the convention, so the draw of the test reviews explains
-# it poorly. The lead of k-NN, the weaker of the two embedding baselines, over the bag of words
-# (8.5 points) is nearly as clear, 55 resamples of 10,000. The other two are not established.
-# The probe's lead over k-NN (0.8 points) has a middle 95 % from −3.3 to +5.2 points, and k-NN
-# draws level or ahead in 3,462 resamples, about one in three. Full fine-tuning's lead over
-# LoRA (0.3 points) runs from −2.3 to +3.2, and LoRA draws level or ahead in 4,298: on these
-# 200 reviews the two cannot be told apart. Two cautions. The bootstrap treats the 200 test
-# reviews as a random sample of the reviews one cares about; written for this course, they are
-# that only approximately. And the more comparisons a page makes, the likelier one of them
-# looks convincing by chance. Five are made here; the three clear ones (the bag of words beats
-# the untrained head in every resample) would stay clear if each were held to a five times
-# stricter standard: fewer than 100 resamples of 10,000 instead of 500.
+# In Table 13.7, fine-tuning's lead over the probe fails in only 20 resamples of 10,000 and k-NN's
+# over the bag of words in 55, far under the 500 of the convention; the bag of words' lead over the
+# untrained head never fails. The probe's lead over k-NN fails in about one resample in three, and
+# full fine-tuning's over LoRA in 4,298: on 200 reviews neither pair can be told apart. Two
+# cautions: the test reviews, written for a course, are only approximately the random sample the
+# bootstrap assumes; and of many comparisons one may convince by chance, though the three clear
+# ones would pass a five times stricter standard (under 100 resamples).
 #
-# The confusion matrices of seed 0, the bag of words next to fine-tuning (Fig. 13.5):
+# Fig. 13.5 shows the confusion matrices of seed 0, the bag of words next to fine-tuning:
 
 # %%
 clf = ft_models[0]
@@ -1739,15 +1602,10 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The bag of words errs as often on one side as on the other, 30 and 30 times; fine-tuning errs
-# less on both, and more on negative reviews (15) than on positive ones (11). The same matrix
-# gives the metrics many benchmarks report instead of accuracy, for one label taken as the one
-# to find: **precision**, the share of reviews called positive that are positive; **recall**,
-# the share of positive reviews called positive; and **F1**, their harmonic mean. For seed 0's
-# fine-tuned model, with "positive" as the label to find: 85.6 % of its "positive" answers are
-# right (precision 0.856), it finds 89.0 % of the positive reviews (recall 0.890), F1 0.873. The reviews the
-# fine-tuned model of seed 0 still gets wrong, with the probability it gave to the *true*
-# label:
+# Many benchmarks report, for one label taken as the one to find, **precision** (the share of
+# reviews called positive that are positive), **recall** (the share of positive reviews called
+# positive) and **F1**, their harmonic mean, all read off such a matrix. Seed 0's mistakes, with
+# the probability the model gave to the *true* label:
 
 # %%
 wrong = [
@@ -1760,17 +1618,12 @@ for p_true, text, y in sorted(wrong):
     print(textwrap.fill(line, 78, subsequent_indent=" " * 8))
 
 # %% [markdown]
-# Many of them are the hard cases the data set was written to contain: praise words in a
-# complaint ("I really liked the trailer.", "The smile at reception was the warmest thing in the
-# room."), verdicts that need world knowledge ("The pharmacist spotted a clash between two of my
-# medicines." is good news), idioms ("Save your money.", "Good luck getting anyone on the
-# phone."). Others are plainly worded ("The puzzle book kept me happily busy for weeks."). Some
-# mistakes are confident: the first two give the true label 0.05 and 0.07, so a high
-# probability from this model does not guarantee a right answer.
+# Many are the hard cases the data set was written to contain: praise words in a complaint ("I
+# really liked the trailer."), verdicts that need world knowledge ("The pharmacist spotted a clash
+# between two of my medicines."), idioms ("Save your money."). Some mistakes are confident (0.05
+# and 0.07 for the true label): a high probability does not guarantee a right answer.
 #
-# Finally, the sentences of this section's first example and of the pipeline, classified by a
-# function `classify_sentiment(text)` that returns a label and its probability, now from a
-# model that has learned the task.
+# Finally, the earlier sentences, now from a model that has learned the task:
 
 
 # %%
@@ -1786,31 +1639,26 @@ for text in [example_text] + new_reviews:
     print(f"{label} ({p:.2f}): {text}")
 
 # %% [markdown]
-# The review that turns around halfway ("I was sure I would hate it, but it won me over.") is
-# wrong here: seed 0's model calls it negative (0.60), while the `Trainer`'s model, in the
-# pipeline above, called it positive (0.67). Two runs of the same recipe disagree on it: on a
-# review like this the outcome depends on the run. More (and more varied) labelled reviews or a
-# larger model (*A bigger BERT, on a GPU*) may help; this chapter does not test which.
+# The review that turns around halfway is wrong here (negative, 0.60), while the `Trainer`'s model
+# called it positive (0.67): on such a review, two runs of the same recipe can disagree.
 
 # %% [markdown]
 # ## Attention across layers, and what attention does not explain
 #
 # ### Attention rollout
 #
-# One attention map is one step of one layer. By the last layer a token's vector has been
-# mixed six times, and the residual connection (chapter 06) carries each token's own vector
-# past every attention. **Attention rollout** (Abnar & Zuidema, 2020) follows the mixing
-# through the layers with two simplifications: average the heads of each layer, $A$, and count
-# the residual path as half of the mix, $\hat A = \tfrac12 I + \tfrac12 A$; then multiply the
-# layers, $R = \hat A_L \cdots \hat A_2 \hat A_1$. Row $i$ of $R$ sums to 1 and estimates which
-# share of token $i$'s final vector comes from each input token. Attention is the only place
-# where tokens exchange information (the feed-forward layers work on each token alone), so the
-# routes are right; what rollout ignores is how much travels along each route: the sizes of the
-# value vectors, $W^O$ and the feed-forward layers.
+# By the last layer a token's vector has been mixed six times, and the residual connection carries
+# each token's own vector past every attention. **Attention rollout** (Abnar & Zuidema, 2020)
+# averages the heads of each layer, $A$, counts the residual path as half of the mix,
+# $\hat A = \tfrac12 I + \tfrac12 A$, and multiplies the layers:
+# $R = \hat A_L \cdots \hat A_2 \hat A_1$. Row $i$ of $R$ sums to 1 and estimates the share of
+# token $i$'s final vector that comes from each input token. The routes are right, since only
+# attention moves information between tokens; what rollout ignores is how much each route carries
+# (the sizes of the value vectors, $W^O$, the feed-forward layers).
 #
-# A hand example with a known answer first: two tokens, and in every layer both attend only to
-# token 0. Then $\hat A = \begin{pmatrix}1 & 0\\ \tfrac12 & \tfrac12\end{pmatrix}$: token 1 keeps
-# half of itself per layer, so after $L$ layers its share of itself is $2^{-L}$.
+# A check with a known answer first: two tokens that, in every layer, both attend only to token 0.
+# Then $\hat A = \begin{pmatrix}1 & 0\\ \tfrac12 & \tfrac12\end{pmatrix}$: token 1 keeps half of
+# itself per layer, $2^{-L}$ after $L$ layers.
 
 # %%
 from transformer_course.interpret import (
@@ -1833,10 +1681,8 @@ for n_layers in (1, 2, 6):
 show_source(attention_rollout)
 
 # %% [markdown]
-# Now MiniLM, on the coreference sentence of chapter 12, whose heads in layers 3 and 5 let "it"
-# look at "animal". First, the last layer's attention averaged over its heads (Fig. 13.6);
-# below it, the rollout through all six layers, and, printed first, the three largest sources
-# of `[CLS]` and of "it" in the rollout.
+# Now MiniLM, on chapter 12's coreference sentence, where heads in layers 3 and 5 let "it" look at
+# "animal" (Fig. 13.6):
 
 # %%
 coref = "The animal didn't cross the street because it was too tired."
@@ -1863,6 +1709,9 @@ for t in ("[CLS]", "it"):
     top_vk = zip(top.values.tolist(), top.indices.tolist())
     sources = ", ".join(f"{coref_tokens[k]} {v:.2f}" for v, k in top_vk)
     print(f"rollout of {t!r}: " + sources)
+
+# %% tags=["hide-input"]
+# the three largest sources of every row of the rollout
 ranked = rollout.sort(dim=-1, descending=True)
 print(
     f"over all {len(coref_tokens)} rows, the 1st, 2nd and 3rd largest share:"
@@ -1895,42 +1744,32 @@ assert torch.allclose(
 )
 
 # %% [markdown]
-# The pattern is already there in the last layer alone (Fig. 13.6, top): every row gives `[CLS]`
-# between 0.26 and 0.59 of its weight. Rollout (bottom) compounds it: every token's row puts its
-# largest share there, 0.57 to 0.67, followed in every row by `[SEP]` (0.08 to 0.10) and then by
-# small shares of 0.04 to 0.06 (the full stop in 14 rows, "the" in 2), and the row of "it" says
-# nothing about "animal". These
-# are chapter 05's parking heads, compounded. A head that parks on `[CLS]` moves little
-# information (its "no-op"), but rollout counts weights, not information, and multiplies them
-# over six layers. The same few tokens therefore come out on top whatever the sentence says;
-# the experiment below leaves `[CLS]` and `[SEP]` out of every ranking for that reason, and
-# runs a second time with the punctuation left out as well. A token's own input, for its
-# part, keeps on average only 0.08 of its final vector (the "share of a token's own input"
-# printed before Fig. 13.6).
+# The last layer already gives `[CLS]` between 0.26 and 0.59 of every row's weight (Fig. 13.6,
+# top). Rollout (bottom) compounds it, with `[SEP]` second in every row, and a token's own input
+# makes up on average only 0.08 of its final vector. These are chapter 05's parking heads: a head
+# that parks on `[CLS]` moves little information, but rollout counts weights, not information, and
+# multiplies them over six layers. Since the same few tokens win whatever the sentence, the
+# experiment below leaves `[CLS]` and `[SEP]` out of every ranking, and runs again without
+# punctuation.
 
 # %% [markdown]
 # ### What attention does not explain: an experiment
 #
-# A tempting reading of these pictures: the tokens the classifier's `[CLS]` attends to are the
-# tokens its decision rests on. Jain & Wallace (2019, *Attention is not Explanation*) compared
-# the attention weights of recurrent and convolutional encoders with other measures of
-# importance, gradients and leaving words out, and found them often weakly related; they also
-# found very different attention weights that give the same predictions. Wiegreffe & Pinter (2019, *Attention is not not Explanation*)
-# answered that whether attention explains a prediction depends on what one means by
-# "explanation", and that those alternative weights, searched for one example at a time, were
-# given too much freedom. We run a test of our own on the classifier fine-tuned above, on the
-# first 50 test reviews (occlusion runs the model once more for every token of a review). The
-# model has already been chosen and evaluated; this looks inside it and chooses nothing, so it is
-# analysis after the evaluation, not a second comparison of models on the test set.
+# Are the tokens that `[CLS]` attends to the ones the decision rests on? Jain & Wallace (2019,
+# *Attention is not Explanation*) found the attention weights of recurrent and convolutional
+# encoders often weakly related to other measures of importance (gradients, leaving words out), and
+# very different weights giving the same predictions. Wiegreffe & Pinter (2019, *Attention is not
+# not Explanation*) answered that this depends on what one means by "explanation", and that those
+# alternative weights, searched for one example at a time, had too much freedom.
 #
-# The other measure is **leave-one-out occlusion**: delete one token, classify the shorter
-# review again and see how far the probability of the model's answer falls. That measures what
-# the model *does* without the token; attention only says where `[CLS]` looked. For each of these 50
-# reviews we rank its tokens (not `[CLS]` and `[SEP]`) three ways, by the last layer's attention
-# from `[CLS]` (heads averaged), by the rollout row of `[CLS]`, and by occlusion, and count how
-# often the top token agrees, and how many of the top three are shared. A random ranking of $n$
-# tokens matches the top token with probability $1/n$ and shares, on average, a fraction $k/n$
-# of the top $k$; that is the line to beat.
+# We compare attention with **leave-one-out occlusion**: delete one token, classify again and see
+# how far the probability of the model's answer falls, which measures what the model *does* without
+# the token. On the first 50 test reviews (occlusion runs the model once per token) we rank each
+# review's tokens, `[CLS]` and `[SEP]` left out, by the last layer's `[CLS]` attention (heads
+# averaged), by `[CLS]`'s rollout row and by occlusion, and compare the top tokens. A random
+# ranking of $n$ tokens matches the top token with probability $1/n$ and shares on average a
+# fraction $k/n$ of the top $k$. The model is already chosen and evaluated; this analysis chooses
+# nothing.
 
 # %% tags=["hide-input"]
 show_source(leave_one_out)
@@ -1954,6 +1793,9 @@ for text in test.texts[:N_REVIEWS]:
         "occlusion": leave_one_out(clf, enc["input_ids"])[words],
     }
     rankings.append(ranking)
+
+# %% tags=["hide-input"]
+# the three rankings compared, with punctuation and without
 n_words = torch.tensor([len(r["tokens"]) for r in rankings], dtype=torch.float)
 agreement = {}
 print(
@@ -2017,25 +1859,21 @@ for name in ("attention", "rollout", "occlusion"):
 assert 2 * chance[0] < agreement["attention"][0] < 0.75
 
 # %% [markdown]
-# What the numbers show. The token that `[CLS]` attends to most in the last layer is the token
-# whose deletion matters most in 48 % of the reviews, 5.8 times as often as a random pick. So
-# attention is related to what the model uses, in line with Wiegreffe & Pinter's caution
-# against dismissing it. But in the other half of the reviews its favourite token is *not* the one the decision
-# rests on most, so a picture of attention cannot be read as the reason for a prediction, which
-# is Jain & Wallace's point. Rollout ranks the full stop first in every review, and the full
-# stop is occlusion's top token in only one of the 50 (2 %), so with the punctuation in the
-# ranking its top-1 agreement falls below chance. With the punctuation left out of every
-# ranking, rollout's top token is occlusion's in 40 % of the reviews, against 10 % for a random
-# pick and 48 % for attention, and its top three share on average 40 % of occlusion's top
-# three, against 29 % for a random ranking. Keep two
-# limits in mind: occlusion is itself one measure among several (a text with a word cut out is
-# not a natural text, and of two words that say the same thing, deleting either may change
-# little), and 50 reviews are a small sample, where one review is two percentage points.
+# In Table 13.8, the token that `[CLS]` attends to most is the one whose deletion matters most in
+# 48 % of the reviews, 5.8 times as often as a random pick: attention is related to what the model
+# uses, in line with Wiegreffe & Pinter's caution against dismissing it. But in the other half it
+# is *not*, so a picture of attention cannot be read as the reason for a prediction: Jain &
+# Wallace's point. Rollout ranks the full stop first in every review, occlusion in only one, so
+# with punctuation rollout falls below chance; without, its top token is occlusion's in 40 % of the
+# reviews. Two limits: occlusion is itself one measure among several (a text with a word cut out is
+# not natural, and deleting one of two words that say the same thing may change little), and in 50
+# reviews one review is two percentage points.
 
 # %% [markdown]
 # One review, token by token:
 
-# %%
+# %% tags=["hide-input"]
+# the first review's top tokens, and what deleting them does
 example = rankings[0]
 top_by = {
     name: example["tokens"][int(example[name].argmax())]
@@ -2083,22 +1921,17 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Read the three bars of each token in Fig. 13.7 side by side. The token `[CLS]` attends to most,
-# "flash", has a *negative* occlusion bar: deleting it *raises* P(answer) by 0.0073, so the token
-# that `[CLS]` looks at most (0.22) works, if anything, against the model's answer. And "but",
-# which gets little attention (0.03), is the
-# token whose deletion lowers P(answer) most: it announces the turn from "isn't flashy" to
-# "the warmest I've ever owned". Note the scale of the occlusion bars too: the
-# model gives its answer a probability of 0.94, and no single deletion lowers it by more than
-# 0.0318. That is why the test above compares rankings, not sizes; a token's effect is better
-# seen in the logits, or by deleting several tokens at once.
+# In Fig. 13.7, "flash", the token that `[CLS]` attends to most, has a *negative* occlusion bar:
+# deleting it *raises* P(answer). "But", which gets little attention, matters most: it announces
+# the turn from "isn't flashy" to "the warmest I've ever owned". No single deletion lowers the
+# model's 0.94 by more than 0.0318, so the test above compares rankings, not sizes (the logits, or
+# deleting several tokens at once, show effects better).
 
 # %% [markdown]
 # ## A bigger BERT, on a GPU
 #
-# In Colab, with internet access, replace the line `MODEL = minilm_path()` in the first code
-# cell of *Classification, honestly* by these lines, and run that section again from that cell
-# (the numbers will then differ from those discussed above):
+# In Colab, with internet access, replace `MODEL = minilm_path()` in the first code cell of
+# *Classification, honestly* by these lines and run the section again from there:
 #
 # ```python
 # from transformers import AutoModel, AutoTokenizer
@@ -2108,34 +1941,21 @@ plt.show()
 # ours = bert_from_hf(AutoModel.from_pretrained(MODEL))  # for the baselines
 # ```
 #
-# The classifiers load from `MODEL`; the k-NN and probe baselines embed with `ours`, so it must
-# be rebuilt from the same checkpoint. The tokenizer changes nothing here (the vocabulary is
-# the same, so the tokens and ids do not change), but it keeps the code right for any
-# checkpoint. What changes:
+# What changes:
 #
 # * **Size.** `bert-base-uncased` has 12 layers of width 768 (12 heads of 64, feed-forward 3072):
-#   about 110 million parameters, 4.8 times MiniLM's, and about eight times the arithmetic per
-#   token. The numbers below come from the course's own `BertEncoder` with `bert-base-uncased`'s
-#   sizes (the defaults of `BertConfig`), with random weights: only the sizes matter here.
-# * **Time.** A step's time grows about as its arithmetic does, so on the same CPU expect a step
-#   of the candidate that trains every layer to take about eight times as long as MiniLM's (an
-#   estimate from the arithmetic, not a measurement). For the candidates with frozen layers the
-#   ratio depends on how many layers are frozen (next point). A GPU is the way out (Colab:
-#   *Runtime → Change runtime type → T4 GPU*): `get_device()` then returns `cuda`, and
-#   `.to(get_device())` in the fine-tuning code moves the model there.
-# * **What to freeze.** "Layers 0-2" are half of MiniLM's six layers but a quarter of
-#   bert-base's twelve. To freeze the same share, rescale the candidates: 0 or 6 of the 12 layers
-#   (the `3` in `CANDIDATES` becomes `6`).
-# * **The pooler.** `bert-base-uncased`'s pooler *was* trained (on next-sentence prediction, the
-#   second pre-training objective), so its `[CLS]` route to the classifier starts in better shape
-#   than MiniLM's.
-# * **Hyperparameters.** The recipe of the BERT paper for fine-tuning BERT-base is a learning
-#   rate of 2e-5 to 5e-5, 2 to 4 epochs and a batch size of 16 or 32. On MiniLM, 3e-5 (in that
-#   range) lost to 1e-4 on dev; for `bert-base-uncased`, give the candidates rates from the
-#   paper's range and let the dev split choose again; LoRA's grid, 10 to 100 times the rate
-#   chosen, follows it.
-# * **Results.** Compare on the same split, over several seeds, before you conclude that one
-#   model is better.
+#   4.8 times MiniLM's parameters and eight times its arithmetic per token (computed below from the
+#   defaults of `BertConfig`, its sizes).
+# * **Time.** A step's time grows about as its arithmetic, so expect a step that trains every layer
+#   to take about eight times as long (an estimate). A GPU is the way out (Colab: *Runtime → Change
+#   runtime type → T4 GPU*); `get_device()` then returns `cuda`.
+# * **What to freeze.** "Layers 0-2" are half of MiniLM but a quarter of bert-base: for the same
+#   share, the `3` in `CANDIDATES` becomes `6`.
+# * **The pooler** of `bert-base-uncased` *was* trained (on next-sentence prediction), so the
+#   `[CLS]` route to the classifier starts in better shape.
+# * **Hyperparameters.** The BERT paper fine-tunes BERT-base at a learning rate of 2e-5 to 5e-5,
+#   for 2 to 4 epochs, with batches of 16 or 32. On MiniLM 3e-5 lost to 1e-4; give the candidates
+#   rates from the paper's range and let the dev split choose again (LoRA's grid follows).
 
 # %%
 # bert-base-uncased's sizes, random weights
@@ -2169,49 +1989,26 @@ del base, minilm
 # ## Summary
 #
 # * Mean pooling over the attention mask gives sentence embeddings that right padding does not
-#   change (exercise 2 tries left padding); cosine similarity between them finds paraphrases
-#   that share few words, and a semantic search found answers that share no word with the
-#   question.
-# * A freshly loaded classification head is random, and transformers' load report says so: its
-#   "confidence" is noise and its accuracy is chance. The head itself is a dozen lines on our
-#   own encoder (`[CLS]`, pooler, linear layer) and gives Hugging Face's scores.
-# * An evaluation a sceptical reader accepts chooses every tuned setting on a dev split, reports
-#   mean ± standard deviation over seeds, and uses the test set once. Here, with scikit-learn's
-#   baselines: bag of words 72.2 % < k-NN 80.7 % and a linear probe 81.5 % on frozen embeddings
-#   < fine-tuning 87.8 %. Hugging Face's `Trainer`, with a `Dataset`, `DataCollatorWithPadding`
-#   and a metric function, lands within the range of our own loop's seeds (on seed 0, its one
-#   run). `save_pretrained` writes the model and its tokenizer to a folder, and `pipeline`
-#   loads it back as a ready-made classifier.
-# * LoRA freezes every pretrained matrix and learns a low-rank update $\frac{\alpha}{r}BA$ next
-#   to some of them: a dozen lines, equal to `peft`'s layer. On query and value at rank 8,
-#   training 1 % of the weights (with the pooler and the classifier), it reached 87.5 % on the
-#   test set, level with full fine-tuning, in an adapter file 102 times smaller than the model;
-#   `merge_and_unload` folds it into the weights with the same scores.
-# * The test set is a sample too: on 200 reviews one accuracy has a standard error of 2.3 to 3.5
-#   points, more than these three seeds' spread. A paired bootstrap over the test reviews says
-#   which leads the data support: fine-tuning over the probe (20 resamples of 10,000 against
-#   it) and k-NN over the bag of words (55), but not the probe over k-NN (3,462) nor full
-#   fine-tuning over LoRA (4,298). The confusion matrix adds precision, recall and F1 for the
-#   label to find.
-# * Attention rollout multiplies the layers' head-averaged attention, each mixed with the identity
-#   for the residual path; in MiniLM it is dominated by `[CLS]`. Compared with deleting tokens, the
-#   classifier's `[CLS]` attention finds the most important token in 48 % of the reviews, 5.8
-#   times as often as chance, and misses it in the rest: a clue to check, not an explanation.
-#   Rollout puts the full stop first in every review; with punctuation left out, its top token
-#   is occlusion's in 40 % of the reviews, against 10 % for a random pick.
-# * *A bigger BERT, on a GPU* lists what to change to fine-tune `bert-base-uncased` instead:
-#   4.8 times the parameters and 8 times the arithmetic per token, and learning rates from the
-#   BERT paper's range to choose among.
+#   change; their cosine finds paraphrases.
+# * A freshly loaded classification head is random: its "confidence" is noise.
+# * A fair evaluation tunes on a dev split, averages over seeds and uses the test set once. Here:
+#   bag of words 72.2 % < k-NN 80.7 % and linear probe 81.5 % < fine-tuning 87.8 %.
+# * LoRA, a low-rank update $\frac{\alpha}{r}BA$ next to frozen matrices, trains 1 % of the
+#   weights, is level with full fine-tuning, and saves an adapter 102 times smaller.
+# * On 200 test reviews the standard error (2.3 to 3.5 points) outweighs the seeds' spread; a
+#   paired bootstrap supports fine-tuning's lead over the probe and k-NN's over the bag of words,
+#   not the smaller leads.
+# * `[CLS]` attention picks the token whose deletion matters most in 48 % of the reviews: a clue to
+#   check, not an explanation.
 
 # %% [markdown]
 # ## Exercises
 #
-# **1. Which vector to probe?** The linear probe of *Classification, honestly* read mean-pooled
-# embeddings.
-# Probe two other vectors of the same frozen MiniLM on seed 0's split (dev accuracy, with
-# $C$ chosen from the probe's grid for each vector): the final vector of `[CLS]`, and the pooler's output (what the classification
-# head reads). Which carries sentiment best? Predict the order first, using what *Classification, honestly* found
-# out about this checkpoint's pooler.
+# **1. Which vector to probe?** The linear probe read mean-pooled embeddings. Probe two other
+# vectors of the same frozen MiniLM on seed 0's split (dev accuracy, with $C$ chosen from the
+# probe's grid for each): the final vector of `[CLS]`, and the pooler's output, which the
+# classification head reads. Which carries sentiment best? Predict the order first, from what
+# *Classification, honestly* found about this pooler.
 
 
 # %% tags=["solution"]
@@ -2251,24 +2048,20 @@ for name, (acc, C) in view_acc.items():
     print(f"linear probe on the {name:26s} dev accuracy {acc:.1%} (C = {C:g})")
 
 # %% [markdown] tags=["solution"]
-# The mean of the token vectors comes first (76.7 %), 9 of the 150 dev reviews ahead of the
-# other two, which tie (70.7 % each, each with its own best $C$): one seed and one dev split, so
-# a lead of that size is suggestive rather than settled (the chapter's bootstrap would put a
-# number on it). The mean is what all-MiniLM-L6-v2 was trained to make meaningful. The pooler
-# looks untrained (its bias is still zero, as *Classification, honestly* showed), and then it
-# is a fixed projection of `[CLS]` followed by tanh, which did not help a linear probe here.
-# For a BERT whose pooler *was* trained (on next-sentence prediction, like
-# `bert-base-uncased`), the comparison can come out differently: measure it.
+# The mean of the token vectors comes first, 9 of the 150 dev reviews ahead of the other two, which
+# tie; on one seed and one dev split, that is suggestive rather than settled. The mean is what
+# all-MiniLM-L6-v2 was trained to make meaningful; an untrained pooler is a fixed projection of
+# `[CLS]` followed by tanh, which did not help a linear probe here. With a trained pooler, as in
+# `bert-base-uncased`, measure again.
 
 # %% tags=["remove-cell"]
 assert view_acc["pooler output"][0] < view_acc["mean of the token vectors"][0]
 
 # %% [markdown]
-# **2. Left padding.** Hugging Face tokenizers can pad on the left (`tokenizer.padding_side =
-# "left"`, as decoder models need); chapter 08 showed what it does to positions. Embed "Padding must not change me." in a batch with a
-# longer sentence, padded on the left, and compare with the sentence alone, as *Sentence embeddings* did for
-# right padding. Predict first: does the masked mean still agree? Then measure, and explain what
-# you find.
+# **2. Left padding.** Tokenizers can also pad on the left (`tokenizer.padding_side = "left"`, as
+# decoder models need; see chapter 08). Embed "Padding must not change me." in a batch with a
+# longer sentence, padded on the left, and compare with the sentence alone. Predict first: does the
+# masked mean still agree? Then measure, and explain.
 
 # %% tags=["solution"]
 tokenizer.padding_side = "left"
@@ -2289,23 +2082,21 @@ print(f"max |left-padded - alone| = {(e_left - e_alone).abs().max():.2f}")
 
 # %% [markdown] tags=["solution"]
 # It does not: the two embeddings differ by up to 0.49 in a coordinate. The mask removes the
-# padding *keys*, but the real tokens now sit behind the 7 padding tokens (*Sentence embeddings* counted
-# them), at positions 7, 8, ... instead of 0, 1, ..., and BERT adds a learned vector per
-# position: "[CLS] at position 7" is a different input. With right padding the real tokens keep
-# their positions. (Models with relative positions, or code that numbers the positions from the
-# first real token, avoid this; the second is chapter 08's fix.)
+# padding *keys*, but the real tokens now sit behind the 7 padding tokens, at positions 7, 8, ...,
+# and BERT adds a learned vector per position: "[CLS] at position 7" is a different input. Relative
+# positions avoid this, and so does numbering the positions from the first real token, chapter 08's
+# fix.
 
 # %% tags=["remove-cell"]
 assert left["attention_mask"][0, 0] == 0
 assert (e_left - e_alone).abs().max() > 0.05
 
 # %% [markdown]
-# **3. Does the token type matter?** Chapter 12 showed that sentence B of a pair gets
-# token type 1, but every review in *Classification, honestly* was a single sentence A, of token type 0, and the type
-# vectors were frozen with the embeddings. Classify the 150 dev reviews of seed 0's split (the
-# test set has had its one use) with seed 0's fine-tuned model twice, once as usual and once with every token type set to 1 (as if each
-# review were sentence B), and count the predictions that change. Predict first: none, a few,
-# or many?
+# **3. Does the token type matter?** Sentence B of a pair gets token type 1 (chapter 12), but every
+# review here was a single sentence A, of type 0, and the type vectors were frozen with the
+# embeddings. With seed 0's fine-tuned model, classify seed 0's 150 dev reviews (the test set has
+# had its one use) as usual and with every token type set to 1, and count the predictions that
+# change. Predict first: none, a few, or many?
 
 # %% tags=["solution"]
 dev_enc = tokenizer(dev.texts, padding=True, return_tensors="pt")
@@ -2331,10 +2122,7 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# The type-1 vector is a different vector added to every token, so the model's input does
-# change, and P(positive) moves (its mean and largest change are printed above); a prediction
-# changes only where that move carries P(positive) across 0.5. The first line counts those:
-# a few, 5 of the 150. The type-1 vector was never
-# trained on this task (the embeddings were frozen, and no training review had type 1): this
-# model was fine-tuned on type 0 only. A task with pairs (a question and a passage, two
-# reviews to compare) is fine-tuned on inputs that carry both types.
+# A few: 5 of the 150. The type-1 vector, added to every token, changes the input and moves
+# P(positive), but a prediction changes only where P(positive) crosses 0.5. That vector was never
+# trained on this task (the embeddings were frozen, and no training review had type 1). A task with
+# pairs, such as a question and a passage, is fine-tuned on inputs that carry both types.
