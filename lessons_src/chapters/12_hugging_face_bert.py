@@ -5,9 +5,10 @@
 # mask, every token attends to every other in both directions. We take a pretrained BERT apart, run
 # its weights in the course's own encoder, and repeat how it learned; chapter 13 puts it to work.
 #
-# **The model** is the **all-MiniLM-L6-v2** of chapters 02 and 05. Its checkpoint says `"model_type": "bert"`: it is a BERT in every architectural respect, only
-# smaller than `bert-base-uncased`, with 6 layers instead of 12, 384 features instead of 768, 12
-# heads of 32 instead of 64, about 22.7 million parameters instead of 110 million.
+# **The model** is the **all-MiniLM-L6-v2** of chapters 02 and 05. Its checkpoint says
+# `"model_type": "bert"`: it is a BERT in every architectural respect, only smaller than
+# `bert-base-uncased`, with 6 layers instead of 12, 384 features instead of 768, 12 heads of 32
+# instead of 64, about 22.7 million parameters instead of 110 million.
 
 # %% tags=["remove-cell"]
 import functools
@@ -31,6 +32,7 @@ import matplotlib.pyplot as plt
 import torch
 from bertviz import head_view, model_view
 from IPython.display import display
+from safetensors import safe_open
 from transformers import (
     pipeline,
 )
@@ -53,6 +55,7 @@ from transformer_course.hf_bert import (
 from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import (
     load_minilm,
+    minilm_path,
 )
 from transformer_course.tasks.python_docs import python_docs_prose
 from transformer_course.train_mlm import (
@@ -159,10 +162,10 @@ assert special == {
 # %% [markdown]
 # ### Sentence pairs: token type ids
 #
-# BERT was pretrained on *pairs* of sentences (any stretches of contiguous text, up to 512 tokens
-# together: does B follow A?), and many tasks take two texts, such as a question and a passage. A
-# pair is packed as `[CLS] A [SEP] B [SEP]`, and the **token type ids** (or segment ids), 0 for A
-# and 1 for B, pick one of two learned vectors that the model adds.
+# BERT was pretrained on *pairs* of sentences (does B follow A?), and many tasks take two texts,
+# such as a question and a passage. A pair is packed as `[CLS] A [SEP] B [SEP]`, and the **token
+# type ids** (or segment ids), 0 for A and 1 for B, pick one of two learned vectors that the model
+# adds.
 
 
 # %% tags=["hide-input"]
@@ -243,10 +246,10 @@ assert torch.equal(
 # %% [markdown]
 # ## Attention you can explore
 #
-# Chapter 05 measured MiniLM's most regular heads; here we look at a sentence pair and a pronoun.
-# [bertviz](https://github.com/jessevig/bertviz)'s **head view** shows one layer of the pair below;
-# its drop-down menu restricts the lines to sentence A → B and so on. Start with
-# **layer 3, head 1** (the second colour; layers and heads count from 0).
+# Chapter 05 measured MiniLM's most regular heads; here we look at a sentence pair and a pronoun:
+# Chapter 05's [bertviz](https://github.com/jessevig/bertviz) head view shows one layer of the pair
+# below; new with a pair is its drop-down menu, which restricts the lines to sentence A → B and so
+# on. Start with **layer 3, head 1** (the second colour; layers and heads count from 0).
 
 # %%
 with torch.no_grad():
@@ -284,7 +287,7 @@ assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 
 # %% [markdown]
 # Fig. 12.1 draws the same layer with `plot_attention_flow` (from the course's `interpret`
-# module); its bottom panel, the mean of the 12 heads, is roughly the head view with every head on.
+# module): head 1 on top, the mean of the layer's 12 heads below.
 
 # %% tags=["hide-input"]
 # the weight from 'it' to 'umbrella', in head 1 and in the layer's mean
@@ -362,8 +365,8 @@ print(
 
 # %% [markdown]
 # Layer 3, head 1 gives "umbrella" 7.3 times the mean weight over all heads. But the pronoun is not
-# special in it: "my" looks at "umbrella" as much as "it" does (0.59 against 0.60), and "on" and
-# "left" give it 0.44 and 0.32. Nor is the head alone: 7 of the 72 heads give "umbrella" more than
+# special in it: "my" looks at "umbrella" as much as "it" does (0.59 against 0.60). Nor is the head
+# alone: 7 of the 72 heads give "umbrella" more than
 # 0.3 from "it", six of them in layer 5.
 #
 # The **model view** shows every layer (rows) and head (columns) at once, here for a classic
@@ -401,10 +404,10 @@ assert all(
 )
 
 # %% [markdown]
-# Fig. 12.2 shows four of those heads, among them chapter 05's previous-token head and two in which
-# the row of "it" lights up under "animal".
+# Fig. 12.2 shows four of those heads, one of them (layer 5, head 1) for contrast: it looks at the
+# same few columns whatever the query.
 
-# %% tags=["hide-input"] caption="Four heads of MiniLM on 'The animal didn't cross the street because it was too tired.' (rows: queries, columns: keys; one colour scale). Top left: layer 0, head 2, a bright line just below the diagonal (each token looks at the previous one). Top right and bottom left: layer 3, head 1 and layer 5, head 11, where the row of 'it' is bright in the column of 'animal' (in layer 5, head 11 many rows look at 'animal'). Bottom right: layer 5, head 1, bright columns that are the same for every row." alt="A 2 by 2 grid of 16 by 16 heatmaps with a colour bar from 0 to 1; the tokens [CLS] the animal didn ' t cross the street because it was too tired . [SEP] label the rows and columns. Top left: a bright diagonal line one cell below the main diagonal. Top right: mostly dark, with bright cells in the [CLS] column and a bright cell where the row 'it' meets the column 'animal'. Bottom left: a medium-bright [CLS] column and an 'animal' column that is bright in many rows, brightest in the rows 'animal' and 'it'. Bottom right: vertical stripes under [CLS], 'street' and 'tired'."
+# %% tags=["hide-input"] caption="Four heads of MiniLM on 'The animal didn't cross the street because it was too tired.' (rows: queries, columns: keys; one colour scale). Top left: layer 0, head 2, a bright line just below the diagonal (each token looks at the previous one). Top right and bottom left: layer 3, head 1 and layer 5, head 11, where the row of 'it' is bright in the column of 'animal' (in layer 5, head 11 many rows look at 'animal'). Bottom right: layer 5, head 1, where the same few columns are lit in every row, more in some rows than in others." alt="A 2 by 2 grid of 16 by 16 heatmaps with a colour bar from 0 to 1; the tokens [CLS] the animal didn ' t cross the street because it was too tired . [SEP] label the rows and columns. Top left: a bright diagonal line one cell below the main diagonal. Top right: mostly dark, with bright cells in the [CLS] column and a bright cell where the row 'it' meets the column 'animal'. Bottom left: a medium-bright [CLS] column and an 'animal' column that is bright in many rows, brightest in the rows 'animal' and 'it'. Bottom right: vertical stripes under [CLS], 'street' and 'tired'."
 fig = plot_attention_grid(
     coref_att, coref_tokens, panels=[(0, 2), (3, 1), (5, 11), (5, 1)]
 )
@@ -435,7 +438,7 @@ for layer, head in [(3, 1), (5, 11)]:
 
 # %% tags=["hide-input"]
 # the weight on 'animal' from every query, in the two heads
-print("weight on 'animal' from 'it', averaged over all 16 queries, and the")
+print("weight on 'animal': from 'it', averaged over all 16 queries, and the")
 print("number of queries whose largest weight is on 'animal':")
 for layer, head in [(3, 1), (5, 11)]:
     head_att = coref_att[layer][0, head]
@@ -472,7 +475,8 @@ plt.show()
 # look at a salient noun", not "the pronoun finds its noun", and only for these heads and
 # sentences. Clark et al. (2019, *What Does BERT Look At?*) measured BERT-base on an annotated
 # corpus: its best coreference head (their 5-4) links a mention to its antecedent 65 % of the
-# time, above string-matching baselines (27 % and 52 %) and below a rule-based system (69 %).
+# time, above a nearest-mention baseline (27 %) and a nearest mention with the same head word
+# (52 %), and below a rule-based system (69 %).
 # Attention maps suggest hypotheses; measurement tests them.
 #
 # ## Our encoder is BERT
@@ -511,8 +515,8 @@ plt.show()
 # * **The LayerNorm after the sum** gives the first layer inputs of a fixed scale.
 # * **No $\sqrt{d_\text{model}}$**: chapter 07's factor balanced a small learned table against
 #   fixed sinusoids with entries up to 1; BERT's three tables are all learned from the same small
-#   start. (Trained, their rows have mean lengths 1.07, 0.47 and 0.47, printed below: scaling the
-#   token vectors by $\sqrt{384} \approx 19.6$ would drown the positions.)
+#   start. (Trained without the factor, their rows have mean lengths 1.07, 0.47 and 0.47, printed
+#   below.)
 # * **GELU** is chapter 06's smooth ReLU, taken over from GPT-1.
 # * **$\varepsilon = 10^{-12}$** only guards against division by zero, but reproducing BERT's
 #   numbers needs the value it was trained with.
@@ -660,23 +664,24 @@ assert weight_on_pad == 0.0
 # %% [markdown]
 # ## How BERT learned: masked language modelling
 #
-# BERT was pre-trained on unlabelled text with two objectives. The second,
-# **next-sentence prediction** (NSP), is a yes/no classifier on the pooled final `[CLS]` vector:
-# did B follow A in the text? The main one, **masked language modelling** (MLM), hides some tokens
-# and trains the model to recover them from the context on *both* sides. They must be hidden
-# because every position also attends to itself, so a visible target is simply copied (exercise 3);
-# a GPT hides its targets with the causal mask instead. The BERT paper chooses 15 % of the
-# positions (never `[CLS]`, `[SEP]` or `[PAD]`), turns 80 % of the chosen tokens into `[MASK]` and
-# 10 % into random tokens and leaves 10 % alone, so that the model cannot assume only `[MASK]`
-# positions matter (`[MASK]` never occurs after pre-training), and takes the cross-entropy at the
-# chosen positions only.
+# BERT was pre-trained on unlabelled text with two objectives. The second, **next-sentence
+# prediction** (NSP), is a yes/no classifier on the pooled final `[CLS]` vector: did B follow A in
+# the text? The main one, **masked language modelling** (MLM), hides some tokens and trains the
+# model to recover them from the context on *both* sides. They must be hidden because a visible
+# target reaches the output at its own position, along the residual connections, and is simply
+# copied (exercise 3); a GPT hides its targets with the causal mask instead. The BERT paper chooses
+# 15 % of the tokens (its code never picks `[CLS]` or `[SEP]`), turns 80 % of the chosen tokens
+# into `[MASK]` and 10 % into random tokens and leaves 10 % alone, so that the model cannot assume
+# only `[MASK]` positions matter (`[MASK]` never occurs after pre-training), and takes the
+# cross-entropy at the chosen positions only.
 #
 # The recipe runs on a small, fresh `BertEncoder`, without NSP or token types: RoBERTa (Liu et
 # al., 2019) found that BERT pre-trains as well or slightly better without NSP. The corpus is the
 # prose of Python's documentation (chapter 11's), the last 10 % of the paragraphs held out. Keeping
 # only the WordPiece pieces seen in training shrinks the output layer from 30,522 entries to a few
-# thousand (a held-out word they cannot spell becomes `[UNK]`). `mlm_data` builds that vocabulary
-# and turns each part into one stream of ids, every paragraph closed by `[SEP]`:
+# thousand (a held-out word they cannot spell becomes `[UNK]`), numbered afresh with the special
+# tokens first. `mlm_data` builds that vocabulary and turns each part into one stream of ids, every
+# paragraph closed by `[SEP]`:
 
 # %%
 show_source(mlm_data)
@@ -705,8 +710,7 @@ print(
 show_source(mask_tokens)
 
 # %% [markdown]
-# `mlm_windows` cuts fixed-length windows from the stream, each opened by `[CLS]` (a window may
-# start mid-paragraph and run across a `[SEP]`):
+# `mlm_windows` cuts fixed-length windows from the stream, each opened by `[CLS]`:
 
 # %%
 show_source(mlm_windows)
@@ -776,7 +780,7 @@ assert (
 # %% [markdown]
 # The model: a `BertEncoder` with 2 layers of width 128 and 4 heads, under BERT's masked-LM head (a
 # dense layer, GELU and LayerNorm, then scores over the vocabulary from a matrix *tied* to the
-# token embeddings). It scores only the chosen positions, saving most of the output layer's work.
+# token embeddings). It scores only the chosen positions.
 
 # %%
 show_source(BertMLMHead)
@@ -950,9 +954,8 @@ for sentence, answer in fill_examples:
 # the time against 6.4 % for always `'"'`, but copying the input gets 9.8 %: the model's lead is
 # mostly at the kept positions (51.9 %). At the 651 `[MASK]` positions, the real test, it gets
 # 8.0 % against 7.5 % (a gap within its standard error of 1.0 point), and 25.2 % against 22.4 % in
-# the top 5 (four standard errors: real, but small). In the four sentences it guesses frequent
-# words and punctuation: it has begun to copy and to learn which frequent tokens fit where, not yet
-# the documentation's words.
+# the top 5 (four standard errors: a real lead of this trained model, but small). In the four
+# sentences it guesses frequent words and punctuation, not yet the documentation's words.
 #
 # ### Pre-training for longer
 #
@@ -1135,10 +1138,18 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # punctuation, `*`, *any*, or *tu* (from *tuple*): a model this small guesses from the neighbouring
 # words.
 #
-# BERT-base read 3.3 billion words about 40 times over, masking 15 %, each sequence's masks drawn
-# once, before training; drawing them afresh at every step, as `pretrain_mlm` does, is one of
-# RoBERTa's changes (Liu et al., 2019).
-#
+# BERT-base read 3.3 billion words about 40 times over, masking 15 %, with masks drawn before
+# training (BERT's data script drew ten per sequence); drawing them afresh at every step, as
+# `pretrain_mlm` does, is one of RoBERTa's changes (Liu et al., 2019). MiniLM itself cannot fill
+# in a mask: its checkpoint has no masked-LM head.
+
+# %% tags=["remove-cell"]
+# "no masked-LM head": the checkpoint's tensors are the encoder's and pooler's
+with safe_open(str(minilm_path() / "model.safetensors"), "pt") as weights:
+    prefixes = {name.split(".")[0] for name in weights.keys()}
+assert prefixes == {"embeddings", "encoder", "pooler"}, prefixes
+
+# %% [markdown]
 # ## Summary
 #
 # * WordPiece splits rare words into `##` pieces; inputs are wrapped in `[CLS] ... [SEP]`, with
@@ -1150,7 +1161,8 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 #   runs MiniLM's weights and matches `BertModel` to a few millionths.
 # * BERT learned by **masked language modelling** (15 % chosen; 80 / 10 / 10 `[MASK]` / random /
 #   kept); next-sentence prediction is not needed (RoBERTa). Our small encoder barely beat
-#   frequent-token guessing at `[MASK]` after 500 steps and got 34.9 % against 7.5 % after 12,000;
+#   frequent-token guessing at `[MASK]` after 500 steps and, with a changed recipe, got 34.9 %
+#   against 7.5 % after 12,000;
 #   as a `BertForMaskedLM` it answers `pipeline("fill-mask")`.
 #
 # ## Exercises
@@ -1218,15 +1230,23 @@ for name, hit in (
     ("the random token shown", long_top1 == given),
 ):
     print(f"  {name}: {hit[is_random].float().mean().item():.1%}")
+p_random = (long_top1 == target)[is_random].float().mean().item()
+p_mask = (long_top1 == target)[kinds["[MASK]"]].float().mean().item()
+print(f"at [MASK] positions, the original: {p_mask:.1%}")
+n_mask = int(kinds["[MASK]"].sum())
+gap_se = math.sqrt(
+    p_random * (1 - p_random) / n_random + p_mask * (1 - p_mask) / n_mask
+)
 print(
-    "at [MASK] positions, the original: "
-    f"{(long_top1 == target)[kinds['[MASK]']].float().mean().item():.1%}"
+    f"gap {100 * (p_mask - p_random):.1f} points, "
+    f"standard error {100 * gap_se:.1f} points"
 )
 
 # %% [markdown] tags=["solution"]
 # Mostly not. At the 73 random-token positions the top guess is the token shown 9.6 % of the time
 # (far above chance among 2,550 entries, so the model sometimes believes it) and the original
-# 26.0 %, less than two standard errors (about 5 points each) below its 34.9 % at `[MASK]`. As the
+# 26.0 %, 8.8 points below its 34.9 % at `[MASK]`: less than two standard errors of that gap
+# (5.5 points, nearly all from the 73 positions). As the
 # BERT paper explains, the 80 / 10 / 10 rule makes a visible token at a scored position the
 # original only half the time, so every input token, not only `[MASK]`, needs a vector that
 # predicts the original word; a run with `[MASK]` at every chosen position would test whether the
