@@ -114,9 +114,8 @@ assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 #
 # Chapter 02's tokenizer lower-cases the text, strips accents (the model is *uncased*), splits at
 # spaces and punctuation, and cuts every word into the longest pieces in its vocabulary of 30,522
-# entries; a piece that continues a word starts with `##`. Frequent words are one piece, rare ones
-# several. A word with a character the vocabulary lacks, such as most emoji, becomes a single
-# `[UNK]`, whole (the line that starts with `pizza`).
+# entries; a piece that continues a word starts with `##`. A word with a character the vocabulary
+# lacks, such as most emoji, becomes a single `[UNK]`, whole (the line that starts with `pizza`).
 
 # %%
 for text in [
@@ -246,7 +245,7 @@ assert torch.equal(
 # %% [markdown]
 # ## Attention you can explore
 #
-# Chapter 05 measured MiniLM's most regular heads; here we look at a sentence pair and a pronoun:
+# Chapter 05 measured MiniLM's most regular heads; here we look at a sentence pair and a pronoun.
 # Chapter 05's [bertviz](https://github.com/jessevig/bertviz) head view shows one layer of the pair
 # below; new with a pair is its drop-down menu, which restricts the lines to sentence A → B and so
 # on. Start with **layer 3, head 1** (the second colour; layers and heads count from 0).
@@ -365,12 +364,12 @@ print(
 
 # %% [markdown]
 # Layer 3, head 1 gives "umbrella" 7.3 times the mean weight over all heads. But the pronoun is not
-# special in it: "my" looks at "umbrella" as much as "it" does (0.59 against 0.60). Nor is the head
-# alone: 7 of the 72 heads give "umbrella" more than
+# special in it: "my" looks at "umbrella" as much as "it" does (0.59 against 0.60), and "on" and
+# "left" give it 0.44 and 0.32. Nor is the head alone: 7 of the 72 heads give "umbrella" more than
 # 0.3 from "it", six of them in layer 5.
 #
-# The **model view** shows every layer (rows) and head (columns) at once, here for a classic
-# coreference sentence; layers 3 and 5 have heads in which "it" looks at "animal".
+# The **model view** shows every head at once (layers in rows), here for a classic coreference
+# sentence.
 
 # %%
 coref = "The animal didn't cross the street because it was too tired."
@@ -404,8 +403,8 @@ assert all(
 )
 
 # %% [markdown]
-# Fig. 12.2 shows four of those heads, one of them (layer 5, head 1) for contrast: it looks at the
-# same few columns whatever the query.
+# Fig. 12.2 shows chapter 05's previous-token head, the two heads in which the row of "it" lights
+# up under "animal", and layer 5, head 1, which lights the same few columns in every row.
 
 # %% tags=["hide-input"] caption="Four heads of MiniLM on 'The animal didn't cross the street because it was too tired.' (rows: queries, columns: keys; one colour scale). Top left: layer 0, head 2, a bright line just below the diagonal (each token looks at the previous one). Top right and bottom left: layer 3, head 1 and layer 5, head 11, where the row of 'it' is bright in the column of 'animal' (in layer 5, head 11 many rows look at 'animal'). Bottom right: layer 5, head 1, where the same few columns are lit in every row, more in some rows than in others." alt="A 2 by 2 grid of 16 by 16 heatmaps with a colour bar from 0 to 1; the tokens [CLS] the animal didn ' t cross the street because it was too tired . [SEP] label the rows and columns. Top left: a bright diagonal line one cell below the main diagonal. Top right: mostly dark, with bright cells in the [CLS] column and a bright cell where the row 'it' meets the column 'animal'. Bottom left: a medium-bright [CLS] column and an 'animal' column that is bright in many rows, brightest in the rows 'animal' and 'it'. Bottom right: vertical stripes under [CLS], 'street' and 'tired'."
 fig = plot_attention_grid(
@@ -471,13 +470,13 @@ plt.show()
 # 0.12 in layer 3, head 1; 0.56 against 0.04 in layer 5, head 11), and what layer 3, head 1 takes
 # from "animal" (0.68 → 0.28) goes mostly to `[CLS]` (0.10 → 0.33), not to "street". Nor is the
 # pattern about the pronoun: in layer 5, head 11, 10 of the 16 tokens look most at "animal"; in
-# layer 3, head 1, "my" looked at "umbrella" as much as "it" did. The numbers support "many tokens
-# look at a salient noun", not "the pronoun finds its noun", and only for these heads and
-# sentences. Clark et al. (2019, *What Does BERT Look At?*) measured BERT-base on an annotated
-# corpus: its best coreference head (their 5-4) links a mention to its antecedent 65 % of the
-# time, above a nearest-mention baseline (27 %) and a nearest mention with the same head word
-# (52 %), and below a rule-based system (69 %).
-# Attention maps suggest hypotheses; measurement tests them.
+# layer 3, head 1, only 3 do, but in the pair "my", "on" and "left" looked at "umbrella" too. The
+# numbers support "these heads look at a salient noun", not "the pronoun finds its noun", and only
+# for these heads and sentences. Clark et al. (2019, *What Does BERT Look At?*) measured BERT-base
+# on an annotated corpus: its best coreference head (their 5-4, a head of BERT-base) links a
+# mention to its antecedent 65 % of the time, above a nearest-mention baseline (27 %) and a nearest
+# mention with the same head word (52 %), and below a rule-based system (69 %). Attention maps
+# suggest hypotheses; measurement tests them.
 #
 # ## Our encoder is BERT
 #
@@ -582,8 +581,9 @@ assert tiny_diff.abs().max() < 1e-5
 show_source(BertEmbeddings)
 
 # %% [markdown]
-# `BertEncoder` stacks the embeddings and six `EncoderLayer`s. It takes the tensors the tokenizer
-# returns, turning the 1/0 `attention_mask` into the course's boolean mask (`True` = may attend).
+# `BertEncoder` stacks the embeddings and `num_layers` `EncoderLayer`s. It takes the tensors the
+# tokenizer returns, turning the 1/0 `attention_mask` into the course's boolean mask (`True` = may
+# attend).
 
 # %%
 show_source(BertEncoder)
@@ -919,8 +919,8 @@ print(f"{type(hf_mlm).__name__}: max |logits difference| {mlm_diff:.1e}")
 assert mlm_diff <= 1e-4
 
 # %% [markdown]
-# So our model works with everything Hugging Face offers for masked LMs, such as chapter 11's
-# `pipeline` for `fill-mask`: the five most probable tokens at `[MASK]` in four held-out sentences.
+# So our model works with chapter 11's `pipeline`, here for `fill-mask`: the five most probable
+# tokens at `[MASK]` in four held-out sentences.
 
 # %%
 fill = pipeline("fill-mask", model=hf_mlm, tokenizer=mlm_tok, top_k=5)
@@ -959,12 +959,13 @@ for sentence, answer in fill_examples:
 #
 # ### Pre-training for longer
 #
-# `python -m transformer_course.train_mlm` trains the same model on the same data for 12,000 steps,
-# with other settings changed too: 40 % of the positions chosen instead of 15 %, so that each step
-# scores more (Wettig et al., 2023, found 40 % better for BERT-large-sized models; that predicts
-# little for ours); no dropout; a peak learning rate of $3 \cdot 10^{-3}$ after 200 steps instead
-# of $10^{-3}$ after 50; and AdamW's $\beta_2 = 0.98$ instead of 0.999. So it differs from the
-# 500-step run in more than steps; its own curve is the comparison. Its weights and log:
+# A longer run, trained ahead of time and shipped with the course (`python -m
+# transformer_course.train_mlm` repeats it), trains the same model on the same data for 12,000
+# steps, with other settings changed too: 40 % of the positions chosen instead of 15 %, so that
+# each step scores more (Wettig et al., 2023, found 40 % better for BERT-large-sized models; that
+# predicts little for ours); no dropout; a peak learning rate of $3 \cdot 10^{-3}$ after 200 steps
+# instead of $10^{-3}$ after 50; and AdamW's $\beta_2 = 0.98$ instead of 0.999. So it differs from
+# the 500-step run in more than steps; its own curve is the comparison. Its weights and log:
 
 # %%
 long_mlm, mlm_record = load_mlm_checkpoint(mlm_tok)
@@ -1133,8 +1134,8 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # The model now guesses content words: its top guess is right for *order*, *raised* and *value*,
 # and its top 5 holds the original in 6 of the 7 sentences (the three added ones were picked for
 # that; over all 651 `[MASK]` positions, 52.7 %). Wrong guesses are mostly words of the field, such
-# as *sequence* or *container*; after "special" it prefers *methods* (0.37) to *method* (0.23): the
-# right word, in the plural that the training text uses more (10 times against 8). Others are
+# as *sequence* or *container*; after "special" it prefers *methods* (0.37) to *method* (0.23),
+# the right word in the plural. Others are
 # punctuation, `*`, *any*, or *tu* (from *tuple*): a model this small guesses from the neighbouring
 # words.
 #
@@ -1244,13 +1245,12 @@ print(
 
 # %% [markdown] tags=["solution"]
 # Mostly not. At the 73 random-token positions the top guess is the token shown 9.6 % of the time
-# (far above chance among 2,550 entries, so the model sometimes believes it) and the original
-# 26.0 %, 8.8 points below its 34.9 % at `[MASK]`: less than two standard errors of that gap
-# (5.5 points, nearly all from the 73 positions). As the
-# BERT paper explains, the 80 / 10 / 10 rule makes a visible token at a scored position the
-# original only half the time, so every input token, not only `[MASK]`, needs a vector that
-# predicts the original word; a run with `[MASK]` at every chosen position would test whether the
-# rule is the cause.
+# (far above chance among 2,550 entries, so the model sometimes believes it) and the original 26.0
+# %, 8.8 points below its 34.9 % at `[MASK]`: less than two standard errors of that gap (5.5
+# points, nearly all from the 73 positions). The 80 / 10 / 10 rule makes a visible token at a
+# scored position the original only half the time (kept or random, 10 % each), so every input
+# token, not only `[MASK]`, needs a vector that predicts the original word; a run with `[MASK]` at
+# every chosen position would test whether the rule is the cause.
 
 # %% tags=["remove-cell"]
 # the model mostly recovers the original rather than echoing the random token
