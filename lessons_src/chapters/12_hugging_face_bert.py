@@ -3,12 +3,13 @@
 #
 # BERT is the encoder of chapter 07, stacked and pretrained on a lot of text: no decoder, no causal
 # mask, every token attends to every other in both directions. We take a pretrained BERT apart, run
-# its weights in the course's own encoder, and repeat how it learned; chapter 13 puts it to work.
+# its weights in the course's own encoder, and repeat how BERT learned; chapter 13 puts it to work.
 #
 # **The model** is the **all-MiniLM-L6-v2** of chapters 02 and 05. Its checkpoint says
 # `"model_type": "bert"`: it is a BERT in every architectural respect, only smaller than
 # `bert-base-uncased`, with 6 layers instead of 12, 384 features instead of 768, 12 heads of 32
-# instead of 64, about 22.7 million parameters instead of 110 million.
+# instead of 64, about 22.7 million parameters instead of 110 million. It did not learn as BERT
+# did: it was distilled from a larger model and tuned on sentence pairs (chapter 05).
 
 # %% tags=["remove-cell"]
 import functools
@@ -276,9 +277,7 @@ assert pair_tokens[int(it_row.argmax())] == "umbrella"
 
 # %% [markdown]
 # <p class="course-view-caption"><b>View 12.1</b> bertviz's head view of MiniLM's layer 3 on the
-# pair above, head 1 selected; lines join queries (left) to keys (right). Hover over a token to see
-# only its lines; click a coloured square to switch a head on or off; the menus choose the layer
-# and the sentences.</p>
+# pair above, head 1 selected; lines join queries (left) to keys (right), as in chapter 05.</p>
 
 # %% tags=["remove-cell"]
 # each query's attention weights add up to 1, in every head of the layer
@@ -328,8 +327,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# In that head, "it" sends most of its attention back across `[SEP]` to "umbrella", the noun it
-# stands for. Is that about the pronoun, and how unusual is it among the model's 72 heads?
+# In that head, "it" sends most of its attention across `[SEP]` to "umbrella", the noun it stands
+# for. Is that about the pronoun, and how unusual is the head?
 
 # %% tags=["hide-input"]
 # where layer 3, head 1 looks from 'it', and how rare such a head is
@@ -473,10 +472,10 @@ plt.show()
 # layer 3, head 1, only 3 do, but in the pair "my", "on" and "left" looked at "umbrella" too. The
 # numbers support "these heads look at a salient noun", not "the pronoun finds its noun", and only
 # for these heads and sentences. Clark et al. (2019, *What Does BERT Look At?*) measured BERT-base
-# on an annotated corpus: its best coreference head (their 5-4, a head of BERT-base) links a
-# mention to its antecedent 65 % of the time, above a nearest-mention baseline (27 %) and a nearest
-# mention with the same head word (52 %), and below a rule-based system (69 %). Attention maps
-# suggest hypotheses; measurement tests them.
+# on an annotated corpus: its best coreference head (their 5-4) links a mention to its antecedent
+# 65 % of the time, above a nearest-mention baseline (27 %) and a nearest mention with the same
+# head word (52 %), and below a rule-based system (69 %). Attention maps suggest hypotheses;
+# measurement tests them.
 #
 # ## Our encoder is BERT
 #
@@ -509,8 +508,8 @@ plt.show()
 #
 # * **Learned positions** let pre-training find its own code for position, as in GPT-1, at a price:
 #   BERT cannot read a 513th token.
-# * **Token types** mark the segment for next-sentence prediction (below), but are not essential:
-#   RoBERTa (Liu et al., 2019) keeps one type and tells a pair apart by the `[SEP]` alone.
+# * **Token types** mark sentences A and B of every pair input, but are not essential: RoBERTa
+#   (Liu et al., 2019) keeps one type and tells a pair apart by its separator tokens alone.
 # * **The LayerNorm after the sum** gives the first layer inputs of a fixed scale.
 # * **No $\sqrt{d_\text{model}}$**: chapter 07's factor balanced a small learned table against
 #   fixed sinusoids with entries up to 1; BERT's three tables are all learned from the same small
@@ -678,8 +677,8 @@ assert weight_on_pad == 0.0
 # The recipe runs on a small, fresh `BertEncoder`, without NSP or token types: RoBERTa (Liu et
 # al., 2019) found that BERT pre-trains as well or slightly better without NSP. The corpus is the
 # prose of Python's documentation (chapter 11's), the last 10 % of the paragraphs held out. Keeping
-# only the WordPiece pieces seen in training shrinks the output layer from 30,522 entries to a few
-# thousand (a held-out word they cannot spell becomes `[UNK]`), numbered afresh with the special
+# only the WordPiece pieces seen in training shrinks the output layer from 30,522 entries to 2,550
+# (a held-out word they cannot spell becomes `[UNK]`), numbered afresh with the special
 # tokens first. `mlm_data` builds that vocabulary and turns each part into one stream of ids, every
 # paragraph closed by `[SEP]`:
 
@@ -951,7 +950,7 @@ for sentence, answer in fill_examples:
 
 # %% [markdown]
 # Table 12.1 shows how far 500 steps on 62,000 tokens get. Overall the top guess is right 11.8 % of
-# the time against 6.4 % for always `'"'`, but copying the input gets 9.8 %: the model's lead is
+# the time against 6.4 % for always `'"'`, but copying the input gets 9.8 %: its lead over `'"'` is
 # mostly at the kept positions (51.9 %). At the 651 `[MASK]` positions, the real test, it gets
 # 8.0 % against 7.5 % (a gap within its standard error of 1.0 point), and 25.2 % against 22.4 % in
 # the top 5 (four standard errors: a real lead of this trained model, but small). In the four
@@ -959,13 +958,13 @@ for sentence, answer in fill_examples:
 #
 # ### Pre-training for longer
 #
-# A longer run, trained ahead of time and shipped with the course (`python -m
-# transformer_course.train_mlm` repeats it), trains the same model on the same data for 12,000
-# steps, with other settings changed too: 40 % of the positions chosen instead of 15 %, so that
-# each step scores more (Wettig et al., 2023, found 40 % better for BERT-large-sized models; that
-# predicts little for ours); no dropout; a peak learning rate of $3 \cdot 10^{-3}$ after 200 steps
-# instead of $10^{-3}$ after 50; and AdamW's $\beta_2 = 0.98$ instead of 0.999. So it differs from
-# the 500-step run in more than steps; its own curve is the comparison. Its weights and log:
+# A longer run (20 min of CPU time; `python -m transformer_course.train_mlm` repeats it) trains the
+# same model on the same data for 12,000 steps, with other settings changed too: 40 % of the
+# positions chosen instead of 15 %, so that each step scores more (Wettig et al., 2023, found 40 %
+# better for BERT-large-sized models; that predicts little for ours); no dropout; a peak learning
+# rate of $3 \cdot 10^{-3}$ after 200 steps instead of $10^{-3}$ after 50; and AdamW's $\beta_2 =
+# 0.98$ instead of 0.999. So it differs from the 500-step run in more than steps; its own curve is
+# the comparison. Its weights and log:
 
 # %%
 long_mlm, mlm_record = load_mlm_checkpoint(mlm_tok)
@@ -1109,15 +1108,6 @@ print(
     f"the original word is the top guess in {ranks.count(1)} and among "
     f"the top 5 in {sum(r is not None for r in ranks)} of {len(ranks)}"
 )
-
-# %% tags=["hide-input"]
-# how often the training text has the plural and the singular
-training_text = " ".join(prose[:cut]).lower()
-for phrase in ("special methods", "special method "):
-    print(
-        f"{phrase.strip()!r} in the training text: "
-        f"{training_text.count(phrase)} times"
-    )
 
 # %% tags=["remove-cell"]
 for sentence, answer in more_examples:
