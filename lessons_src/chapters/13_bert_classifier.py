@@ -171,7 +171,7 @@ plt.show()
 # The paraphrases share few words ("sleeps on the sofa" / "naps on the couch") yet score far higher
 # than unrelated pairs (Fig. 13.1). That makes **semantic search** work: embed a collection once,
 # embed each query, return the closest entries. Here are 30 short tips and three questions worded
-# unlike any of them:
+# unlike their answers:
 
 # %% tags=["hide-input"]
 # the 30 tips and the three questions
@@ -1234,8 +1234,9 @@ with tempfile.TemporaryDirectory() as saved:
 print(f"the adapters are {full_mb / adapter_mb:.0f} times smaller")
 
 # %% [markdown]
-# Two thirds of the adapter file, like two thirds of the trained weights, is the pooler; with a
-# trained pooler, LoRA alone would need a third of it. A hundred tasks adapted this way share one
+# Two thirds of the adapter file, like two thirds of the trained weights, is the pooler; for a
+# checkpoint whose pooler was already trained, the pooler could stay frozen and the file shrink to
+# a third. A hundred tasks adapted this way share one
 # copy of MiniLM; `PeftModel.from_pretrained` puts the adapters back on a fresh base model.
 #
 # For serving, `merge_and_unload` adds $\frac{\alpha}{r} BA$ into each $W$ and removes the
@@ -1387,7 +1388,7 @@ knn_mean = summary[f"k-NN on embeddings (k = {KNN_K})"][0]
 assert round(100 * (knn_mean - bow_mean), 1) == 8.5
 assert round(100 * (ft_mean - bow_mean), 1) == 15.7
 
-# %% tags=["hide-input"] caption="Test accuracy of every method on the 200 test reviews: one dot per seed (blue, green and purple for seeds 0, 1 and 2, drawn one above another so that equal scores stay visible), the mean and standard deviation in red, chance (50 %) dashed, and the `Trainer`'s seed-0 model as an orange cross above the fine-tuning row. From the bottom: the untrained head at chance, the bag of words near 72 %, k-NN and the linear probe near 81 %, fine-tuning and LoRA near 88 %; the spreads of the probe and of fine-tuning do not overlap." alt="A dot plot with six rows, from bottom to top: untrained, bag of words, k-NN, linear probe, fine-tuned, LoRA; test accuracy from 50 % to 89 % on the horizontal axis. Each row has three dots at slightly different heights, blue, green and purple, and a red mean with error bars: around 51 %, 72 %, 81 %, 81.5 %, 88 % and 87.5 %. An orange cross above the fine-tuned row marks the Trainer's model at 87.5 %."
+# %% tags=["hide-input"] caption="Test accuracy of every method on the 200 test reviews: one dot per seed (blue, green and purple for seeds 0, 1 and 2, drawn one above another so that equal scores stay visible), the mean and standard deviation in red, chance (50 %) dashed, and the `Trainer`'s seed-0 model as an orange cross above the fine-tuning row. From the bottom: the untrained head at chance, the bag of words near 72 %, k-NN and the linear probe near 81 %, fine-tuning and LoRA near 88 %; the spreads of the probe and of fine-tuning do not overlap." alt="A dot plot with six rows, from bottom to top: untrained, bag of words, k-NN, linear probe, fine-tuned, LoRA; test accuracy from 50 % to 90 % on the horizontal axis. Each row has three dots at slightly different heights, blue, green and purple, and a red mean with error bars: around 51 %, 72 %, 81 %, 81.5 %, 88 % and 87.5 %. An orange cross above the fine-tuned row marks the Trainer's model at 87.5 %."
 fig, ax = plt.subplots(figsize=(5.6, 4.0))
 names = list(test_acc)
 short = {  # short row labels
@@ -2025,7 +2026,7 @@ del base, minilm
 # * A freshly loaded classification head is random: its "confidence" is noise.
 # * A fair evaluation tunes on a dev split, averages over seeds and uses the test set once. Here:
 #   bag of words 72.2 % < k-NN 80.7 % and linear probe 81.5 % < fine-tuning 87.8 % (our loop; the
-#   `Trainer`'s seed-0 model, saved and served through a `pipeline`, 87.5 %).
+#   `Trainer`'s seed-0 model: 87.5 %). A saved model serves through a `pipeline`.
 # * LoRA, a low-rank update $\frac{\alpha}{r}BA$ next to frozen matrices, trains 1 % of the
 #   weights, is level with full fine-tuning, and saves an adapter 102 times smaller, which
 #   `merge_and_unload` folds back into the weights.
