@@ -368,3 +368,27 @@ def test_ignored_output_check_catches_a_cell_without_assert():
     hidden = {"cell_type": "code", "metadata": {"tags": ["remove-cell"]}, "source": ["assert t > 0\n"]}
     # a check in a hidden cell after it does not count: the cell itself states what matters
     assert _unchecked_ignored_outputs([cell, hidden]) == [0]
+
+
+def myst_comment_lines(markdown: str) -> list[str]:
+    """Lines of a markdown cell that MyST would drop as comments: a line that starts with
+    ``%`` is a comment, so prose wrapped just before a percent sign ("26.0" / "%, 8.8 points")
+    loses its line on the page."""
+    return [line for line in markdown.splitlines() if line.lstrip().startswith("%")]
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_prose_line_is_a_myst_comment(nb_path):
+    nb = json.loads(nb_path.read_text(encoding="utf-8"))
+    lost = [
+        f"cell {i}: {line[:60]!r}"
+        for i, cell in enumerate(nb["cells"])
+        if cell["cell_type"] == "markdown"
+        for line in myst_comment_lines("".join(cell["source"]))
+    ]
+    assert not lost, f"{nb_path.name}: these lines would vanish from the page:\n" + "\n".join(lost)
+
+
+def test_myst_comment_check_catches_a_wrapped_percent():
+    assert myst_comment_lines("the original 26.0\n%, 8.8 points below") == ["%, 8.8 points below"]
+    assert myst_comment_lines("26.0 %, 8.8 points below\nits 34.9 % at [MASK]") == []

@@ -9,7 +9,8 @@
 # `"model_type": "bert"`: it is a BERT in every architectural respect, only smaller than
 # `bert-base-uncased`, with 6 layers instead of 12, 384 features instead of 768, 12 heads of 32
 # instead of 64, about 22.7 million parameters instead of 110 million. It did not learn as BERT
-# did: it was distilled from a larger model, then tuned on sentence pairs (chapter 05).
+# did: it is every other layer of a MiniLM distilled from a larger model, tuned afterwards on
+# sentence pairs (chapter 05).
 
 # %% tags=["remove-cell"]
 import functools
@@ -469,11 +470,11 @@ plt.show()
 # pattern about the pronoun: in layer 5, head 11, 10 of the 16 tokens look most at "animal"; in
 # layer 3, head 1, only 3 do, but in the pair "my", "on" and "left" looked at "umbrella" too, and
 # here "cross" looks at "street" (Fig. 12.2). The numbers show links that many tokens make, not
-# "the pronoun finds its noun", and only for these heads and sentences. Clark et al. (2019, *What
-# Does BERT Look At?*) measured BERT-base on an annotated corpus: its best coreference head (their
-# 5-4) links a mention to its antecedent 65 % of the time, above a nearest-mention baseline (27 %)
-# and a nearest mention with the same head word (52 %), and below a rule-based system (69 %).
-# Attention maps suggest hypotheses; measurement tests them.
+# "the pronoun finds its noun", in these heads and sentences. Clark et al. (2019, *What Does BERT
+# Look At?*) measured BERT-base on an annotated corpus: its best coreference head (their 5-4, not
+# MiniLM's) links a mention to its antecedent 65 % of the time, above a nearest-mention baseline
+# (27 %) and a nearest mention with the same head word (52 %), and below a rule-based system
+# (69 %). Attention maps suggest hypotheses; measurement tests them.
 #
 # ## Our encoder is BERT
 #
@@ -514,7 +515,7 @@ plt.show()
 #   start. (Trained without the factor, their rows have mean lengths 1.07, 0.47 and 0.47, printed
 #   below.)
 # * **GELU** is chapter 06's smooth ReLU, taken over from GPT-1.
-# * **$\varepsilon = 10^{-12}$** reproducing BERT's numbers needs the value it was trained with.
+# * **$\varepsilon = 10^{-12}$**: reproducing BERT's numbers needs the value it was trained with.
 #
 # The last two rows are already arguments of `transformer.EncoderLayer` (`activation="gelu",
 # norm_first=False, eps=1e-12`); the embeddings, which chapter 02 computed by hand, are the one new
@@ -588,8 +589,7 @@ show_source(BertEncoder)
 # %% [markdown]
 # Loading the weights is renaming (Hugging Face's `encoder.layer.0.attention.self.query` is our
 # `layers.0.self_attn.W_q`), which `bert_from_hf` does, reading the sizes from the config. The
-# **pooler** (a dense layer with tanh on the final `[CLS]` vector, for classification heads) is not
-# part of the encoder and is left out.
+# **pooler** (dense + tanh on the final `[CLS]` vector) is not part of the encoder and is left out.
 
 # %%
 ours = bert_from_hf(bert)
@@ -831,11 +831,11 @@ print(
 assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% [markdown]
-# Averaged over 20 steps, the loss fell from 7.62 to 5.24, just below the 5.63 of a guess from
-# token frequencies alone. On held-out text masked likewise, we count how often the top guess is
-# the original token, by kind of chosen position (at a *kept* one the input is the answer), against
-# two context-blind baselines: **copy the input token** and **always the most frequent token** (for
-# top 5, the five most frequent).
+# Averaged over 20 steps, the loss fell from 7.62 to 5.24, near what a context-blind guess scores
+# (5.63 from token frequencies at `[MASK]`, less where the token is shown). On held-out text masked
+# likewise, we count how often the top guess is the original token, by kind of chosen position (at
+# a *kept* one the input is the answer), against two context-blind baselines: **copy the input
+# token** and **always the most frequent token** (for top 5, the five most frequent).
 
 # %% tags=["hide-input"]
 # accuracy at the held-out masked positions, by kind, and two baselines
@@ -994,9 +994,8 @@ Table(
 )
 
 # %% [markdown]
-# Table 12.2's loss is the mean of the last 20 steps (not comparable with the 500-step run's: with
-# 40 % masked, each guess has less context); its accuracies are at Table 12.1's 651 `[MASK]`
-# positions.
+# Table 12.2's loss (mean of the last 20 steps) is not comparable
+# with the 500-step run's: with 40 % masked, each guess has less context.
 
 # %% tags=["hide-input"] caption="The longer pre-training of the same small BERT, every 1,000 steps. Top: the training loss (mean of the last 20 steps). Bottom: how often the top guess (circles) and the top five guesses (squares) at the 651 held-out [MASK] positions hold the original token, against always guessing the most frequent token, the quote mark (dashed, 7.5 %), and the five most frequent tokens for the top five (dotted, 22.4 %). Top-1 accuracy stays within about 3 points of that line for the first 2,000 steps, then climbs to about 35 %." alt="Two stacked line charts against training step, 1,000 to 12,000. Top: the loss falls steeply from about 4.5 to 2.3 by step 5,000, then slowly to about 1.3. Bottom, on a scale from 0 to 60 %: held-out top-1 accuracy at masked positions starts at about 8 %, just above a dashed horizontal line at 7.5 %, rises from step 3,000 to about 25 % at step 4,000 and then slowly to about 35 % at step 12,000; top-5 accuracy runs above it, from about 25 % to about 53 %, above a dotted line at 22.4 %."
 fig, (ax_loss, ax_acc) = plt.subplots(2, 1, figsize=(6.9, 5.2), sharex=True)
@@ -1064,7 +1063,6 @@ n_ids = [
 ]
 print(f"{sum(seen)} of the {len(seen)} held-out paragraphs occur in training")
 seen_id = torch.repeat_interleave(torch.tensor(seen), torch.tensor(n_ids))
-assert len(seen_id) == len(mlm_heldout_ids)
 # window w, position j >= 1 is token starts[w] + j - 1 of the held-out stream
 starts = torch.arange(0, len(mlm_heldout_ids) - 63, 63)
 stream_index = (starts[:, None] + torch.arange(64) - 1).clamp(min=0)
@@ -1105,6 +1103,7 @@ assert (
 )
 # on paragraphs that training does not contain, the lead holds
 assert new_acc["12,000 steps"][0] > 3 * new_acc["frequency"][0]
+assert len(seen_id) == len(mlm_heldout_ids)  # one flag per held-out token
 
 # %% [markdown]
 # The same sentences, and three more held-out ones, through `fill-mask`:
@@ -1158,9 +1157,9 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # %% [markdown]
 # After 12,000 steps the top guess at a `[MASK]` is right 34.9 % of the time, against 7.5 % for
 # always `'"'` (Table 12.3, Fig. 12.5). Part of that is memory: 12 of the 116 held-out paragraphs
-# also occur word for word in the training text. At the 604
-# positions in the others the top guess is right 31.0 % of the time (top 5: 49.5
-# %), against 7.1 % for always `'"'`. Table 12.2 shows the path: slow for 2,000 steps (10.6 %),
+# also occur word for word in the training text. At the 604 positions in the others the top guess
+# is right 31.0 % of the time (top 5: 49.5 %), against 7.1 % for always `'"'`. Table 12.2 shows the
+# path on all 651: slow for 2,000 steps (10.6 %),
 # then 15.0 % at step 3,000 and 24.7 % at step 4,000, then only 2.5 points from step 7,000 to
 # 12,000 while the training loss kept falling. The run read the 62,000 training tokens about 390
 # times, so its training loss says little about unseen text.
@@ -1275,9 +1274,9 @@ print(
 
 # %% [markdown] tags=["solution"]
 # Mostly not. At the 73 random-token positions the top guess is the token shown 9.6 % of the time
-# (far above chance among 2,550 entries, so the model sometimes believes it) and the original 26.0
-# %, 8.8 points below its 34.9 % at `[MASK]`: less than two standard errors of that gap (5.5
-# points, nearly all from the 73 positions). The 80 / 10 / 10 rule makes a visible token at a
+# (far above chance among 2,550 entries, so the model sometimes believes it) and the original
+# 26.0 %, 8.8 points below its 34.9 % at `[MASK]`: less than two standard errors of that gap
+# (5.5 points, nearly all from the 73 positions). The 80 / 10 / 10 rule makes a visible token at a
 # scored position the original only half the time (kept or random, 10 % each), so every input
 # token, not only `[MASK]`, needs a vector that predicts the original word; a run with `[MASK]` at
 # every chosen position would test whether the rule is the cause.
