@@ -247,7 +247,7 @@ assert torch.equal(
 # %% [markdown]
 # ## Attention you can explore
 #
-# Chapter 05 measured MiniLM's most regular heads; here we look at a sentence pair and a pronoun.
+# Chapter 05 measured MiniLM's most regular heads; here, a sentence pair and a pronoun.
 # Chapter 05's [bertviz](https://github.com/jessevig/bertviz) head view shows one layer of the pair
 # below; new with a pair is its drop-down menu, which restricts the lines to sentence A → B and so
 # on. Start with **layer 3, head 1**.
@@ -478,7 +478,8 @@ plt.show()
 #
 # ## Our encoder is BERT
 #
-# Compared with chapter 07's encoder, BERT changes settings and adds one piece:
+# Compared with chapter 07's encoder, BERT changes settings and adds two pieces, both in the
+# embeddings:
 #
 # | | chapter 07 encoder | BERT |
 # |---|---|---|
@@ -489,8 +490,8 @@ plt.show()
 # | feed-forward activation | ReLU | GELU |
 # | norm placement, $\varepsilon$ | post-norm, $10^{-5}$ | post-norm, $10^{-12}$ |
 #
-# The first four rows concern BERT's input (Fig. 12.4): the sum of each token's row of the token
-# table, its segment's vector and its position's vector, passed through a LayerNorm.
+# The first four rows concern BERT's input, drawn in Fig. 12.4: three looked-up vectors per token,
+# summed and normalised.
 
 # %% tags=["hide-input"] caption="BERT's input for the pair 'the cat sat' / 'it slept', bottom-up. Each token looks up three vectors: its row of the token table (by its id), the token-type vector of its segment (A up to and including the first [SEP], B after it) and the vector of its position; the three are added, and the sum goes through LayerNorm and dropout into the six encoder layers." alt="A diagram with eight columns, one per token: [CLS], the, cat, sat, [SEP], it, slept, [SEP]. Above each token three stacked boxes: its id (101, 1996, 4937, 2938, 102, 2009, 7771, 102) in the row 'token (id)', A or B in the row '+ token type' (A for the first five, B for the last three), and 0 to 7 in the row '+ position'. Arrows lead from every column into one wide box 'the sum, then LayerNorm and dropout', and from it into a box '6 encoder layers'."
 pair_enc = tokenizer("the cat sat", "it slept")
@@ -518,7 +519,7 @@ plt.show()
 # * **$\varepsilon = 10^{-12}$**: reproducing BERT's numbers needs the value it was trained with.
 #
 # The last two rows are already arguments of `transformer.EncoderLayer` (`activation="gelu",
-# norm_first=False, eps=1e-12`); the embeddings, which chapter 02 computed by hand, are the one new
+# norm_first=False, eps=1e-12`); the embeddings, which chapter 02 computed by hand, are the new
 # module:
 
 
@@ -994,8 +995,8 @@ Table(
 )
 
 # %% [markdown]
-# Table 12.2's loss (mean of the last 20 steps) is not comparable
-# with the 500-step run's: with 40 % masked, each guess has less context.
+# Table 12.2's loss (mean of the last 20 steps) is not comparable with the 500-step run's: with
+# 40 % masked, each guess has less context, and dropout is off.
 
 # %% tags=["hide-input"] caption="The longer pre-training of the same small BERT, every 1,000 steps. Top: the training loss (mean of the last 20 steps). Bottom: how often the top guess (circles) and the top five guesses (squares) at the 651 held-out [MASK] positions hold the original token, against always guessing the most frequent token, the quote mark (dashed, 7.5 %), and the five most frequent tokens for the top five (dotted, 22.4 %). Top-1 accuracy stays within about 3 points of that line for the first 2,000 steps, then climbs to about 35 %." alt="Two stacked line charts against training step, 1,000 to 12,000. Top: the loss falls steeply from about 4.5 to 2.3 by step 5,000, then slowly to about 1.3. Bottom, on a scale from 0 to 60 %: held-out top-1 accuracy at masked positions starts at about 8 %, just above a dashed horizontal line at 7.5 %, rises from step 3,000 to about 25 % at step 4,000 and then slowly to about 35 % at step 12,000; top-5 accuracy runs above it, from about 25 % to about 53 %, above a dotted line at 22.4 %."
 fig, (ax_loss, ax_acc) = plt.subplots(2, 1, figsize=(6.9, 5.2), sharex=True)
@@ -1036,8 +1037,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Table 12.3 scores both runs at those positions with `heldout_accuracy` (which the long run called
-# every 1,000 steps), and at those in paragraphs that training does not contain:
+# Table 12.3 scores both runs at the 651 `[MASK]` positions with `heldout_accuracy` (which the long
+# run called every 1,000 steps), and at those in paragraphs that training does not contain:
 
 # %% tags=["hide-input"]
 # both runs and the frequency baseline at the held-out [MASK] positions
@@ -1106,7 +1107,7 @@ assert new_acc["12,000 steps"][0] > 3 * new_acc["frequency"][0]
 assert len(seen_id) == len(mlm_heldout_ids)  # one flag per held-out token
 
 # %% [markdown]
-# The same sentences, and three more held-out ones, through `fill-mask`:
+# The four sentences above, and three more held-out ones, through `fill-mask`:
 
 # %% tags=["hide-input"]
 # three more held-out sentences, each with its masked word
@@ -1186,8 +1187,8 @@ assert prefixes == {"embeddings", "encoder", "pooler"}, prefixes
 #
 # * WordPiece splits rare words into `##` pieces; inputs are wrapped in `[CLS] ... [SEP]`, with
 #   token type 1 for sentence B and attention mask 0 for padding.
-# * A head in which a pronoun seems to find its noun follows, once measured, a heuristic: measure
-#   before you interpret.
+# * A head in which a pronoun seems to find its noun follows, once measured, a pattern many tokens
+#   share: measure before you interpret.
 # * BERT is chapter 07's encoder with learned position and token-type embeddings, an embedding
 #   LayerNorm, no $\sqrt{d_\text{model}}$, GELU and $\varepsilon = 10^{-12}$; our `BertEncoder`
 #   runs MiniLM's weights and matches `BertModel` to a few millionths.
