@@ -140,9 +140,8 @@ assert tokenizer.tokenize("Café") == ["cafe"]  # lower-cased, accent stripped
 
 # %% [markdown]
 # Five **special tokens** are not words: `[CLS]` opens every input (the classification head reads
-# its final vector), `[SEP]` closes every sentence, `[PAD]` fills short sentences, `[MASK]` hides a
-# word in pre-training, and `[UNK]` stands for an unknown word. Their ids are
-# `bert-base-uncased`'s: MiniLM kept BERT's vocabulary file.
+# its final vector), `[SEP]` closes every segment, `[PAD]` fills short inputs, `[MASK]` hides a
+# word in pre-training, and `[UNK]` stands for an unknown word.
 
 # %%
 special = {
@@ -163,8 +162,8 @@ assert special == {
 # %% [markdown]
 # ### Sentence pairs: token type ids
 #
-# BERT was pretrained on *pairs* of sentences (does B follow A?), and many tasks take two texts,
-# such as a question and a passage. A pair is packed as `[CLS] A [SEP] B [SEP]`, and the **token
+# BERT was pretrained on *pairs* of segments, each any span of text (does B follow A?), and many
+# tasks take two texts, such as a question and a passage. A pair is packed as `[CLS] A [SEP] B [SEP]`, and the **token
 # type ids** (or segment ids), 0 for A and 1 for B, pick one of two learned vectors that the model
 # adds.
 
@@ -484,7 +483,7 @@ plt.show()
 # | | chapter 07 encoder | BERT |
 # |---|---|---|
 # | positions | sinusoidal table (chapter 03), fixed | **learned**, one per position up to 512 |
-# | sentence A / B | – | **token type** vectors, added |
+# | segment A / B | – | **token type** vectors, added |
 # | after the embedding sum | dropout | **LayerNorm**, then dropout |
 # | token embeddings scaled by $\sqrt{d_\text{model}}$ | yes | no |
 # | feed-forward activation | ReLU | GELU |
@@ -1186,15 +1185,15 @@ assert prefixes == {"embeddings", "encoder", "pooler"}, prefixes
 # ## Summary
 #
 # * WordPiece splits rare words into `##` pieces; inputs are wrapped in `[CLS] ... [SEP]`, with
-#   token type 1 for sentence B and attention mask 0 for padding.
+#   token type 1 for segment B and attention mask 0 for padding.
 # * A head in which a pronoun seems to find its noun follows, once measured, a pattern many tokens
 #   share: measure before you interpret.
 # * BERT is chapter 07's encoder with learned position and token-type embeddings, an embedding
 #   LayerNorm, no $\sqrt{d_\text{model}}$, GELU and $\varepsilon = 10^{-12}$; our `BertEncoder`
 #   runs MiniLM's weights and matches `BertModel` to a few millionths.
 # * BERT learned by **masked language modelling** (15 % chosen; 80 / 10 / 10 `[MASK]` / random /
-#   kept); next-sentence prediction is not needed (RoBERTa). Our small encoder barely beat
-#   frequent-token guessing at `[MASK]` after 500 steps and, with a changed recipe, got 31.0 %
+#   kept); next-sentence prediction is not needed (RoBERTa). Our small encoder did not measurably
+#   beat frequent-token guessing at `[MASK]` after 500 steps and, with a changed recipe, got 31.0 %
 #   against 7.1 % after 12,000, on held-out paragraphs that training does not contain;
 #   as a `BertForMaskedLM` it answers `pipeline("fill-mask")`.
 #
