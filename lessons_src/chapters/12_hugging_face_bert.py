@@ -261,7 +261,8 @@ with torch.no_grad():
     # 6 tensors of shape (1, heads, tokens, tokens)
     pair_att = bert(**pair_batch).attentions
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-input"]
+# bertviz's head view of layer 3, as in chapter 05
 view = head_view(
     pair_att,
     pair_tokens,
@@ -378,7 +379,8 @@ with torch.no_grad():
     coref_att = bert(**coref_batch).attentions
 print(" ".join(coref_tokens))
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-input"]
+# bertviz's model view of all 72 heads, as in chapter 05
 view = model_view(
     coref_att,
     coref_tokens,
@@ -1192,10 +1194,11 @@ assert prefixes == {"embeddings", "encoder", "pooler"}, prefixes
 #   LayerNorm, no $\sqrt{d_\text{model}}$, GELU and $\varepsilon = 10^{-12}$; our `BertEncoder`
 #   runs MiniLM's weights and matches `BertModel` to a few millionths.
 # * BERT learned by **masked language modelling** (15 % chosen; 80 / 10 / 10 `[MASK]` / random /
-#   kept); next-sentence prediction is not needed (RoBERTa). Our small encoder did not measurably
-#   beat frequent-token guessing at `[MASK]` after 500 steps and, with a changed recipe, got 31.0 %
-#   against 7.1 % after 12,000, on held-out paragraphs that training does not contain;
-#   as a `BertForMaskedLM` it answers `pipeline("fill-mask")`.
+#   kept); next-sentence prediction is not needed (RoBERTa). After 500 steps our small encoder's top
+#   guess at `[MASK]` was not measurably better than frequent-token guessing, its top five 2.8
+#   points better; with a changed recipe, 12,000 steps got 31.0 % against 7.1 % on held-out
+#   paragraphs that training does not contain; as a `BertForMaskedLM` it answers
+#   `pipeline("fill-mask")`.
 #
 # ## Exercises
 #
