@@ -1,4 +1,4 @@
-"""Tests of transformer_course.instruct (chapter 14): chat examples with answer-only labels, padding,
+"""Tests of transformer_course.instruct (chapter 15): chat examples with answer-only labels, padding,
 and the minimal LoRA layer against peft's."""
 
 from __future__ import annotations

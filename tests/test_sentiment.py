@@ -226,3 +226,52 @@ def test_predict_proba_runs_without_autograd(tokenizer):
     model = tiny_classifier(tokenizer.vocab_size)
     probs = S.predict_proba(model, tokenizer, ["fine", "bad"])
     assert torch.is_inference(probs) and not probs.requires_grad
+
+
+# ----------------------------------------------------------------------------- the classifiers of chapters 13 and 14
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory, tokenizer):
+    """A small BERT saved as a checkpoint without a classification head, as MiniLM's is."""
+    path = tmp_path_factory.mktemp("tiny-bert")
+    tiny_classifier(tokenizer.vocab_size).bert.save_pretrained(path)
+    return path
+
+
+def head(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.classifier.parameters()])
+
+
+def test_fresh_classifier_draws_its_head_from_the_seed(tiny_checkpoint):
+    a, report = S.fresh_classifier(0, tiny_checkpoint, output_loading_info=True)
+    assert sorted(report["missing_keys"]) == ["classifier.bias", "classifier.weight"]
+    assert a.config.id2label == {0: "negative", 1: "positive"}
+    assert torch.equal(head(a), head(S.fresh_classifier(0, tiny_checkpoint)))
+    assert not torch.equal(head(a), head(S.fresh_classifier(1, tiny_checkpoint)))
+
+
+def test_lora_classifier_starts_as_the_base_model_and_trains_few_weights(tiny_checkpoint, tokenizer):
+    lora = S.lora_classifier(0, tiny_checkpoint, r=2, alpha=4).eval()
+    base = S.fresh_classifier(0, tiny_checkpoint).eval()
+    trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n or "pooler" in n or "classifier" in n for n in trainable)
+    assert sum("lora_A" in n for n in trainable) == 2 * 2  # query and value in each of 2 layers
+    batch = tokenizer(["fine", "a bad day"], padding=True, return_tensors="pt")
+    with torch.no_grad():  # B starts at zero: the adapters change nothing yet
+        assert torch.allclose(lora(**batch).logits, base(**batch).logits, atol=1e-6)
+    with pytest.raises(ValueError, match="rank"):
+        S.lora_classifier(0, tiny_checkpoint, r=0)
+
+
+def test_train_classifier_is_one_model_per_seed(tiny_checkpoint, tokenizer):
+    train = S.ReviewSplit(["wonderful", "great fun", "terrible", "awful mess"], [1, 1, 0, 0])
+    dev = S.ReviewSplit(["superb", "dreadful"], [1, 0])
+    runs = [S.train_classifier(0, tokenizer, train, dev, lr=1e-3, model=tiny_checkpoint) for _ in range(2)]
+    (m0, h0), (m1, h1) = runs
+    assert h0.loss == h1.loss and len(h0.loss) == S.EPOCHS and len(h0.evals["dev_accuracy"]) == S.EPOCHS
+    assert not any(p.requires_grad for p in m0.bert.embeddings.parameters())
+    _, h_lora = S.train_classifier(1, tokenizer, train, lora=True, model=tiny_checkpoint)
+    assert len(h_lora.loss) == S.EPOCHS and "dev_accuracy" not in h_lora.evals
+    with pytest.raises(TypeError, match="ReviewSplit"):
+        S.train_classifier(0, tokenizer, (train.texts, train.labels), model=tiny_checkpoint)

@@ -1,4 +1,4 @@
-"""Instruction tuning (chapter 14): chat-formatted examples whose loss falls
+"""Instruction tuning (chapter 15): chat-formatted examples whose loss falls
 on the answer only, and a minimal LoRA layer.
 
 * :func:`chat_example`: one (prompt, answer) pair rendered with the model's

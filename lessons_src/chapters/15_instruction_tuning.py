@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 14 — Instruction tuning with LoRA
+# # 15 — Instruction tuning with LoRA
 #
 # Chapter 11 loaded SmolLM2-135M-Instruct, a model that already follows instructions in a chat
 # format. Chapter 09 trained a small Transformer from scratch to rewrite dates such as
@@ -317,7 +317,7 @@ show_source(chat_example)
 # user's header), the typed date, the template's markers that close the question and open the
 # answer, and the answer. `token_parts` finds the parts from where each token sits in the
 # rendered text. In the tokens printed below, `Ċ` is the newline: byte-level BPE writes the
-# newline byte as `Ċ`, as it writes the space as `Ġ` (chapter 11). Fig. 14.1, after them, draws
+# newline byte as `Ċ`, as it writes the space as `Ġ` (chapter 11). Fig. 15.1, after them, draws
 # the newline as ⏎ and the space as ␣:
 
 
@@ -994,7 +994,7 @@ bottom.set_xlabel("step")
 plt.show()
 
 # %% [markdown]
-# In the bottom panel of Fig. 14.2, the gap between the two runs stays between about 2 × 10⁻⁷ and
+# In the bottom panel of Fig. 15.2, the gap between the two runs stays between about 2 × 10⁻⁷ and
 # 2 × 10⁻⁵ and does not grow with training. It is about 1 × 10⁻⁵ already at step 1, before any update, when both
 # models are the pretrained model itself ($B = 0$) reading the same tokens. The two compute the
 # loss by different routes: `fit` takes the model's own cross-entropy, while `SFTTrainer` (in the
