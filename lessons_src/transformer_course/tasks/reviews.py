@@ -308,6 +308,7 @@ def fine_tune(
     max_length: int = 64,
     generator: torch.Generator | None = None,
     dev: ReviewSplit | None = None,
+    show_progress: bool = True,
 ) -> History:
     """Train a Hugging Face sequence classifier on ``(texts, labels)``; returns
     a :class:`~transformer_course.training.History`: the loss of every step
@@ -319,7 +320,8 @@ def fine_tune(
     ``warmup_fraction`` of the steps and then falls linearly to 0 (the schedule
     BERT was fine-tuned with).  Each epoch visits the examples in a new order
     drawn from ``generator``; each batch is padded to its own longest review.
-    The model is left in eval mode.
+    The model is left in eval mode; ``show_progress=False`` hides the
+    progress bar.
     """
     if len(texts) != len(labels) or not texts:
         raise ValueError(
@@ -370,6 +372,7 @@ def fine_tune(
         evaluate=evaluate,
         eval_every=steps_per_epoch,
         desc="fine-tuning",
+        show_progress=show_progress,
     )
 
 
@@ -481,6 +484,7 @@ def train_classifier(
     frozen_layers: int = FULL_FINE_TUNING["frozen_layers"],
     epochs: int = EPOCHS,
     model: str | Path | None = None,
+    show_progress: bool = True,
 ) -> tuple[nn.Module, History]:
     """A fresh classifier (its head drawn with ``seed``), fine-tuned on
     ``train`` with ``fine_tune``; returns ``(model, history)``, the history
@@ -518,5 +522,6 @@ def train_classifier(
         lr=lr,
         generator=generator,
         dev=dev,
+        show_progress=show_progress,
     )
     return clf, history
