@@ -313,8 +313,7 @@ def fine_tune(
     """Train a Hugging Face sequence classifier on ``(texts, labels)``; returns
     a :class:`~transformer_course.training.History`: the loss of every step
     and, if a ``dev`` split is given, the accuracy on it after every epoch
-    (``"dev_accuracy"``, to choose the number of epochs on data that is not the
-    test set).
+    (``"dev_accuracy"``: training watched on data that is not the test set).
 
     AdamW with a learning rate that rises linearly over the first
     ``warmup_fraction`` of the steps and then falls linearly to 0 (the schedule
@@ -490,11 +489,10 @@ def train_classifier(
     ``train`` with ``fine_tune``; returns ``(model, history)``, the history
     with the accuracy on ``dev`` after every epoch if ``dev`` is given.
 
-    ``lora=False``: full fine-tuning with the embeddings and the lowest
-    ``frozen_layers`` layers frozen; ``lora=True``: ``lora_classifier``.  The
-    learning rate defaults to the one chapter 13 chose for each
-    (``FULL_FINE_TUNING``, ``LORA``).  The batch order and dropout are drawn
-    from ``seed`` too, so one seed gives one model.
+    ``lora=False``: every layer trained but the embeddings and the lowest
+    ``frozen_layers`` layers; ``lora=True``: ``lora_classifier``.  ``lr``
+    defaults to ``FULL_FINE_TUNING["lr"]`` or ``LORA["lr"]``.  The batch order
+    and dropout are drawn from ``seed`` too, so one seed gives one model.
     """
     from ..utils import get_device, set_seed
 
