@@ -64,7 +64,8 @@ assert sum(test.labels) * 2 == len(test)
 #
 # A fine-tuned model's accuracy means little alone: 88 % is good if counting words gives 60 %, and
 # poor if it gives 90 %. Each baseline below is chosen on seed 0's dev split, as chapter 13 chose
-# the fine-tuning settings: its one setting from a grid, a tie going to the simpler model.
+# the fine-tuning settings: its one setting from a grid, a tie going to the simpler model (for
+# k-NN, the larger $k$).
 #
 # ### Baseline 1: logistic regression on a bag of words
 #
@@ -260,9 +261,9 @@ print(f"same label as the nearest neighbour: {sum(same) / len(same):.1%}")
 # two epochs of batches of 16. The **untrained head**, a fresh classifier never trained, is in the
 # table as chance's stand-in.
 # `reviews.train_classifier(seed, ...)` trains either with that recipe, drawing the new head, the
-# batch order and dropout from the seed (for seed 0, the models chapter 13 chose). No method
-# retrains on training and dev together: more data and more steps would make them other models
-# than the ones the dev split judged.
+# batch order and dropout from the seed (for seed 0, the models chapter 13 chose). Every seed
+# follows one protocol, training on its own 700 reviews; refitting on all 850 once the settings
+# are chosen, also common, would give models that no dev split has scored.
 
 # %% tags=["hide-input"]
 show_source(reviews.train_classifier)
@@ -410,7 +411,7 @@ ax.xaxis.set_major_locator(plt.MultipleLocator(0.1))  # a tick every 10 %
 ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # 0.8 -> 80%
 ax.set_xlabel(f"test accuracy ({len(test)} reviews)")
 ax.set_title("test accuracy, 3 seeds each")
-ax.legend(loc="upper left")
+ax.legend(loc="lower right")
 fig.tight_layout()
 plt.show()
 
@@ -436,7 +437,8 @@ plt.show()
 #   say: the probe reads the mean of frozen token vectors, the fine-tuned model a trained `[CLS]`
 #   through the pooler (exercise 1 compares such vectors).
 # * **LoRA** is level with full fine-tuning (ahead on seed 0, behind on seeds 1 and 2), though it
-#   was 4 points behind on seed 0's dev split in chapter 13.
+#   was 4 points behind on seed 0's dev split in chapter 13: 6 reviews of 150, no more than the
+#   gap between two runs of one recipe there.
 
 # %% tags=["hide-input"]
 # how many of a review's words its seed's training reviews never use
@@ -647,10 +649,11 @@ for p_true, text, y in sorted(wrong):
     print(textwrap.fill(line, 78, subsequent_indent=" " * 8))
 
 # %% [markdown]
-# Many are the hard cases the data set was written to contain: praise words in a complaint ("I
-# really liked the trailer."), verdicts that need world knowledge ("The pharmacist spotted a clash
-# between two of my medicines."), idioms ("Save your money."). Some mistakes are confident (0.05
-# and 0.07 for the true label): a high probability does not guarantee a right answer.
+# Many are hard cases of the kinds chapter 13 listed: praise words in a complaint ("I really liked
+# the trailer."), verdicts with no opinion word that need world knowledge ("The pharmacist spotted
+# a clash between two of my medicines."); others are idioms ("Save your money."). Some mistakes are
+# confident (0.05 and 0.07 for the true label): a high probability does not guarantee a right
+# answer.
 # %% [markdown]
 # ## Attention across layers, and what attention does not explain
 #
@@ -714,8 +717,9 @@ with torch.no_grad():
     coref_att = bert(**coref_batch).attentions  # one tensor per layer
 # (tokens, tokens): row = final token, column = input token
 coref_rollout = attention_rollout(coref_att)[0]
-# our dozen lines give the package's result
-assert torch.allclose(rollout([a[0] for a in coref_att]), coref_rollout)
+ours_vs_package = rollout([a[0] for a in coref_att]) - coref_rollout
+print(f"max |our rollout - package's| = {ours_vs_package.abs().max():.1e}")
+assert ours_vs_package.abs().max() < 1e-5
 last_mean = coref_att[-1][0].mean(0)
 cls_col = last_mean[:, 0]
 print(
@@ -773,9 +777,10 @@ assert torch.allclose(
 # %% [markdown]
 # The last layer already gives `[CLS]` between 0.26 and 0.59 of every row's weight (Fig. 14.4,
 # top). Rollout (bottom) compounds it, with `[SEP]` second in every row, and a token's own input
-# gets on average only 0.08 of its own row. That is rollout's estimate, and a low one: rollout
-# counts the residual path as half of each layer's mix and ignores the sizes of the vectors
-# attention moves. These are chapter 05's parking heads: a head
+# gets on average only 0.08 of its own row. That is rollout's estimate, and likely a low one:
+# rollout counts the residual path as half of each layer's mix and ignores the sizes of the
+# vectors attention moves, and chapter 05 found `[CLS]`'s value vectors far shorter than the
+# others'. These are chapter 05's parking heads: a head
 # that parks on `[CLS]` moves little information, but rollout counts weights, not information, and
 # multiplies them over six layers. Since weights like these favour the same few tokens whatever a
 # sentence says, the experiment below leaves `[CLS]` and `[SEP]` out of every ranking, and runs
@@ -851,13 +856,16 @@ for s in SEEDS:
 first = tokenizer(test.texts[0], return_tensors="pt")["input_ids"]
 first = first.to(get_device())
 ours_first = occlusion(ft_models[0], first)[1:-1].cpu()
-# our few lines give the package's result
-assert torch.allclose(ours_first, rankings[0][0]["occlusion"], atol=1e-5)
+occlusion_diff = (ours_first - rankings[0][0]["occlusion"]).abs().max()
+print(
+    f"first review: max |our occlusion - leave_one_out| = {occlusion_diff:.1e}"
+)
+assert occlusion_diff < 1e-5
 
 
 # %% tags=["hide-input"]
-# the three rankings compared (all seeds and reviews), with and without
-# punctuation, and Spearman's rank correlation with occlusion
+# the rankings compared with occlusion's: top tokens and Spearman's correlation
+# (all seeds and reviews; with and without punctuation)
 def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
     ra, rb = (x.argsort().argsort().float() for x in (a, b))
     ra, rb = ra - ra.mean(), rb - rb.mean()
@@ -1077,9 +1085,9 @@ for name, (acc, C) in view_acc.items():
 # The mean of the token vectors comes first, 9 of the 150 dev reviews ahead of the other two, which
 # tie; on one seed and one dev split, that is suggestive rather than settled, and each $C$ was
 # chosen on the same 150 reviews it is scored on, which flatters all three alike. The mean is what
-# all-MiniLM-L6-v2 was trained to make meaningful; an untrained pooler is a fixed projection of
-# `[CLS]` followed by tanh, which did not help a linear probe here. With a trained pooler, as in
-# `bert-base-uncased`, measure again.
+# all-MiniLM-L6-v2 was trained to make meaningful; a pooler that looks untrained (chapter 13) is a
+# fixed projection of `[CLS]` followed by tanh, which did not help a linear probe here. With a
+# trained pooler, as in `bert-base-uncased`, measure again.
 
 # %% tags=["remove-cell"]
 assert view_acc["pooler output"][0] < view_acc["mean of the token vectors"][0]
