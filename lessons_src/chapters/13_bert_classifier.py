@@ -229,8 +229,8 @@ for q, row in zip(queries, hits):
         print(textwrap.fill(hit, 78, subsequent_indent=" " * 9))
 
 # %% [markdown]
-# No query shares a word with the answer it found; a bag of words would even put the walking tip,
-# which shares "dog", first for the third query.
+# No query shares a word with the answer it found, so a bag of words could not have found any of
+# them.
 #
 # ## Classification, honestly
 #
@@ -244,9 +244,7 @@ for q, row in zip(queries, hits):
 show_source(reviews.fresh_classifier)
 
 # %%
-MODEL = (
-    minilm_path()
-)  # the folder of all-MiniLM-L6-v2, installed with the course
+MODEL = minilm_path()  # all-MiniLM-L6-v2, installed with the course
 LABELS = reviews.LABELS  # ("negative", "positive"): label id 0 and 1
 
 
@@ -325,9 +323,11 @@ for seed in range(5):
     print(f"seed {seed}: {label}, confidence {p:.2f}")
 
 # %% [markdown]
-# The "answer" depends on the seed, and every "confidence" is about 0.5: the new layer's weights
-# are drawn small (standard deviation 0.02, BERT's initialisation), so its two scores start within
-# a few hundredths of each other, as our head's printed above. To judge a classifier we
+# The "answer" depends on the seed, and here every "confidence" is about 0.5: the new layer's
+# weights are drawn small (standard deviation 0.02, BERT's initialisation) and read this
+# checkpoint's pooler, which looks untrained, so its two scores start within a few hundredths of
+# each other, as our head's printed above. Over a trained pooler a random head can sound surer,
+# and is as wrong. To judge a classifier we
 # need labelled data it has not trained on: `sentiment_reviews.csv`, 1,050 short English reviews
 # written for the course, half positive, half negative, with a fixed train/test split that keeps
 # each subject's reviews on one side where it could. Many are hard on purpose: negations, reviews
@@ -772,7 +772,8 @@ for text, r in zip(new_reviews, results):
     print(f"{r['label']:8s} {r['score']:.2f}  {text}")
 
 # %% tags=["remove-cell"]
-assert results[0]["label"] == "positive" and results[0]["score"] > 0.8
+if MODEL == minilm_path():  # the numbers the text quotes are MiniLM's
+    assert results[0]["label"] == "positive" and results[0]["score"] > 0.8
 
 # %% [markdown]
 # The enthusiastic sentence that four of the five random heads called negative, each at about 0.5,
@@ -967,15 +968,18 @@ print("wall time of two epochs, seed 0:")
 print(f"  full fine-tuning ({best_name}): {ft_seconds[best_name]:.0f} s")
 for lr in LORA_LRS:
     print(f"  LoRA, learning rate {lr:g}: {lora_seconds[lr]:.0f} s")
-# LoRA's two epochs take less time than full fine-tuning's
-assert min(lora_seconds.values()) < ft_seconds[best_name]
+# the backward pass still runs through every layer: LoRA cannot cut the
+# time in proportion to the weights it freezes
+assert min(lora_seconds.values()) > 0.3 * ft_seconds[best_name]
 
 # %% [markdown]
 # The middle rate wins (Table 13.2), by 2 dev reviews, no more than the 3 that separated our loop
 # from the `Trainer`; 1e-2 fails (chance level, 50.0 %). LoRA stays 6 dev reviews behind full
 # fine-tuning on this split. *LoRA Without Regret* recommends about 10 times, 15 for runs under 100
-# steps like ours, and adapts every weight matrix, the feed-forward ones included: it found
-# attention-only LoRA, as here, weaker (exercise 2 tries both).
+# steps like ours, with $\alpha = 32$; under Adam, halving $\alpha$ acts roughly like halving the
+# learning rate, so with our $\alpha = 16$ its advice reads about 30 times, the rate chosen here.
+# It also adapts every weight matrix, the feed-forward ones included, and found attention-only
+# LoRA, as here, weaker (exercise 2 tries both).
 #
 # Training 1.0 % of the weights, LoRA is only somewhat faster here, about as much as freezing the
 # lower half: the backward pass still runs through every layer. On a large model the saving that
@@ -1002,9 +1006,8 @@ print(f"the adapters are {full_mb / adapter_mb:.0f} times smaller")
 
 # %% [markdown]
 # Two thirds of the adapter file, like two thirds of the trained weights, is the pooler; with an
-# already trained pooler left frozen, the file would shrink to a third. A hundred tasks adapted
-# this way share one copy of MiniLM; `PeftModel.from_pretrained` puts the adapters back on a fresh
-# base model.
+# already trained pooler left frozen, the file would shrink to a third. `PeftModel.from_pretrained`
+# puts the adapters back on a fresh base model.
 #
 # For serving, `merge_and_unload` adds $\frac{\alpha}{r} BA$ into each $W$ and removes the
 # adapters, leaving a plain `BertForSequenceClassification`, as fast as the original. It and the
@@ -1091,11 +1094,9 @@ del base, minilm
 #
 # * Mean pooling over the attention mask gives sentence embeddings that right padding does not
 #   change; their cosine finds paraphrases and answers worded unlike the query.
-# * A freshly loaded classification head is random, with small weights: its "confidence" sits at
-#   0.5 whatever it answers. This checkpoint's pooler, which feeds the head, looks untrained too.
-# * Settings are chosen on a dev split: every layer above the frozen embeddings, trained at 1e-4
-#   for two epochs, reached 87.3 % on seed 0's dev split. Our own loop and Hugging Face's `Trainer`
-#   run the same recipe; a saved model serves through a `pipeline`.
+# * A freshly loaded classification head is random: its "confidence" means nothing.
+# * Chosen on a dev split, every layer above the frozen embeddings trained at 1e-4 for two epochs
+#   reached 87.3 %. Our own loop and Hugging Face's `Trainer` run the same recipe.
 # * LoRA, a low-rank update $\frac{\alpha}{r}BA$ next to frozen matrices, trains 1 % of the weights
 #   at 30 times the learning rate, reaches 83.3 % on the same dev split, and saves an adapter 102
 #   times smaller, which `merge_and_unload` folds back into the weights. Chapter 14 compares both
@@ -1199,8 +1200,9 @@ for name, (targets, rank) in variants.items():
 
 # %% tags=["remove-cell"]
 pooler_gain = variant_dev["pooler and classifier only"] - dev_untrained
-assert 0.5 < pooler_gain / (LORA_FINAL - dev_untrained) < 0.7  # 22 of 36
-assert variant_dev["rank 8, every linear layer"] > LORA_FINAL
+if MODEL == minilm_path():  # the numbers the text quotes are MiniLM's
+    assert 0.5 < pooler_gain / (LORA_FINAL - dev_untrained) < 0.7  # 22 of 36
+    assert variant_dev["rank 8, every linear layer"] > LORA_FINAL
 
 # %% [markdown]
 # **3. Train the embeddings too.** Fine-tune every weight, embeddings included, at the chosen rate
