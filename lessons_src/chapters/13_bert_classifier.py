@@ -3,9 +3,9 @@
 #
 # Chapter 12 ran a pretrained BERT, all-MiniLM-L6-v2, in our own encoder. Here it gives sentence
 # embeddings for search, then becomes a sentiment classifier, fine-tuned in every layer (with our
-# own loop and with Hugging Face's `Trainer`) and with LoRA, which trains 1 % of the weights. Every
-# setting is chosen on a dev split; chapter 14 compares the results with simple baselines on a
-# held-out test set.
+# own loop and with Hugging Face's `Trainer`) and with LoRA, which trains 1 % of the weights.
+# Every tuned setting is chosen on a dev split; chapter 14 compares the results with simple
+# baselines on a held-out test set.
 
 # %% tags=["remove-cell"]
 import warnings
@@ -652,7 +652,6 @@ print(
     "the chosen candidate's run: ",
     "  ".join(f"{x:.4f}" for x in chosen_losses),
 )
-del by_hand
 
 # %% tags=["remove-cell"]
 # the same computation, step for step
@@ -962,7 +961,7 @@ print(f"chosen: {LORA_LR:g}; full fine-tuning: {final_dev[best_name]:.1%}")
 if MODEL == minilm_path():
     assert reviews.LORA == {"r": R, "alpha": ALPHA, "lr": LORA_LR}
 
-# %% tags=["nbval-ignore-output", "hide-input"]
+# %% tags=["nbval-ignore-output", "remove-input"]
 # wall time of two epochs: full fine-tuning and LoRA
 print("wall time of two epochs, seed 0:")
 print(f"  full fine-tuning ({best_name}): {ft_seconds[best_name]:.0f} s")
@@ -1087,7 +1086,6 @@ print(
     "arithmetic per token, ratio: "
     f"{matmul_params(base) / matmul_params(minilm):.1f}"
 )
-del base, minilm
 
 # %% [markdown]
 # ## Summary

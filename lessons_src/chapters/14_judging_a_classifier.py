@@ -462,9 +462,9 @@ for s in SEEDS:
 # differ carry information. The **paired bootstrap** (Koehn, 2004) draws 200 test reviews *with
 # replacement*, computes the difference of the two methods' accuracies on them, and repeats 10,000
 # times. The share of resamples in which the first method is *not* ahead says how much its lead
-# depends on which reviews were drawn: it is an approximate one-sided p-value (Koehn reads one
-# minus it as the confidence that the first method is better), and the common 5 % threshold calls
-# a lead established below 500 resamples. Scores
+# depends on which reviews were drawn: it is an approximate one-sided p-value (the chance of a lead
+# this large if the methods were equally good; not the chance that the first is worse), and by the
+# common 5 % convention a lead counts as established below 500 resamples. Scores
 # are averaged over the three seeds first, so the seeds' spread is not in the bootstrap; Table 14.4
 # shows it next to the test set's error:
 
@@ -773,11 +773,11 @@ assert torch.allclose(
 # top). Rollout (bottom) compounds it, with `[SEP]` second in every row, and a token's own input
 # gets on average only 0.08 of its own row. That is rollout's estimate, and likely a low one:
 # rollout counts the residual path as half of each layer's mix and ignores the sizes of the
-# vectors attention moves, and chapter 05 found `[CLS]`'s value vectors far shorter than the
-# others'. These are chapter 05's parking heads: a head
+# vectors attention moves (in the one head chapter 05 measured, `[CLS]`'s value vector was far
+# shorter than the others'). These are chapter 05's parking heads: a head
 # that parks on `[CLS]` moves little information, but rollout counts weights, not information, and
-# multiplies them over six layers. Since weights like these favour the same few tokens whatever a
-# sentence says, the experiment below leaves `[CLS]` and `[SEP]` out of every ranking, and runs
+# multiplies them over six layers. Since weights like these may favour the same few tokens whatever
+# a sentence says, the experiment below leaves `[CLS]` and `[SEP]` out of every ranking, and runs
 # again without punctuation.
 
 # %% [markdown]
@@ -1028,9 +1028,10 @@ plt.show()
 #   not the smaller leads.
 # * A confusion matrix, precision and recall, and the mistakes themselves show what a single
 #   accuracy hides; some mistakes are confident.
-# * Attention rollout is dominated by `[CLS]` and `[SEP]`; in all three fine-tuned models it ranks
-#   the full stop first in every review, while `[CLS]` attention picks the token whose deletion
-#   matters most in 32 % of the cases (27 to 40 % by seed): a clue to check, not an explanation.
+# * On chapter 12's sentence, MiniLM's rollout is dominated by `[CLS]` and `[SEP]`; in all three
+#   fine-tuned models, with those two left out, it ranks the full stop first in every review,
+#   while `[CLS]` attention picks the token whose deletion matters most in 32 % of the cases (27
+#   to 40 % by seed): a clue to check, not an explanation.
 
 # ## Exercises
 #
@@ -1079,8 +1080,9 @@ for name, (acc, C) in view_acc.items():
 # tie; on one seed and one dev split, that is suggestive rather than settled, and each $C$ was
 # chosen on the same 150 reviews it is scored on, which flatters all three alike. The mean is what
 # all-MiniLM-L6-v2 was trained to make meaningful; a pooler that looks untrained (chapter 13) is a
-# fixed projection of `[CLS]` followed by tanh, which did not help a linear probe here. With a
-# trained pooler, as in `bert-base-uncased`, measure again.
+# fixed projection of `[CLS]` followed by tanh, which did not help a linear probe here (though the
+# pooler's best $C$, 0.1, is the grid's smallest, so a smaller one might do better). With a trained
+# pooler, as in `bert-base-uncased`, measure again.
 
 # %% tags=["remove-cell"]
 assert view_acc["pooler output"][0] < view_acc["mean of the token vectors"][0]
