@@ -275,3 +275,20 @@ def test_train_classifier_is_one_model_per_seed(tiny_checkpoint, tokenizer):
     assert len(h_lora.loss) == S.EPOCHS and "dev_accuracy" not in h_lora.evals
     with pytest.raises(TypeError, match="ReviewSplit"):
         S.train_classifier(0, tokenizer, (train.texts, train.labels), model=tiny_checkpoint)
+
+
+def test_train_classifier_trains_a_prepared_model_as_it_is(tiny_checkpoint, tokenizer):
+    train = S.ReviewSplit(["wonderful", "great fun", "terrible", "awful mess"], [1, 1, 0, 0])
+    mine = S.fresh_classifier(0, tiny_checkpoint)  # nothing frozen, embeddings included
+    before = mine.bert.embeddings.word_embeddings.weight.detach().clone()
+    trained, history = S.train_classifier(0, tokenizer, train, classifier=mine, lr=1e-3, show_progress=False)
+    assert trained is mine and len(history.loss) == S.EPOCHS
+    assert not torch.equal(before, mine.bert.embeddings.word_embeddings.weight)
+    # the batch order is the seed's, as with a fresh classifier
+    again = S.fresh_classifier(0, tiny_checkpoint)
+    _, h_again = S.train_classifier(0, tokenizer, train, classifier=again, lr=1e-3, show_progress=False)
+    assert h_again.loss == history.loss
+    with pytest.raises(ValueError, match="lr="):
+        S.train_classifier(0, tokenizer, train, classifier=again)
+    with pytest.raises(ValueError, match="leave them out"):
+        S.train_classifier(0, tokenizer, train, classifier=again, lr=1e-3, lora=True)

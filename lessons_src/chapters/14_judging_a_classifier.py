@@ -370,7 +370,7 @@ bow_mean = summary["bag of words"][0]
 knn_mean = summary[f"k-NN on embeddings (k = {KNN_K})"][0]
 assert 0.08 < knn_mean - bow_mean and ft_mean - bow_mean < 0.16
 
-# %% tags=["hide-input"] caption="Test accuracy of every method on the 200 test reviews: one dot per seed (blue, green and purple for seeds 0, 1 and 2, drawn one above another so that equal scores stay visible), the mean and standard deviation in red and chance (50 %) dashed. From the bottom: the untrained head at chance, the bag of words near 72 %, k-NN and the linear probe near 81 %, fine-tuning and LoRA near 88 %; the spreads of the probe and of fine-tuning do not overlap." alt="A dot plot with six rows, from bottom to top: untrained, bag of words, k-NN, linear probe, fine-tuned, LoRA; test accuracy from 50 % to 90 % on the horizontal axis. Each row has three dots at slightly different heights, blue, green and purple, and a red mean with error bars: around 51 %, 72 %, 81 %, 81.5 %, 88 % and 87.5 %."
+# %% tags=["hide-input"] caption="Test accuracy of every method on the 200 test reviews: one dot per seed (blue, green and purple for seeds 0, 1 and 2, drawn one above another so that equal scores stay visible), the mean and standard deviation over seeds in red, one run's standard error on 200 reviews as a grey band either side of the mean, and chance (50 %) dashed. From the bottom: the untrained head at chance, the bag of words near 72 %, k-NN and the linear probe near 81 %, fine-tuning and LoRA near 88 %. Every grey band is wider than the red bar beside it; the bands of the probe and of fine-tuning do not overlap." alt="A dot plot with six rows, from bottom to top: untrained, bag of words, k-NN, linear probe, fine-tuned, LoRA; test accuracy from 50 % to 90 % on the horizontal axis. Each row has three dots at slightly different heights, blue, green and purple, and a red mean with error bars over a wider grey band: around 51 %, 72 %, 81 %, 81.5 %, 88 % and 87.5 %."
 fig, ax = plt.subplots(figsize=(5.6, 4.0))
 names = list(test_acc)
 short = {  # short row labels
@@ -395,6 +395,16 @@ for k, s in enumerate(SEEDS):
     )
 for i, name in enumerate(names):
     mean, sd = summary[name]
+    se = math.sqrt(mean * (1 - mean) / len(test))  # one run, 200 reviews
+    ax.plot(
+        [mean - se, mean + se],
+        [i, i],
+        color="0.8",
+        lw=7,
+        solid_capstyle="butt",
+        zorder=1,
+        label="± one run's standard error" if i == 0 else None,
+    )
     ax.errorbar(
         mean,
         i,
@@ -411,7 +421,7 @@ ax.xaxis.set_major_locator(plt.MultipleLocator(0.1))  # a tick every 10 %
 ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # 0.8 -> 80%
 ax.set_xlabel(f"test accuracy ({len(test)} reviews)")
 ax.set_title("test accuracy, 3 seeds each")
-ax.legend(loc="lower right")
+ax.legend(loc="upper left", fontsize=9)  # clear of the rows
 fig.tight_layout()
 plt.show()
 
@@ -433,8 +443,9 @@ plt.show()
 # * **Fine-tuning** beats the probe on every seed, by 6.3 points on average. Why, this does not
 #   say: the probe reads the mean of frozen token vectors, the fine-tuned model a trained `[CLS]`
 #   through the pooler (exercise 1 compares such vectors).
-# * **LoRA** is level with full fine-tuning (ahead on seed 0, behind on seeds 1 and 2), though it
-#   was 4 points behind on seed 0's dev split in chapter 13 (6 reviews of 150, on one seed).
+# * **LoRA** scores 0.3 points below full fine-tuning on average (ahead on seed 0, behind on seeds
+#   1 and 2), though it was 4 points behind on seed 0's dev split in chapter 13 (6 reviews of 150,
+#   on one seed).
 
 # %% tags=["hide-input"]
 # how many of a review's words its seed's training reviews never use
@@ -462,10 +473,12 @@ for s in SEEDS:
 # differ carry information. The **paired bootstrap** (Koehn, 2004) draws 200 test reviews *with
 # replacement*, computes the difference of the two methods' accuracies on them, and repeats 10,000
 # times. The share of resamples in which the first method is *not* ahead says how much its lead
-# depends on which reviews were drawn: it is an approximate one-sided p-value (the chance of a lead
-# this large if the methods were equally good; not the chance that the first is worse), and by the
-# common 5 % convention a lead counts as established below 500 resamples. Scores
-# are averaged over the three seeds first, so the seeds' spread is not in the bootstrap; Table 14.4
+# depends on which reviews were drawn. If the methods were equally good (the **null hypothesis**),
+# the probability of a lead at least this large by the luck of the draw would be the **p-value**;
+# the share approximates it (one-sided) when the resampled gaps spread evenly around their mean
+# (Dror et al., 2018, discuss tests that do not assume so). It is not the probability that the
+# first method is worse. By the common 5 % convention a lead counts as significant below 500. Scores are
+# averaged over the three seeds first, so the seeds' spread is not in the bootstrap; Table 14.4
 # shows it next to the test set's error:
 
 
@@ -487,7 +500,7 @@ right = {name: torch.stack(rows) for name, rows in right.items()}
 n_test = len(test)
 display(
     Table(
-        ["method", "mean", "sd over seeds", "standard error, 200 reviews"],
+        ["method", "mean", "sd over seeds", "one run's standard error"],
         [
             (
                 short_name.get(name, name),
@@ -500,7 +513,7 @@ display(
         formats={
             "mean": ".1%",
             "sd over seeds": ".1%",
-            "standard error, 200 reviews": ".1%",
+            "one run's standard error": ".1%",
         },
         caption="Test accuracy: the seeds' spread, the test set's error",
     )
@@ -533,6 +546,17 @@ display(
         caption="Paired bootstrap over the 200 test reviews, 10,000 resamples",
     )
 )
+print(
+    "standard error of a gap, paired (the resamples' sd) or not (Table 14.4):"
+)
+for a, b in (comparisons[1], comparisons[3]):
+    unpaired = math.sqrt(
+        sum(m * (1 - m) / n_test for m in (summary[a][0], summary[b][0]))
+    )
+    print(
+        f"  {short_name.get(a, a)} − {short_name.get(b, b)}: paired "
+        f"{resamples[a, b].std():.1%}, unpaired {unpaired:.1%}"
+    )
 
 # %% tags=["remove-cell"]
 # the claims below: fine-tuning's lead over the probe and k-NN's over the bag
@@ -568,20 +592,26 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# In Table 14.4 every method's standard error exceeds its spread over seeds: with 200 test reviews,
+# In Table 14.4 the standard error of one run on the 200 test reviews exceeds every method's spread
+# over seeds: with 200 test reviews,
 # which reviews were drawn seems to move a score more than the seed does (three seeds estimate a
 # spread only roughly).
 #
+# Pairing sharpens the comparison: scored on the same reviews, the gap between fine-tuning and the
+# probe has a standard error of 2.3 points, against 3.6 for two independent samples of 200 (k-NN
+# and the bag of words: 3.4 against 4.2).
+#
 # In Table 14.5 and Fig. 14.2, fine-tuning's lead over the probe fails in only 20 resamples of
-# 10,000 and k-NN's over the bag of words in 55, far under the 500 of the convention; the bag of
-# words' lead over the untrained head never fails. The probe's lead over k-NN fails in about one
-# resample in three, and full fine-tuning's over LoRA in 4,298: on 200 reviews neither pair can be
-# told apart. Two cautions: the test reviews, written for a course, are only approximately the
-# random sample the bootstrap assumes; and of many comparisons one may convince by chance, though
-# the three clear ones would pass a five times stricter standard (under 100 resamples), the
-# Bonferroni correction for these five comparisons, the claims of the list above. Over all 15
-# pairs of the six methods that threshold would be 33 resamples, and k-NN's lead over the bag of
-# words (55) would not pass it.
+# 10,000 and k-NN's over the bag of words in 55, far under 500; the bag of words' lead over the
+# untrained head never fails. The probe's lead over k-NN fails in about one resample in three, and
+# full fine-tuning's over LoRA in 4,298: on 200 reviews neither pair can be told apart. Two
+# cautions: the test reviews, written for a course, are only roughly the random sample the
+# bootstrap assumes; and of many comparisons one may convince by chance, though the three clear
+# ones pass the Bonferroni correction for the list's five claims, a threshold five times stricter
+# (100 resamples). Over all 15 pairs of the six methods it would be 33, and k-NN's lead over the
+# bag of words (55) would not pass.
+#
+# ### What the accuracy hides
 #
 # Fig. 14.3 shows the confusion matrices of seed 0, the bag of words next to fine-tuning:
 
@@ -639,16 +669,21 @@ wrong = [
     for i, (text, y) in enumerate(zip(test.texts, test.labels))
     if pred[i] != y
 ]
-for p_true, text, y in sorted(wrong):
-    line = f"  {p_true:.2f}  ({y})  {text}"
-    print(textwrap.fill(line, 78, subsequent_indent=" " * 8))
+Table(
+    ["P(true label)", "true label", "review"],
+    sorted(wrong),
+    formats={"P(true label)": ".2f"},
+    caption="Seed 0's mistakes, the most confident first",
+)
 
 # %% [markdown]
 # Many are hard cases of the kinds chapter 13 listed: praise words in a complaint ("I really liked
 # the trailer."), verdicts with no opinion word that need world knowledge ("The pharmacist spotted
-# a clash between two of my medicines."); others are idioms ("Save your money."). Some mistakes are
-# confident (0.05 and 0.07 for the true label): a high probability does not guarantee a right
-# answer.
+# a clash between two of my medicines."); others are idioms ("Save your money."). Two complaints
+# contain *warm* ("the warmest thing in the room", "the fish was warm"), a word that only positive
+# training reviews use (9 to 0 in the bag of words' counts), and the most confident mistake is one
+# of them. Some mistakes are confident (0.05 and 0.07
+# for the true label): a high probability does not guarantee a right answer.
 # %% [markdown]
 # ## Attention across layers, and what attention does not explain
 #
@@ -894,19 +929,23 @@ print(
     f"a review has {n_words.mean():.1f} tokens besides [CLS] and [SEP]"
 )
 columns = ["top 1 agrees", "top 3 shared", "Spearman"]
-word_columns = [f"{c}, words only" for c in columns]
+all_or_words = {
+    "attention": (agreement["attention"], words_only["attention"]),
+    "rollout": (agreement["rollout"], words_only["rollout"]),
+    "random ranking": (chance, words_chance),
+}
 display(
     Table(
-        ["ranking by", *columns, *word_columns],
+        ["ranking by", "tokens", *columns],
         [
-            ("attention", *agreement["attention"], *words_only["attention"]),
-            ("rollout", *agreement["rollout"], *words_only["rollout"]),
-            ("random ranking", *chance, *words_chance),
+            (name, tokens, *scores)
+            for name, both in all_or_words.items()
+            for tokens, scores in zip(("all", "words only"), both)
         ],
         formats={
-            **dict.fromkeys(columns[:2] + word_columns[:2], ".0%"),
+            "top 1 agrees": ".0%",
+            "top 3 shared": ".0%",
             "Spearman": ".2f",
-            "Spearman, words only": ".2f",
         },
         caption="Token rankings against occlusion's, 200 reviews, 3 seeds",
     )
@@ -1022,10 +1061,11 @@ plt.show()
 #   fits its training reviews almost perfectly and generalises worst; frozen MiniLM embeddings
 #   carry sentiment (k-NN, a linear probe) without being trained for it.
 # * Trained on three seeds and scored once on the 200 test reviews: bag of words 72.2 % < k-NN
-#   80.7 % and linear probe 81.5 % < fine-tuning 87.8 %, with LoRA level with fine-tuning.
+#   80.7 % and linear probe 81.5 % < fine-tuning 87.8 %, and LoRA 87.5 %, which 200 reviews
+#   cannot tell apart from fine-tuning (middle 95 % of the resampled gaps: −2.3 to +3.2 points).
 # * On 200 test reviews the standard error (2.3 to 3.5 points) outweighs the seeds' spread; a
 #   paired bootstrap supports fine-tuning's lead over the probe and k-NN's over the bag of words,
-#   not the smaller leads.
+#   not the smaller leads, and k-NN's only if the five stated claims are all that was tested.
 # * A confusion matrix, precision and recall, and the mistakes themselves show what a single
 #   accuracy hides; some mistakes are confident.
 # * On chapter 12's sentence, MiniLM's rollout is dominated by `[CLS]` and `[SEP]`; in all three

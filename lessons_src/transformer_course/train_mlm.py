@@ -44,20 +44,34 @@ from .utils import cpu_name, set_seed
 CHECKPOINT_NAME = "bert_mlm_python_docs"
 
 
-def mlm_data(tokenizer: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """``(mlm_tok, train_ids, heldout_ids)`` as chapter 12 builds them.
+def mlm_paragraphs() -> tuple[list[str], list[str]]:
+    """``(train, heldout)``: the prose paragraphs of Python's documentation
+    as chapter 12 splits them.
 
-    The prose paragraphs of Python's documentation: the first 90 % train,
-    the rest are held out.  ``mlm_tok`` is ``tokenizer`` (MiniLM's WordPiece)
-    restricted to the pieces of the training paragraphs; the ids are all
-    paragraphs of a part in one 1-D tensor, each closed by ``[SEP]``.
+    The first 90 % train.  The rest are held out, less any paragraph that
+    also occurs word for word among the training ones (the documentation
+    repeats itself, and a model that memorised it would look as if it
+    generalised).
     """
-    from .hf_bert import wordpiece_subset
     from .tasks.python_docs import python_docs_prose
 
     prose = python_docs_prose()
     cut = int(0.9 * len(prose))
-    mlm_tok = wordpiece_subset(tokenizer, prose[:cut])
+    seen = set(prose[:cut])
+    return prose[:cut], [p for p in prose[cut:] if p not in seen]
+
+
+def mlm_data(tokenizer: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """``(mlm_tok, train_ids, heldout_ids)`` as chapter 12 builds them.
+
+    ``mlm_tok`` is ``tokenizer`` (MiniLM's WordPiece) restricted to the
+    pieces of the training paragraphs of :func:`mlm_paragraphs`; the ids are
+    all paragraphs of a part in one 1-D tensor, each closed by ``[SEP]``.
+    """
+    from .hf_bert import wordpiece_subset
+
+    train, heldout = mlm_paragraphs()
+    mlm_tok = wordpiece_subset(tokenizer, train)
 
     def to_ids(paragraphs: list[str]) -> torch.Tensor:
         encoded = mlm_tok(paragraphs, add_special_tokens=False)["input_ids"]
@@ -65,7 +79,7 @@ def mlm_data(tokenizer: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
             [t for ids in encoded for t in ids + [mlm_tok.sep_token_id]]
         )
 
-    return mlm_tok, to_ids(prose[:cut]), to_ids(prose[cut:])
+    return mlm_tok, to_ids(train), to_ids(heldout)
 
 
 def masked_heldout(
@@ -288,8 +302,8 @@ def main(argv: list[str] | None = None) -> None:
         "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "mask_top1": round(history.evals["mask_top1"][-1], 4),
-        "mask_top5": round(history.evals["mask_top5"][-1], 4),
+        "mask_top1": round(history.evals["mask_top1"][-1], 6),
+        "mask_top5": round(history.evals["mask_top5"][-1], 6),
         "history": {
             "step": history.eval_steps,
             "loss_last20": [
@@ -297,7 +311,7 @@ def main(argv: list[str] | None = None) -> None:
                 for s in history.eval_steps
             ],
             **{
-                k: [round(v, 4) for v in vals]
+                k: [round(v, 6) for v in vals]
                 for k, vals in history.evals.items()
             },
         },

@@ -483,6 +483,7 @@ def train_classifier(
     frozen_layers: int = FULL_FINE_TUNING["frozen_layers"],
     epochs: int = EPOCHS,
     model: str | Path | None = None,
+    classifier: nn.Module | None = None,
     show_progress: bool = True,
 ) -> tuple[nn.Module, History]:
     """A fresh classifier (its head drawn with ``seed``), fine-tuned on
@@ -493,6 +494,12 @@ def train_classifier(
     ``frozen_layers`` layers; ``lora=True``: ``lora_classifier``.  ``lr``
     defaults to ``FULL_FINE_TUNING["lr"]`` or ``LORA["lr"]``.  The batch order
     and dropout are drawn from ``seed`` too, so one seed gives one model.
+
+    ``classifier``: a model you prepared yourself (say, from
+    ``fresh_classifier`` with other weights frozen or other adapters), trained
+    as it is instead of a fresh one; the batch order is drawn from ``seed``,
+    ``lr`` is required, and ``lora``, ``frozen_layers`` and ``model`` must be
+    left at their defaults.
     """
     from ..utils import get_device, set_seed
 
@@ -501,7 +508,18 @@ def train_classifier(
             "train must be a ReviewSplit (e.g. from train_dev_split), "
             f"got {type(train).__name__}"
         )
-    if lora:
+    if classifier is not None:
+        if lr is None:
+            raise ValueError("pass lr= with your own classifier")
+        frozen = frozen_layers != FULL_FINE_TUNING["frozen_layers"]
+        if lora or model is not None or frozen:
+            raise ValueError(
+                "lora, frozen_layers and model build a fresh classifier: "
+                "leave them out when you pass classifier="
+            )
+        clf = classifier.to(get_device())
+        generator = torch.Generator().manual_seed(seed)
+    elif lora:
         clf = lora_classifier(seed, model).to(get_device())
         generator = set_seed(seed)
         lr = LORA["lr"] if lr is None else lr
