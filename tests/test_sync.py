@@ -210,7 +210,7 @@ def test_package_listings_are_folded(src):
         if build_notebooks.only_lists_source(c):
             assert "hide-cell" in c.metadata["tags"] and c.metadata["mystnb"] == build_notebooks.source_metadata(c)
             listed = [
-                line.split("show_source(", 1)[1].split(")", 1)[0].strip()
+                line.split("show_source(", 1)[1].split(")", 1)[0].split(",")[0].strip()
                 for line in c.source.splitlines()
                 if "show_source(" in line
             ]

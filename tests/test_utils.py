@@ -1,4 +1,5 @@
 import random
+import textwrap
 
 import numpy as np
 import pytest
@@ -53,6 +54,22 @@ def test_count_parameters_counts_shared_once():
 def test_show_source_shows_the_package_code():
     code = show_source(set_seed)
     assert "def set_seed" in code.data
+
+
+def test_show_source_can_leave_out_argument_checks():
+    from transformer_course.interpret import attention_rollout
+
+    full = show_source(set_seed).data
+    short = show_source(set_seed, checks=False).data
+    assert "raise" in full and "raise" not in short
+    assert "# (checks of the arguments left out)" in short
+    assert "torch.manual_seed(seed)" in short  # the work stays
+    compile(textwrap.dedent(short), "<listing>", "exec")  # still valid Python
+    rollout = show_source(attention_rollout, checks=False).data
+    assert "raise" not in rollout and "_check_rows" not in rollout
+    compile(textwrap.dedent(rollout), "<listing>", "exec")
+    # nothing to leave out: the listing is the source
+    assert show_source(show_source, checks=False).data == show_source(show_source).data
 
 
 def test_finished_progress_bar_shows_no_timing(capsys) -> None:

@@ -118,7 +118,7 @@ assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 # Chapter 02's tokenizer lower-cases the text, strips accents (the model is *uncased*), splits at
 # spaces and punctuation, and cuts every word into the longest pieces in its vocabulary of 30,522
 # entries; a piece that continues a word starts with `##`. A word with a character the vocabulary
-# lacks, such as most emoji, becomes a single `[UNK]`, whole (the third line).
+# lacks, such as most emoji, becomes a single `[UNK]`, whole (the `"pizza"` line).
 
 # %%
 for text in [
@@ -197,9 +197,9 @@ assert special == {
 # ### Sentence pairs: token type ids
 #
 # BERT was pretrained on *pairs* of segments, each any span of text (does B follow A?), and many
-# tasks take two texts, such as a question and a passage. A pair is packed as `[CLS] A [SEP] B [SEP]`, and the **token
-# type ids** (or segment ids), 0 for A and 1 for B, pick one of two learned vectors that the model
-# adds.
+# tasks take two texts, such as a question and a passage. A pair is packed as `[CLS] A [SEP] B
+# [SEP]`, and the **token type ids** (or segment ids), 0 for A and 1 for B, pick one of two learned
+# vectors that the model adds.
 
 
 # %% tags=["hide-input"]
@@ -608,11 +608,10 @@ for name, table in (
 assert tiny_diff.abs().max() < 1e-5
 
 # %% [markdown]
-# The package's `BertEmbeddings` computes the same, with input checks and its own name for the
-# token table (`word`):
+# The package's `BertEmbeddings` is the same module, its token table named `word`:
 
 # %%
-show_source(BertEmbeddings)
+show_source(BertEmbeddings, checks=False)
 
 # %% [markdown]
 # `BertEncoder` stacks the embeddings and `num_layers` `EncoderLayer`s. It takes the tensors the
@@ -620,7 +619,7 @@ show_source(BertEmbeddings)
 # attend).
 
 # %%
-show_source(BertEncoder)
+show_source(BertEncoder, checks=False)
 
 # %% [markdown]
 # Loading the weights is renaming (Hugging Face's `encoder.layer.0.attention.self.query` is our
@@ -708,19 +707,20 @@ assert weight_on_pad == 0.0
 # only `[MASK]` positions matter (`[MASK]` never occurs after pre-training), and takes the
 # cross-entropy at the chosen positions only.
 #
-# The recipe runs on a small, fresh `BertEncoder`, without NSP or token types: RoBERTa (Liu et
-# al., 2019) found that BERT pre-trains as well or slightly better without NSP. The corpus is the
-# prose of Python's documentation (chapter 11's), the last 10 % of the paragraphs held out, less
-# those that repeat a training paragraph word for word: the documentation repeats itself, and a
-# model that had memorised such a paragraph would seem to generalise. Keeping only the WordPiece
-# pieces seen in training shrinks the output layer from 30,522 entries to 2,550 (a held-out word
-# they cannot spell becomes `[UNK]`), numbered afresh with the special tokens first. `mlm_data`
-# builds that vocabulary and turns each part into one stream of ids, every paragraph closed by
-# `[SEP]`:
+# The recipe runs on a small, fresh `BertEncoder`, without NSP or token types: RoBERTa (Liu et al.,
+# 2019) found that BERT pre-trains as well or slightly better without NSP. The corpus is the prose
+# of Python's documentation (chapter 11's), the last 10 % of the paragraphs held out, less those
+# that repeat a training paragraph word for word (the documentation repeats itself). Keeping only
+# the WordPiece pieces seen in training shrinks the output layer from 30,522 entries to 2,550 (a
+# held-out word they cannot spell becomes `[UNK]`), numbered afresh with the special tokens first.
+# `mlm_data` builds that vocabulary and turns each part into one stream of ids, every paragraph
+# closed by `[SEP]`:
 
 # %%
-show_source(mlm_paragraphs)
-show_source(mlm_data)
+show_source(mlm_paragraphs, checks=False)
+
+# %%
+show_source(mlm_data, checks=False)
 
 # %%
 mlm_tok, mlm_train_ids, mlm_heldout_ids = mlm_data(tokenizer)
@@ -765,13 +765,13 @@ for n in (5, 8):
 # `mlm_probability=0.15`.
 
 # %%
-show_source(mask_tokens)
+show_source(mask_tokens, checks=False)
 
 # %% [markdown]
 # `mlm_windows` cuts fixed-length windows from the stream, each opened by `[CLS]`:
 
 # %%
-show_source(mlm_windows)
+show_source(mlm_windows, checks=False)
 
 # %% [markdown]
 # A held-out window of 24 positions masked once (`^` marks the scored ones), then the rule counted
@@ -841,17 +841,17 @@ assert (
 # token embeddings). It scores only the chosen positions.
 
 # %%
-show_source(BertMLMHead)
+show_source(BertMLMHead, checks=False)
 
 # %%
-show_source(BertForMLM)
+show_source(BertForMLM, checks=False)
 
 # %% [markdown]
 # `pretrain_mlm` cuts random windows at each step, masks them afresh (a token is masked differently
 # each time it is seen) and takes an AdamW step under a warm-up-then-decay schedule.
 
 # %%
-show_source(pretrain_mlm)
+show_source(pretrain_mlm, checks=False)
 
 # %%
 MLM_STEPS = 500
@@ -893,10 +893,11 @@ assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 
 # %% [markdown]
 # Averaged over 20 steps (the bar shows the last step), the loss fell from 7.62 to 5.24. A
-# context-blind guess scores 5.63 at `[MASK]` and less where the token is shown. On held-out text
-# masked likewise, we count how often the top guess is the original token, by kind of chosen
-# position (at a *kept* one the input is the answer), against two context-blind baselines: **copy
-# the input token** and **always the most frequent token** (for top 5, the five most frequent).
+# context-blind guess scores 5.63 at `[MASK]` and less where the token is shown, so the loss cannot
+# tell whether the model uses the context. On held-out text masked likewise, we count how often the
+# top guess is the original token, by kind of chosen position (at a *kept* one the input is the
+# answer), against two context-blind baselines: **copy the input token** and **always the most
+# frequent token** (for top 5, the five most frequent).
 
 # %% tags=["hide-input"]
 # accuracy at the held-out masked positions, by kind, and two baselines
@@ -1018,8 +1019,8 @@ for sentence, answer in fill_examples:
 # the time against 6.5 % for always `'"'`, but copying the input gets 10.5 %: its lead over `'"'`
 # is mostly at the kept positions (48.7 %). At the 589 `[MASK]` positions, the real test, it gets
 # 8.5 % against 6.8 % (1.7 points, under two standard errors of that gap), and 22.9 % against
-# 19.2 % in the top 5 (four standard errors: a real lead of this trained model, but small). In the four
-# sentences it guesses frequent words and punctuation.
+# 19.2 % in the top 5 (four standard errors: a real lead of this trained model, but small). In the
+# four sentences it guesses frequent words and punctuation.
 #
 # ### Pre-training for longer
 #
@@ -1029,8 +1030,8 @@ for sentence, answer in fill_examples:
 # BERT-large-sized models; that predicts little for ours); no dropout; a peak learning rate of $3
 # \cdot 10^{-3}$ after 200 steps instead of $10^{-3}$ after 50; and AdamW's $\beta_2 = 0.98$
 # instead of 0.999. So it differs from the 500-step run in more than steps; its own curve is the
-# comparison. Its settings were not chosen on a split of their own, so read its held-out scores as
-# a development set's: a little optimistic. Its weights and log:
+# comparison. Its settings were not chosen on a separate split, so its held-out scores are a little
+# optimistic. Its weights and log:
 
 # %%
 long_mlm, mlm_record = load_mlm_checkpoint(mlm_tok)
@@ -1182,10 +1183,10 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # %% [markdown]
 # After 12,000 steps the top guess at a `[MASK]` is right 29.0 % of the time, against 6.8 % for
 # always `'"'`, and the top five hold the original 46.3 % of the time, against 19.2 % (Table 12.3,
-# Fig. 12.5). Table 12.2 shows the path: slow for 2,000 steps (10.9 %), then 14.6 % at step 3,000
-# and 22.4 % at step 4,000, then only 1.8 points from step 7,000 to 12,000 while the training loss
-# kept falling. The run read the 62,000 training tokens about 390
-# times, so its training loss says little about unseen text.
+# Fig. 12.5). Table 12.2 shows the path: 6.3 % at step 1,000, below always `'"'`, then about 4
+# points a thousand steps to 14.6 % at step 3,000, 7.8 more by step 4,000 (22.4 %), and only 1.8
+# from step 7,000 to 12,000 while the training loss kept falling. The run read the 62,000 training
+# tokens about 390 times, so its training loss says little about unseen text.
 #
 # The model now guesses content words: its top guess is right for *order*, *raised* and *value*,
 # and its top 5 holds the original in 6 of the 7 sentences (the three added ones were picked for
@@ -1215,10 +1216,10 @@ assert prefixes == {"embeddings", "encoder", "pooler"}, prefixes
 #   LayerNorm, no $\sqrt{d_\text{model}}$, GELU and $\varepsilon = 10^{-12}$; our `BertEncoder`
 #   runs MiniLM's weights and matches `BertModel` to a few millionths.
 # * BERT learned by **masked language modelling** (15 % chosen; 80 / 10 / 10 `[MASK]` / random /
-#   kept); next-sentence prediction is not needed (RoBERTa). After 500 steps our small encoder's top
-#   guess at `[MASK]` led frequent-token guessing by 1.7 points (under two standard errors), its top
-#   five by 3.7 (about four); with a changed recipe, 12,000 steps got 29.0 % against 6.8 % on
-#   held-out paragraphs; as a `BertForMaskedLM` it answers `pipeline("fill-mask")`.
+#   kept); next-sentence prediction is not needed (RoBERTa). After 500 steps our small encoder's
+#   top guess at `[MASK]` led frequent-token guessing by 1.7 points (under two standard errors),
+#   its top five by 3.7 (about four); with a changed recipe, 12,000 steps got 29.0 % against 6.8 %
+#   on held-out paragraphs; as a `BertForMaskedLM` it answers `pipeline("fill-mask")`.
 #
 # ## Exercises
 #
@@ -1298,10 +1299,10 @@ print(
 # %% [markdown] tags=["solution"]
 # Mostly not. At the 73 random-token positions the top guess is the token shown only twice (2.7 %)
 # and the original 20.5 % of the time, 8.5 points below its 29.0 % at `[MASK]`: less than two
-# standard errors of that gap (5.1 points, nearly all from the 73 positions). The 80 / 10 / 10 rule makes a visible token at a
-# scored position the original only half the time (kept or random, 10 % each), so every input
-# token, not only `[MASK]`, needs a vector that predicts the original word; a run with `[MASK]` at
-# every chosen position would test whether the rule is the cause.
+# standard errors of that gap (5.1 points, nearly all from the 73 positions). The 80 / 10 / 10 rule
+# makes a visible token at a scored position the original only half the time (kept or random, 10 %
+# each), so every input token, not only `[MASK]`, needs a vector that predicts the original word; a
+# run with `[MASK]` at every chosen position would test whether the rule is the cause.
 
 # %% tags=["remove-cell"]
 # the model mostly recovers the original rather than echoing the random token

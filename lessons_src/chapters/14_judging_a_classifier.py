@@ -258,15 +258,15 @@ print(f"same label as the nearest neighbour: {sum(same) / len(same):.1%}")
 # 0's dev split, and evaluated on the 200 test reviews. For fine-tuning, those are chapter 13's
 # choices: every layer trained (the embeddings frozen) at a learning rate of 1e-4, or LoRA of rank
 # 8 on the query and value matrices (the pooler and classifier trained in full) at 3e-3, each for
-# two epochs of batches of 16. The **untrained head**, a fresh classifier never trained, is in the
-# table as chance's stand-in.
+# two epochs of batches of 16. The **untrained head**, a fresh classifier never trained, stands in
+# for chance.
 # `reviews.train_classifier(seed, ...)` trains either with that recipe, drawing the new head, the
 # batch order and dropout from the seed (for seed 0, the models chapter 13 chose). Every seed
 # follows one protocol, training on its own 700 reviews; refitting on all 850 once the settings
 # are chosen, also common, would give models that no dev split has scored.
 
 # %% tags=["hide-input"]
-show_source(reviews.train_classifier)
+show_source(reviews.train_classifier, checks=False)
 
 # %% tags=["hide-input"]
 # every method trained on each seed's 700 reviews, scored on the test set
@@ -421,7 +421,8 @@ ax.xaxis.set_major_locator(plt.MultipleLocator(0.1))  # a tick every 10 %
 ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))  # 0.8 -> 80%
 ax.set_xlabel(f"test accuracy ({len(test)} reviews)")
 ax.set_title("test accuracy, 3 seeds each")
-ax.legend(loc="upper left", fontsize=9)  # clear of the rows
+# between the chance line and the rows on the right
+ax.legend(loc="upper left", bbox_to_anchor=(0.2, 1.0), fontsize=9)
 fig.tight_layout()
 plt.show()
 
@@ -434,12 +435,12 @@ plt.show()
 # * **k-NN** needs many neighbours (Table 14.2). It trailed the bag of words on seed 0's dev split,
 #   by 3 reviews of 150, within noise, but leads it on every seed on the test set. A dev split is
 #   also not the test set in small: it was drawn review by review, while the test set keeps most
-#   subjects apart, and 13 to 15 % of a dev review's words never occur in its seed's training
-#   reviews, against 22 % of a test review's (printed below).
-# * The weak score of the single nearest neighbour does not mean that sentiment is missing from the
-#   embeddings: the **linear probe** finds it linearly decodable (Table 14.3), though not
-#   measurably better than k-NN's vote (see the paired bootstrap below). Trained on the same
-#   reviews, the two tie on two seeds and the probe leads on one, by 2.5 points.
+#   subjects apart, and 13 to 15 % of the dev words never occur in training, against 22 % of the
+#   test words (printed below).
+# * The single nearest neighbour's weak score does not mean that sentiment is missing from the
+#   embeddings: the **linear probe** decodes it (Table 14.3), though not measurably better than
+#   k-NN's vote (paired bootstrap below); the two tie on two seeds, and the probe leads on one by
+#   2.5 points.
 # * **Fine-tuning** beats the probe on every seed, by 6.3 points on average. Why, this does not
 #   say: the probe reads the mean of frozen token vectors, the fine-tuned model a trained `[CLS]`
 #   through the pooler (exercise 1 compares such vectors).
@@ -477,9 +478,9 @@ for s in SEEDS:
 # the probability of a lead at least this large by the luck of the draw would be the **p-value**;
 # the share approximates it (one-sided) when the resampled gaps spread evenly around their mean
 # (Dror et al., 2018, discuss tests that do not assume so). It is not the probability that the
-# first method is worse. By the common 5 % convention a lead counts as significant below 500. Scores are
-# averaged over the three seeds first, so the seeds' spread is not in the bootstrap; Table 14.4
-# shows it next to the test set's error:
+# first method is worse. By the common 5 % convention a lead counts as significant below 500 of the
+# 10,000 resamples. Scores are averaged over the three seeds first, so the seeds' spread is not in
+# the bootstrap; Table 14.4 shows it next to the test set's error:
 
 
 # %%
@@ -495,7 +496,8 @@ def paired_bootstrap(right_a, right_b, n_resamples=10_000, seed=0):
 
 
 # %% tags=["hide-input"]
-# the two tables: each method's errors, and the five paired comparisons
+# the two tables (each method's errors, the five paired comparisons) and
+# the standard errors of two gaps, paired and not
 right = {name: torch.stack(rows) for name, rows in right.items()}
 n_test = len(test)
 display(
@@ -546,12 +548,12 @@ display(
         caption="Paired bootstrap over the 200 test reviews, 10,000 resamples",
     )
 )
-print(
-    "standard error of a gap, paired (the resamples' sd) or not (Table 14.4):"
-)
+print("standard error of a gap: paired (the resamples' sd), and unpaired")
 for a, b in (comparisons[1], comparisons[3]):
+    # the same seed-averaged scores, as if A and B had been scored on
+    # different reviews: the two errors add
     unpaired = math.sqrt(
-        sum(m * (1 - m) / n_test for m in (summary[a][0], summary[b][0]))
+        sum(right[m].float().mean(0).var().item() / n_test for m in (a, b))
     )
     print(
         f"  {short_name.get(a, a)} − {short_name.get(b, b)}: paired "
@@ -598,8 +600,8 @@ plt.show()
 # spread only roughly).
 #
 # Pairing sharpens the comparison: scored on the same reviews, the gap between fine-tuning and the
-# probe has a standard error of 2.3 points, against 3.6 for two independent samples of 200 (k-NN
-# and the bag of words: 3.4 against 4.2).
+# probe has a standard error of 2.3 points, against 3.3 had they been scored on different reviews
+# (k-NN and the bag of words: 3.4 against 3.9).
 #
 # In Table 14.5 and Fig. 14.2, fine-tuning's lead over the probe fails in only 20 resamples of
 # 10,000 and k-NN's over the bag of words in 55, far under 500; the bag of words' lead over the
@@ -622,7 +624,8 @@ pred = probs.argmax(dim=1)
 cm = reviews.confusion_matrix(pred, test.labels)
 acc_ft_seed0 = test_acc["fine-tuned MiniLM"][0]
 
-# %%
+# %% tags=["hide-input"]
+# the mistakes on each side, and precision, recall and F1 read off the matrix
 cm_bow = reviews.confusion_matrix(bow.predict(test.texts), test.labels)
 for name, m in (("bag of words", cm_bow), ("fine-tuned MiniLM", cm)):
     print(
@@ -663,27 +666,83 @@ plt.show()
 # F1 (0.873) stays close to accuracy (87.0 %); such measures matter when one label is rare. Seed
 # 0's mistakes, with the probability the model gave to the *true* label:
 
-# %%
+# %% tags=["hide-input"]
+# seed 0's mistakes, the most confident first
 wrong = [
     (probs[i, y].item(), text, LABELS[y])
     for i, (text, y) in enumerate(zip(test.texts, test.labels))
     if pred[i] != y
 ]
 Table(
-    ["P(true label)", "true label", "review"],
+    ["P(true label)", "review", "true label"],
     sorted(wrong),
     formats={"P(true label)": ".2f"},
-    caption="Seed 0's mistakes, the most confident first",
 )
 
 # %% [markdown]
 # Many are hard cases of the kinds chapter 13 listed: praise words in a complaint ("I really liked
 # the trailer."), verdicts with no opinion word that need world knowledge ("The pharmacist spotted
 # a clash between two of my medicines."); others are idioms ("Save your money."). Two complaints
-# contain *warm* ("the warmest thing in the room", "the fish was warm"), a word that only positive
-# training reviews use (9 to 0 in the bag of words' counts), and the most confident mistake is one
-# of them. Some mistakes are confident (0.05 and 0.07
-# for the true label): a high probability does not guarantee a right answer.
+# contain *warm* ("the fish was warm", and "the warmest thing in the room", which MiniLM reads as
+# `warm ##est`), a word that only positive training reviews use (9 to 0 in the bag of words'
+# counts), and the most confident mistake is one of them. Some mistakes are confident (0.05 and
+# 0.07 for the true label): a high probability does not guarantee a right answer.
+#
+# Are the probabilities honest overall? A **calibrated** model is right in 90 % of the predictions
+# it makes at 0.9. Fig. 14.4 bins the 600 test predictions of the three fine-tuned models by
+# confidence; the **expected calibration error** averages the bins' gaps, weighted by their sizes:
+
+# %% tags=["hide-input"] caption="Calibration of fine-tuned MiniLM: the 600 test predictions of the three seeds' models, binned by confidence (the probability given to the predicted label), each point the accuracy in its bin against the bin's mean confidence, with the number of predictions beside it; a calibrated model lies on the dashed diagonal. The 431 predictions above 0.9 lie above the diagonal; the bins between 0.6 and 0.9 lie below it, the one near 0.65 at about 0.4." alt="A line chart of accuracy (0.4 to 1.0) against confidence (0.5 to 1.0) with a dashed diagonal. Five points joined by a line: about (0.56, 0.56) labelled 23, (0.65, 0.41) labelled 27, (0.75, 0.68) labelled 28, (0.86, 0.71) labelled 91 and (0.94, 0.97) labelled 431; only the last lies above the diagonal."
+# the three fine-tuned models' test predictions, binned by confidence
+confidence, hit = [], []
+for s in SEEDS:
+    p_test = reviews.predict_proba(ft_models[s], tokenizer, test.texts)
+    confidence.append(p_test.max(dim=1).values)
+    hit.append(p_test.argmax(dim=1) == torch.tensor(test.labels))
+confidence, hit = torch.cat(confidence), torch.cat(hit).float()
+edges = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+bins = []  # (mean confidence, accuracy, count) of each non-empty bin
+for low, high in zip(edges, edges[1:]):
+    inside = (confidence >= low) & (
+        (confidence < high) if high < 1 else (confidence <= high)
+    )
+    if inside.any():
+        bins.append(
+            (
+                confidence[inside].mean().item(),
+                hit[inside].mean().item(),
+                int(inside.sum()),
+            )
+        )
+ece = sum(n * abs(acc - conf) for conf, acc, n in bins) / len(confidence)
+print(
+    f"{len(confidence)} predictions: mean confidence {confidence.mean():.1%}, "
+    f"accuracy {hit.mean():.1%};\nexpected calibration error {ece:.1%}"
+)
+fig, ax = plt.subplots(figsize=(4.8, 4.0))
+ax.plot([0.5, 1], [0.5, 1], ls="--", color="grey", lw=1, label="calibrated")
+ax.plot(
+    [b[0] for b in bins],
+    [b[1] for b in bins],
+    "o-",
+    label="fine-tuned MiniLM, 3 seeds",
+)
+for conf, acc, n in bins:  # how many predictions each point stands for
+    ax.annotate(
+        f"{n}", (conf, acc), textcoords="offset points", xytext=(6, -12)
+    )
+ax.set_xlabel("confidence (probability of the predicted label)")
+ax.set_ylabel("accuracy in the bin")
+ax.legend(loc="upper left")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Overall the confidence (89.0 %) is near the accuracy (87.8 %), but not bin by bin: the 431
+# predictions made above 0.9 are right more often than they claim, most of the 169 below it less
+# often (those near 0.65 in about 4 of 10), an expected calibration error of 6.1 %. Dividing the
+# logits by one temperature fitted on held-out data is the usual repair; it changes no prediction,
+# so the accuracy stays the same.
 # %% [markdown]
 # ## Attention across layers, and what attention does not explain
 #
@@ -733,11 +792,11 @@ for n_layers in (1, 2, 6):
 
 # %% [markdown]
 # The package's `attention_rollout` computes the same, for batches too, renormalising each row; on
-# MiniLM's coreference sentence from chapter 12, Fig. 14.4 shows the last layer's
+# MiniLM's coreference sentence from chapter 12, Fig. 14.5 shows the last layer's
 # mean attention above the rollout:
 
 # %% tags=["hide-input"]
-show_source(attention_rollout)
+show_source(attention_rollout, checks=False)
 
 # %%
 coref = "The animal didn't cross the street because it was too tired."
@@ -804,7 +863,7 @@ assert torch.allclose(
 )
 
 # %% [markdown]
-# The last layer already gives `[CLS]` between 0.26 and 0.59 of every row's weight (Fig. 14.4,
+# The last layer already gives `[CLS]` between 0.26 and 0.59 of every row's weight (Fig. 14.5,
 # top). Rollout (bottom) compounds it, with `[SEP]` second in every row, and a token's own input
 # gets on average only 0.08 of its own row. That is rollout's estimate, and likely a low one:
 # rollout counts the residual path as half of each layer's mix and ignores the sizes of the
@@ -860,7 +919,7 @@ def occlusion(model, ids: torch.Tensor) -> torch.Tensor:
 # analysis chooses nothing.
 
 # %% tags=["hide-input"]
-show_source(leave_one_out)
+show_source(leave_one_out, checks=False)
 
 # %%
 rankings = {s: [] for s in SEEDS}  # one entry per test review
@@ -990,7 +1049,7 @@ assert words_only["rollout"][2] <= words_only["attention"][2] + 0.02
 # Rollout ranks the full stop first every time, occlusion in 26 of 600, so with punctuation its top
 # token falls below chance; without, it agrees about as often as attention (30 % against 33 %).
 # Whole rankings agree weakly, and no better for rollout (Spearman 0.17 for both, words only):
-# here rollout does not improve on raw attention, as Abnar & Zuidema found it did on their models.
+# here rollout does not improve on raw attention, whereas on Abnar & Zuidema's models it did.
 # A limit: occlusion is itself one measure among several (a text with a word cut out is not
 # natural, and deleting one of two words that say the same thing may change little).
 
@@ -1046,7 +1105,7 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# In Fig. 14.5, "flash", the token that `[CLS]` attends to most, has a *negative* occlusion bar:
+# In Fig. 14.6, "flash", the token that `[CLS]` attends to most, has a *negative* occlusion bar:
 # deleting it *raises* P(answer). "But", which gets little attention, matters most, perhaps because
 # it announces the turn from "isn't flashy" to "the warmest I've ever owned" (occlusion measures
 # the drop, not its reason; and deleting "flash" leaves "isn ' t ##y", not a word). No single
@@ -1068,18 +1127,17 @@ plt.show()
 #   not the smaller leads, and k-NN's only if the five stated claims are all that was tested.
 # * A confusion matrix, precision and recall, and the mistakes themselves show what a single
 #   accuracy hides; some mistakes are confident.
-# * On chapter 12's sentence, MiniLM's rollout is dominated by `[CLS]` and `[SEP]`; in all three
-#   fine-tuned models, with those two left out, it ranks the full stop first in every review,
-#   while `[CLS]` attention picks the token whose deletion matters most in 32 % of the cases (27
-#   to 40 % by seed): a clue to check, not an explanation.
+# * On chapter 12's sentence, MiniLM's rollout gives most of every row to `[CLS]`, `[SEP]` second;
+#   in all three fine-tuned models, with those two left out, it ranks the full stop first in every
+#   review, while `[CLS]` attention picks the token whose deletion matters most in 32 % of the
+#   cases (27 to 40 % by seed): a clue to check, not an explanation.
 
 # ## Exercises
 #
 # **1. Which vector to probe?** The linear probe read mean-pooled embeddings. Probe two other
-# vectors of the same frozen MiniLM on seed 0's split (dev accuracy, with $C$ chosen from the
-# probe's grid for each): the final vector of `[CLS]`, and the pooler's output, which the
-# classification head reads. Which carries sentiment best? Predict the order first, from what
-# chapter 13 found about this pooler.
+# vectors of the same frozen MiniLM on seed 0's split, each scaled to length 1 like the embeddings
+# and with its own $C$ chosen on dev: the final vector of `[CLS]`, and the pooler's output, which
+# the classification head reads. Which carries sentiment best? Predict first.
 
 
 # %% tags=["solution"]
@@ -1094,38 +1152,51 @@ def cls_and_pooler(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return cls, pooled
 
 
-cls_train, pool_train = cls_and_pooler(train.texts)
-cls_dev, pool_dev = cls_and_pooler(dev.texts)
-probe_views = {
+def unit(x: torch.Tensor) -> torch.Tensor:  # as the embeddings are
+    return torch.nn.functional.normalize(x, dim=1)
+
+
+cls_train, pool_train = map(unit, cls_and_pooler(train.texts))
+cls_dev, pool_dev = map(unit, cls_and_pooler(dev.texts))
+probe_views = {  # every vector at length 1, so that one C means the same
     "mean of the token vectors": (embeddings(train), embeddings(dev)),
     "[CLS] vector": (cls_train, cls_dev),
     "pooler output": (pool_train, pool_dev),
 }
-view_acc = {}  # each vector with its own best C (ties: the smaller C)
-for name, (x_tr, x_dev) in probe_views.items():
-    scores = {
-        C: accuracy(
+grid = (0.01, 0.03, *probe_dev)  # the probe's grid, extended below
+view_scores = {
+    name: [
+        accuracy(
             probe(C).fit(x_tr.numpy(), train.labels).predict(x_dev.numpy()),
             dev.labels,
         )
-        for C in probe_dev
-    }
-    best_C = min(scores, key=lambda C: (-scores[C], C))
-    view_acc[name] = scores[best_C], best_C
-for name, (acc, C) in view_acc.items():
-    print(f"linear probe on the {name:26s} dev accuracy {acc:.1%} (C = {C:g})")
+        for C in grid
+    ]
+    for name, (x_tr, x_dev) in probe_views.items()
+}
+display(
+    Table(
+        ["vector", *(f"C = {C:g}" for C in grid)],
+        [(name, *scores) for name, scores in view_scores.items()],
+        formats={f"C = {C:g}": ".1%" for C in grid},
+        caption="Probes on three vectors of frozen MiniLM, dev accuracy",
+    )
+)
+# each vector at its own best C
+view_acc = {name: max(scores) for name, scores in view_scores.items()}
 
 # %% [markdown] tags=["solution"]
-# The mean of the token vectors comes first, 9 of the 150 dev reviews ahead of the other two, which
-# tie; on one seed and one dev split, that is suggestive rather than settled, and each $C$ was
-# chosen on the same 150 reviews it is scored on, which flatters all three alike. The mean is what
-# all-MiniLM-L6-v2 was trained to make meaningful; a pooler that looks untrained (chapter 13) is a
-# fixed projection of `[CLS]` followed by tanh, which did not help a linear probe here (though the
-# pooler's best $C$, 0.1, is the grid's smallest, so a smaller one might do better). With a trained
-# pooler, as in `bert-base-uncased`, measure again.
+# The mean of the token vectors comes first (76.7 %), 9 and 10 of the 150 dev reviews ahead of
+# `[CLS]` (70.7 %) and the pooler (70.0 %); on one seed and one dev split, that is suggestive rather
+# than settled, and each best $C$ was picked on the same 150 reviews it is scored on, which flatters
+# all three alike. The pooler's score hardly moves from $C = 0.01$ to 10 (69.3 to 70.0 %), so the
+# grid does not hold it back. The mean is what all-MiniLM-L6-v2 was trained to make meaningful; a
+# pooler that looks untrained (chapter 13) is a fixed projection of `[CLS]` followed by tanh, which
+# did not help a linear probe here. With a trained pooler, as in `bert-base-uncased`, measure
+# again.
 
 # %% tags=["remove-cell"]
-assert view_acc["pooler output"][0] < view_acc["mean of the token vectors"][0]
+assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
 
 # %% [markdown]
 # **2. McNemar's test.** The paired bootstrap is one paired test; the classic other is due to

@@ -412,9 +412,11 @@ def leave_one_out(
             f"no position to delete in a text of {n} tokens "
             "([CLS] and [SEP] are kept by default)"
         )
-    bad = [p for p in positions if not 0 <= p < n]
-    if bad:
-        raise ValueError(f"positions {bad} lie outside the text's {n} tokens")
+    if any(not 0 <= p < n for p in positions):
+        raise ValueError(
+            f"positions {[p for p in positions if not 0 <= p < n]} lie "
+            f"outside the text's {n} tokens"
+        )
     if n < 2:
         raise ValueError(
             "a text of one token has nothing left once that token is deleted"

@@ -385,17 +385,63 @@ class Table:
         )
 
 
-def show_source(obj: object):  # -> IPython.display.Code
+def show_source(obj: object, checks: bool = True):  # -> IPython.display.Code
     """Display the source code of a package function or class in a notebook.
 
     Chapters use this to show the implementation that lives in the package, so
-    the page and the package never hold two copies of the same code.
+    the page and the package never hold two copies of the same code.  With
+    ``checks=False`` the argument checks (an ``if`` whose only job is to
+    ``raise``) are left out of the listing, and a comment says so.
     """
     import inspect
 
     from IPython.display import Code
 
-    return Code(inspect.getsource(obj), language="python")  # type: ignore[arg-type]
+    source = inspect.getsource(obj)  # type: ignore[arg-type]
+    if not checks:
+        source = _without_argument_checks(source)
+    return Code(source, language="python")
+
+
+def _without_argument_checks(source: str) -> str:
+    """``source`` less every ``if`` block that only raises (see
+    :func:`show_source`); the first one removed leaves a comment behind."""
+    import ast
+    import textwrap
+
+    def only_raises(node: ast.AST) -> bool:  # an if (or a loop of them)
+        if isinstance(node, ast.Raise):
+            return True
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            name = getattr(node.value.func, "id", "")  # a _check...() helper
+            return name.startswith("_check")
+        return (
+            isinstance(node, (ast.If, ast.For))
+            and all(only_raises(n) for n in node.body)
+            and all(only_raises(n) for n in node.orelse)
+        )
+
+    tree = ast.parse(textwrap.dedent(source))
+    spans = [
+        (node.lineno, node.end_lineno or node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.If, ast.For)) and only_raises(node)
+    ]
+    lines = source.splitlines(keepends=True)
+    drop: set[int] = set()
+    for start, end in spans:
+        drop.update(range(start - 1, end))
+    if not drop:
+        return source
+    first = min(drop)
+    indent = lines[first][: len(lines[first]) - len(lines[first].lstrip())]
+    kept = []
+    for i, line in enumerate(lines):
+        if i == first:
+            kept.append(f"{indent}# (checks of the arguments left out)\n")
+        if i not in drop:
+            kept.append(line)
+    return "".join(kept)
 
 
 @contextlib.contextmanager

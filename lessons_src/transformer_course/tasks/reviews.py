@@ -511,8 +511,11 @@ def train_classifier(
     if classifier is not None:
         if lr is None:
             raise ValueError("pass lr= with your own classifier")
-        frozen = frozen_layers != FULL_FINE_TUNING["frozen_layers"]
-        if lora or model is not None or frozen:
+        if (
+            lora
+            or model is not None
+            or frozen_layers != FULL_FINE_TUNING["frozen_layers"]
+        ):
             raise ValueError(
                 "lora, frozen_layers and model build a fresh classifier: "
                 "leave them out when you pass classifier="
