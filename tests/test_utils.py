@@ -62,7 +62,7 @@ def test_show_source_can_leave_out_argument_checks():
     full = show_source(set_seed).data
     short = show_source(set_seed, checks=False).data
     assert "raise" in full and "raise" not in short
-    assert "# (checks of the arguments left out)" in short
+    assert "# (checks left out)" in short
     assert "torch.manual_seed(seed)" in short  # the work stays
     compile(textwrap.dedent(short), "<listing>", "exec")  # still valid Python
     rollout = show_source(attention_rollout, checks=False).data

@@ -27,6 +27,7 @@ hf_logging.disable_progress_bar()
 disable_datasets_progress_bar()
 
 # %%
+import copy
 import math
 import textwrap
 
@@ -54,6 +55,7 @@ from transformer_course.hf_bert import (
     bert_from_hf,
     to_hf_masked_lm,
 )
+from transformer_course.layers import LayerNorm
 from transformer_course.plotting import plot_attention_grid
 from transformer_course.pretrained import (
     load_minilm,
@@ -548,10 +550,12 @@ plt.show()
 # * **The LayerNorm after the sum** gives the first layer inputs of a fixed scale.
 # * **No $\sqrt{d_\text{model}}$**: chapter 07's factor balanced a small learned table against
 #   fixed sinusoids with entries up to 1; BERT's three tables are all learned from the same small
-#   start. (Trained without the factor, their rows have mean lengths 1.07, 0.47 and 0.47, printed
-#   below.)
+#   start. (In MiniLM, trained without the factor, the token, position and type rows have mean
+#   lengths 1.07, 0.47 and 0.47, printed below; the factor, about 20, would make the token rows some
+#   45 times the others.)
 # * **GELU** is chapter 06's smooth ReLU, taken over from GPT-1.
-# * **$\varepsilon = 10^{-12}$**: reproducing BERT's numbers needs the value it was trained with.
+# * **$\varepsilon = 10^{-12}$**: reproducing BERT's numbers needs the value it was trained with
+#   (with $10^{-5}$, our outputs move by a few thousandths, printed after the test below).
 #
 # The last two rows are already arguments of `transformer.EncoderLayer` (`activation="gelu",
 # norm_first=False, eps=1e-12`); the embeddings, which chapter 02 computed by hand, are the new
@@ -675,6 +679,18 @@ largest = max(h.abs().max().item() for h in ref.hidden_states)
 print(f"largest |value| in BertModel's hidden states: {largest:.1f}")
 assert max(layer_diff) <= 1e-5 and att_diff <= 1e-5
 
+# %% tags=["hide-input", "nbval-ignore-output"]
+# the same test with LayerNorm's epsilon at 1e-5, the usual default
+ours_eps = copy.deepcopy(ours)
+for module in ours_eps.modules():
+    if isinstance(module, LayerNorm):  # chapter 06's
+        module.eps = 1e-5
+with torch.no_grad():
+    eps_out = ours_eps(**pairs).hidden_states[-1]
+eps_diff = (eps_out - ref.hidden_states[-1]).abs().max().item()
+print(f"with eps = 1e-5: max |ours - BertModel| {eps_diff:.1e}")
+assert eps_diff > 100 * layer_diff[-1]  # far beyond float rounding
+
 # %% [markdown]
 # The differences, millionths on values reaching about 10, are float32 rounding: our encoder *is*
 # this BERT. And no query gives any weight to a `[PAD]` key:
@@ -760,6 +776,8 @@ for n in (5, 8):
     )
 
 # %% [markdown]
+# No run of eight words of the held-out text occurs in training (of five words, 14 of 2,575).
+#
 # `mask_tokens` implements the 80 / 10 / 10 rule, labelling the positions not scored `-100`
 # (PyTorch's "ignore"); Hugging Face's `DataCollatorForLanguageModeling` does the same with
 # `mlm_probability=0.15`.
@@ -969,6 +987,12 @@ assert (
 )
 
 # %% [markdown]
+# Table 12.1 shows how far 500 steps on 62,000 tokens get. Overall the top guess is right 12.2 % of
+# the time against 6.5 % for always `'"'`, but copying the input gets 10.5 %: its lead over `'"'`
+# is mostly at the kept positions (48.7 %). At the 589 `[MASK]` positions, the real test, it gets
+# 8.5 % against 6.8 % (1.7 points, under two standard errors of that gap), and 22.9 % against
+# 19.2 % in the top 5 (four standard errors: a real lead of this trained model, but small).
+#
 # ### Our masked LM as a Hugging Face `BertForMaskedLM`
 #
 # Our names map one to one onto Hugging Face's, so `to_hf_masked_lm` builds a `BertForMaskedLM`
@@ -1015,12 +1039,7 @@ for sentence, answer in fill_examples:
     assert sentence.replace("[MASK]", answer) in heldout_text
 
 # %% [markdown]
-# Table 12.1 shows how far 500 steps on 62,000 tokens get. Overall the top guess is right 12.2 % of
-# the time against 6.5 % for always `'"'`, but copying the input gets 10.5 %: its lead over `'"'`
-# is mostly at the kept positions (48.7 %). At the 589 `[MASK]` positions, the real test, it gets
-# 8.5 % against 6.8 % (1.7 points, under two standard errors of that gap), and 22.9 % against
-# 19.2 % in the top 5 (four standard errors: a real lead of this trained model, but small). In the
-# four sentences it guesses frequent words and punctuation.
+# In the four sentences it guesses frequent words and punctuation.
 #
 # ### Pre-training for longer
 #
@@ -1154,7 +1173,8 @@ more_examples = [
     ),
 ]
 
-# %%
+# %% tags=["hide-input"]
+# the 12,000-step model through fill-mask, on the seven sentences
 long_fill = pipeline(
     "fill-mask", model=to_hf_masked_lm(long_mlm), tokenizer=mlm_tok, top_k=5
 )

@@ -61,7 +61,6 @@ from transformer_course.tasks import reviews
 from transformer_course.training import accuracy
 from transformer_course.utils import (
     Table,
-    captured_logs,
     count_parameters,
     get_device,
     set_seed,
@@ -254,16 +253,15 @@ def fresh_classifier(seed: int, **kwargs):
 
 
 # %% [markdown]
-# transformers says so when loading, in a *load report* logged as a warning: the tensors the model
-# needed but the checkpoint lacked (**missing**) and those it had but the model did not use
-# (**unexpected**); `output_loading_info=True` returns both:
+# transformers says so when loading, in a *load report* logged as a warning that is easy to miss
+# among a notebook's messages: the tensors the model needed but the checkpoint lacked (**missing**)
+# and those it had but the model did not use (**unexpected**). `output_loading_info=True` returns
+# the same report as a dictionary:
 
 # %%
-with captured_logs("transformers.modeling_utils") as records:
-    untrained, load_report = fresh_classifier(0, output_loading_info=True)
-for line in records[0].getMessage().splitlines()[1:]:  # title: a path
-    print(textwrap.fill(line.expandtabs(1), 78, subsequent_indent="  "))
-print(f"unexpected keys: {load_report['unexpected_keys']}")
+untrained, load_report = fresh_classifier(0, output_loading_info=True)
+for kind in ("missing_keys", "unexpected_keys"):
+    print(f"{kind}: {sorted(load_report[kind])}")
 print(untrained.classifier)
 pooler_bias = untrained.bert.pooler.dense.bias
 print(f"pooler bias: largest |value| {pooler_bias.abs().max().item():g}")
@@ -688,8 +686,9 @@ hf_train, hf_dev = as_dataset(train), as_dataset(dev)
 print(hf_train)
 
 # %% [markdown]
-# We turn off the `Trainer`'s progress bar and printed log, and read its log after training from
-# `trainer.state.log_history`:
+# The `Trainer` keeps its log in `trainer.state.log_history`, where the numbers are at hand to
+# print, plot or compare; we read it there after training, with the progress bar and the printed
+# log turned off:
 
 # %%
 steps_total = EPOCHS * math.ceil(len(hf_train) / BATCH_SIZE)
@@ -710,7 +709,7 @@ with tempfile.TemporaryDirectory() as out_dir:
         logging_strategy="epoch",  # the mean training loss of each epoch
         report_to="none",
         disable_tqdm=True,  # no progress bar
-        # page-locked memory speeds up copies to a GPU; a CPU has no use for it
+        # page-locked memory speeds up copies to a GPU (on a CPU, off)
         dataloader_pin_memory=torch.cuda.is_available(),
     )
     set_seed(0)
@@ -754,8 +753,8 @@ for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
 # Both losses fall in epoch 2: no overfitting yet. The runs differ (by 3 dev reviews after epoch
 # 2): the `Trainer` draws its own batch order and dropout from the seed, and its warm-up starts a
 # step later. Gaps of a few dev reviews between settings are no larger than this one, so they cannot
-# rank settings: this chapter's one-review margin for freezing and two-review margin for LoRA's rate
-# are close calls.
+# rank settings: the one-review margin for freezing below, and the two-review one for LoRA's rate
+# further on, are close calls.
 #
 # Saved with `save_pretrained` (chapter 11), model and tokenizer load into a `text-classification`
 # `pipeline`, which answers with the label names given to `from_pretrained` (`id2label`):
@@ -870,13 +869,14 @@ for layer in (0, 3, 5):
         w_tuned = getattr(tuned[layer].attention.self, name).weight
         s2 = torch.linalg.svdvals((w_tuned.cpu() - w_start).double()) ** 2
         top8_rows.append((f"layer {layer}, {name}", s2[:8].sum() / s2.sum()))
-noise = torch.randn(384, 384, generator=torch.Generator().manual_seed(0))
+d = w_start.shape[0]  # 384 in MiniLM
+noise = torch.randn(d, d, generator=torch.Generator().manual_seed(0))
 s2 = torch.linalg.svdvals(noise.double()) ** 2
-top8_rows.append(("a random 384 x 384 matrix", s2[:8].sum() / s2.sum()))
+top8_rows.append((f"a random {d} x {d} matrix", s2[:8].sum() / s2.sum()))
 Table(
-    ["change", "share in the top 8 of 384 directions"],
+    ["change", f"share in the top 8 of {d} directions"],
     [(name, share.item()) for name, share in top8_rows],
-    formats={"share in the top 8 of 384 directions": ".0%"},
+    formats={f"share in the top 8 of {d} directions": ".0%"},
 )
 
 # %% [markdown]
@@ -1045,17 +1045,25 @@ with tempfile.TemporaryDirectory() as saved:
     # reload: the base checkpoint, then the adapters on top
     reloaded = PeftModel.from_pretrained(fresh_classifier(0), f"{saved}/lora")
 print(f"the adapters are {full_mb / adapter_mb:.0f} times smaller")
+trained_mb = count_parameters(selection[best_name][0]) * 4 / 1e6  # float32
+print(
+    f"the weights full fine-tuning trained, alone: {trained_mb:.0f} MB, "
+    f"{trained_mb / adapter_mb:.0f} times the adapters"
+)
 
 # %% [markdown]
 # Two thirds of the adapter file, like two thirds of the trained weights, is the pooler; with an
-# already trained pooler left frozen, the file would shrink to a third. `PeftModel.from_pretrained`
+# already trained pooler left frozen, the file would shrink to a third. Against only the weights
+# full fine-tuning trained (a task could store just those, the embeddings being frozen), the factor
+# is 48 rather than 102. `PeftModel.from_pretrained`
 # puts the adapters back on a fresh base model.
 #
 # For serving, `merge_and_unload` adds $\frac{\alpha}{r} BA$ into each $W$ and removes the
 # adapters, leaving a plain `BertForSequenceClassification`, as fast as the original. It and the
 # reloaded model must match the model with adapters up to float rounding:
 
-# %%
+# %% tags=["hide-input"]
+# the merged model and the reloaded one against the model with adapters
 dev_batch = tokenizer(dev.texts[:32], padding=True, return_tensors="pt")
 dev_batch = dev_batch.to(get_device())
 reloaded = reloaded.to(get_device()).eval()

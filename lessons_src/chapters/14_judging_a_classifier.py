@@ -496,8 +496,7 @@ def paired_bootstrap(right_a, right_b, n_resamples=10_000, seed=0):
 
 
 # %% tags=["hide-input"]
-# the two tables (each method's errors, the five paired comparisons) and
-# the standard errors of two gaps, paired and not
+# Tables 14.4 and 14.5, and two gaps' standard errors, paired and not
 right = {name: torch.stack(rows) for name, rows in right.items()}
 n_test = len(test)
 display(
@@ -609,9 +608,9 @@ plt.show()
 # full fine-tuning's over LoRA in 4,298: on 200 reviews neither pair can be told apart. Two
 # cautions: the test reviews, written for a course, are only roughly the random sample the
 # bootstrap assumes; and of many comparisons one may convince by chance, though the three clear
-# ones pass the Bonferroni correction for the list's five claims, a threshold five times stricter
-# (100 resamples). Over all 15 pairs of the six methods it would be 33, and k-NN's lead over the
-# bag of words (55) would not pass.
+# ones pass the Bonferroni correction for the five claims listed under Fig. 14.1, a threshold five
+# times stricter (100 resamples). Over all 15 pairs of the six methods it would be 33, and k-NN's
+# lead over the bag of words (55) would not pass.
 #
 # ### What the accuracy hides
 #
@@ -740,9 +739,10 @@ plt.show()
 # %% [markdown]
 # Overall the confidence (89.0 %) is near the accuracy (87.8 %), but not bin by bin: the 431
 # predictions made above 0.9 are right more often than they claim, most of the 169 below it less
-# often (those near 0.65 in about 4 of 10), an expected calibration error of 6.1 %. Dividing the
-# logits by one temperature fitted on held-out data is the usual repair; it changes no prediction,
-# so the accuracy stays the same.
+# often (those near 0.65 in about 4 of 10, though a bin of 27 has a standard error near 10 points),
+# an expected calibration error of 6.1 %. The usual repair, dividing the logits by one temperature
+# fitted on held-out data, moves every confidence the same way, so it cannot fix a model too sure
+# in the middle and too modest at the top; it changes no prediction.
 # %% [markdown]
 # ## Attention across layers, and what attention does not explain
 #
@@ -798,7 +798,8 @@ for n_layers in (1, 2, 6):
 # %% tags=["hide-input"]
 show_source(attention_rollout, checks=False)
 
-# %%
+# %% tags=["hide-input"]
+# our rollout and the package's on chapter 12's sentence, and what they say
 coref = "The animal didn't cross the street because it was too tired."
 coref_batch = tokenizer(coref, return_tensors="pt")
 coref_tokens = tokenizer.convert_ids_to_tokens(coref_batch["input_ids"][0])
@@ -866,13 +867,13 @@ assert torch.allclose(
 # The last layer already gives `[CLS]` between 0.26 and 0.59 of every row's weight (Fig. 14.5,
 # top). Rollout (bottom) compounds it, with `[SEP]` second in every row, and a token's own input
 # gets on average only 0.08 of its own row. That is rollout's estimate, and likely a low one:
-# rollout counts the residual path as half of each layer's mix and ignores the sizes of the
-# vectors attention moves (in the one head chapter 05 measured, `[CLS]`'s value vector was far
-# shorter than the others'). These are chapter 05's parking heads: a head
-# that parks on `[CLS]` moves little information, but rollout counts weights, not information, and
-# multiplies them over six layers. Since weights like these may favour the same few tokens whatever
-# a sentence says, the experiment below leaves `[CLS]` and `[SEP]` out of every ranking, and runs
-# again without punctuation.
+# rollout counts the residual path as half of each layer's mix and ignores the sizes of the vectors
+# attention moves (in the one head chapter 05 measured, `[CLS]`'s value vector was far shorter than
+# the others'). Heads that put their weight on `[CLS]` are what chapter 05 called parking: such a
+# head moves little information, but rollout counts weights, not information, and multiplies them
+# over six layers. Since weights like these may favour the same few tokens whatever a sentence
+# says, the experiment below leaves `[CLS]` and `[SEP]` out of every ranking, and runs again
+# without punctuation.
 
 # %% [markdown]
 # ### What attention does not explain: an experiment
@@ -1126,7 +1127,8 @@ plt.show()
 #   paired bootstrap supports fine-tuning's lead over the probe and k-NN's over the bag of words,
 #   not the smaller leads, and k-NN's only if the five stated claims are all that was tested.
 # * A confusion matrix, precision and recall, and the mistakes themselves show what a single
-#   accuracy hides; some mistakes are confident.
+#   accuracy hides; some mistakes are confident, and the probabilities are not calibrated
+#   (expected calibration error 6.1 %).
 # * On chapter 12's sentence, MiniLM's rollout gives most of every row to `[CLS]`, `[SEP]` second;
 #   in all three fine-tuned models, with those two left out, it ranks the full stop first in every
 #   review, while `[CLS]` attention picks the token whose deletion matters most in 32 % of the

@@ -390,8 +390,8 @@ def show_source(obj: object, checks: bool = True):  # -> IPython.display.Code
 
     Chapters use this to show the implementation that lives in the package, so
     the page and the package never hold two copies of the same code.  With
-    ``checks=False`` the argument checks (an ``if`` whose only job is to
-    ``raise``) are left out of the listing, and a comment says so.
+    ``checks=False`` the checks (an ``if`` whose only job is to ``raise``,
+    an ``assert``) are left out of the listing, and a comment says so.
     """
     import inspect
 
@@ -410,11 +410,11 @@ def _without_argument_checks(source: str) -> str:
     import textwrap
 
     def only_raises(node: ast.AST) -> bool:  # an if (or a loop of them)
-        if isinstance(node, ast.Raise):
+        if isinstance(node, (ast.Raise, ast.Assert)):
             return True
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            name = getattr(node.value.func, "id", "")  # a _check...() helper
-            return name.startswith("_check")
+            name = getattr(node.value.func, "id", "")  # a check...() helper
+            return name.lstrip("_").startswith("check")
         return (
             isinstance(node, (ast.If, ast.For))
             and all(only_raises(n) for n in node.body)
@@ -425,7 +425,8 @@ def _without_argument_checks(source: str) -> str:
     spans = [
         (node.lineno, node.end_lineno or node.lineno)
         for node in ast.walk(tree)
-        if isinstance(node, (ast.If, ast.For)) and only_raises(node)
+        if isinstance(node, (ast.If, ast.For, ast.Assert))
+        and only_raises(node)
     ]
     lines = source.splitlines(keepends=True)
     drop: set[int] = set()
@@ -438,7 +439,7 @@ def _without_argument_checks(source: str) -> str:
     kept = []
     for i, line in enumerate(lines):
         if i == first:
-            kept.append(f"{indent}# (checks of the arguments left out)\n")
+            kept.append(f"{indent}# (checks left out)\n")
         if i not in drop:
             kept.append(line)
     return "".join(kept)
