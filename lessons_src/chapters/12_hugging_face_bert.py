@@ -175,9 +175,9 @@ for word in [
     print(f"{ascii(word):18s} {ours}")
 
 # %% [markdown]
-# Five **special tokens** are not words: `[CLS]` opens every input (the classification head reads
-# its final vector), `[SEP]` closes every segment, `[PAD]` fills short inputs, `[MASK]` hides a
-# word in pre-training, and `[UNK]` stands for an unknown word.
+# Five **special tokens** are not words: `[CLS]` opens every input (a classification head reads its
+# final vector, through the pooler), `[SEP]` closes every segment, `[PAD]` fills short inputs,
+# `[MASK]` hides a word in pre-training, and `[UNK]` stands for an unknown word.
 
 # %%
 special = {
@@ -297,7 +297,7 @@ with torch.no_grad():
     # 6 tensors of shape (1, heads, tokens, tokens)
     pair_att = bert(**pair_batch).attentions
 
-# %% tags=["nbval-ignore-output", "hide-input"]
+# %% tags=["nbval-ignore-output", "remove-input"]
 # bertviz's head view of layer 3, as in chapter 05
 view = head_view(
     pair_att,
@@ -415,7 +415,7 @@ with torch.no_grad():
     coref_att = bert(**coref_batch).attentions
 print(" ".join(coref_tokens))
 
-# %% tags=["nbval-ignore-output", "hide-input"]
+# %% tags=["nbval-ignore-output", "remove-input"]
 # bertviz's model view of all 72 heads, as in chapter 05
 view = model_view(
     coref_att,
@@ -551,8 +551,8 @@ plt.show()
 # * **No $\sqrt{d_\text{model}}$**: chapter 07's factor balanced a small learned table against
 #   fixed sinusoids with entries up to 1; BERT's three tables are all learned from the same small
 #   start. (In MiniLM, trained without the factor, the token, position and type rows have mean
-#   lengths 1.07, 0.47 and 0.47, printed below; the factor, about 20, would make the token rows some
-#   45 times the others.)
+#   lengths 1.07, 0.47 and 0.47, printed below; the factor, about 20, would make the token rows
+#   some 45 times the others.)
 # * **GELU** is chapter 06's smooth ReLU, taken over from GPT-1.
 # * **$\varepsilon = 10^{-12}$**: reproducing BERT's numbers needs the value it was trained with
 #   (with $10^{-5}$, our outputs move by a few thousandths, printed after the test below).
@@ -724,13 +724,13 @@ assert weight_on_pad == 0.0
 # cross-entropy at the chosen positions only.
 #
 # The recipe runs on a small, fresh `BertEncoder`, without NSP or token types: RoBERTa (Liu et al.,
-# 2019) found that BERT pre-trains as well or slightly better without NSP. The corpus is the prose
-# of Python's documentation (chapter 11's), the last 10 % of the paragraphs held out, less those
-# that repeat a training paragraph word for word (the documentation repeats itself). Keeping only
-# the WordPiece pieces seen in training shrinks the output layer from 30,522 entries to 2,550 (a
-# held-out word they cannot spell becomes `[UNK]`), numbered afresh with the special tokens first.
-# `mlm_data` builds that vocabulary and turns each part into one stream of ids, every paragraph
-# closed by `[SEP]`:
+# 2019) found BERT as good or slightly better on fine-tuned tasks when pre-trained without NSP on
+# inputs packed with full sentences, as ours are. The corpus is the prose of Python's documentation
+# (chapter 11's), the last 10 % of the paragraphs held out, less those that repeat a training
+# paragraph word for word (the documentation repeats itself). Keeping only the WordPiece pieces
+# seen in training shrinks the output layer from 30,522 entries to 2,550 (a held-out word they
+# cannot spell becomes `[UNK]`), numbered afresh with the special tokens first. `mlm_data` builds
+# that vocabulary and turns each part into one stream of ids, every paragraph closed by `[SEP]`:
 
 # %%
 show_source(mlm_paragraphs, checks=False)
@@ -988,9 +988,9 @@ assert (
 
 # %% [markdown]
 # Table 12.1 shows how far 500 steps on 62,000 tokens get. Overall the top guess is right 12.2 % of
-# the time against 6.5 % for always `'"'`, but copying the input gets 10.5 %: its lead over `'"'`
-# is mostly at the kept positions (48.7 %). At the 589 `[MASK]` positions, the real test, it gets
-# 8.5 % against 6.8 % (1.7 points, under two standard errors of that gap), and 22.9 % against
+# the time against 6.5 % for always `'"'`, but copying the input gets 10.5 %: the model's lead over
+# `'"'` is mostly at the kept positions (48.7 %). At the 589 `[MASK]` positions, the real test, it
+# gets 8.5 % against 6.8 % (1.7 points, under two standard errors of that gap), and 22.9 % against
 # 19.2 % in the top 5 (four standard errors: a real lead of this trained model, but small).
 #
 # ### Our masked LM as a Hugging Face `BertForMaskedLM`
@@ -1203,7 +1203,7 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # %% [markdown]
 # After 12,000 steps the top guess at a `[MASK]` is right 29.0 % of the time, against 6.8 % for
 # always `'"'`, and the top five hold the original 46.3 % of the time, against 19.2 % (Table 12.3,
-# Fig. 12.5). Table 12.2 shows the path: 6.3 % at step 1,000, below always `'"'`, then about 4
+# Fig. 12.5). Table 12.2 shows the path: 6.3 % at step 1,000, level with always `'"'`, then about 4
 # points a thousand steps to 14.6 % at step 3,000, 7.8 more by step 4,000 (22.4 %), and only 1.8
 # from step 7,000 to 12,000 while the training loss kept falling. The run read the 62,000 training
 # tokens about 390 times, so its training loss says little about unseen text.

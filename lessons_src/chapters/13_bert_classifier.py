@@ -400,8 +400,8 @@ show_source(reviews.fine_tune, checks=False)
 # training reviews use a small part of the vocabulary (both counted below). We freeze them in every
 # candidate, fixed in advance against an untested risk: training would move the rows of words seen
 # in training away from those of words only the test reviews contain. Freezing lower layers too
-# makes steps cheaper and leaves fewer parameters to overfit 700 reviews, but lets the model adapt
-# less. `freeze_lower` does both:
+# spares the backward pass below them and leaves fewer parameters to overfit 700 reviews, but lets
+# the model adapt less. `freeze_lower` does both:
 
 # %%
 show_source(reviews.freeze_lower, checks=False)
@@ -526,8 +526,8 @@ assert unchanged == [True] * n_frozen + [False]
 # %% [markdown]
 # The smaller rate falls short (Table 13.1), so the grid brackets its choice from below only (3e-4
 # would be next). The second epoch helps the slower starters, not the winner. Freezing the lower
-# half costs one dev review, a margin another seed could reverse, and saves time. The winner scores
-# 6 points higher on its training reviews than on dev.
+# half costs one dev review, a margin another seed could reverse. The winner scores 6 points higher
+# on its training reviews than on dev.
 
 # %% tags=["hide-input"]
 # the chosen candidate's losses and dev accuracy, epoch by epoch
@@ -752,9 +752,9 @@ for name, accs in (("our loop", dev_loop), ("Trainer", dev_trainer)):
 # %% [markdown]
 # Both losses fall in epoch 2: no overfitting yet. The runs differ (by 3 dev reviews after epoch
 # 2): the `Trainer` draws its own batch order and dropout from the seed, and its warm-up starts a
-# step later. Gaps of a few dev reviews between settings are no larger than this one, so they cannot
-# rank settings: the one-review margin for freezing below, and the two-review one for LoRA's rate
-# further on, are close calls.
+# step later. Gaps of a few dev reviews between settings are no larger than this one, so they
+# cannot rank settings: the one-review margin for freezing above, and the two-review one for LoRA's
+# rate further on, are close calls.
 #
 # Saved with `save_pretrained` (chapter 11), model and tokenizer load into a `text-classification`
 # `pipeline`, which answers with the label names given to `from_pretrained` (`id2label`):
@@ -1023,8 +1023,8 @@ assert min(lora_seconds.values()) > 0.3 * ft_seconds[best_name]
 # It also adapts every weight matrix, the feed-forward ones included, and found attention-only
 # LoRA, as here, weaker (exercise 2 tries both).
 #
-# Training 1.0 % of the weights, LoRA is only somewhat faster here, about as much as freezing the
-# lower half: the backward pass still runs through every layer. On a large model the saving that
+# Training 1.0 % of the weights, LoRA is not faster in proportion (the wall times above are single
+# runs): the backward pass still runs through every layer. On a large model the saving that
 # matters is memory: no gradients or optimiser state for the frozen weights (chapter 15).
 #
 # LoRA also saves storage: `save_pretrained` on a `peft` model writes only the adapters, pooler and

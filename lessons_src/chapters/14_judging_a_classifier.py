@@ -433,10 +433,10 @@ plt.show()
 #   the encoder by about 8 to 16 points, a gap that belongs to this data set, written so that
 #   counting words is not enough.
 # * **k-NN** needs many neighbours (Table 14.2). It trailed the bag of words on seed 0's dev split,
-#   by 3 reviews of 150, within noise, but leads it on every seed on the test set. A dev split is
-#   also not the test set in small: it was drawn review by review, while the test set keeps most
+#   by 3 reviews of 150, within noise, and leads it on every seed on the test set. Dev and test
+#   also differ in kind: the dev split was drawn review by review, while the test set keeps most
 #   subjects apart, and 13 to 15 % of the dev words never occur in training, against 22 % of the
-#   test words (printed below).
+#   test words (printed below); what that does to each method, this page does not measure.
 # * The single nearest neighbour's weak score does not mean that sentiment is missing from the
 #   embeddings: the **linear probe** decodes it (Table 14.3), though not measurably better than
 #   k-NN's vote (paired bootstrap below); the two tie on two seeds, and the probe leads on one by
@@ -1189,13 +1189,13 @@ view_acc = {name: max(scores) for name, scores in view_scores.items()}
 
 # %% [markdown] tags=["solution"]
 # The mean of the token vectors comes first (76.7 %), 9 and 10 of the 150 dev reviews ahead of
-# `[CLS]` (70.7 %) and the pooler (70.0 %); on one seed and one dev split, that is suggestive rather
-# than settled, and each best $C$ was picked on the same 150 reviews it is scored on, which flatters
-# all three alike. The pooler's score hardly moves from $C = 0.01$ to 10 (69.3 to 70.0 %), so the
-# grid does not hold it back. The mean is what all-MiniLM-L6-v2 was trained to make meaningful; a
-# pooler that looks untrained (chapter 13) is a fixed projection of `[CLS]` followed by tanh, which
-# did not help a linear probe here. With a trained pooler, as in `bert-base-uncased`, measure
-# again.
+# `[CLS]` (70.7 %) and the pooler (70.0 %); on one seed and one dev split, that is suggestive
+# rather than settled, and each best $C$ was picked on the same 150 reviews it is scored on, which
+# flatters all three alike. The pooler's score hardly moves from $C = 0.01$ to 10 (69.3 to 70.0 %),
+# so the grid does not hold it back. The mean is what all-MiniLM-L6-v2 was trained to make
+# meaningful; a pooler that looks untrained (chapter 13) is a fixed projection of `[CLS]` followed
+# by tanh, which did not help a linear probe here. With a trained pooler, as in
+# `bert-base-uncased`, measure again.
 
 # %% tags=["remove-cell"]
 assert view_acc["pooler output"] < view_acc["mean of the token vectors"]
