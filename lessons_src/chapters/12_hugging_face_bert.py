@@ -725,12 +725,13 @@ assert weight_on_pad == 0.0
 #
 # The recipe runs on a small, fresh `BertEncoder`, without NSP or token types: RoBERTa (Liu et al.,
 # 2019) found BERT as good or slightly better on fine-tuned tasks when pre-trained without NSP on
-# inputs packed with full sentences, as ours are. The corpus is the prose of Python's documentation
-# (chapter 11's), the last 10 % of the paragraphs held out, less those that repeat a training
-# paragraph word for word (the documentation repeats itself). Keeping only the WordPiece pieces
-# seen in training shrinks the output layer from 30,522 entries to 2,550 (a held-out word they
-# cannot spell becomes `[UNK]`), numbered afresh with the special tokens first. `mlm_data` builds
-# that vocabulary and turns each part into one stream of ids, every paragraph closed by `[SEP]`:
+# inputs packed with full sentences (ours are windows cut at any token). The corpus is the prose of
+# Python's documentation (chapter 11's), the last 10 % of the paragraphs held out, less those that
+# repeat a training paragraph word for word (the documentation repeats itself). Keeping only the
+# WordPiece pieces seen in training shrinks the output layer from 30,522 entries to 2,550 (a
+# held-out word they cannot spell becomes `[UNK]`), numbered afresh with the special tokens first.
+# `mlm_data` builds that vocabulary and turns each part into one stream of ids, every paragraph
+# closed by `[SEP]`:
 
 # %%
 show_source(mlm_paragraphs, checks=False)
