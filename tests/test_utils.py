@@ -72,6 +72,17 @@ def test_show_source_can_leave_out_argument_checks():
     assert show_source(show_source, checks=False).data == show_source(show_source).data
 
 
+def test_show_source_reads_sphinx_cross_references_as_code_names():
+    from transformer_course.bert import pretrain_mlm
+    from transformer_course.utils import _plain_cross_references
+
+    assert _plain_cross_references(":func:`~transformer_course.training.fit`") == "``fit``"
+    assert _plain_cross_references(":class:`History` and :func:`mask_tokens`") == "``History`` and ``mask_tokens``"
+    listing = show_source(pretrain_mlm, checks=False).data
+    assert ":func:" not in listing and ":class:" not in listing
+    assert "``fit``" in listing and "``History``" in listing
+
+
 def test_finished_progress_bar_shows_no_timing(capsys) -> None:
     """While it runs the bar shows speed and time left; its last state, what a page keeps, does not."""
     from transformer_course.utils import progress

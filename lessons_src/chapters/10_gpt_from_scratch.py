@@ -499,7 +499,8 @@ print(
 # %% [markdown]
 # With the scaling, the stream after 48 blocks is as large as after 1. Without it, the stream
 # grows with the depth, even faster than the square root of the number of blocks (8.0 times
-# from 1 to 48 blocks, where $\sqrt{48} \approx 6.9$).
+# from 1 to 48 blocks, where $\sqrt{48} \approx 6.9$, what independent contributions of one size
+# would give): the blocks' contributions are not independent of the stream they are added to.
 
 # %% [markdown]
 # And the whole model is causal: changing the characters after position 40 leaves the logits
@@ -627,8 +628,7 @@ for step in range(3):
 #
 # Put together, the recipe is a dozen lines. For 20 steps from the same start (with a warm-up
 # of 5 steps, since 50 would not fit in 20), they give the same weights as the package's
-# `train`, which also measures the losses (here only at the start and the end, on one window,
-# and without a progress bar):
+# `train`, which also measures the losses (here only at the start and the end, on one window):
 
 
 # %%
@@ -683,7 +683,8 @@ assert gap < 1e-5
 # scores (with `evaluate`, listed below)
 # `eval_windows` windows spread evenly over the training text and over the validation text,
 # the same way for both, so the two curves can be compared. A sample taken only from the
-# *beginning* of a text would measure its first play, not the whole of it.
+# *beginning* of a text would measure its first play, not the whole of it. After the two listings,
+# the learning rate `train` sets at a few steps.
 
 # %%
 show_source(param_groups)
@@ -776,9 +777,10 @@ assert re.search(r"\n[A-Z][A-Z ]+\.\n", samples[1000][len(prompt) - 1 :])
 assert known_share(samples[1000]) > known_share(samples[100])
 
 # %% [markdown]
-# Two yardsticks make the curves readable: a model that knows only how frequent each character
-# is, and one that predicts each character from the previous one alone. Both are counts in the
-# training text (plus one, so no pair has probability 0), scored on the validation text:
+# Two more yardsticks than the uniform guess make the curves readable: a model that knows only how
+# frequent each character is, and one that predicts each character from the previous one alone.
+# Both are counts in the training text (plus one, so no pair has probability 0), scored on the
+# validation text:
 
 # %%
 V = tok.vocab_size
@@ -1191,8 +1193,8 @@ assert generate(big, ids, 1)[0, -1].item() == int(logits.argmax())
 # %% [markdown]
 # Four rules:
 #
-# * **greedy**: always the most likely token, as chapter 09's `greedy_decode` did for
-#   translation. Deterministic, and it tends to fall into loops.
+# * **greedy**: always the most likely token, as chapter 09's `greedy_decode` did for the
+#   dates. Deterministic, and it tends to fall into loops.
 # * **temperature** $T$: sample from $\operatorname{softmax}(z / T)$, where $z$ are the
 #   logits. This is the temperature of chapter 04, now on the output logits instead of the
 #   attention scores: $T<1$ sharpens the distribution towards greedy, $T>1$ flattens it
@@ -1623,7 +1625,7 @@ n_unsure = int(torch.isfinite(min_p_filter(unsure, 0.1)).sum())
 print("kept when sure:", n_sure, "| kept when unsure:", n_unsure)
 
 # %% [markdown] tags=["solution"]
-# The most likely token always passes, since its probability is $1 \ge m$ times itself. The
+# The most likely token always passes, since $p_{\max} \ge m \, p_{\max}$ for any $m \le 1$. The
 # threshold is relative to the top probability: when the model is sure, the top probability is
 # large and so is the threshold, and only 1 token survives here; when it is unsure, the top is
 # small, the threshold low, and all 4 survive. Like top-p, min-p adapts the size of the kept
@@ -1698,8 +1700,8 @@ assert blind_loss > val_loss + 0.5  # the trained model relies on its positions
 # %% [markdown] tags=["solution"]
 # (a) After 300 steps the model without positions is 0.09 nats behind (2.47 against 2.38),
 # though both are below the previous-character yardstick: predicting from the last character
-# needs no positions, since that character sits at the position being predicted, in the
-# residual stream. (b) The trained model has come to rely on its positions: without them its
+# needs no positions, since the position that makes the prediction holds that character in its
+# own residual stream. (b) The trained model has come to rely on its positions: without them its
 # loss rises from 1.86 to 3.13, far worse than the previous-character yardstick (2.55) and not
 # far from character frequencies alone (3.33). As chapter 03 showed (its exercise 3), a
 # causal model is not quite blind to order even without position embeddings: each position

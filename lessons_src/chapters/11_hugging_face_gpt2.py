@@ -1,10 +1,10 @@
 # %% [markdown]
 # # 11 — Hugging Face, and a pretrained LLM
 #
-# Chapter 10 built and trained a GPT with our own code. GPT-2, the model that made the design
-# famous, is the same architecture at a larger size, and Hugging Face Transformers ships it as
-# `GPT2LMHeadModel`. This chapter connects the two, and then works with a real pretrained
-# language model through the library's standard API:
+# Chapter 10 built and trained a GPT with our own code. GPT-2 (Radford et al., 2019), the model
+# that made the design famous, is the same architecture at a larger size, and Hugging Face
+# Transformers ships it as `GPT2LMHeadModel`. This chapter connects the two, and then works with a
+# real pretrained language model through the library's standard API:
 #
 # 1. we **export our trained GPT as a `GPT2LMHeadModel`**, save it, load it back like any model
 #    from the Hugging Face Hub and check that it computes the same function; the way back,
@@ -1939,16 +1939,16 @@ print(
 )
 
 # %% [markdown] tags=["solution"]
-# Here beam search finds the more likely continuation, 25183 times as likely as greedy's, and
-# it does on each of the 8 prompts tried. It is not guaranteed to: a beam of 4 can drop the
+# Here beam search finds the more likely continuation, about 25,000 times as likely as greedy's,
+# and it does on each of the 8 prompts tried. It is not guaranteed to: a beam of 4 can drop the
 # greedy path early and end below it. Keeping 4 partial texts, it can take a less likely next
-# character when that leads to a likelier sequence; greedy decoding never does, and the two
-# texts part at the first word after the prompt. Here the likelier text also reads better
-# ("my lord, / And that I have been and thee" against greedy's "the stand of the state of the
-# state"), but that is one prompt. For open-ended text the most likely continuation is
-# often not the best one; Holtzman et al. (2019, *The Curious Case of Neural Text
-# Degeneration*) found beam search's texts bland and repetitive, and proposed top-p sampling
-# instead. Beam search pays off where one right output exists, as in translation.
+# character when that leads to a likelier sequence; greedy decoding never does, and the two texts
+# part at the first word after the prompt. Here the likelier text also reads better ("my lord, /
+# And that I have been and thee" against greedy's "the stand of the state of the state"), but that
+# is one prompt. For open-ended text the most likely continuation is often not the best one;
+# Holtzman et al. (2019, *The Curious Case of Neural Text Degeneration*) found beam search's texts
+# bland and repetitive, and proposed top-p sampling instead. Beam search pays off where one right
+# output exists, as in translation.
 
 # %% [markdown]
 # **2. Vocabulary size against sequence length.** Train BPE tokenizers with 500, 1000 and

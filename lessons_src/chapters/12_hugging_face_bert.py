@@ -120,7 +120,7 @@ assert (cfg.num_hidden_layers, cfg.hidden_size) == (6, 384)
 # Chapter 02's tokenizer lower-cases the text, strips accents (the model is *uncased*), splits at
 # spaces and punctuation, and cuts every word into the longest pieces in its vocabulary of 30,522
 # entries; a piece that continues a word starts with `##`. A word with a character the vocabulary
-# lacks, such as most emoji, becomes a single `[UNK]`, whole (the `"pizza"` line).
+# lacks, such as most emoji, becomes a single `[UNK]`, whole (chapter 02; the `"pizza"` line).
 
 # %%
 for text in [
@@ -143,8 +143,9 @@ assert tokenizer.convert_tokens_to_string(pieces) == "unbelievably"
 assert tokenizer.tokenize("Café") == ["cafe"]  # lower-cased, accent stripped
 
 # %% [markdown]
-# The cut is **greedy, longest match first**: the longest prefix in the vocabulary, then the
-# longest `##` piece of what is left, and so on; if nothing fits, the whole word is `[UNK]`.
+# The cut is **greedy, longest match first** (chapter 11 contrasted it with BPE): the longest
+# prefix in the vocabulary, then the longest `##` piece of what is left, and so on; if nothing
+# fits, the whole word is `[UNK]`.
 
 
 # %%
@@ -285,7 +286,7 @@ assert torch.equal(
 # Chapter 05 measured MiniLM's most regular heads; here, a sentence pair and a pronoun.
 # Chapter 05's [bertviz](https://github.com/jessevig/bertviz) head view shows one layer of the pair
 # below; new with a pair is its drop-down menu, which restricts the lines to sentence A → B and so
-# on. Start with **layer 3, head 1**.
+# on. Start with **layer 3, head 1** (layers and heads are counted from 0, as in bertviz).
 
 # %%
 with torch.no_grad():
@@ -321,8 +322,8 @@ assert pair_tokens[int(it_row.argmax())] == "umbrella"
 assert torch.allclose(pair_att[3].sum(-1), torch.ones(()), atol=1e-5)
 
 # %% [markdown]
-# Fig. 12.1 draws the same layer with `plot_attention_flow` (from the course's `interpret`
-# module): head 1 on top, the mean of the layer's 12 heads below.
+# Fig. 12.1 draws the same layer with `plot_attention_flow`: head 1 on top, the mean of the
+# layer's 12 heads below.
 
 # %% tags=["hide-input"]
 # the weight from 'it' to 'umbrella', in head 1 and in the layer's mean
@@ -431,7 +432,8 @@ for layer, head in [(3, 1), (5, 11)]:
 
 # %% [markdown]
 # <p class="course-view-caption"><b>View 12.2</b> bertviz's model view of MiniLM on the sentence
-# above: one thumbnail per head, each drawn like View 12.1; click one to enlarge it.</p>
+# above: one thumbnail per head, each drawn like View 12.1; click one to enlarge it. On a narrow
+# screen, scroll it sideways for heads 4 to 11.</p>
 
 # %% tags=["remove-cell"]
 # in every layer and head, each query's weights add up to 1
@@ -450,9 +452,8 @@ fig = plot_attention_grid(
 plt.show()
 
 # %% [markdown]
-# **Does the head resolve the pronoun?** Test it: in "... because it was too **wide**", "it" is the
-# street. If these heads understood the sentence, their attention would move from "animal" to
-# "street".
+# **Does the head resolve the pronoun?** In "... because it was too **wide**", "it" is the street.
+# If these heads understood the sentence, their attention would move from "animal" to "street".
 
 # %%
 wide = coref.replace("tired", "wide")
@@ -462,7 +463,7 @@ it = coref_tokens.index("it")
 animal = coref_tokens.index("animal")
 street = coref_tokens.index("street")
 variants = [("tired", coref_att), ("wide", wide_att)]
-for layer, head in [(3, 1), (5, 11)]:
+for layer, head in [(3, 1), (5, 11), (5, 1)]:
     for name, att in variants:
         w = att[layer][0, head, it]
         print(
@@ -472,7 +473,7 @@ for layer, head in [(3, 1), (5, 11)]:
 
 # %% tags=["hide-input"]
 # the weight on 'animal' from every query, in the two heads
-print("weight on 'animal': from 'it', averaged over all 16 queries, and the")
+print("weight on 'animal': from 'it'; its mean over the 16 queries; and the")
 print("number of queries whose largest weight is on 'animal':")
 for layer, head in [(3, 1), (5, 11)]:
     head_att = coref_att[layer][0, head]
@@ -506,8 +507,9 @@ plt.show()
 # from "animal" (0.68 → 0.28) goes mostly to `[CLS]` (0.10 → 0.33), not to "street". Nor is the
 # pattern about the pronoun: in layer 5, head 11, 10 of the 16 tokens look most at "animal"; in
 # layer 3, head 1, only 3 do, but in the pair "my", "on" and "left" looked at "umbrella" too, and
-# here "cross" looks at "street" (Fig. 12.2). The numbers show links that many tokens make, not
-# "the pronoun finds its noun", in these heads and sentences. Clark et al. (2019, *What Does BERT
+# here "cross" looks at "street" (Fig. 12.2). And layer 5, head 1 gives "street" 0.19 and 0.24
+# whatever "it" means. The numbers show links that many tokens make, not "the pronoun finds its
+# noun", in these heads and sentences. Clark et al. (2019, *What Does BERT
 # Look At?*) measured BERT-base on an annotated corpus: its best coreference head (their 5-4, not
 # MiniLM's) links a mention to its antecedent 65 % of the time, above a nearest-mention baseline
 # (27 %) and a nearest mention with the same head word (52 %), and below a rule-based system
@@ -896,7 +898,9 @@ mlm_losses = pretrain_mlm(
     warmup=50,
     generator=generator,
 ).loss
-# a guess that ignores the context: the training text's token frequencies
+
+# %% tags=["hide-input"]
+# the loss, against uniform guessing and a guess from token frequencies
 freq = torch.bincount(mlm_train_ids, minlength=len(mlm_tok)).float()
 freq[mlm_tok.all_special_ids] = 0
 unigram = freq[freq > 0] / freq.sum()
@@ -916,7 +920,8 @@ assert sum(mlm_losses[-20:]) < 0.8 * sum(mlm_losses[:20])
 # tell whether the model uses the context. On held-out text masked likewise, we count how often the
 # top guess is the original token, by kind of chosen position (at a *kept* one the input is the
 # answer), against two context-blind baselines: **copy the input token** and **always the most
-# frequent token** (for top 5, the five most frequent).
+# frequent token** (for top 5, the five most frequent). That token is the double quote: the
+# documentation's prose puts code names in quotes (`"True"`, `"__getitem__()"`).
 
 # %% tags=["hide-input"]
 # accuracy at the held-out masked positions, by kind, and two baselines
@@ -1050,8 +1055,8 @@ for sentence, answer in fill_examples:
 # BERT-large-sized models; that predicts little for ours); no dropout; a peak learning rate of $3
 # \cdot 10^{-3}$ after 200 steps instead of $10^{-3}$ after 50; and AdamW's $\beta_2 = 0.98$
 # instead of 0.999. So it differs from the 500-step run in more than steps; its own curve is the
-# comparison. Its settings were not chosen on a separate split, so its held-out scores are a little
-# optimistic. Its weights and log:
+# comparison. Its settings were not chosen on a separate split, so its held-out scores are
+# optimistic by an amount not measured here. Its weights and log:
 
 # %%
 long_mlm, mlm_record = load_mlm_checkpoint(mlm_tok)
@@ -1204,10 +1209,10 @@ assert ranks.count(1) >= 2 and sum(r is not None for r in ranks) >= 4
 # %% [markdown]
 # After 12,000 steps the top guess at a `[MASK]` is right 29.0 % of the time, against 6.8 % for
 # always `'"'`, and the top five hold the original 46.3 % of the time, against 19.2 % (Table 12.3,
-# Fig. 12.5). Table 12.2 shows the path: 6.3 % at step 1,000, level with always `'"'`, then about 4
-# points a thousand steps to 14.6 % at step 3,000, 7.8 more by step 4,000 (22.4 %), and only 1.8
-# from step 7,000 to 12,000 while the training loss kept falling. The run read the 62,000 training
-# tokens about 390 times, so its training loss says little about unseen text.
+# Fig. 12.5). Table 12.2 shows the path: level with always `'"'` at step 1,000 (6.3 %), 14.6 % at
+# step 3,000, 22.4 % at step 4,000, then only 1.8 points more from step 7,000 to 12,000 while the
+# training loss kept falling: having read the 62,000 training tokens about 390 times, the run's
+# training loss says little about unseen text.
 #
 # The model now guesses content words: its top guess is right for *order*, *raised* and *value*,
 # and its top 5 holds the original in 6 of the 7 sentences (the three added ones were picked for
@@ -1236,11 +1241,14 @@ assert prefixes == {"embeddings", "encoder", "pooler"}, prefixes
 # * BERT is chapter 07's encoder with learned position and token-type embeddings, an embedding
 #   LayerNorm, no $\sqrt{d_\text{model}}$, GELU and $\varepsilon = 10^{-12}$; our `BertEncoder`
 #   runs MiniLM's weights and matches `BertModel` to a few millionths.
-# * BERT learned by **masked language modelling** (15 % chosen; 80 / 10 / 10 `[MASK]` / random /
-#   kept); next-sentence prediction is not needed (RoBERTa). After 500 steps our small encoder's
-#   top guess at `[MASK]` led frequent-token guessing by 1.7 points (under two standard errors),
-#   its top five by 3.7 (about four); with a changed recipe, 12,000 steps got 29.0 % against 6.8 %
-#   on held-out paragraphs; as a `BertForMaskedLM` it answers `pipeline("fill-mask")`.
+# * BERT learned by **masked language modelling**: hidden targets (visible ones are copied along
+#   the residual connections), 15 % chosen, 80 / 10 / 10 `[MASK]` / random / kept so that not
+#   only `[MASK]` positions matter; next-sentence prediction is not needed (RoBERTa).
+# * After 500 steps our small encoder's top guess at `[MASK]` led frequent-token guessing by 1.7
+#   points (under two standard errors), its top five by 3.7 (about four). With a changed recipe,
+#   12,000 steps got 29.0 % against 6.8 % on held-out paragraphs, gaining little in the last 5,000
+#   while the training loss kept falling. As a `BertForMaskedLM` it answers
+#   `pipeline("fill-mask")`.
 #
 # ## Exercises
 #

@@ -256,14 +256,13 @@ print(f"same label as the nearest neighbour: {sum(same) / len(same):.1%}")
 #
 # Each method is now trained on each seed's 700 training reviews with the settings chosen on seed
 # 0's dev split, and evaluated on the 200 test reviews. For fine-tuning, those are chapter 13's
-# choices: every layer trained (the embeddings frozen) at a learning rate of 1e-4, or LoRA of rank
-# 8 on the query and value matrices (the pooler and classifier trained in full) at 3e-3, each for
-# two epochs of batches of 16. The **untrained head**, a fresh classifier never trained, stands in
+# choices: full fine-tuning at 1e-4, or LoRA of rank 8 on query and value (pooler and classifier
+# trained in full) at 3e-3, each for two epochs of batches of 16. The **untrained head** stands in
 # for chance.
 # `reviews.train_classifier(seed, ...)` trains either with that recipe, drawing the new head, the
-# batch order and dropout from the seed (for seed 0, the models chapter 13 chose). Every seed
-# follows one protocol, training on its own 700 reviews; refitting on all 850 once the settings
-# are chosen, also common, would give models that no dev split has scored.
+# batch order and dropout from the seed (for seed 0, the models chapter 13 chose). Refitting on all
+# 850 reviews once the settings are chosen, also common, would give models that no dev split has
+# scored.
 
 # %% tags=["hide-input"]
 show_source(reviews.train_classifier, checks=False)
@@ -437,16 +436,14 @@ plt.show()
 #   also differ in kind: the dev split was drawn review by review, while the test set keeps most
 #   subjects apart, and 13 to 15 % of the dev words never occur in training, against 22 % of the
 #   test words (printed below); what that does to each method, this page does not measure.
-# * The single nearest neighbour's weak score does not mean that sentiment is missing from the
-#   embeddings: the **linear probe** decodes it (Table 14.3), though not measurably better than
-#   k-NN's vote (paired bootstrap below); the two tie on two seeds, and the probe leads on one by
-#   2.5 points.
+# * The vote of many neighbours shows that sentiment is in the embeddings, and the **linear
+#   probe** that a linear read-out finds it (Table 14.3), though not measurably better than k-NN
+#   (paired bootstrap below); the two tie on two seeds, and the probe leads on one by 2.5 points.
 # * **Fine-tuning** beats the probe on every seed, by 6.3 points on average. Why, this does not
 #   say: the probe reads the mean of frozen token vectors, the fine-tuned model a trained `[CLS]`
 #   through the pooler (exercise 1 compares such vectors).
 # * **LoRA** scores 0.3 points below full fine-tuning on average (ahead on seed 0, behind on seeds
-#   1 and 2), though it was 4 points behind on seed 0's dev split in chapter 13 (6 reviews of 150,
-#   on one seed).
+#   1 and 2), though it was 4 points behind on seed 0's dev split in chapter 13 (6 reviews of 150).
 
 # %% tags=["hide-input"]
 # how many of a review's words its seed's training reviews never use
@@ -617,7 +614,8 @@ plt.show()
 #
 # Fig. 14.3 shows the confusion matrices of seed 0, the bag of words next to fine-tuning:
 
-# %%
+# %% tags=["hide-input"]
+# seed 0's fine-tuned model: its test predictions and confusion matrix
 clf = ft_models[0]
 probs = reviews.predict_proba(clf, tokenizer, test.texts)
 pred = probs.argmax(dim=1)
@@ -640,6 +638,15 @@ print(
     f"fine-tuned MiniLM, label positive: precision {precision:.3f}, "
     f"recall {recall:.3f}, F1 {f1:.3f}"
 )
+
+# %% tags=["remove-cell"]
+# scikit-learn's precision, recall and F1 agree
+from sklearn.metrics import precision_recall_fscore_support
+
+sk_p, sk_r, sk_f1, _ = precision_recall_fscore_support(
+    test.labels, pred.cpu().numpy(), average="binary", pos_label=1
+)
+assert max(abs(sk_p - precision), abs(sk_r - recall), abs(sk_f1 - f1)) < 1e-9
 
 # %% tags=["hide-input"] caption="Confusion matrices on the 200 test reviews, seed 0 (rows: true label, columns: predicted). Left, the bag of words makes 30 mistakes on each side. Right, fine-tuned MiniLM makes 15 mistakes on negative reviews and 11 on positive ones." alt="Two 2 by 2 matrices side by side. Left, bag of words, 70.0%: negative row 70 correct, 30 predicted positive; positive row 30 predicted negative, 70 correct. Right, fine-tuned MiniLM, 87.0%: negative row 85 correct and 15 predicted positive; positive row 11 predicted negative and 89 correct."
 shared_max = max(cm_bow.max().item(), cm.max().item())  # one colour scale
@@ -684,37 +691,47 @@ Table(
 # the trailer."), verdicts with no opinion word that need world knowledge ("The pharmacist spotted
 # a clash between two of my medicines."); others are idioms ("Save your money."). Two complaints
 # contain *warm* ("the fish was warm", and "the warmest thing in the room", which MiniLM reads as
-# `warm ##est`), a word that only positive training reviews use (9 to 0 in the bag of words'
-# counts), and the most confident mistake is one of them. Some mistakes are confident (0.05 and
-# 0.07 for the true label): a high probability does not guarantee a right answer.
+# `warm ##est`), a word of 9 positive training reviews and no negative one (printed with the bag of
+# words' weights), and the most confident mistake is one of them. Some mistakes are
+# confident (0.05 and 0.07 for the true label): a high probability does not guarantee a right
+# answer.
 #
 # Are the probabilities honest overall? A **calibrated** model is right in 90 % of the predictions
 # it makes at 0.9. Fig. 14.4 bins the 600 test predictions of the three fine-tuned models by
 # confidence; the **expected calibration error** averages the bins' gaps, weighted by their sizes:
 
-# %% tags=["hide-input"] caption="Calibration of fine-tuned MiniLM: the 600 test predictions of the three seeds' models, binned by confidence (the probability given to the predicted label), each point the accuracy in its bin against the bin's mean confidence, with the number of predictions beside it; a calibrated model lies on the dashed diagonal. The 431 predictions above 0.9 lie above the diagonal; the bins between 0.6 and 0.9 lie below it, the one near 0.65 at about 0.4." alt="A line chart of accuracy (0.4 to 1.0) against confidence (0.5 to 1.0) with a dashed diagonal. Five points joined by a line: about (0.56, 0.56) labelled 23, (0.65, 0.41) labelled 27, (0.75, 0.68) labelled 28, (0.86, 0.71) labelled 91 and (0.94, 0.97) labelled 431; only the last lies above the diagonal."
-# the three fine-tuned models' test predictions, binned by confidence
-confidence, hit = [], []
-for s in SEEDS:
-    p_test = reviews.predict_proba(ft_models[s], tokenizer, test.texts)
-    confidence.append(p_test.max(dim=1).values)
-    hit.append(p_test.argmax(dim=1) == torch.tensor(test.labels))
-confidence, hit = torch.cat(confidence), torch.cat(hit).float()
-edges = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
-bins = []  # (mean confidence, accuracy, count) of each non-empty bin
-for low, high in zip(edges, edges[1:]):
-    inside = (confidence >= low) & (
-        (confidence < high) if high < 1 else (confidence <= high)
-    )
-    if inside.any():
-        bins.append(
-            (
-                confidence[inside].mean().item(),
-                hit[inside].mean().item(),
-                int(inside.sum()),
-            )
-        )
-ece = sum(n * abs(acc - conf) for conf, acc, n in bins) / len(confidence)
+
+# %%
+def calibration_bins(confidence, hit, edges=(0.5, 0.6, 0.7, 0.8, 0.9, 1.0)):
+    """(mean confidence, accuracy, count) of each non-empty bin."""
+    # bin b holds edges[b] <= confidence < edges[b + 1] (the last one, 1.0 too)
+    which = torch.bucketize(confidence, torch.tensor(edges[1:-1]), right=True)
+    bins = []
+    for b in range(len(edges) - 1):
+        inside = which == b
+        if inside.any():
+            conf, acc = confidence[inside].mean(), hit[inside].mean()
+            bins.append((conf.item(), acc.item(), int(inside.sum())))
+    return bins
+
+
+def calibration_error(confidence, hit):
+    """The bins' gaps |accuracy - confidence|, weighted by their sizes."""
+    bins = calibration_bins(confidence, hit)
+    return sum(n * abs(a - c) for c, a, n in bins) / len(confidence)
+
+
+# %% tags=["hide-input"] caption="Calibration of fine-tuned MiniLM: the 600 test predictions of the three seeds' models, binned by confidence (the probability given to the predicted label), each point the accuracy in its bin against the bin's mean confidence, with the number of predictions beside it; a calibrated model lies on the dashed diagonal. The 431 predictions above 0.9 lie above the diagonal; the bins between 0.6 and 0.9 lie below it, the one near 0.65 at about 0.4." alt="A line chart of accuracy (0.3 to 1.0) against confidence (0.5 to 1.0) with a dashed diagonal. Five points joined by a line: about (0.56, 0.56) labelled 23, (0.65, 0.41) labelled 27, (0.75, 0.68) labelled 28, (0.86, 0.71) labelled 91 and (0.94, 0.97) labelled 431; only the last lies above the diagonal."
+# the three fine-tuned models' test predictions
+test_probs = [
+    reviews.predict_proba(ft_models[s], tokenizer, test.texts) for s in SEEDS
+]
+probs_all = torch.cat(test_probs)
+labels_all = torch.tensor(test.labels * len(SEEDS))
+confidence = probs_all.max(dim=1).values
+hit = (probs_all.argmax(dim=1) == labels_all).float()
+bins = calibration_bins(confidence, hit)
+ece = calibration_error(confidence, hit)
 print(
     f"{len(confidence)} predictions: mean confidence {confidence.mean():.1%}, "
     f"accuracy {hit.mean():.1%};\nexpected calibration error {ece:.1%}"
@@ -733,18 +750,73 @@ for conf, acc, n in bins:  # how many predictions each point stands for
     )
 ax.set_xlabel("confidence (probability of the predicted label)")
 ax.set_ylabel("accuracy in the bin")
+ax.set_ylim(0.3, 1.02)
 ax.legend(loc="upper left")
 fig.tight_layout()
 plt.show()
 
+# %% tags=["remove-cell"]
+# scikit-learn's calibration_curve finds the same bins (on [0, 1]: 2c - 1)
+from sklearn.calibration import calibration_curve
+
+sk_acc, sk_conf = calibration_curve(
+    hit.numpy(), (2 * confidence - 1).numpy(), n_bins=5
+)
+assert len(bins) == len(sk_acc) == 5
+assert all(abs(a - b[1]) < 1e-6 for a, b in zip(sk_acc, bins))
+assert all(abs((1 + c) / 2 - b[0]) < 1e-6 for c, b in zip(sk_conf, bins))
+
+
 # %% [markdown]
 # Overall the confidence (89.0 %) is near the accuracy (87.8 %), but not bin by bin: the 431
 # predictions made above 0.9 are right more often than they claim, most of the 169 below it less
-# often (those near 0.65 in about 4 of 10, though a bin of 27 has a standard error near 10 points),
-# an expected calibration error of 6.1 %. The usual repair, dividing the logits by one temperature
-# fitted on held-out data, moves every confidence the same way, so it cannot fix a model too sure
-# in the middle and too modest at the top; it changes no prediction.
+# often (those near 0.65 in about 4 of 10, though a bin of 27, from three models on the same
+# reviews, has a standard error of 10 points or more), an expected calibration error of 6.1 %. The
+# usual repair, **temperature scaling** (Guo et al., 2017), divides the logits by one number $T$
+# fitted on held-out data (here the dev splits): above 1 it softens every confidence, below 1 it
+# sharpens every one; no prediction changes.
+
+
+# %% tags=["hide-input"]
+# one temperature for the three models, fitted on their dev splits
+def logit_gap(probs):  # the logit of 'positive' minus that of 'negative'
+    return probs[:, 1].log() - probs[:, 0].log()
+
+
+dev_probs = torch.cat(
+    [
+        reviews.predict_proba(ft_models[s], tokenizer, splits[s][1].texts)
+        for s in SEEDS
+    ]
+)
+dev_labels = torch.tensor([y for s in SEEDS for y in splits[s][1].labels])
+temperatures = torch.linspace(0.5, 3.0, 251)
+dev_nll = torch.stack(
+    [
+        torch.nn.functional.binary_cross_entropy_with_logits(
+            logit_gap(dev_probs) / t, dev_labels.float()
+        )
+        for t in temperatures
+    ]
+)
+T = temperatures[dev_nll.argmin()].item()
+p_scaled = torch.sigmoid(logit_gap(probs_all) / T)
+confidence_scaled = torch.maximum(p_scaled, 1 - p_scaled)
+print(f"T = {T:.2f}, fitted on {len(dev_labels)} dev predictions")
+print(
+    "test, expected calibration error: "
+    f"{ece:.1%} before, {calibration_error(confidence_scaled, hit):.1%} after"
+)
+print("bin by bin, mean confidence -> accuracy:")
+for name, c in (("before", confidence), ("after", confidence_scaled)):
+    bins_c = calibration_bins(c, hit)
+    pairs = [f"{conf:.2f}->{acc:.2f}" for conf, acc, _ in bins_c]
+    print(f"  {name:6s}", ", ".join(pairs))
+
 # %% [markdown]
+# The dev splits choose $T = 0.96$; the test error falls from 6.1 % to 5.3 %, but the middle bins
+# stay 0.11 to 0.25 too sure and the top one too modest: one number cannot pull both ways.
+#
 # ## Attention across layers, and what attention does not explain
 #
 # ### Attention rollout
@@ -821,6 +893,12 @@ print(
     "rollout's share of a token's own input in its final vector:\n  "
     f"mean {own.mean():.2f} (min {own.min():.2f}, max {own.max():.2f})"
 )
+heavy = attention_rollout(coref_att, residual=0.9)[0]
+print(
+    "with the residual path counted as 0.9 instead of 0.5: own input "
+    f"{heavy.diagonal().mean():.2f} on average,\n  [CLS] "
+    f"{heavy[:, 0].min():.2f} to {heavy[:, 0].max():.2f} of each row"
+)
 for t in ("[CLS]", "it"):
     q = coref_tokens.index(t)
     top = coref_rollout[q].topk(3)
@@ -868,13 +946,13 @@ assert torch.allclose(
 # The last layer already gives `[CLS]` between 0.26 and 0.59 of every row's weight (Fig. 14.5,
 # top). Rollout (bottom) compounds it, with `[SEP]` second in every row, and a token's own input
 # gets on average only 0.08 of its own row. That is rollout's estimate, and likely a low one:
-# rollout counts the residual path as half of each layer's mix and ignores the sizes of the vectors
-# attention moves (in the one head chapter 05 measured, `[CLS]`'s value vector was far shorter than
-# the others'). Heads that put their weight on `[CLS]` are what chapter 05 called parking: such a
-# head moves little information, but rollout counts weights, not information, and multiplies them
-# over six layers. Since weights like these may favour the same few tokens whatever a sentence
-# says, the experiment below leaves `[CLS]` and `[SEP]` out of every ranking, and runs again
-# without punctuation.
+# rollout counts the residual path as half of each layer's mix (at 0.9, a token keeps 0.57 of its
+# own input) and ignores the sizes of the vectors attention moves (in the one head
+# chapter 05 measured, `[CLS]`'s value vector was far shorter than the others'). Heads that put
+# their weight on `[CLS]` are what chapter 05 called parking: such a head moves little information,
+# but rollout counts weights, not information, and multiplies them over six layers. Since weights
+# like these may favour the same few tokens whatever a sentence says, the experiment below leaves
+# `[CLS]` and `[SEP]` out of every ranking, and runs again without punctuation.
 
 # %% [markdown]
 # ### What attention does not explain: an experiment
@@ -917,8 +995,7 @@ def occlusion(model, ids: torch.Tensor) -> torch.Tensor:
 # `[CLS]`'s rollout row and by occlusion, and compare the top tokens. A random ranking of $n$
 # tokens matches the top token with probability $1/n$ and shares on average a fraction $k/n$ of the
 # top $k$. We also compare whole rankings, with Spearman's rank correlation (1: the same order; 0:
-# unrelated), the measure Abnar & Zuidema used. The models are already chosen and evaluated; this
-# analysis chooses nothing.
+# unrelated), the measure Abnar & Zuidema used.
 
 # %% tags=["hide-input"]
 show_source(leave_one_out, checks=False)
@@ -1112,7 +1189,7 @@ plt.show()
 # it announces the turn from "isn't flashy" to "the warmest I've ever owned" (occlusion measures
 # the drop, not its reason; and deleting "flash" leaves "isn ' t ##y", not a word). No single
 # deletion lowers the model's 0.94 by more than 0.0318, so the test above compares rankings, not
-# sizes (the logits, or deleting several tokens at once, show effects better).
+# sizes.
 
 
 # %% [markdown]
@@ -1129,7 +1206,7 @@ plt.show()
 #   firmly (p about 0.011 two-sided, not under a Bonferroni correction), and not the smaller leads.
 # * A confusion matrix, precision and recall, and the mistakes themselves show what a single
 #   accuracy hides; some mistakes are confident, and the probabilities are not calibrated
-#   (expected calibration error 6.1 %).
+#   (expected calibration error 6.1 %), which one temperature barely changes.
 # * On chapter 12's sentence, MiniLM's rollout gives most of every row to `[CLS]`, `[SEP]` second;
 #   in all three fine-tuned models, with those two left out, it ranks the full stop first in every
 #   review, while `[CLS]` attention picks the token whose deletion matters most in 32 % of the

@@ -45,8 +45,8 @@ CHECKPOINT_NAME = "bert_mlm_python_docs"
 
 
 def mlm_paragraphs() -> tuple[list[str], list[str]]:
-    """``(train, heldout)``: the prose paragraphs of Python's documentation
-    as chapter 12 splits them.
+    """``(train, heldout)``: the prose paragraphs of Python's documentation,
+    split for masked-LM pre-training.
 
     The first 90 % train.  The rest are held out, less any paragraph that
     also occurs word for word among the training ones (the documentation
@@ -62,7 +62,8 @@ def mlm_paragraphs() -> tuple[list[str], list[str]]:
 
 
 def mlm_data(tokenizer: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """``(mlm_tok, train_ids, heldout_ids)`` as chapter 12 builds them.
+    """``(mlm_tok, train_ids, heldout_ids)``: a tokenizer and two streams of
+    ids for masked-LM pre-training.
 
     ``mlm_tok`` is ``tokenizer`` (MiniLM's WordPiece) restricted to the
     pieces of the training paragraphs of :func:`mlm_paragraphs`; the ids are
@@ -85,9 +86,9 @@ def mlm_data(tokenizer: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
 def masked_heldout(
     mlm_tok: Any, heldout_ids: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(windows, inputs, labels)``: the held-out text as chapter 12 masks
-    it, 64-token windows every 63 tokens, masked once (15 %, generator seed
-    1), so that every model is scored at the same positions.
+    """``(windows, inputs, labels)``: the held-out text in 64-token windows
+    every 63 tokens, masked once (15 %, generator seed 1), so that every
+    model is scored at the same positions.
     """
     windows = mlm_windows(
         heldout_ids,

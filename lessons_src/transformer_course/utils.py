@@ -392,6 +392,8 @@ def show_source(obj: object, checks: bool = True):  # -> IPython.display.Code
     the page and the package never hold two copies of the same code.  With
     ``checks=False`` the checks (an ``if`` whose only job is to ``raise``,
     an ``assert``) are left out of the listing, and a comment says so.
+    Cross-references written for Sphinx (a role such as ``:func:`` before a
+    name in backticks) read as plain code names.
     """
     import inspect
 
@@ -400,7 +402,22 @@ def show_source(obj: object, checks: bool = True):  # -> IPython.display.Code
     source = inspect.getsource(obj)  # type: ignore[arg-type]
     if not checks:
         source = _without_argument_checks(source)
-    return Code(source, language="python")
+    return Code(_plain_cross_references(source), language="python")
+
+
+def _plain_cross_references(source: str) -> str:
+    """Sphinx roles as plain code names: ":func:`~a.b.fit`" becomes "``fit``"
+    (``~`` keeps the last part of the name), ":class:`History`" "``History``".
+    """
+    import re
+
+    role = re.compile(
+        r":(?:func|class|meth|mod|attr|data|obj|exc):`(~?)([\w.]+)`"
+    )
+    return role.sub(
+        lambda m: "``" + (m[2].rsplit(".", 1)[-1] if m[1] else m[2]) + "``",
+        source,
+    )
 
 
 def _without_argument_checks(source: str) -> str:
