@@ -256,13 +256,12 @@ print(f"same label as the nearest neighbour: {sum(same) / len(same):.1%}")
 #
 # Each method is now trained on each seed's 700 training reviews with the settings chosen on seed
 # 0's dev split, and evaluated on the 200 test reviews. For fine-tuning, those are chapter 13's
-# choices: full fine-tuning at 1e-4, or LoRA of rank 8 on query and value (pooler and classifier
-# trained in full) at 3e-3, each for two epochs of batches of 16. The **untrained head** stands in
-# for chance.
-# `reviews.train_classifier(seed, ...)` trains either with that recipe, drawing the new head, the
-# batch order and dropout from the seed (for seed 0, the models chapter 13 chose). Refitting on all
-# 850 reviews once the settings are chosen, also common, would give models that no dev split has
-# scored.
+# choices: full fine-tuning (embeddings frozen) at 1e-4, or LoRA of rank 8 on query and value
+# (pooler and classifier trained in full) at 3e-3, each for two epochs of batches of 16. The
+# **untrained head** stands in for chance. `reviews.train_classifier(seed, ...)` trains either with
+# that recipe, drawing the new head, the batch order and dropout from the seed (for seed 0, the
+# models chapter 13 chose). Refitting on all 850 reviews once the settings are chosen, also common,
+# would give models that no dev split has scored.
 
 # %% tags=["hide-input"]
 show_source(reviews.train_classifier, checks=False)
@@ -441,7 +440,7 @@ plt.show()
 #   (paired bootstrap below); the two tie on two seeds, and the probe leads on one by 2.5 points.
 # * **Fine-tuning** beats the probe on every seed, by 6.3 points on average. Why, this does not
 #   say: the probe reads the mean of frozen token vectors, the fine-tuned model a trained `[CLS]`
-#   through the pooler (exercise 1 compares such vectors).
+#   through the pooler (exercise 1 compares frozen vectors).
 # * **LoRA** scores 0.3 points below full fine-tuning on average (ahead on seed 0, behind on seeds
 #   1 and 2), though it was 4 points behind on seed 0's dev split in chapter 13 (6 reviews of 150).
 
@@ -607,8 +606,9 @@ plt.show()
 # bootstrap assumes. A one-sided test needs its direction fixed in advance: the dev split had the
 # bag of words ahead of k-NN, so that comparison is better read two-sided, twice 55 of 10,000
 # (p about 0.011). And of many comparisons one may convince by chance: the Bonferroni correction
-# for the five of Table 14.5, a threshold five times stricter (100 resamples, or 0.01), keeps
-# fine-tuning's lead over the probe and the bag of words' over the untrained head, not k-NN's.
+# for the five of Table 14.5, a threshold five times stricter (p below 0.01: 100 resamples
+# one-sided, 50 a side two-sided), keeps fine-tuning's lead over the probe and the bag of words'
+# over the untrained head, not k-NN's (55).
 #
 # ### What the accuracy hides
 #
@@ -696,6 +696,8 @@ Table(
 # confident (0.05 and 0.07 for the true label): a high probability does not guarantee a right
 # answer.
 #
+# ### Calibration
+#
 # Are the probabilities honest overall? A **calibrated** model is right in 90 % of the predictions
 # it makes at 0.9. Fig. 14.4 bins the 600 test predictions of the three fine-tuned models by
 # confidence; the **expected calibration error** averages the bins' gaps, weighted by their sizes:
@@ -721,7 +723,7 @@ def calibration_error(confidence, hit):
     return sum(n * abs(a - c) for c, a, n in bins) / len(confidence)
 
 
-# %% tags=["hide-input"] caption="Calibration of fine-tuned MiniLM: the 600 test predictions of the three seeds' models, binned by confidence (the probability given to the predicted label), each point the accuracy in its bin against the bin's mean confidence, with the number of predictions beside it; a calibrated model lies on the dashed diagonal. The 431 predictions above 0.9 lie above the diagonal; the bins between 0.6 and 0.9 lie below it, the one near 0.65 at about 0.4." alt="A line chart of accuracy (0.3 to 1.0) against confidence (0.5 to 1.0) with a dashed diagonal. Five points joined by a line: about (0.56, 0.56) labelled 23, (0.65, 0.41) labelled 27, (0.75, 0.68) labelled 28, (0.86, 0.71) labelled 91 and (0.94, 0.97) labelled 431; only the last lies above the diagonal."
+# %% tags=["hide-input"] caption="Calibration of fine-tuned MiniLM: the 600 test predictions of the three seeds' models, binned by confidence (the probability given to the predicted label), each point the accuracy in its bin against the bin's mean confidence, with the number of predictions beside it; a calibrated model lies on the dashed diagonal. The 431 predictions above 0.9 lie above the diagonal; the bins between 0.6 and 0.9 lie below it, the one near 0.65 at about 0.4." alt="A line chart of accuracy (0.3 to 1.0) against confidence (0.5 to 1.0) with a dashed diagonal. Five points joined by a line: about (0.56, 0.57) labelled 23, (0.65, 0.41) labelled 27, (0.75, 0.68) labelled 28, (0.86, 0.71) labelled 91 and (0.94, 0.97) labelled 431; the first lies on the diagonal, the middle three below it and the last above it."
 # the three fine-tuned models' test predictions
 test_probs = [
     reviews.predict_proba(ft_models[s], tokenizer, test.texts) for s in SEEDS
@@ -1203,7 +1205,7 @@ plt.show()
 #   cannot tell apart from fine-tuning (middle 95 % of the resampled gaps: −2.3 to +3.2 points).
 # * On 200 test reviews the standard error (2.3 to 3.5 points) outweighs the seeds' spread; a
 #   paired bootstrap supports fine-tuning's lead over the probe, k-NN's over the bag of words less
-#   firmly (p about 0.011 two-sided, not under a Bonferroni correction), and not the smaller leads.
+#   firmly (p about 0.011 two-sided, just missing a Bonferroni correction), not the smaller leads.
 # * A confusion matrix, precision and recall, and the mistakes themselves show what a single
 #   accuracy hides; some mistakes are confident, and the probabilities are not calibrated
 #   (expected calibration error 6.1 %), which one temperature barely changes.
