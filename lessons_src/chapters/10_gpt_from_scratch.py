@@ -338,24 +338,24 @@ assert gap < 1e-5
 
 # %% [markdown]
 # Its listing, with the feed-forward network `MLP` that `Block` uses, has one more argument to
-# `forward`: a `cache`, which we use at the end of the chapter. It also sets the initial
-# weights, which `MiniGPT` leaves at PyTorch's defaults; the next cells show why that
+# `forward`: a `cache`, which we use at the end of the chapter (`check_context` returns the number
+# of positions already cached). It also sets the initial weights, which `MiniGPT` leaves at PyTorch's defaults; the next cells show why that
 # matters.
 
 # %%
-show_source(GPTConfig)
+show_source(GPTConfig, checks=False)
 
 # %%
-show_source(CausalSelfAttention)
+show_source(CausalSelfAttention, checks=False)
 
 # %%
-show_source(MLP)
+show_source(MLP, checks=False)
 
 # %%
-show_source(Block)
+show_source(Block, checks=False)
 
 # %%
-show_source(GPT)
+show_source(GPT, checks=False)
 
 # %% [markdown]
 # The model we train here is small: 4 blocks, 4 heads, a 128-wide residual stream and a context
@@ -686,10 +686,10 @@ assert gap < 1e-5
 # the learning rate `train` sets at a few steps.
 
 # %%
-show_source(param_groups)
+show_source(param_groups, checks=False)
 
 # %%
-show_source(evaluate)
+show_source(evaluate, checks=False)
 
 # %%
 steps = [0, 25, 50, 500, 999, 1000]
@@ -1205,13 +1205,13 @@ assert generate(big, ids, 1)[0, -1].item() == int(logits.argmax())
 #   where it is not.
 
 # %%
-show_source(top_k_filter)
+show_source(top_k_filter, checks=False)
 
 # %%
-show_source(top_p_filter)
+show_source(top_p_filter, checks=False)
 
 # %%
-show_source(next_token_probs)
+show_source(next_token_probs, checks=False)
 
 # %% [markdown]
 # How temperature reshapes the next-character distribution after this version of Hamlet's half
@@ -1421,7 +1421,7 @@ for temp in (1.0, 0.8):
 # before it draws:
 
 # %%
-show_source(generate)
+show_source(generate, checks=False)
 
 # %% [markdown]
 # ## A KV cache
@@ -1448,7 +1448,7 @@ kv_cache(steps=4)
 plt.show()
 
 # %%
-show_source(KVCache)
+show_source(KVCache, checks=False)
 
 # %%
 past, new = 5, 3

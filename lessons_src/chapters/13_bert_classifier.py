@@ -465,7 +465,7 @@ show_source(reviews.freeze_lower, checks=False)
 # %% [markdown]
 # Three candidates, each trained on seed 0's split for two epochs (the low end of the 2 to 4 usual
 # for BERT, fixed in advance); 3e-5 lies within the BERT paper's recommended 2e-5 to 5e-5. The best
-# dev accuracy after the full schedule picks the model the test set will see.
+# dev accuracy after the full schedule picks the setting the test set will judge.
 
 # %% tags=["hide-input"]
 show_source(reviews.train_classifier, checks=False)
@@ -600,7 +600,7 @@ for e in range(EPOCHS):
 print("dev accuracy before training, after epochs 1, 2:")
 print("   ", "  ".join(f"{a:.1%}" for a in dev_curve))
 
-# %% tags=["hide-input"] caption="The chosen candidate over its two epochs. Top: the training loss of each batch (light blue) and its mean over the last 10 batches (orange), with ln 2, the loss of a coin toss, dashed. The mean starts at ln 2, falls to about 0.56 by the end of the first epoch and to about 0.3 by the end of the second; single batches range from about 0.1 to 0.86. Bottom: the dev accuracy before training and after each epoch, with chance (50 %) dashed: it jumps in epoch 1 and stays flat in epoch 2." alt="Two stacked panels sharing a step axis from 0 to 88, with a dotted vertical line at step 44 (end of epoch 1). Top, cross-entropy: a noisy light blue line and a smooth orange line start at the dashed line at 0.69 and fall to about 0.3 by step 88, the light line spiking to 0.86 just before step 44 and to 0.7 near step 80. Bottom, dev accuracy from 0.4 to 1.0: three green points joined by a line, about 0.47 at step 0, about 0.87 at step 44 and about 0.87 at step 88, above a dashed line at 0.5."
+# %% tags=["hide-input"] caption="The chosen candidate over its two epochs. Top: the training loss of each batch (light blue) and its mean over the last 10 batches (orange), with ln 2, the loss of a coin toss, dashed. The mean starts at ln 2, falls to about 0.56 by the end of the first epoch and to about 0.3 by the end of the second; single batches range from about 0.1 to 0.86. Bottom: the dev accuracy before training and after each epoch, with chance (50 %) dashed: it jumps in epoch 1 and stays flat in epoch 2." alt="Two stacked panels sharing a step axis from 0 to 88, with a dotted vertical line at step 44 (end of epoch 1). Top, cross-entropy: a noisy light blue line and a smooth orange line start at the dashed line at 0.69 and fall to about 0.3 by step 88, the light line spiking to 0.86 just before step 44 and to 0.7 near step 80. Bottom, dev accuracy from 0.4 to 1.0: three green points, about 0.47 at step 0, about 0.87 at step 44 and about 0.87 at step 88, above a dashed line at 0.5."
 steps = torch.arange(1, len(losses) + 1)
 window = 10
 smooth = torch.tensor(losses).unfold(0, window, 1).mean(dim=1)
@@ -620,9 +620,9 @@ ax.legend(fontsize=9, loc="lower left")
 ax_dev.plot(
     [e * steps_per_epoch for e in range(EPOCHS + 1)],
     dev_curve,
-    "o-",
+    "o",
     color="C2",
-    label="dev accuracy",
+    label="dev accuracy (measured at these points)",
 )
 ax_dev.axhline(0.5, color="grey", lw=0.8, ls="--", label="chance")
 ax_dev.set_ylim(0.4, 1.0)
@@ -1035,8 +1035,8 @@ assert min(lora_seconds.values()) > 0.3 * ft_seconds[best_name]
 # It also adapts every weight matrix, the feed-forward ones included, and found attention-only
 # LoRA, as here, weaker (exercise 2 tries both).
 #
-# Our `TinyLoRA`, put by hand on the same twelve matrices with `peft`'s random $A$, trains as the
-# chosen run did:
+# Our `TinyLoRA`, put by hand on the same twelve matrices with `peft`'s random $A$, takes the
+# same training steps as the chosen run, in our loop from above:
 
 # %%
 # TinyLoRA on every query and value matrix of a fresh classifier
@@ -1059,36 +1059,29 @@ ours_lora.bert.pooler.requires_grad_(True)  # trained in full, as in peft's
 ours_lora.classifier.requires_grad_(True)
 print(f"trainable: {count_parameters(ours_lora):,} (peft: {n_lora:,})")
 
-set_seed(0)  # dropout and batch order as in the peft run
-_, tiny_history = reviews.train_classifier(
-    0, tokenizer, train, dev, classifier=ours_lora, lr=LORA_LR
-)
+tiny_generator = set_seed(0)  # dropout and batch order as in the peft run
+args = train.texts, train.labels, EPOCHS, LORA_LR, tiny_generator
+tiny_losses = fine_tune_by_hand(ours_lora, *args, steps=10)
 
 # %% tags=["hide-input"]
-# TinyLoRA's run against peft's: losses and dev accuracy
-peft_history = lora_runs[LORA_LR][1]
-for name, h in (("TinyLoRA", tiny_history), ("peft", peft_history)):
+# TinyLoRA's first ten steps against those of peft's run
+peft_losses = lora_runs[LORA_LR][1].loss[: len(tiny_losses)]
+for name, losses_ in (("TinyLoRA", tiny_losses), ("peft", peft_losses)):
     print(
-        f"{name:9s} first 5 losses", "  ".join(f"{x:.4f}" for x in h.loss[:5])
+        f"{name:8s} first 5 losses", "  ".join(f"{x:.4f}" for x in losses_[:5])
     )
-    print(
-        f"{'':9s} dev accuracy after epochs 1, 2:",
-        "  ".join(f"{a:.1%}" for a in h.evals["dev_accuracy"]),
-    )
-loss_gap = max(
-    abs(a - b) for a, b in zip(tiny_history.loss, peft_history.loss)
+loss_gap = max(abs(a - b) for a, b in zip(tiny_losses, peft_losses))
+print(
+    f"largest difference of a loss, {len(tiny_losses)} steps: {loss_gap:.0e}"
 )
-n_steps_lora = len(peft_history.loss)
-print(f"largest difference of a loss, {n_steps_lora} steps: {loss_gap:.0e}")
 
 # %% tags=["remove-cell"]
 assert count_parameters(ours_lora) == n_lora
-assert loss_gap < 1e-3
-assert tiny_history.evals["dev_accuracy"] == peft_history.evals["dev_accuracy"]
+assert loss_gap < 1e-4
 
 # %% [markdown]
-# Every loss agrees to float rounding, and the dev accuracy too: `peft` adds saving, merging and
-# other methods, not another computation.
+# Every loss agrees to float rounding: `peft` adds saving, merging and other methods, not another
+# computation.
 #
 # Training 1.0 % of the weights, LoRA is not faster in proportion (the wall times above are single
 # runs): the backward pass still runs through every layer. On a large model the saving that
@@ -1212,9 +1205,10 @@ print(
 # * Chosen on a dev split, every layer above the frozen embeddings trained at 1e-4 for two epochs
 #   reached 87.3 % there. Our loop and the `Trainer` run that recipe 3 dev reviews apart, so
 #   margins of one or two reviews rank nothing.
-# * Full fine-tuning's change is nearly of rank 8 at the top of the encoder, LoRA's bet. LoRA
-#   $\frac{\alpha}{r}BA$ trains 1 % of the weights at 30 times the learning rate, reaches 83.3 % on
-#   dev, and saves an adapter 102 times smaller; our dozen-line layer trains into the same model.
+# * Full fine-tuning's change lies mostly (85 to 89 %) in 8 directions in the last layer, LoRA's
+#   bet. LoRA $\frac{\alpha}{r}BA$ trains 1 % of the weights at 30 times the learning rate, reaches
+#   83.3 % on dev, and saves an adapter 48 times smaller than what full fine-tuning trained; our
+#   dozen-line layer takes the same steps.
 #   Chapter 14 compares both on the test set.
 
 # %% [markdown]
@@ -1347,8 +1341,9 @@ for name, (targets, rank) in variants.items():
 # 480,386 weights trained: consistent with *LoRA Without Regret*, on one seed. Rank 1 on query and
 # value scores about as well as rank 8 there (82.0 % against 83.3 %, two dev reviews), as Hu et al.
 # found on GPT-3. With no adapters, the pooler and classifier alone reach 69.3 %, from the
-# untrained head's 47.3 %: they bring 22 of LoRA's 36 points, the adapters the other 14 (if the
-# gains add). One seed and 150 dev reviews: gaps of two or three reviews are within the noise.
+# untrained head's 47.3 %, 22 of LoRA's 36 points. The gains do not simply add, though: exercise
+# 1's adapters reached 82.0 % without any pooler. One seed and 150 dev reviews: gaps of two or
+# three reviews are within the noise.
 
 # %% tags=["remove-cell"]
 pooler_gain = variant_dev["pooler and classifier only"] - dev_untrained
