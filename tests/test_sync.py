@@ -270,3 +270,42 @@ def test_only_lists_source():
     assert build_notebooks.only_lists_source(code("# the package's version\nshow_source(GPT)\nshow_source(KVCache)"))
     assert not build_notebooks.only_lists_source(code("from x import f\n\nshow_source(f)"))
     assert not build_notebooks.only_lists_source(nbformat.v4.new_markdown_cell("show_source(f)"))
+
+
+def _listing_namespace(nb: nbformat.NotebookNode) -> dict:
+    """The names a chapter's listings refer to: every import statement of its code cells, run."""
+    import ast
+
+    namespace: dict = {}
+    for c in nb.cells:
+        if c.cell_type != "code" or c.source.lstrip().startswith(("%", "!")):
+            continue
+        try:
+            tree = ast.parse(c.source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                exec(compile(ast.Module(body=[node], type_ignores=[]), "<imports>", "exec"), namespace)
+    return namespace
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_package_listings_show_the_package_as_it_is(nb_path):
+    """A page's package listing (a cell that only calls show_source) prints what show_source gives
+    for today's package: a change to listed code, or to show_source, is rebuilt into every page
+    that lists it (make notebooks CHAPTERS="..."), or strict nbval fails that page in CI."""
+    nb = nbformat.read(nb_path, as_version=4)
+    listings = [c for c in nb.cells if build_notebooks.only_lists_source(c)]
+    if not listings:
+        return
+    namespace = _listing_namespace(nb)
+    stale = []
+    for c in listings:
+        calls = [line.strip() for line in c.source.splitlines() if line.strip().startswith("show_source(")]
+        shown = ["".join(o["data"]["text/plain"]) for o in c.outputs if "text/plain" in o.get("data", {})]
+        assert len(calls) == len(shown), c.source
+        for call, text in zip(calls, shown, strict=True):
+            if eval(call, namespace).data.rstrip() != text.rstrip():  # the page's own call
+                stale.append(call)
+    assert not stale, f"{nb_path.name}: listings older than the package: {stale}; rebuild the page"

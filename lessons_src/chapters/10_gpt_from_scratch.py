@@ -597,7 +597,7 @@ for step in range(3):
 #   shorter one follows the gradients as their size changes during training. PyTorch's default
 #   0.999 remembers about 1,000 steps, this whole run; GPT-3 used 0.95;
 #   nanoGPT's character-level configuration takes 0.99, "a bit bigger because [the] number of
-#   tokens per iter is small", and so do we.
+#   tokens per iter is small" (bigger than its default of 0.95), and so do we.
 # * **Weight decay 0.1 on the matrices and embeddings only** (`param_groups`, below).
 #   Decoupled weight decay shrinks every weight a little at each step, so weights stay small
 #   unless the data keeps asking for them. Biases and LayerNorm gains are left out: they are
@@ -625,9 +625,10 @@ for step in range(3):
 #   float32's speed on a CPU for this model, no faster on a GPU at this size, and 5.5 times
 #   faster on a GPU for a model 512 wide trained on batches of 512.
 #
-# Put together, the recipe is a dozen lines. For 20 steps from the same start (with a warm-up
-# of 5 steps, since 50 would not fit in 20), they give the same weights as the package's
-# `train`, which also measures the losses (here only at the start and the end, on one window):
+# Put together, the recipe is a dozen lines (`lm_loss` is the cross-entropy written out above, over
+# every position). For 20 steps from the same start (with a warm-up of 5 steps, since 50 would not
+# fit in 20), they give the same weights as the package's `train`, which also measures the losses
+# (here only at the start and the end, on one window):
 
 
 # %%
@@ -1200,9 +1201,9 @@ assert generate(big, ids, 1)[0, -1].item() == int(logits.argmax())
 #   attention scores: $T<1$ sharpens the distribution towards greedy, $T>1$ flattens it
 #   towards uniform.
 # * **top-k**: sample only among the $k$ most likely tokens (renormalised).
-# * **top-p (nucleus)**: sample only among the smallest set of most likely tokens whose
-#   probabilities add up to at least $p$. The set adapts: small where the model is sure, large
-#   where it is not.
+# * **top-p (nucleus)** (Holtzman et al., 2019): sample only among the smallest set of most
+#   likely tokens whose probabilities add up to at least $p$. The set adapts: small where the
+#   model is sure, large where it is not.
 
 # %%
 show_source(top_k_filter, checks=False)
@@ -1548,6 +1549,8 @@ display(
     )
 )
 assert same  # 127 new tokens: the cache gives the same tokens
+
+# %% tags=["remove-cell"]
 assert speedup > 1.3  # and is clearly faster
 
 # %% [markdown]
@@ -1796,7 +1799,6 @@ display(
     )
 )
 assert wide_loss < with_pos
-assert sum(wide_parts.values()) == count_parameters(wide)
 
 # %% [markdown] tags=["solution"]
 # The shallow, wide model is well ahead after 300 steps: 2.08 nats per character against
@@ -1815,3 +1817,6 @@ assert sum(wide_parts.values()) == count_parameters(wide)
 # attention cannot compose the two. A run of 300 steps measures how fast a shape learns, not
 # how far it can go: whether the deeper model catches up with longer training, this run
 # cannot tell.
+
+# %% tags=["remove-cell"]
+assert sum(wide_parts.values()) == count_parameters(wide)
