@@ -1584,8 +1584,8 @@ assert speedup > 1.3  # and is clearly faster
 #   run, under a quarter of a pass over the text.
 # * Taking parts away shows what each buys: after 300 steps, the model without attention, without
 #   its feed-forward networks or without LayerNorm is each about 0.2 nats per character
-#   behind the whole model; without its residual connections it is no better than character
-#   frequencies.
+#   behind the whole model; without its residual connections it is at about the level of a
+#   model that knows only how frequent each character is.
 # * The perplexity, $e^{\text{loss}}$, is the number of equally likely characters that would
 #   leave a model as unsure as this one. The larger model (more parameters, a context of 128,
 #   longer training) reaches a lower validation loss and perplexity than the small one; its
